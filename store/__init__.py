@@ -1,0 +1,29 @@
+"""Persistence for vcm: the store port (:mod:`store.port`) and its adapters.
+
+``open_store(url)`` picks the adapter from the URL scheme, so mode is chosen by settings:
+
+* ``sqlite:///relative.db``, ``sqlite:////abs/vcm.db`` (or a bare path) - the embedded adapter (default)
+* ``arango+http://host:8529/db``, ``arango+https://...``, ``arango+unix:///run/arangodb/arangod.sock/db``
+  - the ArangoDB adapter
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.port import MemoryStore
+
+
+def open_store(url: str, **options: Any) -> MemoryStore:
+    if url.startswith("arango"):
+        from store.arango.adapter import ArangoStore
+
+        return ArangoStore.from_url(url, **options)
+    from store.embedded.adapter import EmbeddedStore
+
+    # SQLAlchemy's convention: sqlite:///relative.db, sqlite:////absolute.db
+    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
+    return EmbeddedStore(path, **options)
+
+
+__all__ = ["MemoryStore", "open_store"]

@@ -1,0 +1,165 @@
+"""Plain data carried across the store port. No I/O here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+T = TypeVar("T")
+
+Metric = Literal["cosine", "l2"]
+EdgeKind = Literal["recall_log", "cites", "derived_from"]
+EDGE_KINDS: tuple[EdgeKind, ...] = ("recall_log", "cites", "derived_from")
+NodeCollection = Literal["core_memory", "messages", "archival_docs", "memory_events"]
+SUMMARY_BLOCK_ID = "queue_head_summary"
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One conversation message as the recall log keeps it (idempotent by agent + message id)."""
+
+    agent_id: str
+    message_id: str
+    seq: int  # per-agent append order, gap-free in the hot path
+    role: str
+    content: str
+    tokens: int
+    created_at: float  # unix seconds
+    name: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    expires_at: float | None = None  # TTL (unix seconds); None keeps it forever
+
+
+@dataclass(frozen=True)
+class CoreBlock:
+    agent_id: str
+    block_id: str
+    role: str
+    content: str
+    tokens: int
+    pinned: bool
+    rev: str
+    updated_at: float
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CoreBlockWrite:
+    agent_id: str
+    block_id: str
+    role: str
+    content: str
+    tokens: int
+    pinned: bool = False
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The recursive summary (``queue_head_summary``) of everything evicted so far."""
+
+    agent_id: str
+    text: str
+    tokens: int
+    rev: str
+    batch_id: int  # last batch folded into it
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class EvictionCommit:
+    """Step 2 of the eviction protocol: everything the store must apply atomically."""
+
+    agent_id: str
+    batch_id: int
+    messages: Sequence[StoredMessage]
+    summary_text: str
+    summary_tokens: int
+    expected_summary_rev: str | None  # None when the agent has no summary yet
+    event: Mapping[str, Any] = field(default_factory=dict)  # payload of the `evict` event row
+
+
+@dataclass(frozen=True)
+class EvictionResult:
+    agent_id: str
+    batch_id: int
+    summary_rev: str
+    messages_committed: int
+    replayed: bool  # True when the batch had been committed before; nothing changed
+
+
+@dataclass(frozen=True)
+class RecallHit:
+    message: StoredMessage
+    score: float
+
+
+@dataclass(frozen=True)
+class ArchivalChunk:
+    """One late-chunked piece of a document, with its provenance and embedding metadata."""
+
+    agent_id: str
+    doc_id: str
+    chunk_index: int
+    text: str
+    embedding: Sequence[float]
+    metric: Metric
+    embedding_version: str
+    model_id: str
+    char_start: int
+    char_end: int
+    source: str = ""  # provenance: file path / URL / caller-defined
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # post-filterable attributes
+    created_at: float = 0.0
+    valid_until: float | None = None  # freshness: after this the chunk is stale
+
+    @property
+    def dimension(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass(frozen=True)
+class ArchivalHit:
+    chunk: ArchivalChunk
+    score: float  # cosine similarity (higher is better) or L2 distance (lower is better)
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    agent_id: str
+    kind: str  # e.g. append, evict, summarize, drift_alarm, heartbeat_end, dead_letter, core_write
+    payload: Mapping[str, Any]
+    event_id: str = ""  # idempotency: same id twice stores one row; "" lets the store assign one
+    created_at: float = 0.0
+    actor: str = "system"
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    collection: NodeCollection
+    key: str
+
+
+@dataclass(frozen=True)
+class Edge:
+    kind: EdgeKind
+    src: NodeRef
+    dst: NodeRef
+    agent_id: str
+    created_at: float = 0.0
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_cursor: str | None  # opaque; None when there is nothing more
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    backend: str
+    details: Mapping[str, Any] = field(default_factory=dict)
