@@ -1,0 +1,187 @@
+"""Typed settings: ``config/default.toml``, then an optional ``VCM_CONFIG`` file, then ``VCM_*``
+environment variables. Invalid values fail at start with :class:`ConfigError` naming the setting."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from hotpath.errors import ConfigError
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "default.toml"
+ENV_PREFIX = "VCM_"
+ENV_NESTED = "__"
+# Variables under the prefix that are not settings: the config path and test-only knobs.
+_ENV_IGNORED = ("VCM_CONFIG", "VCM_TEST_")
+
+
+class TokenSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    encoding: str = ""
+    download: bool = False
+    per_message: int = Field(3, ge=0, le=64)
+    per_name: int = Field(1, ge=0, le=64)
+    reply_priming: int = Field(3, ge=0, le=64)
+
+
+class BudgetSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    output_reserve: float = Field(0.10, ge=0.0, lt=0.9)
+    warning: float = Field(0.70, gt=0.0, lt=1.0)
+    flush: float = Field(0.90, gt=0.0, le=1.0)
+    target: float = Field(0.50, gt=0.0, lt=1.0)
+    pinned_cap: float = Field(0.25, ge=0.0, lt=1.0)
+    summary_cap: float = Field(0.15, gt=0.0, lt=1.0)
+    max_content_chars: int = Field(400_000, gt=0, le=50_000_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if not self.target < self.warning < self.flush:
+            raise ValueError(
+                f"need target < warning < flush, got {self.target} / {self.warning} / {self.flush}"
+            )
+        if self.pinned_cap + self.summary_cap >= self.target:
+            # Otherwise a flush could never bring occupancy down to target.
+            raise ValueError(
+                f"pinned_cap + summary_cap ({self.pinned_cap} + {self.summary_cap}) "
+                f"must stay below target ({self.target})"
+            )
+        return self
+
+
+class HeartbeatSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_depth: int = Field(8, ge=1, le=1000)
+    max_duration_s: float = Field(60.0, gt=0.0, le=86400.0)
+    token_floor: int = Field(256, ge=0)
+    rate_per_s: float = Field(3.0, gt=0.0, le=10_000.0)
+    cooldown_ms: int = Field(750, ge=0, le=3_600_000)
+
+
+def _check_url(value: str, schemes: tuple[str, ...], name: str) -> str:
+    if value and not value.startswith(schemes):
+        raise ValueError(f"{name} must start with one of {', '.join(schemes)}")
+    return value
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    redis_url: str = ""
+    broker_url: str = "memory://"
+    store_url: str = "sqlite:///vcm-data/vcm.db"
+    default_model: str = "gpt-4o-mini"
+    idempotency_ttl_s: int = Field(86400, ge=60, le=30 * 86400)
+    log_level: str = "INFO"
+    models: dict[str, int] = Field(default_factory=dict)
+    tokens: TokenSettings = Field(default_factory=TokenSettings)
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        _check_url(self.redis_url, ("redis://", "rediss://", "unix://"), "redis_url")
+        _check_url(
+            self.broker_url,
+            ("memory://", "redis://", "rediss://", "amqp://", "pyamqp://"),
+            "broker_url",
+        )
+        _check_url(self.store_url, ("sqlite://", "arango+"), "store_url")
+        for model, window in self.models.items():
+            if not 256 <= window <= 10_000_000:
+                raise ValueError(f"models.{model}: window {window} outside 256..10000000")
+        if self.default_model not in self.models:
+            raise ValueError(f"default_model {self.default_model!r} is not in [models]")
+        return self
+
+    def window_for(self, model: str) -> int:
+        try:
+            return self.models[model]
+        except KeyError:
+            raise ConfigError(
+                f"unknown model {model!r}; add its window to [models] in the config",
+                setting="models",
+            ) from None
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist", setting="VCM_CONFIG") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}", setting=str(path)) from None
+
+
+def _describe(exc: PydanticValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if not loc:
+            parts.append(f"invalid settings: {err['msg']}")
+            continue
+        env = ENV_PREFIX + ENV_NESTED.join(str(p) for p in err["loc"]).upper()
+        parts.append(f"invalid setting {loc} (env {env}): {err['msg']}")
+    return "; ".join(parts)
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``VCM_BUDGET__WARNING=0.8`` -> {"budget": {"warning": "0.8"}}; pydantic coerces types."""
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper.startswith(_ENV_IGNORED):
+            continue
+        path = upper.removeprefix(ENV_PREFIX).lower().split(ENV_NESTED)
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"environment variable {name} conflicts with another", setting=name)
+        node[path[-1]] = value
+    return out
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None, *, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Defaults TOML < ``VCM_CONFIG`` file < ``VCM_*`` environment < explicit overrides."""
+    env = os.environ if environ is None else environ
+    data = _read_toml(DEFAULT_CONFIG)
+    extra = env.get(ENV_PREFIX + "CONFIG")
+    if extra:
+        data = _deep_merge(data, _read_toml(Path(extra)))
+    data = _deep_merge(data, _env_values(env))
+    if overrides:
+        data = _deep_merge(data, dict(overrides))
+    try:
+        return Settings.model_validate(data)
+    except PydanticValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings, loaded once at start."""
+    return load_settings()

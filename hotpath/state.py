@@ -1,0 +1,467 @@
+"""Per-agent hot state in Redis: every mutation is one Lua call (see :mod:`hotpath.lua`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from hotpath import keys, lua, render, validation
+from hotpath.budget import Budget
+from hotpath.errors import (
+    ConfigError,
+    IdempotencyMismatch,
+    NotFound,
+    OutOfOrder,
+    PinLimitExceeded,
+    RevConflict,
+    TokenBudgetExceeded,
+    ValidationError,
+    VcmError,
+)
+from hotpath.settings import Settings
+from hotpath.tokens import TokenCounter
+from hotpath.types import (
+    AgentInfo,
+    AppendResult,
+    BatchInfo,
+    Block,
+    BlockResult,
+    FinishResult,
+    Message,
+)
+
+_ERRORS: dict[str, type[VcmError]] = {
+    "TOKEN_BUDGET_EXCEEDED": TokenBudgetExceeded,
+    "PIN_LIMIT_EXCEEDED": PinLimitExceeded,
+    "REV_CONFLICT": RevConflict,
+    "IDEMPOTENCY_MISMATCH": IdempotencyMismatch,
+    "VALIDATION_ERROR": ValidationError,
+    "NOT_FOUND": NotFound,
+    "CONFLICT": OutOfOrder,
+}
+
+
+def _fingerprint(payload: Mapping[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _num(value: float) -> str:
+    return repr(round(value, 6))
+
+
+def _reply(raw: Sequence[str]) -> tuple[dict[str, Any], bool]:
+    status, body = raw[0], raw[1]
+    data = json.loads(body)
+    if status == "error":
+        code = data.pop("code")
+        message = data.pop("message")
+        raise _ERRORS.get(code, VcmError)(message, **data)
+    return data, status == "replayed"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything needed to assemble one agent's main context, read atomically."""
+
+    agent_id: str
+    meta: dict[str, str]
+    system_prompt: str
+    tools: list[dict[str, Any]]
+    fifo: list[Message]
+    blocks: list[Block]
+    summary_text: str
+    summary_tokens: int
+    placeholders: list[tuple[int, int, int]]  # (batch id, message count, tokens)
+
+    def counter(self, name: str) -> int:
+        return int(self.meta.get(name, 0))
+
+
+class HotState:
+    """The hot path's Redis state for all agents. Thread-safe; one per process is enough."""
+
+    def __init__(
+        self, client: redis.Redis, settings: Settings, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.redis = client
+        self.settings = settings
+        self.clock = clock
+        # Registered once: redis-py sends EVALSHA and loads the script on NOSCRIPT.
+        self._create = client.register_script(lua.CREATE_AGENT)
+        self._append = client.register_script(lua.APPEND)
+        self._put_block = client.register_script(lua.PUT_BLOCK)
+        self._finish = client.register_script(lua.FINISH_EVICTION)
+        self._models: dict[str, str] = {}  # agent -> model; immutable after creation
+        self._counters: dict[str, TokenCounter] = {}
+        self._lock = threading.Lock()
+        self._pressure = _json(render.PRESSURE_TEXT)
+
+    # --- agents -----------------------------------------------------------------------
+    def counter(self, model: str) -> TokenCounter:
+        with self._lock:
+            if model not in self._counters:
+                self._counters[model] = TokenCounter(model, self.settings.tokens)
+            return self._counters[model]
+
+    def create_agent(
+        self,
+        agent_id: str,
+        *,
+        model: str | None = None,
+        system_prompt: str = "",
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> AgentInfo:
+        """Create an agent (idempotent for the same configuration)."""
+        validation.agent_id(agent_id)
+        model = model or self.settings.default_model
+        try:
+            window = self.settings.window_for(model)
+        except ConfigError as exc:
+            raise ValidationError(exc.message, field="model") from None
+        prompt = validation.text(
+            system_prompt, "system_prompt", self.settings.budget.max_content_chars, allow_empty=True
+        )
+        tool_list = [dict(t) for t in tools]
+        counter = self.counter(model)
+        system = counter.message(prompt) + counter.tools(tool_list) + counter.reply_priming
+        budget = Budget.for_window(window, self.settings.budget)
+        ph_base = counter.message(render.placeholder(0)) - 1
+        fixed = system + budget.pinned_cap + budget.summary_cap + ph_base + 4
+        if fixed > budget.max_tokens:
+            raise TokenBudgetExceeded(
+                f"the system prompt and tools take {system} tokens; with the pinned and summary "
+                f"caps that leaves no room in a {window}-token window",
+                required_headroom=fixed - budget.max_tokens,
+                max_tokens=budget.max_tokens,
+            )
+        config = {
+            "window": budget.window,
+            "max": budget.max_tokens,
+            "warn": budget.warning_at,
+            "flush": budget.flush_at,
+            "target": budget.target,
+            "pin_cap": budget.pinned_cap,
+            "sum_cap": budget.summary_cap,
+            "ph_base": ph_base,
+            "pressure_tokens": counter.message(render.PRESSURE_TEXT),
+            "system": system,
+            "model": model,
+        }
+        fp = _fingerprint({"config": config, "prompt": prompt, "tools": tool_list})
+        raw = self._create(
+            keys=[keys.key(agent_id, keys.META), keys.key(agent_id, keys.SYSTEM)],
+            args=[keys.prefix(agent_id), fp, _json(config), prompt, _json(tool_list)],
+        )
+        _reply(raw)
+        self.redis.sadd(keys.AGENTS, agent_id)
+        self._models[agent_id] = model
+        return AgentInfo(agent_id, model, budget.window, budget.max_tokens, system)
+
+    def agent(self, agent_id: str) -> AgentInfo:
+        validation.agent_id(agent_id)
+        vals = self.redis.hmget(keys.key(agent_id, keys.META), ["model", "window", "max", "system"])
+        if vals[0] is None:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        return AgentInfo(agent_id, vals[0], int(vals[1]), int(vals[2]), int(vals[3]))
+
+    def agents(self) -> list[str]:
+        return sorted(self.redis.smembers(keys.AGENTS))
+
+    def _model(self, agent_id: str) -> str:
+        model = self._models.get(agent_id)
+        if model is None:
+            model = self.agent(agent_id).model
+            self._models[agent_id] = model
+        return model
+
+    # --- messages -----------------------------------------------------------------------
+    def append(
+        self,
+        agent_id: str,
+        role: str,
+        content: str,
+        *,
+        name: str | None = None,
+        pinned: bool = False,
+        tool_call_id: str | None = None,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """Count, admit and append one message; begins an eviction batch when crossing flush."""
+        validation.agent_id(agent_id)
+        validation.role(role)
+        content = validation.text(content, "content", self.settings.budget.max_content_chars)
+        validation.name(name)
+        validation.flag(pinned, "pinned")
+        validation.idempotency_key(idempotency_key)
+        meta = validation.metadata(metadata)
+        counter = self.counter(self._model(agent_id))
+        tokens = counter.message(content, name=name, tool_calls=tool_calls)
+        body: dict[str, Any] = {"role": role, "content": content, "tokens": tokens, "pinned": pinned}
+        if name:
+            body["name"] = name
+        if tool_call_id:
+            body["tool_call_id"] = tool_call_id
+        if tool_calls:
+            body["tool_calls"] = list(tool_calls)
+        if meta:
+            body["metadata"] = meta
+        fp = _fingerprint({"op": "append", **body})
+        now = self.clock()
+        body["created_at"] = round(now, 6)
+        body["kind"] = "message"
+        raw = self._append(
+            keys=[
+                keys.key(agent_id, keys.META),
+                keys.key(agent_id, keys.FIFO),
+                keys.key(agent_id, keys.MESSAGES),
+                keys.key(agent_id, keys.BATCHES),
+                keys.key(agent_id, keys.PLACEHOLDERS),
+                keys.idempotency(agent_id, idempotency_key or ""),
+            ],
+            args=[
+                keys.prefix(agent_id),
+                idempotency_key or "",
+                fp,
+                self.settings.idempotency_ttl_s,
+                _json(body),
+                tokens,
+                "1" if pinned else "0",
+                self._pressure,
+                _num(now),
+            ],
+        )
+        data, replayed = _reply(raw)
+        return AppendResult(
+            message_id=data["message_id"],
+            seq=int(data["seq"]),
+            tokens=int(data["tokens"]),
+            total=int(data["total"]),
+            action=data["action"],
+            batch=BatchInfo.from_json(data.get("batch")),
+            pressure_message_id=data.get("pressure_message_id"),
+            target_unreachable=bool(data.get("target_unreachable")),
+            replayed=replayed,
+        )
+
+    # --- working blocks -------------------------------------------------------------------
+    def put_block(
+        self,
+        agent_id: str,
+        block_id: str,
+        content: str,
+        *,
+        role: str = "working",
+        pinned: bool = False,
+        expected_rev: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> BlockResult:
+        """Create (``expected_rev=None``) or replace a block; every edit presents its ``_rev``."""
+        validation.agent_id(agent_id)
+        validation.block_id(block_id)
+        content = validation.text(content, "content", self.settings.budget.max_content_chars)
+        if not isinstance(role, str) or not validation.NAME.match(role):
+            raise ValidationError("block role must be 1-64 of letters, digits, '_', '-'", field="role")
+        validation.flag(pinned, "pinned")
+        validation.idempotency_key(idempotency_key)
+        if expected_rev is not None and (not isinstance(expected_rev, str) or not expected_rev):
+            raise ValidationError("_rev must be a non-empty string", field="_rev")
+        meta = validation.metadata(metadata)
+        counter = self.counter(self._model(agent_id))
+        tokens = counter.message(render.block(block_id, role, content, pinned))
+        body: dict[str, Any] = {"role": role, "content": content, "tokens": tokens, "pinned": pinned}
+        if meta:
+            body["metadata"] = meta
+        fp = _fingerprint({"op": "put_block", "block": block_id, "rev": expected_rev, **body})
+        return self._block_call(agent_id, block_id, expected_rev or "", body, tokens, pinned,
+                                False, fp, idempotency_key)
+
+    def delete_block(
+        self, agent_id: str, block_id: str, expected_rev: str, *, idempotency_key: str | None = None
+    ) -> BlockResult:
+        validation.agent_id(agent_id)
+        validation.block_id(block_id)
+        validation.idempotency_key(idempotency_key)
+        if not isinstance(expected_rev, str) or not expected_rev:
+            raise ValidationError("deleting a block needs its _rev", field="_rev")
+        fp = _fingerprint({"op": "delete_block", "block": block_id, "rev": expected_rev})
+        return self._block_call(agent_id, block_id, expected_rev, {"deleted": True}, 0, False,
+                                True, fp, idempotency_key)
+
+    def _block_call(
+        self,
+        agent_id: str,
+        block_id: str,
+        expected_rev: str,
+        body: Mapping[str, Any],
+        tokens: int,
+        pinned: bool,
+        delete: bool,
+        fp: str,
+        idempotency_key: str | None,
+    ) -> BlockResult:
+        now = self.clock()
+        raw = self._put_block(
+            keys=[
+                keys.key(agent_id, keys.META),
+                keys.key(agent_id, keys.BLOCKS),
+                keys.key(agent_id, keys.FIFO),
+                keys.key(agent_id, keys.MESSAGES),
+                keys.key(agent_id, keys.BATCHES),
+                keys.key(agent_id, keys.PLACEHOLDERS),
+                keys.idempotency(agent_id, idempotency_key or ""),
+            ],
+            args=[
+                keys.prefix(agent_id),
+                idempotency_key or "",
+                fp,
+                self.settings.idempotency_ttl_s,
+                block_id,
+                expected_rev,
+                _json(body),
+                tokens,
+                "1" if pinned else "0",
+                "1" if delete else "0",
+                self._pressure,
+                _num(now),
+            ],
+        )
+        data, replayed = _reply(raw)
+        return BlockResult(
+            block_id=data["block_id"],
+            rev=data.get("rev"),
+            tokens=int(data["tokens"]),
+            total=int(data["total"]),
+            action=data["action"],
+            deleted=bool(data["deleted"]),
+            batch=BatchInfo.from_json(data.get("batch")),
+            pressure_message_id=data.get("pressure_message_id"),
+            replayed=replayed,
+        )
+
+    def get_block(self, agent_id: str, block_id: str) -> Block:
+        validation.agent_id(agent_id)
+        validation.block_id(block_id)
+        raw = self.redis.hget(keys.key(agent_id, keys.BLOCKS), block_id)
+        if raw is None:
+            self.agent(agent_id)
+            raise NotFound(f"block {block_id!r} does not exist", block_id=block_id)
+        return Block.from_json(json.loads(raw))
+
+    def list_blocks(self, agent_id: str) -> list[Block]:
+        self.agent(agent_id)
+        raw = self.redis.hgetall(keys.key(agent_id, keys.BLOCKS))
+        return sorted((Block.from_json(json.loads(v)) for v in raw.values()), key=lambda b: b.id)
+
+    # --- eviction batches -----------------------------------------------------------------
+    def pending_batches(self, agent_id: str) -> list[int]:
+        return [int(b) for b in self.redis.zrange(keys.key(agent_id, keys.BATCHES), 0, -1)]
+
+    def read_batch(self, agent_id: str, batch_id: int) -> list[Message]:
+        """The messages of a pending batch, oldest first (step 2 reads these)."""
+        ids = self.redis.lrange(keys.evicting(agent_id, batch_id), 0, -1)
+        if not ids:
+            raise NotFound(f"no pending eviction batch {batch_id}", batch_id=batch_id)
+        raws = self.redis.hmget(keys.key(agent_id, keys.MESSAGES), ids)
+        return [Message.from_json(json.loads(r)) for r in raws if r is not None]
+
+    def summary(self, agent_id: str) -> tuple[str, int, int, int]:
+        """(text, tokens, rev, last batch id folded in)."""
+        data = self.redis.hgetall(keys.key(agent_id, keys.SUMMARY))
+        return (
+            data.get("text", ""),
+            int(data.get("tokens", 0)),
+            int(data.get("rev", 0)),
+            int(data.get("batch_id", 0)),
+        )
+
+    def summary_tokens(self, agent_id: str, text: str) -> int:
+        return self.counter(self._model(agent_id)).message(render.summary(text))
+
+    def finish_eviction(self, agent_id: str, batch_id: int, summary_text: str) -> FinishResult:
+        """Step 3: install the committed summary, drop the batch and its placeholder.
+
+        Idempotent by batch id; batches must finish in order (``CONFLICT`` otherwise).
+        """
+        validation.agent_id(agent_id)
+        if not isinstance(batch_id, int) or batch_id < 1:
+            raise ValidationError("batch_id must be a positive integer", field="batch_id")
+        summary_text = validation.text(
+            summary_text, "summary", self.settings.budget.max_content_chars, allow_empty=True
+        )
+        tokens = self.summary_tokens(agent_id, summary_text)
+        raw = self._finish(
+            keys=[
+                keys.key(agent_id, keys.META),
+                keys.key(agent_id, keys.FIFO),
+                keys.key(agent_id, keys.MESSAGES),
+                keys.key(agent_id, keys.BATCHES),
+                keys.key(agent_id, keys.PLACEHOLDERS),
+                keys.key(agent_id, keys.SUMMARY),
+                keys.evicting(agent_id, batch_id),
+            ],
+            args=[keys.prefix(agent_id), batch_id, summary_text, tokens, self._pressure,
+                  _num(self.clock())],
+        )
+        data, replayed = _reply(raw)
+        return FinishResult(
+            batch_id=int(data["batch_id"]),
+            summary_rev=int(data["summary_rev"]),
+            total=int(data["total"]),
+            batch=BatchInfo.from_json(data.get("batch")),
+            replayed=replayed,
+        )
+
+    # --- reads ----------------------------------------------------------------------------
+    def snapshot(self, agent_id: str) -> Snapshot:
+        """One MULTI/EXEC round trip, so the parts are mutually consistent."""
+        validation.agent_id(agent_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hgetall(keys.key(agent_id, keys.META))
+        pipe.hgetall(keys.key(agent_id, keys.SYSTEM))
+        pipe.lrange(keys.key(agent_id, keys.FIFO), 0, -1)
+        pipe.hgetall(keys.key(agent_id, keys.MESSAGES))
+        pipe.hgetall(keys.key(agent_id, keys.BLOCKS))
+        pipe.hgetall(keys.key(agent_id, keys.SUMMARY))
+        pipe.hgetall(keys.key(agent_id, keys.PLACEHOLDERS))
+        meta, system, fifo, msgs, blocks, summary, ph = pipe.execute()
+        if not meta:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        messages = [Message.from_json(json.loads(msgs[e.split(":", 2)[2]])) for e in fifo]
+        placeholders = []
+        for bid, value in ph.items():
+            count, tokens = value.split("|")
+            placeholders.append((int(bid), int(count), int(tokens)))
+        return Snapshot(
+            agent_id=agent_id,
+            meta=meta,
+            system_prompt=system.get("prompt", ""),
+            tools=json.loads(system.get("tools", "[]")),
+            fifo=messages,
+            blocks=sorted((Block.from_json(json.loads(v)) for v in blocks.values()),
+                          key=lambda b: b.id),
+            summary_text=summary.get("text", ""),
+            summary_tokens=int(summary.get("tokens", 0)),
+            placeholders=sorted(placeholders),
+        )
+
+    def batch_message_ids(self, agent_id: str) -> dict[int, list[str]]:
+        """Pending batches and their message ids (for audits and property tests)."""
+        out: dict[int, list[str]] = {}
+        for bid in self.pending_batches(agent_id):
+            out[bid] = self.redis.lrange(keys.evicting(agent_id, bid), 0, -1)
+        return out

@@ -1,0 +1,193 @@
+"""Domain types of the hot path (plain data, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
+Action = Literal["ok", "warning", "flush"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """A FIFO message as the hot state holds it; ``tokens`` was counted once, on append."""
+
+    id: str
+    seq: int
+    role: str
+    content: str
+    tokens: int
+    created_at: float
+    pinned: bool = False
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: Sequence[Mapping[str, Any]] | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "message"  # "message" | "pressure" (vcm's memory-pressure notice)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Message:
+        return cls(
+            id=data["id"],
+            seq=int(data["seq"]),
+            role=data["role"],
+            content=data["content"],
+            tokens=int(data["tokens"]),
+            created_at=float(data["created_at"]),
+            pinned=bool(data.get("pinned", False)),
+            name=data.get("name"),
+            tool_call_id=data.get("tool_call_id"),
+            tool_calls=data.get("tool_calls") or None,
+            metadata=data.get("metadata") or {},
+            kind=data.get("kind", "message"),
+        )
+
+    def chat(self) -> dict[str, Any]:
+        """The message as an OpenAI chat-completions request holds it."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name:
+            out["name"] = self.name
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        if self.tool_calls:
+            out["tool_calls"] = list(self.tool_calls)
+        return out
+
+
+@dataclass(frozen=True)
+class Block:
+    """A working (core memory) block."""
+
+    id: str
+    role: str
+    content: str
+    tokens: int
+    pinned: bool
+    rev: str
+    updated_at: float
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Block:
+        return cls(
+            id=data["id"],
+            role=data["role"],
+            content=data["content"],
+            tokens=int(data["tokens"]),
+            pinned=bool(data["pinned"]),
+            rev=str(data["rev"]),
+            updated_at=float(data["updated_at"]),
+            metadata=data.get("metadata") or {},
+        )
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """An eviction batch begun by the hot path (step 1 of the protocol)."""
+
+    id: int
+    count: int
+    tokens: int
+    placeholder: int
+    message_ids: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> BatchInfo | None:
+        if not data:
+            return None
+        ids = data.get("message_ids") or []
+        return cls(
+            id=int(data["id"]),
+            count=int(data["count"]),
+            tokens=int(data["tokens"]),
+            placeholder=int(data["placeholder"]),
+            message_ids=tuple(ids) if isinstance(ids, list) else (),
+        )
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    message_id: str
+    seq: int
+    tokens: int
+    total: int
+    action: Action
+    batch: BatchInfo | None
+    pressure_message_id: str | None
+    target_unreachable: bool
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class BlockResult:
+    block_id: str
+    rev: str | None
+    tokens: int
+    total: int
+    action: Action
+    deleted: bool
+    batch: BatchInfo | None
+    pressure_message_id: str | None
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    batch_id: int
+    summary_rev: int
+    total: int
+    batch: BatchInfo | None  # a follow-up batch, when the new summary pushed past flush
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    agent_id: str
+    model: str
+    window: int
+    max_tokens: int
+    system_tokens: int
+
+
+@dataclass(frozen=True)
+class Gauges:
+    """Token gauges of one main context."""
+
+    window: int
+    max_tokens: int
+    system: int
+    working: int
+    summary: int
+    placeholders: int
+    fifo: int
+    pinned: int
+
+    @property
+    def total(self) -> int:
+        return self.system + self.working + self.summary + self.placeholders + self.fifo
+
+    @property
+    def free(self) -> int:
+        return self.max_tokens - self.total
+
+    @property
+    def occupancy(self) -> float:
+        return self.total / self.window
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "window": self.window,
+            "max": self.max_tokens,
+            "system": self.system,
+            "working": self.working,
+            "summary": self.summary,
+            "placeholders": self.placeholders,
+            "fifo": self.fifo,
+            "pinned": self.pinned,
+            "total": self.total,
+            "free": self.free,
+            "occupancy": round(self.occupancy, 4),
+        }

@@ -1,0 +1,110 @@
+"""Input checks shared by every entry point. Pure; raise ValidationError before any state changes."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from hotpath.errors import ValidationError
+from hotpath.types import ROLES
+
+AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+BLOCK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+NAME = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+MAX_IDEMPOTENCY_KEY = 256
+MAX_METADATA_BYTES = 16_384
+
+
+def agent_id(value: Any) -> str:
+    if not isinstance(value, str) or not AGENT_ID.match(value):
+        raise ValidationError(
+            "agent_id must be 1-128 characters of letters, digits, '_', '.', '-' "
+            "(starting with a letter or digit)",
+            field="agent_id",
+        )
+    return value
+
+
+def block_id(value: Any) -> str:
+    if not isinstance(value, str) or not BLOCK_ID.match(value):
+        raise ValidationError(
+            "block_id must be 1-64 characters of letters, digits, '_', '.', '-'", field="block_id"
+        )
+    return value
+
+
+def role(value: Any) -> str:
+    if value not in ROLES:
+        raise ValidationError(
+            f"role must be one of {', '.join(sorted(ROLES))}, not {value!r}", field="role"
+        )
+    return str(value)
+
+
+def text(value: Any, field: str, max_chars: int, *, allow_empty: bool = False) -> str:
+    if isinstance(value, bytes | bytearray):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValidationError(f"{field} is not valid UTF-8", field=field) from None
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates cannot be stored or sent to a model.
+        raise ValidationError(f"{field} is not valid UTF-8 text", field=field) from None
+    if not allow_empty and not value.strip():
+        raise ValidationError(f"{field} must not be empty", field=field)
+    if len(value) > max_chars:
+        raise ValidationError(
+            f"{field} has {len(value)} characters; the limit is {max_chars}",
+            field=field,
+            limit=max_chars,
+        )
+    if "\x00" in value:
+        raise ValidationError(f"{field} must not contain NUL characters", field=field)
+    return value
+
+
+def name(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not NAME.match(value):
+        raise ValidationError("name must be 1-64 of letters, digits, '_', '-'", field="name")
+    return value
+
+
+def idempotency_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_IDEMPOTENCY_KEY or not value.isprintable():
+        raise ValidationError(
+            f"idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} printable characters",
+            field="idempotency_key",
+        )
+    return value
+
+
+def metadata(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValidationError("metadata must be an object", field="metadata")
+    try:
+        encoded = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        raise ValidationError("metadata must be JSON-serialisable", field="metadata") from None
+    if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
+        raise ValidationError(
+            f"metadata is larger than {MAX_METADATA_BYTES} bytes", field="metadata"
+        )
+    return dict(value)
+
+
+def flag(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{field} must be true or false", field=field)
+    return value
