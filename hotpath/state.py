@@ -287,8 +287,9 @@ class HotState:
         if meta:
             body["metadata"] = meta
         fp = _fingerprint({"op": "put_block", "block": block_id, "rev": expected_rev, **body})
-        return self._block_call(agent_id, block_id, expected_rev or "", body, tokens, pinned,
-                                False, fp, idempotency_key)
+        return self._block_call(
+            agent_id, block_id, expected_rev or "", body, tokens, pinned, False, fp, idempotency_key
+        )
 
     def delete_block(
         self, agent_id: str, block_id: str, expected_rev: str, *, idempotency_key: str | None = None
@@ -299,8 +300,9 @@ class HotState:
         if not isinstance(expected_rev, str) or not expected_rev:
             raise ValidationError("deleting a block needs its _rev", field="_rev")
         fp = _fingerprint({"op": "delete_block", "block": block_id, "rev": expected_rev})
-        return self._block_call(agent_id, block_id, expected_rev, {"deleted": True}, 0, False,
-                                True, fp, idempotency_key)
+        return self._block_call(
+            agent_id, block_id, expected_rev, {"deleted": True}, 0, False, True, fp, idempotency_key
+        )
 
     def _block_call(
         self,
@@ -414,8 +416,7 @@ class HotState:
                 keys.key(agent_id, keys.SUMMARY),
                 keys.evicting(agent_id, batch_id),
             ],
-            args=[keys.prefix(agent_id), batch_id, summary_text, tokens, self._pressure,
-                  _num(self.clock())],
+            args=[keys.prefix(agent_id), batch_id, summary_text, tokens, self._pressure, _num(self.clock())],
         )
         data, replayed = _reply(raw)
         return FinishResult(
@@ -452,8 +453,7 @@ class HotState:
             system_prompt=system.get("prompt", ""),
             tools=json.loads(system.get("tools", "[]")),
             fifo=messages,
-            blocks=sorted((Block.from_json(json.loads(v)) for v in blocks.values()),
-                          key=lambda b: b.id),
+            blocks=sorted((Block.from_json(json.loads(v)) for v in blocks.values()), key=lambda b: b.id),
             summary_text=summary.get("text", ""),
             summary_tokens=int(summary.get("tokens", 0)),
             placeholders=sorted(placeholders),

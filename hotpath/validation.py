@@ -37,9 +37,7 @@ def block_id(value: Any) -> str:
 
 def role(value: Any) -> str:
     if value not in ROLES:
-        raise ValidationError(
-            f"role must be one of {', '.join(sorted(ROLES))}, not {value!r}", field="role"
-        )
+        raise ValidationError(f"role must be one of {', '.join(sorted(ROLES))}, not {value!r}", field="role")
     return str(value)
 
 
@@ -98,9 +96,7 @@ def metadata(value: Any) -> dict[str, Any]:
     except (TypeError, ValueError):
         raise ValidationError("metadata must be JSON-serialisable", field="metadata") from None
     if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
-        raise ValidationError(
-            f"metadata is larger than {MAX_METADATA_BYTES} bytes", field="metadata"
-        )
+        raise ValidationError(f"metadata is larger than {MAX_METADATA_BYTES} bytes", field="metadata")
     return dict(value)
 
 

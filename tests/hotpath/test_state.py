@@ -1,0 +1,239 @@
+"""Hot state on the real Redis and on fakeredis (the `hot` fixture runs each test on both)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hotpath import render
+from hotpath.context import assemble
+from hotpath.errors import (
+    IdempotencyMismatch,
+    NotFound,
+    OutOfOrder,
+    PinLimitExceeded,
+    RevConflict,
+    TokenBudgetExceeded,
+    ValidationError,
+)
+from hotpath.state import HotState
+from tests.hotpath.helpers import dump, recount
+
+MODEL = "vcm-demo-2k"  # 2048-token window: warning 1433, flush/max 1843, target 1024
+
+
+def words(n: int, tag: str = "w") -> str:
+    return " ".join(f"{tag}{i % 7}" for i in range(n))
+
+
+@pytest.fixture
+def agent(hot: HotState) -> str:
+    hot.create_agent("a1", model=MODEL, system_prompt="You are a careful assistant.")
+    return "a1"
+
+
+def fill_until(hot: HotState, agent: str, action: str, size: int = 60) -> list:
+    results = []
+    for i in range(200):
+        r = hot.append(agent, "user", words(size, f"t{i}x"))
+        results.append(r)
+        if r.action == action:
+            return results
+    raise AssertionError(f"never saw {action}")
+
+
+def test_append_counts_once_and_stores_the_count(hot: HotState, agent: str) -> None:
+    r = hot.append(agent, "user", "hello there", name="alice")
+    counter = hot.counter(MODEL)
+    assert r.tokens == counter.message("hello there", name="alice")
+    snap = hot.snapshot(agent)
+    assert snap.fifo[0].tokens == r.tokens and snap.fifo[0].name == "alice"
+    assert snap.counter("fifo") == r.tokens
+    assert r.total == snap.counter("system") + r.tokens
+
+
+def test_warning_injected_once_and_rearmed_after_flush(hot: HotState, agent: str) -> None:
+    results = fill_until(hot, agent, "warning")
+    warn = results[-1]
+    assert warn.pressure_message_id is not None
+    snap = hot.snapshot(agent)
+    assert snap.fifo[-1].kind == "pressure" and snap.fifo[-1].content == render.PRESSURE_TEXT
+    # Further growth below flush does not warn again.
+    more = fill_until(hot, agent, "flush")
+    assert all(r.action == "ok" for r in more[:-1])
+    assert hot.snapshot(agent).counter("warned") == 0  # re-armed: flush went below warning
+    again = fill_until(hot, agent, "warning")
+    assert again[-1].pressure_message_id is not None
+
+
+def test_flush_begins_a_batch_with_placeholder(hot: HotState, agent: str) -> None:
+    before = hot.snapshot(agent)
+    results = fill_until(hot, agent, "flush")
+    flush = results[-1]
+    assert flush.batch is not None and flush.batch.id == 1
+    snap = hot.snapshot(agent)
+    assert flush.total <= 1024  # target
+    assert flush.total == sum(recount(hot, agent).values()) + snap.counter("system")
+    # The batch holds the oldest messages, in order; the new message stays in the FIFO.
+    appended = [r.message_id for r in results] + [r.pressure_message_id for r in results if r.pressure_message_id]
+    batch_msgs = hot.read_batch(agent, 1)
+    assert [m.id for m in batch_msgs] == list(flush.batch.message_ids)
+    assert [m.seq for m in batch_msgs] == sorted(m.seq for m in batch_msgs)
+    assert flush.message_id in [m.id for m in snap.fifo]
+    assert set(m.id for m in snap.fifo) | set(flush.batch.message_ids) == set(appended)
+    assert snap.placeholders == [(1, flush.batch.count, flush.batch.placeholder)]
+    assert before.counter("batch_seq") == 0 and snap.counter("batch_seq") == 1
+    ctx = assemble(snap)
+    assert render.placeholder(flush.batch.count) in [m["content"] for m in ctx.messages]
+
+
+def test_finish_installs_summary_idempotently_and_in_order(hot: HotState, agent: str) -> None:
+    fill_until(hot, agent, "flush")
+    fill_until(hot, agent, "flush")
+    assert hot.pending_batches(agent) == [1, 2]
+    before = dump(hot.redis, agent)
+    with pytest.raises(OutOfOrder) as err:
+        hot.finish_eviction(agent, 2, "too early")
+    assert err.value.code == "CONFLICT" and err.value.details["waiting_for"] == 1
+    assert dump(hot.redis, agent) == before
+    r1 = hot.finish_eviction(agent, 1, "Alice and Bob talked about t0 to t12.")
+    assert not r1.replayed and r1.summary_rev == 1
+    snap = hot.snapshot(agent)
+    assert snap.summary_text == "Alice and Bob talked about t0 to t12."
+    assert snap.summary_tokens == hot.summary_tokens(agent, snap.summary_text)
+    assert [p[0] for p in snap.placeholders] == [2]
+    after = dump(hot.redis, agent)
+    again = hot.finish_eviction(agent, 1, "a different text is ignored on replay")
+    assert again.replayed and again.summary_rev == 1
+    assert dump(hot.redis, agent) == after
+    with pytest.raises(NotFound):
+        hot.read_batch(agent, 1)
+    hot.finish_eviction(agent, 2, "Summary of both batches.")
+    assert hot.pending_batches(agent) == []
+    assert hot.snapshot(agent).placeholders == []
+
+
+def test_summary_above_cap_is_refused(hot: HotState, agent: str) -> None:
+    fill_until(hot, agent, "flush")
+    before = dump(hot.redis, agent)
+    with pytest.raises(ValidationError):
+        hot.finish_eviction(agent, 1, words(400))
+    assert dump(hot.redis, agent) == before
+
+
+def test_idempotent_append(hot: HotState, agent: str) -> None:
+    first = hot.append(agent, "user", "remember the milk", idempotency_key="k1")
+    state = dump(hot.redis, agent)
+    again = hot.append(agent, "user", "remember the milk", idempotency_key="k1")
+    assert again.replayed and again.message_id == first.message_id and again.total == first.total
+    assert dump(hot.redis, agent) == state
+    with pytest.raises(IdempotencyMismatch) as err:
+        hot.append(agent, "user", "remember the eggs", idempotency_key="k1")
+    assert err.value.code == "IDEMPOTENCY_MISMATCH"
+    assert dump(hot.redis, agent) == state
+
+
+def test_blocks_revisions_and_conflicts(hot: HotState, agent: str) -> None:
+    created = hot.put_block(agent, "persona", "I like tea.", role="persona")
+    assert created.rev is not None
+    with pytest.raises(RevConflict) as err:
+        hot.put_block(agent, "persona", "again")  # create over an existing block
+    assert err.value.details["current_rev"] == created.rev
+    edited = hot.put_block(agent, "persona", "I like coffee.", role="persona", expected_rev=created.rev)
+    assert edited.rev != created.rev
+    state = dump(hot.redis, agent)
+    with pytest.raises(RevConflict):
+        hot.put_block(agent, "persona", "stale write", expected_rev=created.rev)
+    assert dump(hot.redis, agent) == state
+    block = hot.get_block(agent, "persona")
+    assert (block.content, block.rev) == ("I like coffee.", edited.rev)
+    assert block.tokens == hot.counter(MODEL).message(render.block("persona", "persona", "I like coffee.", False))
+    assert hot.snapshot(agent).counter("working") == block.tokens
+    hot.delete_block(agent, "persona", edited.rev)
+    assert hot.list_blocks(agent) == [] and hot.snapshot(agent).counter("working") == 0
+    with pytest.raises(NotFound):
+        hot.get_block(agent, "persona")
+
+
+def test_pinned_cap(hot: HotState, agent: str) -> None:
+    hot.put_block(agent, "facts", words(150), pinned=True)  # ~320 of a 512-token cap
+    state = dump(hot.redis, agent)
+    with pytest.raises(PinLimitExceeded) as err:
+        hot.put_block(agent, "more", words(150), pinned=True)
+    assert err.value.details["cap"] == 512
+    with pytest.raises(PinLimitExceeded):
+        hot.append(agent, "user", words(150), pinned=True)
+    assert dump(hot.redis, agent) == state
+    hot.put_block(agent, "more", words(150), pinned=False)  # unpinned is fine
+
+
+def test_too_large_is_refused_with_headroom(hot: HotState, agent: str) -> None:
+    state = dump(hot.redis, agent)
+    with pytest.raises(TokenBudgetExceeded) as err:
+        hot.append(agent, "user", words(2500))
+    assert err.value.details["required_headroom"] > 0
+    assert dump(hot.redis, agent) == state
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"role": "user", "content": ""}, "content"),
+        ({"role": "user", "content": "   "}, "content"),
+        ({"role": "wizard", "content": "hi"}, "role"),
+        ({"role": "user", "content": b"\xff\xfe not utf-8"}, "content"),
+        ({"role": "user", "content": "lone \ud800 surrogate"}, "content"),
+        ({"role": "user", "content": "x" * 400_001}, "content"),
+        ({"role": "user", "content": 42}, "content"),
+        ({"role": "user", "content": "hi", "name": "bad name!"}, "name"),
+        ({"role": "user", "content": "hi", "idempotency_key": ""}, "idempotency_key"),
+        ({"role": "user", "content": "hi", "pinned": "yes"}, "pinned"),
+        ({"role": "user", "content": "hi", "metadata": {"x": float("nan")}}, "metadata"),
+    ],
+)
+def test_bad_input_is_coded_and_changes_nothing(hot: HotState, agent: str, kwargs: dict, field: str) -> None:
+    state = dump(hot.redis, agent)
+    with pytest.raises(ValidationError) as err:
+        hot.append(agent, **kwargs)
+    assert err.value.code == "VALIDATION_ERROR" and err.value.details["field"] == field
+    assert dump(hot.redis, agent) == state
+
+
+def test_unknown_agent(hot: HotState) -> None:
+    with pytest.raises(NotFound):
+        hot.append("ghost", "user", "hello")
+    with pytest.raises(NotFound):
+        hot.snapshot("ghost")
+    with pytest.raises(ValidationError):
+        hot.append("bad{agent}", "user", "hello")
+    assert list(hot.redis.scan_iter("vcm:{ghost}*")) == []
+
+
+def test_create_agent_is_idempotent_and_validated(hot: HotState, agent: str) -> None:
+    again = hot.create_agent("a1", model=MODEL, system_prompt="You are a careful assistant.")
+    assert again.window == 2048
+    with pytest.raises(ValidationError):
+        hot.create_agent("a2", model="no-such-model")
+    with pytest.raises(TokenBudgetExceeded):
+        hot.create_agent("a3", model=MODEL, system_prompt=words(1500))
+    assert hot.agents() == ["a1"]
+
+
+def test_context_assembly_matches_stored_parts(hot: HotState, agent: str) -> None:
+    hot.put_block(agent, "persona", "I am a tea expert.", pinned=True)
+    fill_until(hot, agent, "flush")
+    hot.finish_eviction(agent, 1, "We discussed tea.")
+    hot.append(agent, "assistant", "Sure.")
+    snap = hot.snapshot(agent)
+    ctx = assemble(snap)
+    roles = [m["role"] for m in ctx.messages]
+    assert roles[0] == "system"
+    contents = [m["content"] for m in ctx.messages]
+    assert contents[1].startswith('<working_block id="persona"') and contents[2].startswith(render.SUMMARY_HEADER)
+    assert ctx.messages[-1] == {"role": "assistant", "content": "Sure."}
+    counter = hot.counter(MODEL)
+    # Recount the assembled messages from scratch: equals the stored parts and the gauges.
+    recounted = counter.message(snap.system_prompt) + counter.tools(snap.tools) + counter.reply_priming
+    recounted += sum(counter.message(m["content"], name=m.get("name")) for m in ctx.messages[1:])
+    assert recounted == sum(ctx.message_tokens) == ctx.gauges.total
+    g = ctx.gauges.as_dict()
+    assert g["free"] == g["max"] - g["total"] and g["total"] <= g["max"]
