@@ -142,6 +142,29 @@ class NodeRef:
     key: str
 
 
+def core_node(agent_id: str, block_id: str) -> NodeRef:
+    """Graph node of a core memory block; the summary is ``summary_node(agent_id)``."""
+    return NodeRef("core_memory", f"{agent_id}:{block_id}")
+
+
+def summary_node(agent_id: str) -> NodeRef:
+    """Source of the ``recall_log`` edges that ``commit_eviction`` adds."""
+    return core_node(agent_id, SUMMARY_BLOCK_ID)
+
+
+def message_node(agent_id: str, message_id: str) -> NodeRef:
+    return NodeRef("messages", f"{agent_id}:{message_id}")
+
+
+def chunk_node(agent_id: str, doc_id: str, chunk_index: int, embedding_version: str) -> NodeRef:
+    """Graph node of an archival chunk (``derived_from`` edges go from chunk i to chunk i-1)."""
+    return NodeRef("archival_docs", f"{agent_id}:{doc_id}:{chunk_index}:{embedding_version}")
+
+
+def event_node(event_id: str) -> NodeRef:
+    return NodeRef("memory_events", event_id)
+
+
 @dataclass(frozen=True)
 class Edge:
     kind: EdgeKind

@@ -1,0 +1,105 @@
+"""Vector top-k over archival chunks with metadata post-filters.
+
+The vector index knows nothing but ids and vectors; the agent, ``doc_id``, metadata and
+freshness conditions are checked on the candidates it returns, which are hydrated from SQLite.
+To still return k survivors the search over-fetches (k·4, k·16, ... candidates) until k survive
+or the index has nothing more to give (all vectors, or all vectors in the probed IVF lists).
+This is the semantics of ArangoDB's ``APPROX_NEAR`` with the filters in an outer subquery, so
+both adapters return the same kind of answer; with IVF, a filter that keeps few chunks can
+return fewer than k when the probed lists hold fewer matches, exactly as there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from store.embedded import rows, sizing
+from store.embedded.db import Database, chunked
+from store.embedded.filters import ArchivalFilter
+from store.embedded.vectorindex import SpaceKey, VectorIndexes, Vectors
+from store.types import ArchivalChunk
+
+Ranked = list[tuple[int, float]]
+
+# Columns needed to evaluate a filter: no embedding, which is the bulk of a row.
+_FILTER_COLUMNS = (
+    "id, agent_id, doc_id, chunk_index, embedding_version, metric, text, model_id, char_start, "
+    "char_end, source, metadata, created_at, valid_until"
+)
+
+
+class ArchivalRanker:
+    def __init__(self, db: Database, vectors: VectorIndexes, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._vectors = vectors
+        self._clock = clock
+
+    def rank(
+        self,
+        agent_id: str,
+        spaces: Sequence[SpaceKey],
+        query: Vectors,
+        wanted: int,
+        filters: ArchivalFilter,
+        n_probe: int,
+    ) -> Ranked:
+        now = self._clock()
+        ranked: Ranked = []
+        for key in spaces:
+            ranked += self._rank_space(agent_id, key, query, wanted, filters, n_probe, now)
+        higher_is_better = all(key.metric == "cosine" for key in spaces)
+        ranked.sort(key=lambda h: (-h[1] if higher_is_better else h[1], h[0]))
+        return ranked[:wanted]
+
+    def _rank_space(
+        self,
+        agent_id: str,
+        key: SpaceKey,
+        query: Vectors,
+        wanted: int,
+        filters: ArchivalFilter,
+        n_probe: int,
+        now: float,
+    ) -> Ranked:
+        verdict: dict[int, bool] = {}
+        survivors: Ranked = []
+        total = self._vectors.refresh(key).ntotal
+        for size in sizing.overfetch_sizes(wanted, total):
+            hits, total = self._vectors.search(key, query, size, n_probe)
+            self._judge([i for i, _ in hits if i not in verdict], agent_id, filters, now, verdict)
+            survivors = [hit for hit in hits if verdict[hit[0]]]
+            if len(survivors) >= wanted or len(hits) < size:
+                break
+        return survivors[:wanted]
+
+    def _judge(
+        self,
+        ids: list[int],
+        agent_id: str,
+        filters: ArchivalFilter,
+        now: float,
+        verdict: dict[int, bool],
+    ) -> None:
+        for i in ids:
+            verdict[i] = False  # deleted, or another agent's: never a hit
+        for part in chunked(ids):
+            marks = ",".join("?" * len(part))
+            found = self._db.query(
+                "filter archival hits",
+                f"SELECT {_FILTER_COLUMNS} FROM archival WHERE agent_id = ? AND id IN ({marks})",
+                [agent_id, *part],
+            )
+            for row in found:
+                verdict[row["id"]] = filters.matches(rows.chunk(row, with_embedding=False), now)
+
+    def hydrate(self, agent_id: str, ids: Sequence[int]) -> dict[int, ArchivalChunk]:
+        out: dict[int, ArchivalChunk] = {}
+        for part in chunked(list(ids)):
+            marks = ",".join("?" * len(part))
+            found = self._db.query(
+                "read archival hits",
+                f"SELECT {rows.ARCHIVAL_COLUMNS} FROM archival WHERE agent_id = ? AND id IN ({marks})",
+                [agent_id, *part],
+            )
+            out.update((row["id"], rows.chunk(row)) for row in found)
+        return out

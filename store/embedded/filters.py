@@ -1,0 +1,78 @@
+"""Archival post-filters: parsing and matching (pure).
+
+``filters`` of :meth:`MemoryStore.search_archival` is a mapping of equality conditions, all of
+which must hold:
+
+* ``doc_id``, ``source``, ``model_id`` compare with the chunk's own fields;
+* ``include_stale`` (bool, default False) keeps chunks whose ``valid_until`` has passed, which
+  are otherwise skipped;
+* any other key compares with ``chunk.metadata[key]`` (a missing key never matches).
+
+They are applied after the vector search, as ArangoDB applies them around APPROX_NEAR.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.errors import StoreValidationError
+from store.types import ArchivalChunk
+
+CHUNK_FIELDS = ("doc_id", "source", "model_id")
+INCLUDE_STALE = "include_stale"
+
+
+@dataclass(frozen=True)
+class ArchivalFilter:
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    include_stale: bool = False
+
+    def canonical(self) -> list[Any]:
+        """JSON-ready form, for cursor fingerprints."""
+        return [sorted(self.fields.items()), sorted(self.metadata.items()), self.include_stale]
+
+    def matches(self, chunk: ArchivalChunk, now: float) -> bool:
+        if not self.include_stale and chunk.valid_until is not None and chunk.valid_until < now:
+            return False
+        for name, wanted in self.fields.items():
+            if getattr(chunk, name) != wanted:
+                return False
+        for key, wanted in self.metadata.items():
+            if key not in chunk.metadata or chunk.metadata[key] != wanted:
+                return False
+        return True
+
+
+def parse_filters(filters: Mapping[str, Any] | None) -> ArchivalFilter:
+    if filters is None:
+        return ArchivalFilter()
+    if not isinstance(filters, Mapping):
+        raise StoreValidationError("filters must be a mapping of field name to value")
+    chunk_fields: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
+    include_stale = False
+    for key, value in filters.items():
+        if not isinstance(key, str) or not key:
+            raise StoreValidationError("filter keys must be non-empty strings", key=repr(key))
+        if key == INCLUDE_STALE:
+            if not isinstance(value, bool):
+                raise StoreValidationError("filter include_stale must be true or false")
+            include_stale = value
+            continue
+        _check_json_value(key, value)
+        (chunk_fields if key in CHUNK_FIELDS else metadata)[key] = value
+    return ArchivalFilter(chunk_fields, metadata, include_stale)
+
+
+def _check_json_value(key: str, value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise StoreValidationError(f"filter {key!r} must be a finite value")
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key) from exc

@@ -1,0 +1,206 @@
+"""SQLite schema of the embedded store: the one source of truth.
+
+The tantivy and FAISS indexes are derived from these tables and can be rebuilt from them at
+any time; nothing lives only in an index.
+
+Rows that feed a derived index (``messages``, ``archival``) use ``AUTOINCREMENT`` ids: the
+indexes track progress with a high-water mark over those ids, which only works if an id is
+never reused after a delete.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+
+from store.errors import StoreUnavailableError
+
+SCHEMA_VERSION = 1
+
+# Pragmas that hold per connection (journal_mode=WAL is persistent and set once at creation).
+CONNECTION_PRAGMAS = (
+    "PRAGMA foreign_keys = ON",
+    # NORMAL is durable in WAL mode across application crashes; only an OS crash or power
+    # loss can drop the last transactions, which the eviction protocol retries anyway.
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA temp_store = MEMORY",
+)
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS core_memory (
+    agent_id   TEXT NOT NULL,
+    block_id   TEXT NOT NULL,
+    role       TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    tokens     INTEGER NOT NULL,
+    pinned     INTEGER NOT NULL DEFAULT 0,
+    rev        TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    metadata   TEXT NOT NULL DEFAULT '{}',
+    batch_id   INTEGER,                 -- only for the queue_head_summary row
+    PRIMARY KEY (agent_id, block_id)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS idempotency (
+    agent_id    TEXT NOT NULL,
+    scope       TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    result      TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (agent_id, scope, key)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS messages (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_id   TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    role       TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    tokens     INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    name       TEXT,
+    metadata   TEXT NOT NULL DEFAULT '{}',
+    expires_at REAL,
+    n_terms    INTEGER NOT NULL DEFAULT 0,  -- analysed length, for BM25 over the unindexed tail
+    UNIQUE (agent_id, message_id)
+);
+CREATE INDEX IF NOT EXISTS messages_agent_id ON messages (agent_id, id);
+CREATE INDEX IF NOT EXISTS messages_expiry ON messages (expires_at) WHERE expires_at IS NOT NULL;
+
+-- Messages deleted after the text index saw them; drained by the index writer.
+CREATE TABLE IF NOT EXISTS text_index_deletes (
+    id INTEGER PRIMARY KEY
+);
+
+CREATE TABLE IF NOT EXISTS edges (
+    kind       TEXT NOT NULL,
+    src_coll   TEXT NOT NULL,
+    src_key    TEXT NOT NULL,
+    dst_coll   TEXT NOT NULL,
+    dst_key    TEXT NOT NULL,
+    agent_id   TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    attributes TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (src_coll, src_key, kind, dst_coll, dst_key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS edges_dst ON edges (dst_coll, dst_key, kind);
+
+CREATE TABLE IF NOT EXISTS archival (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_id          TEXT NOT NULL,
+    doc_id            TEXT NOT NULL,
+    chunk_index       INTEGER NOT NULL,
+    embedding_version TEXT NOT NULL,
+    metric            TEXT NOT NULL,
+    dimension         INTEGER NOT NULL,
+    embedding         BLOB NOT NULL,    -- float32, little endian, as given (not normalised)
+    text              TEXT NOT NULL,
+    model_id          TEXT NOT NULL,
+    char_start        INTEGER NOT NULL,
+    char_end          INTEGER NOT NULL,
+    source            TEXT NOT NULL,
+    metadata          TEXT NOT NULL DEFAULT '{}',
+    created_at        REAL NOT NULL,
+    valid_until       REAL,
+    UNIQUE (agent_id, doc_id, chunk_index, embedding_version)
+);
+CREATE INDEX IF NOT EXISTS archival_space ON archival (metric, dimension, embedding_version, id);
+
+-- One row per vector space (metric, dimension, embedding_version) ever ingested.
+CREATE TABLE IF NOT EXISTS vector_spaces (
+    metric            TEXT NOT NULL,
+    dimension         INTEGER NOT NULL,
+    embedding_version TEXT NOT NULL,
+    PRIMARY KEY (metric, embedding_version)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS events (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id        TEXT NOT NULL UNIQUE,
+    agent_id        TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    payload         TEXT NOT NULL,
+    created_at      REAL NOT NULL,
+    actor           TEXT NOT NULL,
+    idempotency_key TEXT
+);
+CREATE INDEX IF NOT EXISTS events_agent_time ON events (agent_id, created_at, seq);
+CREATE INDEX IF NOT EXISTS events_time ON events (created_at, seq);
+
+CREATE TABLE IF NOT EXISTS batches (
+    agent_id           TEXT NOT NULL,
+    batch_id           INTEGER NOT NULL,
+    summary_rev        TEXT NOT NULL,
+    messages_committed INTEGER NOT NULL,
+    event_id           TEXT NOT NULL,
+    committed_at       REAL NOT NULL,
+    PRIMARY KEY (agent_id, batch_id)
+) WITHOUT ROWID;
+
+-- Server-side snapshots of ranked result lists, so cursors stay stable while data arrives.
+CREATE TABLE IF NOT EXISTS cursors (
+    id          TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    agent_id    TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    items       TEXT NOT NULL,          -- JSON [[row id, score], ...] in rank order
+    created_at  REAL NOT NULL,
+    expires_at  REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS cursors_expiry ON cursors (expires_at);
+"""
+
+# meta keys
+META_SCHEMA_VERSION = "schema_version"
+META_CURSOR_SECRET = "cursor_secret"
+META_REV_SEQ = "rev_seq"
+META_TEXT_HWM = "text_hwm"  # highest messages.id the tantivy index is known to contain
+META_TEXT_GEN = "text_gen"  # bumped by every index commit, so readers know when to reload
+META_TEXT_DOCS = "text_docs"  # live messages, for BM25 statistics of the unindexed tail
+META_TEXT_TERMS = "text_terms"  # sum of their analysed lengths
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    """Create tables and seed meta rows; safe to run from several processes at once."""
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _statements(DDL):
+            conn.execute(statement)
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_SCHEMA_VERSION,)).fetchone()
+        if row is not None and int(row[0]) > SCHEMA_VERSION:
+            raise StoreUnavailableError(
+                f"database schema {row[0]} is newer than this vcm ({SCHEMA_VERSION}); upgrade vcm"
+            )
+        seeds = {
+            META_SCHEMA_VERSION: str(SCHEMA_VERSION),
+            META_CURSOR_SECRET: secrets.token_hex(32),
+            META_REV_SEQ: "0",
+            META_TEXT_HWM: "0",
+            META_TEXT_GEN: "0",
+            META_TEXT_DOCS: "0",
+            META_TEXT_TERMS: "0",
+        }
+        conn.executemany("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", list(seeds.items()))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> list[str]:
+    # executescript() would COMMIT our BEGIN IMMEDIATE first; split so DDL stays in one tx.
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    return statements

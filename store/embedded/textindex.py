@@ -1,0 +1,230 @@
+"""The tantivy BM25 index over message content: a derived index, like an ArangoSearch view.
+
+Documents are keyed by ``messages.id`` (SQLite's AUTOINCREMENT row id, never reused), carry the
+agent id (raw term, for filtering) and ``created_at`` (fast field, for since/until), and index
+the content with tantivy's ``en_stem`` analyser (simple tokeniser, lowercase, English Snowball
+stemmer). Content is not stored: hits are hydrated from SQLite, the source of truth.
+
+Only one process at a time may write (tantivy's own lock file); :mod:`store.embedded.indexer`
+decides who writes and when. This module only wraps tantivy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import tantivy
+
+# Bump when the tantivy schema or analyser changes: an index with another version is rebuilt.
+TEXT_SCHEMA_VERSION = 1
+_MARKER = "vcm-text-index.json"
+# Writer memory budget. tantivy flushes a segment whenever it is full, so this bounds memory,
+# not batch size; 64 MB keeps large catch-ups to a handful of segments.
+_WRITER_HEAP_BYTES = 64_000_000
+_LOCK_BUSY = "LockBusy"
+
+
+@dataclass(frozen=True)
+class TextDoc:
+    row_id: int
+    agent_id: str
+    content: str
+    created_at: float
+
+
+def _build_schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_unsigned_field("row_id", indexed=True, fast=True)
+    builder.add_text_field("agent_id", tokenizer_name="raw", index_option="basic")
+    # freq, not position: BM25 needs term frequencies; recall has no phrase queries.
+    builder.add_text_field("content", tokenizer_name="en_stem", index_option="freq")
+    builder.add_float_field("created_at", indexed=True, fast=True)
+    return builder.build()
+
+
+SCHEMA = _build_schema()
+
+# The same chain tantivy registers as "en_stem", so tail scoring and query terms agree with it.
+ANALYZER = (
+    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+    .filter(tantivy.Filter.remove_long(40))
+    .filter(tantivy.Filter.lowercase())
+    .filter(tantivy.Filter.stemmer("english"))
+    .build()
+)
+
+
+def analyze(text: str) -> list[str]:
+    return list(ANALYZER.analyze(text))
+
+
+def query_terms(text: str) -> list[str]:
+    """Distinct analysed terms of a query, in order (a repeated word does not count twice)."""
+    return list(dict.fromkeys(analyze(text)))
+
+
+class TextIndex:
+    """One tantivy index directory. Thread-safe for searching; writing goes through a writer
+    obtained from :meth:`try_writer`, which only one thread of one process can hold."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.recreated = False
+        self._reload_lock = threading.Lock()
+        self._loaded_generation: int | None = None
+        self._index = self._open_or_create()
+
+    def _open_or_create(self) -> tantivy.Index:
+        if self._marker_ok():
+            try:
+                index = tantivy.Index.open(str(self.directory))
+                index.searcher()  # touches the segment files: catches truncated/corrupt ones
+                return index
+            except (OSError, ValueError):
+                pass
+        return self._create()
+
+    def _marker_ok(self) -> bool:
+        try:
+            marker = json.loads((self.directory / _MARKER).read_text())
+            return bool(
+                marker.get("schema") == TEXT_SCHEMA_VERSION and tantivy.Index.exists(str(self.directory))
+            )
+        except (OSError, ValueError):
+            return False
+
+    def _create(self) -> tantivy.Index:
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory.mkdir(parents=True)
+        index = tantivy.Index(SCHEMA, path=str(self.directory), reuse=False)
+        (self.directory / _MARKER).write_text(json.dumps({"schema": TEXT_SCHEMA_VERSION}))
+        self.recreated = True
+        return index
+
+    # --- reading ---------------------------------------------------------------------------
+    def refresh(self, generation: int) -> None:
+        """Reload the searcher when the index generation recorded in SQLite moved on.
+
+        Callers read the generation from SQLite *before* calling this; the writer commits
+        tantivy before it records a generation, so the reloaded searcher holds at least
+        everything up to the high-water mark that was read.
+        """
+        if generation == self._loaded_generation:
+            return
+        with self._reload_lock:
+            self._index.reload()
+            self._loaded_generation = generation
+
+    def num_docs(self) -> int:
+        return int(self._index.searcher().num_docs)
+
+    def doc_freqs(self, terms: Iterable[str]) -> dict[str, int]:
+        searcher = self._index.searcher()
+        return {t: int(searcher.doc_freq("content", t)) for t in terms}
+
+    def search(
+        self,
+        agent_id: str,
+        terms: Sequence[str],
+        limit: int,
+        *,
+        max_row_id: int,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[tuple[int, float]]:
+        """Top ``limit`` (row id, BM25 score) of the agent's messages up to ``max_row_id``."""
+        if not terms or limit <= 0 or max_row_id <= 0:
+            return []
+        should = [
+            (tantivy.Occur.Should, tantivy.Query.term_query(SCHEMA, "content", t, "freq")) for t in terms
+        ]
+        # Filters score 0 so the total is the BM25 of the content terms alone, the same number
+        # the tail scorer computes.
+        filters = [
+            tantivy.Query.term_query(SCHEMA, "agent_id", agent_id, "basic"),
+            tantivy.Query.range_query(SCHEMA, "row_id", tantivy.FieldType.Unsigned, None, max_row_id),
+        ]
+        if since is not None or until is not None:
+            filters.append(
+                tantivy.Query.range_query(
+                    SCHEMA,
+                    "created_at",
+                    tantivy.FieldType.Float,
+                    since,
+                    until,
+                    include_upper=until is None,
+                )
+            )
+        clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(should))]
+        clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in filters]
+        searcher = self._index.searcher()
+        result = searcher.search(tantivy.Query.boolean_query(clauses), limit, count=False)
+        if not result.hits:
+            return []
+        row_ids = searcher.fast_field_values("row_id", [addr for _, addr in result.hits])
+        return [
+            (int(rid), float(score))
+            for (score, _), rid in zip(result.hits, row_ids, strict=True)
+            if rid is not None
+        ]
+
+    # --- writing ---------------------------------------------------------------------------
+    def try_writer(self, wait_s: float = 0.0) -> tantivy.IndexWriter | None:
+        """The index writer, or None while another thread/process holds tantivy's lock."""
+        deadline = time.monotonic() + wait_s
+        delay = 0.01
+        while True:
+            try:
+                return self._index.writer(heap_size=_WRITER_HEAP_BYTES, num_threads=1)
+            except ValueError as exc:
+                if _LOCK_BUSY not in str(exc):
+                    raise
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+            delay = min(delay * 2, 0.2)
+
+    @staticmethod
+    def apply(
+        writer: tantivy.IndexWriter,
+        docs: Sequence[TextDoc],
+        deleted: Sequence[int],
+        *,
+        above: int,
+    ) -> None:
+        """Drop anything above the high-water mark ``above`` (left by a pass that committed
+        tantivy but died before recording its mark), add ``docs``, delete ``deleted``, commit.
+
+        Idempotent: running it twice over the same rows leaves one copy of each.
+        """
+        writer.delete_documents_by_query(
+            tantivy.Query.range_query(
+                SCHEMA, "row_id", tantivy.FieldType.Unsigned, above, None, include_lower=False
+            )
+        )
+        for d in docs:
+            doc = tantivy.Document()
+            doc.add_unsigned("row_id", d.row_id)
+            doc.add_text("agent_id", d.agent_id)
+            doc.add_text("content", d.content)
+            doc.add_float("created_at", d.created_at)
+            writer.add_document(doc)
+        if deleted:
+            # A term query, not delete_documents_by_term: that one takes a Python int as i64
+            # and silently matches nothing in a u64 field.
+            writer.delete_documents_by_query(tantivy.Query.term_set_query(SCHEMA, "row_id", list(deleted)))
+        writer.commit()
+
+    @staticmethod
+    def release(writer: tantivy.IndexWriter) -> None:
+        # Waiting lets the merges this writer started finish; otherwise every short-lived
+        # writer would abandon its merges and segments would pile up.
+        with contextlib.suppress(RuntimeError):
+            writer.wait_merging_threads()

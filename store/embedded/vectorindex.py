@@ -1,0 +1,309 @@
+"""FAISS indexes over archival embeddings: one per vector space (metric, dimension, version).
+
+Mirrors ArangoDB's vector index: exact search until there are enough vectors to train, then
+``IVF<nLists>,Flat`` searched with a per-query nProbe. Cosine normalises vectors and uses inner
+product (the score is the cosine similarity); l2 reports the Euclidean distance. FAISS ids are
+``archival.id`` (SQLite AUTOINCREMENT, never reused), so a hit is hydrated straight from SQLite.
+
+The indexes are derived: SQLite holds every embedding. Each process keeps its own copy in memory
+and catches up from SQLite above its high-water mark before it searches, so chunks ingested by
+another process are found too. Trained indexes are persisted next to the database (written to a
+temporary file and renamed, with the mark in the file's header) so a restart does not retrain;
+exact indexes are cheap to rebuild and are not persisted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+from store.embedded import sizing
+from store.embedded.db import Database
+
+log = logging.getLogger(__name__)
+
+FILE_FORMAT = 1
+_READ_BATCH = 50_000
+# Training memory/time bound: FAISS k-means samples at most this many points per centroid.
+_TRAIN_POINTS_PER_LIST = 256
+_TRAIN_SEED = 1234
+
+Vectors = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, order=True)
+class SpaceKey:
+    metric: str
+    dimension: int
+    version: str
+
+    def filename(self) -> str:
+        digest = hashlib.sha256(self.version.encode()).hexdigest()[:16]
+        return f"{self.metric}-{self.dimension}-{digest}.faiss"
+
+
+def prepare(key: SpaceKey, vectors: Vectors) -> Vectors:
+    """Contiguous float32 rows; unit length for cosine (inner product = cosine similarity)."""
+    out = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, key.dimension).copy()
+    if key.metric == "cosine":
+        faiss.normalize_L2(out)
+    return out
+
+
+class VectorIndex:
+    """The in-memory FAISS index of one space. Not thread-safe: callers hold a lock."""
+
+    def __init__(self, key: SpaceKey, index: Any, *, n_lists: int | None, hwm: int) -> None:
+        self.key = key
+        self.index = index
+        self.n_lists = n_lists  # None while exact
+        self.hwm = hwm
+        self.saved_ntotal = 0
+
+    @property
+    def kind(self) -> str:
+        return "exact" if self.n_lists is None else "ivf"
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    @classmethod
+    def exact(cls, key: SpaceKey) -> VectorIndex:
+        flat = (
+            faiss.IndexFlatIP(key.dimension) if key.metric == "cosine" else faiss.IndexFlatL2(key.dimension)
+        )
+        return cls(key, faiss.IndexIDMap2(flat), n_lists=None, hwm=0)
+
+    @classmethod
+    def trained(
+        cls, key: SpaceKey, ids: npt.NDArray[np.int64], vectors: Vectors, n_lists: int
+    ) -> VectorIndex:
+        metric = faiss.METRIC_INNER_PRODUCT if key.metric == "cosine" else faiss.METRIC_L2
+        index = faiss.index_factory(key.dimension, f"IVF{n_lists},Flat", metric)
+        sample = vectors
+        cap = n_lists * _TRAIN_POINTS_PER_LIST
+        if len(vectors) > cap:
+            rng = np.random.default_rng(_TRAIN_SEED)
+            sample = vectors[np.sort(rng.choice(len(vectors), size=cap, replace=False))]
+        index.train(sample)
+        index.add_with_ids(vectors, ids)
+        return cls(key, index, n_lists=n_lists, hwm=int(ids.max()) if len(ids) else 0)
+
+    def add(self, ids: npt.NDArray[np.int64], vectors: Vectors) -> None:
+        if len(ids):
+            self.index.add_with_ids(vectors, ids)
+            self.hwm = max(self.hwm, int(ids.max()))
+
+    def search(self, query: Vectors, k: int, n_probe: int) -> list[tuple[int, float]]:
+        """Up to k (id, score) best first; fewer when the probed lists hold fewer vectors."""
+        k = min(k, self.ntotal)
+        if k <= 0:
+            return []
+        if self.n_lists is None:
+            distances, labels = self.index.search(query, k)
+        else:
+            params = faiss.SearchParametersIVF()
+            params.nprobe = min(n_probe, self.n_lists)
+            distances, labels = self.index.search(query, k, params=params)
+        hits: list[tuple[int, float]] = []
+        for dist, label in zip(distances[0].tolist(), labels[0].tolist(), strict=True):
+            if label < 0:
+                break
+            score = dist if self.key.metric == "cosine" else float(np.sqrt(max(dist, 0.0)))
+            hits.append((int(label), float(score)))
+        return hits
+
+    # --- persistence ------------------------------------------------------------------------
+    def header(self) -> dict[str, Any]:
+        return {
+            "format": FILE_FORMAT,
+            "metric": self.key.metric,
+            "dimension": self.key.dimension,
+            "version": self.key.version,
+            "n_lists": self.n_lists,
+            "hwm": self.hwm,
+            "ntotal": self.ntotal,
+        }
+
+    def write(self, path: Path) -> None:
+        blob = faiss.serialize_index(self.index)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(json.dumps(self.header()).encode() + b"\n")
+            fh.write(blob.tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # atomic: readers see the old or the new file, never half
+        self.saved_ntotal = self.ntotal
+
+    @classmethod
+    def read(cls, key: SpaceKey, path: Path) -> VectorIndex | None:
+        """The persisted index, or None when it is missing, damaged or for another space."""
+        try:
+            with open(path, "rb") as fh:
+                header = json.loads(fh.readline())
+                blob = np.frombuffer(fh.read(), dtype=np.uint8)
+            index = faiss.deserialize_index(blob)
+        except (OSError, ValueError, RuntimeError) as exc:
+            if path.exists():
+                log.warning("ignoring unreadable vector index %s: %s", path, exc)
+            return None
+        expected = {
+            "format": FILE_FORMAT,
+            "metric": key.metric,
+            "dimension": key.dimension,
+            "version": key.version,
+        }
+        if any(header.get(k) != v for k, v in expected.items()) or header.get("n_lists") is None:
+            return None
+        if int(index.ntotal) != header.get("ntotal") or index.d != key.dimension:
+            return None
+        loaded = cls(key, index, n_lists=int(header["n_lists"]), hwm=int(header["hwm"]))
+        loaded.saved_ntotal = loaded.ntotal
+        return loaded
+
+
+class VectorIndexes:
+    """All spaces' indexes of one store, loaded lazily and kept caught up with SQLite."""
+
+    def __init__(
+        self,
+        directory: Path,
+        db: Database,
+        *,
+        n_lists: int | None,
+        train_threshold: int,
+    ) -> None:
+        self.directory = directory
+        self._db = db
+        self._fixed_lists = n_lists
+        self._threshold = sizing.train_threshold(train_threshold, n_lists)
+        self._indexes: dict[SpaceKey, VectorIndex] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def threshold(self) -> int:
+        return self._threshold
+
+    def search(
+        self, key: SpaceKey, query: Vectors, k: int, n_probe: int
+    ) -> tuple[list[tuple[int, float]], int]:
+        """(hits, vectors in the index) after catching up with SQLite."""
+        with self._lock:
+            index = self._current(key)
+            return index.search(prepare(key, query), k, n_probe), index.ntotal
+
+    def refresh(self, key: SpaceKey) -> VectorIndex:
+        with self._lock:
+            return self._current(key)
+
+    def _current(self, key: SpaceKey) -> VectorIndex:
+        index = self._indexes.get(key)
+        if index is None:
+            index = self._load(key)
+        index = self._catch_up(index)
+        self._indexes[key] = index
+        return index
+
+    def _load(self, key: SpaceKey) -> VectorIndex:
+        loaded = VectorIndex.read(key, self._path(key))
+        return loaded if loaded is not None else VectorIndex.exact(key)
+
+    def _catch_up(self, index: VectorIndex) -> VectorIndex:
+        key = index.key
+        while True:
+            ids, vectors = self._rows(key, above=index.hwm, limit=_READ_BATCH)
+            if not len(ids):
+                break
+            if index.kind == "exact" and index.ntotal + len(ids) >= self._threshold:
+                return self._train(key)
+            index.add(ids, prepare(key, vectors))
+        if index.kind == "ivf":
+            assert index.n_lists is not None
+            if sizing.should_retrain(index.n_lists, index.ntotal, self._fixed_lists):
+                return self._train(key)
+            if index.ntotal - index.saved_ntotal >= max(1000, index.saved_ntotal // 10):
+                self._save(index)
+        return index
+
+    def _train(self, key: SpaceKey) -> VectorIndex:
+        ids, vectors = self._rows(key, above=0, limit=None)
+        n_lists = self._fixed_lists or sizing.auto_n_lists(len(ids))
+        started = time.monotonic()
+        index = VectorIndex.trained(key, ids, prepare(key, vectors), n_lists)
+        log.info(
+            "trained IVF%d for %s over %d vectors in %.2fs",
+            n_lists,
+            key,
+            len(ids),
+            time.monotonic() - started,
+        )
+        self._save(index)
+        return index
+
+    def _save(self, index: VectorIndex) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            index.write(self._path(index.key))
+        except OSError as exc:  # the index stays usable in memory; SQLite still has every row
+            log.warning("could not persist vector index %s: %s", index.key, exc)
+
+    def _rows(self, key: SpaceKey, *, above: int, limit: int | None) -> tuple[npt.NDArray[np.int64], Vectors]:
+        sql = (
+            "SELECT id, embedding FROM archival WHERE metric = ? AND dimension = ? "
+            "AND embedding_version = ? AND id > ? ORDER BY id"
+        )
+        params: tuple[Any, ...] = (key.metric, key.dimension, key.version, above)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params += (limit,)
+        rows = self._db.query("read archival embeddings", sql, params)
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), key.dimension)
+        return ids, vectors
+
+    def _path(self, key: SpaceKey) -> Path:
+        return self.directory / key.filename()
+
+    def rebuild(self) -> None:
+        """Forget every index (memory and disk); the next search rebuilds from SQLite."""
+        with self._lock:
+            self._indexes.clear()
+            if self.directory.exists():
+                for path in self.directory.glob("*.faiss"):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+
+    def save_all(self) -> None:
+        with self._lock:
+            for index in self._indexes.values():
+                if index.kind == "ivf" and index.ntotal != index.saved_ntotal:
+                    self._save(index)
+
+    def describe(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                {
+                    "metric": key.metric,
+                    "dimension": key.dimension,
+                    "embedding_version": key.version,
+                    "kind": index.kind,
+                    "n_lists": index.n_lists,
+                    "vectors": index.ntotal,
+                    "hwm": index.hwm,
+                }
+                for key, index in sorted(self._indexes.items())
+            ]
