@@ -11,6 +11,18 @@ Contract (checked by ``tests/store/test_contract.py`` against every adapter):
 * Search cursors are opaque and stable: paging on while new data arrives never repeats or
   skips an item of the first page's snapshot.
 * Errors are only those of :mod:`store.errors`.
+
+Semantics both adapters share (the contract tests check them):
+
+* The summary is the core block ``queue_head_summary``: only ``commit_eviction`` writes it
+  (``put_core``/``delete_core`` on it raise StoreValidationError), ``list_core`` leaves it out.
+  Graph nodes are named by ``store.types.core_node/summary_node/message_node/chunk_node``;
+  ``recall_log`` edges go from ``summary_node(agent)`` to each evicted message's node.
+* A rev check against a block that does not exist (any more) raises RevConflictError with
+  ``current_rev=None`` in its details.
+* Time windows: ``since`` inclusive, ``until`` exclusive.
+* Archival ``valid_until`` is freshness, not a TTL: ``expire`` never deletes chunks; searches
+  skip stale chunks unless ``filters={"include_stale": True}``.
 """
 
 from __future__ import annotations
@@ -126,7 +138,12 @@ class MemoryStore(abc.ABC):
         metric: str = "cosine",
         embedding_version: str | None = None,
     ) -> Page[ArchivalHit]:
-        """Vector top-k with metadata post-filters (equality on chunk metadata / doc_id)."""
+        """Vector top-k with post-filters, all equalities: ``doc_id``, ``source``, ``model_id``
+        match the chunk's fields, any other key matches ``metadata[key]``; the reserved key
+        ``include_stale`` (bool) keeps chunks whose ``valid_until`` has passed. Scores: cosine
+        similarity (higher first) or L2 distance (lower first). ``embedding_version`` None
+        searches every version of that metric and dimension; a vector whose dimension matches
+        no index of the metric (and version) raises StoreValidationError."""
 
     @abc.abstractmethod
     def get_archival(self, agent_id: str, doc_id: str) -> list[ArchivalChunk]: ...
@@ -167,13 +184,15 @@ class MemoryStore(abc.ABC):
     # --- maintenance ------------------------------------------------------------------------
     @abc.abstractmethod
     def expire(self, now: float) -> int:
-        """Delete rows whose expires_at/valid_until TTL has passed; returns how many."""
+        """Delete messages whose ``expires_at`` < now (with their edges); returns how many."""
 
     @abc.abstractmethod
     def health(self) -> Health: ...
 
     @abc.abstractmethod
-    def stats(self, agent_id: str | None = None) -> dict[str, Any]: ...
+    def stats(self, agent_id: str | None = None) -> dict[str, Any]:
+        """Counts (of one agent, or all): at least ``messages``, ``core_blocks`` (summary
+        excluded), ``archival_chunks``, ``events``, ``edges``, ``committed_batches``."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -85,7 +85,7 @@ class EvictionResult:
     agent_id: str
     batch_id: int
     summary_rev: str
-    messages_committed: int
+    messages_committed: int  # messages of the batch now in the recall log (spooled before or not)
     replayed: bool  # True when the batch had been committed before; nothing changed
 
 
