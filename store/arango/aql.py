@@ -1,0 +1,574 @@
+"""Every AQL query the ArangoDB adapter sends, as pure functions returning ``(text, bind_vars)``.
+
+Rules that every function here keeps (``tests/store/test_arango_aql.py`` checks them):
+
+* Query text is assembled only from constants of :mod:`store.arango.names`, validated attribute
+  names (:func:`vector_attribute`) and fixed keywords. Every value a caller supplies (agent ids,
+  query strings, vectors, metadata keys and values) travels as a bind variable; collections
+  chosen at run time travel as ``@@collection`` bind variables.
+* Full-text search names its analyzer explicitly: ``ANALYZER(... IN TOKENS(@q, "text_en"),
+  "text_en")``. An ``arangosearch`` view's default analyzer context is ``identity``, so without
+  it nothing would match (reference/arangodb.md §2.4).
+* Approximate vector search (``APPROX_NEAR_*``) keeps no ``FILTER`` between its ``FOR`` and
+  ``LIMIT``: 3.12.4/3.12.5 refuse to use the vector index otherwise, and 3.12.6+ allow only one
+  FILTER (reference §1.5). The ANN part is an inner subquery that over-fetches; all filters run
+  in an outer loop over its result.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from store.arango import names
+from store.errors import StoreValidationError
+from store.types import Metric
+
+
+class AqlQuery(NamedTuple):
+    text: str
+    bind_vars: dict[str, Any]
+
+
+Direction = Literal["outbound", "inbound", "any"]
+_DIRECTIONS: dict[str, str] = {"outbound": "OUTBOUND", "inbound": "INBOUND", "any": "ANY"}
+
+# Metadata filter keys go through bind variables anyway; the pattern only keeps them sane.
+SAFE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
+_VECTOR_ATTRIBUTE = re.compile(r"^emb_(cosine|l2)_[1-9][0-9]{0,4}$")
+
+MAX_DIMENSION = 65_536
+MAX_DEPTH = 32
+CHUNK_FIELDS = ("doc_id", "source", "model_id")
+INCLUDE_STALE = "include_stale"
+
+
+# --- archival filters ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArchivalFilter:
+    """Equality post-filters of ``search_archival`` (same meaning as the embedded adapter).
+
+    ``doc_id``, ``source``, ``model_id`` compare with the chunk's own fields, any other key with
+    ``metadata[key]`` (a missing key never matches); ``include_stale`` keeps chunks whose
+    ``valid_until`` has passed.
+    """
+
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    include_stale: bool = False
+
+    def canonical(self) -> list[Any]:
+        return [sorted(self.fields.items()), sorted(self.metadata.items()), self.include_stale]
+
+
+def parse_filters(filters: Mapping[str, Any] | None) -> ArchivalFilter:
+    if filters is None:
+        return ArchivalFilter()
+    if not isinstance(filters, Mapping):
+        raise StoreValidationError("filters must be a mapping of field name to value")
+    chunk_fields: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
+    include_stale = False
+    for key, value in filters.items():
+        if not isinstance(key, str) or not SAFE_KEY.match(key):
+            raise StoreValidationError(
+                "filter keys must be identifiers (letters, digits, _ and -, at most 128)",
+                key=repr(key),
+            )
+        if key == INCLUDE_STALE:
+            if not isinstance(value, bool):
+                raise StoreValidationError("filter include_stale must be true or false")
+            include_stale = value
+            continue
+        _check_json_value(key, value)
+        (chunk_fields if key in CHUNK_FIELDS else metadata)[key] = value
+    return ArchivalFilter(chunk_fields, metadata, include_stale)
+
+
+def _check_json_value(key: str, value: Any) -> None:
+    if value is None or isinstance(value, bool | int | str):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise StoreValidationError(f"filter {key!r} must be a finite number", key=key)
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_json_value(key, item)
+        return
+    if isinstance(value, Mapping):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key)
+            _check_json_value(key, item)
+        return
+    raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key)
+
+
+def vector_attribute(metric: Metric, dimension: int) -> str:
+    """The document attribute holding vectors of one space; one vector index per attribute.
+
+    A vector index has one metric and one dimension, and refuses documents of another
+    dimension, so each (metric, dimension) gets its own attribute.
+    """
+    if metric not in ("cosine", "l2"):
+        raise StoreValidationError("metric must be 'cosine' or 'l2'", metric=str(metric))
+    if not isinstance(dimension, int) or not 0 < dimension <= MAX_DIMENSION:
+        raise StoreValidationError(f"embedding dimension must be 1..{MAX_DIMENSION}")
+    attr = f"emb_{metric}_{dimension}"
+    return _checked_attribute(attr)
+
+
+def _checked_attribute(attr: str) -> str:
+    if not _VECTOR_ATTRIBUTE.match(attr):  # never true for vector_attribute(); defence only
+        raise StoreValidationError("invalid vector attribute", attribute=attr)
+    return attr
+
+
+# --- generic writes -------------------------------------------------------------------------------
+def insert_ignore(
+    collection: str, docs: Sequence[Mapping[str, Any]], *, stamp_ingested: bool = False
+) -> AqlQuery:
+    """Insert documents whose ``_key`` already encodes their identity; existing keys are kept.
+
+    Returns one row per document: its ``_key`` when it was new, ``null`` when it existed
+    (``RETURN NEW`` is null for an ignored insert). ``stamp_ingested`` records the server
+    clock in ``ingested_at`` (ms), which read-after-write recall relies on.
+    """
+    _known_collection(collection)
+    doc = "MERGE(doc, { ingested_at: DATE_NOW() })" if stamp_ingested else "doc"
+    text = (
+        "FOR doc IN @docs\n"
+        f'  INSERT {doc} INTO @@collection OPTIONS {{ overwriteMode: "ignore" }}\n'
+        "  RETURN NEW._key"
+    )
+    return AqlQuery(text, {"docs": [dict(d) for d in docs], "@collection": collection})
+
+
+def documents(ids: Sequence[str], agent_id: str | None = None) -> AqlQuery:
+    """Documents by ``_id``, in the order asked, missing ones left out."""
+    owner = " AND d.agent_id == @agent_id" if agent_id is not None else ""
+    text = f"FOR id IN @ids\n  LET d = DOCUMENT(id)\n  FILTER d != null{owner}\n  RETURN d"
+    bind: dict[str, Any] = {"ids": list(ids)}
+    if agent_id is not None:
+        bind["agent_id"] = agent_id
+    return AqlQuery(text, bind)
+
+
+# --- core memory ------------------------------------------------------------------------------------
+def list_core(agent_id: str) -> AqlQuery:
+    text = (
+        f"FOR b IN {names.CORE}\n"
+        '  FILTER b.agent_id == @agent_id AND b.kind == "block"\n'
+        "  SORT b.block_id ASC\n"
+        "  RETURN b"
+    )
+    return AqlQuery(text, {"agent_id": agent_id})
+
+
+# --- messages ---------------------------------------------------------------------------------------
+def count_messages(agent_id: str) -> AqlQuery:
+    text = (
+        f"FOR m IN {names.MESSAGES}\n"
+        "  FILTER m.agent_id == @agent_id\n"
+        "  COLLECT WITH COUNT INTO n\n"
+        "  RETURN n"
+    )
+    return AqlQuery(text, {"agent_id": agent_id})
+
+
+def committed_batches(agent_id: str) -> AqlQuery:
+    text = (
+        f"FOR b IN {names.BATCHES}\n"
+        "  FILTER b.agent_id == @agent_id\n"
+        "  SORT b.batch_id ASC\n"
+        "  RETURN b.batch_id"
+    )
+    return AqlQuery(text, {"agent_id": agent_id})
+
+
+def recall_search(
+    agent_id: str,
+    query: str,
+    *,
+    fetch: int,
+    since: float | None = None,
+    until: float | None = None,
+    lag_ms: int = 10_000,
+    k1: float = 1.2,
+    b: float = 0.75,
+) -> AqlQuery:
+    """BM25 over the view, merged with a scan of messages the view may not hold yet.
+
+    ArangoSearch views are eventually consistent: a message becomes searchable only after the
+    view's next commit (``commitIntervalMsec``, 1 s here; reference §2.4). Read-after-write
+    therefore also scans the agent's messages *ingested* in the last ``lag_ms`` (server clock,
+    persistent index on ``(agent_id, ingested_at)``; ingestion time, not ``created_at``,
+    because write-behind spooling can store an old message late). Those not already among the
+    view's hits are scored in AQL with the same BM25 formula and the view's own term
+    statistics (document frequency per query term from the view, N from the collection),
+    ignoring length normalisation; once the view catches up the real ``BM25()`` replaces that
+    approximation. The two lists are merged by score, ties broken by age then ``_key``.
+    ``since`` is inclusive and ``until`` exclusive, as in the embedded adapter.
+
+    Returns one row per hit: ``{key, score, at}``, best first, at most ``fetch``.
+    """
+    if fetch < 1:
+        raise StoreValidationError("fetch must be positive")
+    view_time, scan_time, bind_time = _time_window("d", since, until)
+    text = f"""LET q_terms = UNIQUE(TOKENS(@q, "{names.TEXT_ANALYZER}"))
+LET fresh_since = DATE_NOW() - @lag_ms
+LET indexed = (
+  FOR d IN {names.VIEW}
+    SEARCH ANALYZER(d.content IN TOKENS(@q, "{names.TEXT_ANALYZER}"), "{names.TEXT_ANALYZER}")
+      AND d.agent_id == @agent_id{view_time}
+    LET score = BM25(d, @k1, @b)
+    SORT score DESC, d.created_at ASC, d._key ASC
+    LIMIT @fetch
+    RETURN {{ key: d._key, score: score, at: d.created_at }}
+)
+LET indexed_keys = indexed[*].key
+LET fresh = (
+  FOR d IN {names.MESSAGES}
+    FILTER d.agent_id == @agent_id AND d.ingested_at >= fresh_since
+    FILTER d._key NOT IN indexed_keys{scan_time}
+    LET d_terms = TOKENS(d.content, "{names.TEXT_ANALYZER}")
+    LET tf = (
+      FOR t IN q_terms
+        LET n = LENGTH(FOR x IN d_terms FILTER x == t RETURN 1)
+        FILTER n > 0
+        RETURN {{ t: t, n: n }}
+    )
+    FILTER LENGTH(tf) > 0
+    RETURN {{ key: d._key, at: d.created_at, tf: tf }}
+)
+LET n_docs = LENGTH({names.MESSAGES})
+LET df = (
+  FOR ignored IN (LENGTH(fresh) > 0 ? [1] : [])
+    FOR t IN q_terms
+      LET c = FIRST(
+        FOR v IN {names.VIEW}
+          SEARCH ANALYZER(v.content == t, "{names.TEXT_ANALYZER}")
+          COLLECT WITH COUNT INTO docs_with_term
+          RETURN docs_with_term
+      )
+      RETURN {{ t: t, c: c }}
+)
+LET fresh_scored = (
+  FOR f IN fresh
+    LET score = SUM(
+      FOR h IN f.tf
+        LET dfc = FIRST(FOR y IN df FILTER y.t == h.t RETURN y.c) || 0
+        LET idf = LOG(1 + (MAX([n_docs, dfc]) - dfc + 0.5) / (dfc + 0.5))
+        RETURN idf * h.n * (@k1 + 1) / (h.n + @k1)
+    )
+    RETURN {{ key: f.key, score: score, at: f.at }}
+)
+FOR h IN UNION(indexed, fresh_scored)
+  SORT h.score DESC, h.at ASC, h.key ASC
+  LIMIT @fetch
+  RETURN h"""
+    bind: dict[str, Any] = {
+        "q": query,
+        "agent_id": agent_id,
+        "fetch": fetch,
+        "lag_ms": lag_ms,
+        "k1": k1,
+        "b": b,
+        **bind_time,
+    }
+    return AqlQuery(text, bind)
+
+
+def _time_window(var: str, since: float | None, until: float | None) -> tuple[str, str, dict[str, Any]]:
+    view_parts: list[str] = []
+    scan_parts: list[str] = []
+    bind: dict[str, Any] = {}
+    if since is not None:
+        view_parts.append(f"\n      AND {var}.created_at >= @since")
+        scan_parts.append(f"\n    FILTER {var}.created_at >= @since")
+        bind["since"] = since
+    if until is not None:
+        view_parts.append(f"\n      AND {var}.created_at < @until")
+        scan_parts.append(f"\n    FILTER {var}.created_at < @until")
+        bind["until"] = until
+    return "".join(view_parts), "".join(scan_parts), bind
+
+
+def expire_messages(now: float, batch: int) -> AqlQuery:
+    """Remove up to ``batch`` messages whose ``expires_at`` is before ``now``.
+
+    Deliberately independent of a TTL index (which runs on its own schedule, every
+    ``--ttl.frequency``, and may lag; reference/arangodb.md §6); batched so one call never
+    builds a huge transaction. Uses the sparse index on ``expires_at``. Returns the removed
+    ``_id``s so their edges can be removed in the same transaction.
+    """
+    text = (
+        f"FOR d IN {names.MESSAGES}\n"
+        "  FILTER d.expires_at != null AND d.expires_at < @now\n"
+        "  LIMIT @batch\n"
+        f"  REMOVE d IN {names.MESSAGES}\n"
+        "  RETURN OLD._id"
+    )
+    return AqlQuery(text, {"now": now, "batch": batch})
+
+
+def purge_cursors(now: float) -> AqlQuery:
+    """Drop expired cursor snapshots (the TTL index does it too, on its own schedule)."""
+    text = (
+        f"FOR c IN {names.CURSORS}\n  FILTER c.expires_at < @now\n  REMOVE c IN {names.CURSORS}\n  RETURN 1"
+    )
+    return AqlQuery(text, {"now": now})
+
+
+def remove_edges_of(edge_collection: str, vertex_ids: Sequence[str]) -> AqlQuery:
+    """Remove every edge touching one of the given vertices (after they were deleted)."""
+    if edge_collection not in names.EDGE_COLLECTIONS:
+        raise StoreValidationError("unknown edge collection", collection=edge_collection)
+    text = (
+        "FOR e IN @@edges\n"
+        "  FILTER e._from IN @ids OR e._to IN @ids\n"
+        "  REMOVE e IN @@edges\n"
+        "  RETURN OLD._key"
+    )
+    return AqlQuery(text, {"@edges": edge_collection, "ids": list(vertex_ids)})
+
+
+# --- archival ---------------------------------------------------------------------------------------
+def _archival_filters(
+    var: str, flt: ArchivalFilter, embedding_version: str | None, now: float
+) -> tuple[list[str], dict[str, Any]]:
+    lines = [f"FILTER {var}.agent_id == @agent_id"]
+    bind: dict[str, Any] = {}
+    if embedding_version is not None:
+        lines.append(f"FILTER {var}.embedding_version == @embedding_version")
+        bind["embedding_version"] = embedding_version
+    for i, (name, value) in enumerate(sorted(flt.fields.items())):
+        if name not in CHUNK_FIELDS:  # parse_filters() guarantees this; defence only
+            raise StoreValidationError("unknown chunk field", field=name)
+        lines.append(f"FILTER {var}.{name} == @fv{i}")
+        bind[f"fv{i}"] = value
+    for i, (key, value) in enumerate(sorted(flt.metadata.items())):
+        if not SAFE_KEY.match(key):
+            raise StoreValidationError("invalid metadata key", key=key)
+        lines.append(f"FILTER HAS({var}.metadata, @mk{i}) AND {var}.metadata[@mk{i}] == @mv{i}")
+        bind[f"mk{i}"] = key
+        bind[f"mv{i}"] = value
+    if not flt.include_stale:
+        lines.append(f"FILTER {var}.valid_until == null OR {var}.valid_until >= @now")
+        bind["now"] = now
+    return lines, bind
+
+
+def archival_ann(
+    agent_id: str,
+    vector: Sequence[float],
+    *,
+    metric: Metric,
+    dimension: int,
+    fetch: int,
+    wanted: int,
+    n_probe: int,
+    filters: ArchivalFilter,
+    embedding_version: str | None,
+    now: float,
+) -> AqlQuery:
+    """Approximate top-k through the vector index, post-filtered.
+
+    The inner subquery is exactly ``FOR / LET score = APPROX_NEAR_* / SORT / LIMIT / RETURN``
+    so the optimizer can apply ``use-vector-index`` on every 3.12.x; it over-fetches
+    ``fetch`` candidates across all agents, and the outer loop keeps the caller's
+    (``wanted``). Survivors are re-scored exactly (``COSINE_SIMILARITY``/``L2_DISTANCE``), so
+    scores mean the same with and without the index (and as in the embedded adapter) whatever
+    distance form the index reports. Returns one row ``{candidates, hits: [{key, score}]}``:
+    when ``candidates`` equals ``fetch`` and ``hits`` is short, the caller retries with a
+    larger ``fetch``.
+    """
+    attr = vector_attribute(metric, dimension)
+    func, order = ("APPROX_NEAR_COSINE", "DESC") if metric == "cosine" else ("APPROX_NEAR_L2", "ASC")
+    exact = "COSINE_SIMILARITY" if metric == "cosine" else "L2_DISTANCE"
+    lines, bind = _archival_filters("c", filters, embedding_version, now)
+    outer = "\n  ".join(lines)
+    text = f"""LET cand = (
+  FOR d IN {names.ARCHIVAL}
+    LET score = {func}(d.{attr}, @vector, {{ nProbe: @n_probe }})
+    SORT score {order}
+    LIMIT @fetch
+    RETURN d
+)
+LET hits = (
+  FOR c IN cand
+  {outer}
+  LET score = {exact}(c.{attr}, @vector)
+  SORT score {order}, c._key ASC
+  LIMIT @wanted
+  RETURN {{ key: c._key, score: score }}
+)
+RETURN {{ candidates: LENGTH(cand), hits: hits }}"""
+    bind.update(
+        {
+            "agent_id": agent_id,
+            "vector": [float(x) for x in vector],
+            "n_probe": n_probe,
+            "fetch": fetch,
+            "wanted": wanted,
+        }
+    )
+    return AqlQuery(text, bind)
+
+
+def archival_exact(
+    agent_id: str,
+    vector: Sequence[float],
+    *,
+    metric: Metric,
+    dimension: int,
+    wanted: int,
+    filters: ArchivalFilter,
+    embedding_version: str | None,
+    now: float,
+) -> AqlQuery:
+    """Exact top-k, used until the vector index exists (and as the last resort of a post-filter
+    that finds too few). No vector index is involved, so FILTERs may sit anywhere; the agent
+    filter uses the persistent index on ``(agent_id, doc_id, chunk_index)``."""
+    attr = vector_attribute(metric, dimension)
+    func, order = ("COSINE_SIMILARITY", "DESC") if metric == "cosine" else ("L2_DISTANCE", "ASC")
+    lines, bind = _archival_filters("d", filters, embedding_version, now)
+    filters_text = "\n  ".join(lines)
+    text = f"""FOR d IN {names.ARCHIVAL}
+  {filters_text}
+  FILTER d.{attr} != null
+  LET score = {func}(d.{attr}, @vector)
+  SORT score {order}, d._key ASC
+  LIMIT @wanted
+  RETURN {{ key: d._key, score: score }}"""
+    bind.update({"agent_id": agent_id, "vector": [float(x) for x in vector], "wanted": wanted})
+    return AqlQuery(text, bind)
+
+
+def archival_document(agent_id: str, doc_id: str) -> AqlQuery:
+    text = (
+        f"FOR d IN {names.ARCHIVAL}\n"
+        "  FILTER d.agent_id == @agent_id AND d.doc_id == @doc_id\n"
+        "  SORT d.embedding_version ASC, d.chunk_index ASC\n"
+        "  RETURN d"
+    )
+    return AqlQuery(text, {"agent_id": agent_id, "doc_id": doc_id})
+
+
+def count_vectors(metric: Metric, dimension: int) -> AqlQuery:
+    """How many documents carry vectors of one space (the vector index's training set)."""
+    attr = vector_attribute(metric, dimension)
+    text = f"FOR d IN {names.ARCHIVAL}\n  FILTER d.{attr} != null\n  COLLECT WITH COUNT INTO n\n  RETURN n"
+    return AqlQuery(text, {})
+
+
+# --- events -----------------------------------------------------------------------------------------
+def events_page(
+    agent_id: str | None,
+    kinds: Sequence[str] | None,
+    *,
+    since: float | None,
+    after: tuple[float, str] | None,
+    limit: int,
+) -> AqlQuery:
+    """Events oldest first, keyset-paged on ``(created_at, _key)``: stable while events arrive."""
+    lines: list[str] = []
+    bind: dict[str, Any] = {"limit": limit}
+    if agent_id is not None:
+        lines.append("FILTER e.agent_id == @agent_id")
+        bind["agent_id"] = agent_id
+    if kinds is not None:
+        lines.append("FILTER e.kind IN @kinds")
+        bind["kinds"] = list(kinds)
+    if since is not None:
+        lines.append("FILTER e.created_at >= @since")
+        bind["since"] = since
+    if after is not None:
+        lines.append("FILTER e.created_at > @after_t OR (e.created_at == @after_t AND e._key > @after_k)")
+        bind["after_t"], bind["after_k"] = after
+    body = "".join(f"\n  {line}" for line in lines)
+    text = f"FOR e IN {names.EVENTS}{body}\n  SORT e.created_at ASC, e._key ASC\n  LIMIT @limit\n  RETURN e"
+    return AqlQuery(text, bind)
+
+
+# --- graph ------------------------------------------------------------------------------------------
+def traverse(
+    start_id: str, edge_collections: Sequence[str], *, max_depth: int, direction: Direction
+) -> AqlQuery:
+    """Breadth-first traversal of ``g_mem`` returning, per reached vertex, its path's edges.
+
+    Vertices need not exist as documents (the port allows edges between any refs): the
+    traverser expands dangling vertices by id and yields ``v = null`` with a warning, so the
+    caller rebuilds each vertex from the path's edges (``src``/``dst`` refs stored on them).
+    """
+    if direction not in _DIRECTIONS:
+        raise StoreValidationError("direction must be outbound, inbound or any")
+    for coll in edge_collections:
+        if coll not in names.EDGE_COLLECTIONS:
+            raise StoreValidationError("unknown edge kind", kind=coll)
+    if not 1 <= max_depth <= MAX_DEPTH:
+        raise StoreValidationError(f"max_depth must be 1..{MAX_DEPTH}")
+    text = f"""FOR v, e, p IN 1..@max_depth {_DIRECTIONS[direction]} @start GRAPH "{names.GRAPH}"
+  OPTIONS {{ order: "bfs", uniqueVertices: "global", edgeCollections: @edge_collections }}
+  RETURN p.edges[* RETURN {{
+    f: CURRENT._from, t: CURRENT._to, k: CURRENT.kind, src: CURRENT.src, dst: CURRENT.dst
+  }}]"""
+    return AqlQuery(
+        text,
+        {"start": start_id, "max_depth": max_depth, "edge_collections": list(edge_collections)},
+    )
+
+
+# --- stats --------------------------------------------------------------------------------------------
+def stats(agent_id: str | None) -> AqlQuery:
+    """Counts under the port's stats keys, for one agent or overall."""
+    edges = " + ".join(f"LENGTH({e})" for e in names.EDGE_COLLECTIONS)
+    if agent_id is None:
+        text = f"""RETURN {{
+  messages: LENGTH({names.MESSAGES}),
+  archival_chunks: LENGTH({names.ARCHIVAL}),
+  events: LENGTH({names.EVENTS}),
+  edges: {edges},
+  committed_batches: LENGTH({names.BATCHES}),
+  core_blocks: FIRST(FOR b IN {names.CORE} FILTER b.kind == "block" COLLECT WITH COUNT INTO n RETURN n),
+  summaries: FIRST(FOR b IN {names.CORE} FILTER b.kind == "summary" COLLECT WITH COUNT INTO n RETURN n)
+}}"""
+        return AqlQuery(text, {})
+
+    def count(collection: str, extra: str = "") -> str:
+        return (
+            f"FIRST(FOR x IN {collection} FILTER x.agent_id == @agent_id{extra} "
+            "COLLECT WITH COUNT INTO n RETURN n)"
+        )
+
+    agent_edges = " + ".join(count(e) for e in names.EDGE_COLLECTIONS)
+    text = f"""RETURN {{
+  messages: {count(names.MESSAGES)},
+  archival_chunks: {count(names.ARCHIVAL)},
+  events: {count(names.EVENTS)},
+  edges: {agent_edges},
+  committed_batches: {count(names.BATCHES)},
+  core_blocks: {count(names.CORE, ' AND x.kind == "block"')},
+  summaries: {count(names.CORE, ' AND x.kind == "summary"')}
+}}"""
+    return AqlQuery(text, {"agent_id": agent_id})
+
+
+def vector_spaces() -> AqlQuery:
+    """The registered vector spaces (metric, dimension, embedding_version)."""
+    text = (
+        f"FOR m IN {names.META}\n"
+        '  FILTER m.kind == "vector_space"\n'
+        "  SORT m.metric, m.embedding_version\n"
+        "  RETURN m"
+    )
+    return AqlQuery(text, {})
+
+
+def _known_collection(collection: str) -> None:
+    if collection not in names.ALL_COLLECTIONS:
+        raise StoreValidationError("unknown collection", collection=collection)

@@ -1,0 +1,74 @@
+"""Opaque, tamper-evident cursor strings (pure).
+
+Same format as the embedded adapter's cursors: ``base64url(JSON) "." base64url(HMAC)``, keyed
+with a per-database secret kept in ``vcm_meta``, so a cursor that was edited, truncated or
+minted by another database is refused instead of paging through someone else's snapshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from typing import Any
+
+from store.errors import StoreValidationError
+
+CURSOR_VERSION = 1
+_MAC_BYTES = 16
+_MAX_CURSOR_CHARS = 4096
+
+
+def encode_cursor(payload: dict[str, Any], secret: bytes) -> str:
+    body = json.dumps({"v": CURSOR_VERSION, **payload}, separators=(",", ":"), sort_keys=True)
+    raw = body.encode()
+    return f"{_b64(raw)}.{_b64(_mac(raw, secret))}"
+
+
+def decode_cursor(cursor: str, secret: bytes, *, kind: str) -> dict[str, Any]:
+    """The payload of a cursor this store minted for an operation of ``kind``."""
+    if not isinstance(cursor, str) or not cursor or len(cursor) > _MAX_CURSOR_CHARS:
+        raise bad_cursor("the cursor is empty or too long")
+    body_part, sep, mac_part = cursor.partition(".")
+    if not sep:
+        raise bad_cursor("the cursor is not in the expected format")
+    try:
+        raw = _unb64(body_part)
+        mac = _unb64(mac_part)
+    except (binascii.Error, ValueError) as exc:
+        raise bad_cursor("the cursor is not valid base64") from exc
+    if not hmac.compare_digest(mac, _mac(raw, secret)):
+        raise bad_cursor("the cursor was not issued by this store or was modified")
+    try:
+        payload = json.loads(raw)
+    except ValueError as exc:
+        raise bad_cursor("the cursor body is not JSON") from exc
+    if not isinstance(payload, dict) or payload.get("v") != CURSOR_VERSION:
+        raise bad_cursor("the cursor has an unsupported version; rerun the search")
+    if payload.get("k") != kind:
+        raise bad_cursor(f"the cursor belongs to a different operation, not {kind}")
+    return payload
+
+
+def fingerprint(*parts: Any) -> str:
+    """Stable digest of search arguments, to refuse a cursor replayed with another query."""
+    blob = json.dumps(parts, separators=(",", ":"), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def bad_cursor(reason: str) -> StoreValidationError:
+    return StoreValidationError(f"invalid cursor: {reason}; start the search again without one")
+
+
+def _mac(raw: bytes, secret: bytes) -> bytes:
+    return hmac.new(secret, raw, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
