@@ -851,12 +851,14 @@ class EmbeddedStore(MemoryStore):
     def _details(self) -> dict[str, Any]:
         with self._db.read("read index state") as conn:
             hwm = meta_int(conn, META_TEXT_HWM)
+            generation = meta_int(conn, META_TEXT_GEN)
             lag = conn.execute("SELECT COUNT(*) FROM messages WHERE id > ?", (hwm,)).fetchone()[0]
             pending = conn.execute("SELECT COUNT(*) FROM text_index_deletes").fetchone()[0]
             spaces = conn.execute(
                 "SELECT metric, dimension, embedding_version FROM vector_spaces "
                 "ORDER BY metric, embedding_version"
             ).fetchall()
+        self._text.refresh(generation)
         loaded = {(d["metric"], d["embedding_version"]): d for d in self._vectors.describe()}
         vector_spaces = []
         for metric, dimension, version in spaces:
@@ -885,6 +887,7 @@ class EmbeddedStore(MemoryStore):
                 "path": str(self._text.directory),
                 "high_water_mark": hwm,
                 "pending_deletes": pending,
+                "documents": self._text.num_docs(),
                 "indexer_error": self._indexer.last_error,
             },
             "text_index_lag": lag,
