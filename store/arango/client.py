@@ -257,6 +257,7 @@ class Connection:
     ro: StandardDatabase
     username: str
     password: str  # kept to open _system for create_database / the options read
+    endpoint: str = ""  # the server's TCP URL or socket path, for logs and per-server caches
 
     def system(self) -> StandardDatabase:
         return self.client.db("_system", username=self.username, password=self.password)
@@ -335,7 +336,8 @@ def connect(
     except BaseException:
         client.close()
         raise
-    return Connection(client, name, rw, ro, user, secret)
+    endpoint = target.socket_path or target.host_url
+    return Connection(client, name, rw, ro, user, secret, endpoint)
 
 
 def _create_database(sys_db: StandardDatabase, name: str) -> None:

@@ -1,0 +1,434 @@
+"""Control flow of ArangoStore against an in-memory FAKE of the python-arango surface.
+
+This is NOT evidence that the adapter works with ArangoDB: the fake executes no AQL (it
+recognises the handful of generic insert/lookup queries by shape and answers the others with
+nothing) and its transactions are copy-on-commit snapshots. It checks only what the adapter
+decides on its own: which collections a stream transaction declares, that every failure
+(injected faults, stale revs, driver errors) aborts and leaves no trace, how big eviction
+batches are split, replay handling, read-only vs read-write handles, error translation. The
+real proof is the contract suite against a server (``VCM_TEST_ARANGO_URL``).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from arango.exceptions import (
+    DocumentDeleteError,
+    DocumentInsertError,
+    DocumentReplaceError,
+    DocumentRevisionError,
+)
+from arango.request import Request
+from arango.response import Response
+
+from store.arango import names
+from store.arango.adapter import ArangoStore, order_traversal
+from store.arango.client import Connection
+from store.errors import (
+    IdempotencyMismatchError,
+    InjectedFailure,
+    NotFoundError,
+    RevConflictError,
+    StoreUnavailableError,
+    StoreValidationError,
+)
+from store.types import CoreBlockWrite, EvictionCommit, NodeRef, StoredMessage
+
+_revs = itertools.count(1)
+
+
+def server_error(cls: type[Exception], status: int, num: int, message: str, body: Any = None) -> Exception:
+    resp = Response("post", "http://fake", {}, status, "error", json.dumps(body or {}))
+    resp.body = body or {"error": True, "errorNum": num, "errorMessage": message}
+    resp.error_code = num
+    resp.error_message = message
+    resp.is_success = False
+    return cls(resp, Request("post", "/fake"))  # type: ignore[call-arg]
+
+
+Store = dict[str, dict[str, dict[str, Any]]]
+
+
+class FakeCollection:
+    def __init__(self, db: FakeDB, name: str) -> None:
+        self.db, self.name = db, name
+
+    @property
+    def docs(self) -> dict[str, dict[str, Any]]:
+        return self.db.data.setdefault(self.name, {})
+
+    def _write(self) -> None:
+        self.db.check_writable(self.name)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        found = self.docs.get(key)
+        return copy.deepcopy(found) if found is not None else None
+
+    def insert(self, doc: dict[str, Any], overwrite_mode: str | None = None, silent: bool = False) -> Any:
+        self._write()
+        key = doc["_key"]
+        if key in self.docs:
+            if overwrite_mode == "ignore":
+                return {"_key": key, "_rev": self.docs[key]["_rev"]}
+            raise server_error(DocumentInsertError, 409, 1210, "unique constraint violated")
+        stored = {**copy.deepcopy(doc), "_id": f"{self.name}/{key}", "_rev": f"r{next(_revs)}"}
+        self.docs[key] = stored
+        return True if silent else {"_key": key, "_rev": stored["_rev"]}
+
+    def replace(self, doc: dict[str, Any], check_rev: bool = True) -> Any:
+        self._write()
+        key = doc["_key"]
+        current = self.docs.get(key)
+        if current is None:
+            raise server_error(DocumentReplaceError, 404, 1202, "document not found")
+        if check_rev and "_rev" in doc and doc["_rev"] != current["_rev"]:
+            raise server_error(DocumentRevisionError, 412, 1200, "conflict", {"_rev": current["_rev"]})
+        stored = {**copy.deepcopy(doc), "_id": f"{self.name}/{key}", "_rev": f"r{next(_revs)}"}
+        self.docs[key] = stored
+        return {"_key": key, "_rev": stored["_rev"], "_old_rev": current["_rev"]}
+
+    def delete(self, doc: dict[str, Any], check_rev: bool = True) -> Any:
+        self._write()
+        key = doc["_key"]
+        current = self.docs.get(key)
+        if current is None:
+            raise server_error(DocumentDeleteError, 404, 1202, "document not found")
+        if check_rev and doc.get("_rev") not in (None, current["_rev"]):
+            raise server_error(DocumentRevisionError, 412, 1200, "conflict", {"_rev": current["_rev"]})
+        del self.docs[key]
+        return True
+
+    def indexes(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.db.indexes.setdefault(self.name, []))
+
+    def add_index(self, data: dict[str, Any]) -> dict[str, Any]:
+        self.db.check_writable(self.name, ddl=True)
+        self.db.indexes.setdefault(self.name, []).append(copy.deepcopy(data))
+        return data
+
+
+class FakeAql:
+    def __init__(self, db: FakeDB) -> None:
+        self.db = db
+
+    def execute(self, query: str, bind_vars: dict[str, Any] | None = None, **_: Any) -> list[Any]:
+        bind = bind_vars or {}
+        self.db.queries.append((query, bind))
+        if self.db.on_query is not None:
+            canned = self.db.on_query(query, bind)
+            if canned is not None:
+                return canned
+        if "INSERT" in query and "docs" in bind:
+            col = self.db.collection(bind["@collection"])
+            out = []
+            for doc in bind["docs"]:
+                doc = dict(doc)
+                if "ingested_at" in query:
+                    doc["ingested_at"] = 1
+                existed = doc["_key"] in col.docs
+                col.insert(doc, overwrite_mode="ignore")
+                out.append(None if existed else doc["_key"])
+            return out
+        if query.startswith("FOR id IN @ids"):
+            found = []
+            for doc_id in bind["ids"]:
+                coll, _, key = doc_id.partition("/")
+                doc = self.db.data.get(coll, {}).get(key)
+                if doc is not None and bind.get("agent_id", doc.get("agent_id")) == doc.get("agent_id"):
+                    found.append(copy.deepcopy(doc))
+            return found
+        if 'm.kind == "vector_space"' in query:
+            return [d for d in self.db.data.get(names.META, {}).values() if d.get("kind") == "vector_space"]
+        if any(word in query for word in ("INSERT", "REMOVE", "REPLACE", "UPDATE")):
+            self.db.check_writable("<aql>")
+        return []
+
+
+class FakeDB:
+    """A python-arango StandardDatabase/TransactionDatabase look-alike over a shared dict."""
+
+    def __init__(self, data: Store, *, read_only: bool = False, log: list[str] | None = None) -> None:
+        self.data = data
+        self.indexes: dict[str, list[dict[str, Any]]] = {}
+        self.read_only = read_only
+        self.aql = FakeAql(self)
+        self.queries: list[tuple[str, dict[str, Any]]] = []
+        self.on_query: Callable[[str, dict[str, Any]], list[Any] | None] | None = None
+        self.log = log if log is not None else []
+        self.declared: set[str] | None = None  # set inside a transaction
+
+    def check_writable(self, collection: str, ddl: bool = False) -> None:
+        if self.read_only:
+            raise AssertionError(f"write to {collection} through the read-only handle")
+        if self.declared is not None and collection != "<aql>" and collection not in self.declared:
+            raise AssertionError(f"transaction writes {collection} without declaring it")
+
+    def collection(self, name: str) -> FakeCollection:
+        return FakeCollection(self, name)
+
+    # bootstrap surface
+    def collections(self) -> list[dict[str, Any]]:
+        return [{"name": n} for n in self.data]
+
+    def create_collection(self, name: str, edge: bool = False) -> None:
+        self.check_writable(name, ddl=True)
+        self.data.setdefault(name, {})
+
+    def views(self) -> list[dict[str, Any]]:
+        return []
+
+    def create_view(self, name: str, view_type: str, properties: dict[str, Any]) -> None:
+        self.log.append(f"view {name}")
+
+    def has_graph(self, name: str) -> bool:
+        return False
+
+    def create_graph(self, name: str, edge_definitions: list[dict[str, Any]]) -> None:
+        self.log.append(f"graph {name}")
+
+    def analyzers(self) -> list[dict[str, Any]]:
+        return [{"name": "text_en", "features": ["frequency", "norm", "position"]}]
+
+    def version(self) -> str:
+        return "3.12.6"
+
+    def begin_transaction(self, read: list[str], write: list[str], **options: Any) -> FakeTxn:
+        if self.read_only:
+            raise AssertionError("transaction through the read-only handle")
+        txn = FakeTxn(self, read, write, options)
+        self.log.append(f"begin {sorted(write)}")
+        return txn
+
+
+class FakeTxn(FakeDB):
+    def __init__(self, parent: FakeDB, read: list[str], write: list[str], options: dict[str, Any]) -> None:
+        super().__init__(copy.deepcopy(parent.data), log=parent.log)
+        self.parent = parent
+        self.read, self.write = read, write
+        self.declared = set(write)
+        self.options = options
+        self.on_query = parent.on_query
+        self.queries = parent.queries
+
+    def commit_transaction(self) -> bool:
+        for name in self.write:
+            self.parent.data[name] = self.data.get(name, {})
+        self.log.append("commit")
+        return True
+
+    def abort_transaction(self) -> bool:
+        self.log.append("abort")
+        return True
+
+
+class Faults:
+    def __init__(self) -> None:
+        self.armed: set[str] = set()
+        self.seen: list[str] = []
+
+    def __call__(self, point: str) -> None:
+        self.seen.append(point)
+        if point in self.armed:
+            raise InjectedFailure(f"injected at {point}", point=point)
+
+
+@pytest.fixture
+def world() -> tuple[ArangoStore, FakeDB, Faults]:
+    data: Store = {}
+    log: list[str] = []
+    rw = FakeDB(data, log=log)
+    ro = FakeDB(data, read_only=True, log=log)
+    ro.indexes = rw.indexes
+    conn = Connection(client=None, database="vcm", rw=rw, ro=ro, username="u", password="p")  # type: ignore[arg-type]
+    faults = Faults()
+    store = ArangoStore(conn, guard=False, fault_hook=faults, clock=lambda: 1000.0)
+    log.clear()
+    return store, rw, faults
+
+
+def msg(agent: str, i: int, content: str = "hello") -> StoredMessage:
+    return StoredMessage(agent, f"m{i}", i, "user", f"{content} {i}", 3, 100.0 + i)
+
+
+def commit(agent: str, batch: int, n: int, rev: str | None) -> EvictionCommit:
+    return EvictionCommit(
+        agent, batch, [msg(agent, i) for i in range(n)], "summary", 7, rev, {"why": "flush"}
+    )
+
+
+def test_bootstrap_creates_every_collection_view_and_graph(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+    store, rw, _ = world
+    assert set(names.ALL_COLLECTIONS) <= set(rw.data)
+    created = store.bootstrap_report.created
+    assert "view messages_view" in created and "graph g_mem" in created
+    assert any(c.startswith("index messages.messages_agent_ingested") for c in created)
+
+
+def test_commit_eviction_declares_all_collections_and_commits_once(
+    world: tuple[ArangoStore, FakeDB, Faults],
+) -> None:
+    store, rw, faults = world
+    result = store.commit_eviction(commit("a", 1, 3, None))
+    assert not result.replayed and result.messages_committed == 3
+    assert rw.log == [f"begin {sorted(names.EVICTION_WRITE)}", "commit"]
+    assert faults.seen == ["commit_eviction.after_recall_append", "commit_eviction.before_commit"]
+    assert len(rw.data[names.MESSAGES]) == 3 and len(rw.data[names.RECALL_LOG]) == 3
+    summary = store.get_summary("a")
+    assert summary is not None and summary.rev == result.summary_rev and summary.batch_id == 1
+    event = next(iter(rw.data[names.EVENTS].values()))
+    assert event["kind"] == "evict" and event["payload"]["summary_rev"] == result.summary_rev
+    assert event["payload"]["why"] == "flush"
+
+
+def test_commit_eviction_replay_is_a_no_op(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+    store, rw, _ = world
+    first = store.commit_eviction(commit("a", 1, 2, None))
+    rw.log.clear()
+    again = store.commit_eviction(commit("a", 1, 2, None))
+    assert again.replayed and again.summary_rev == first.summary_rev
+    assert rw.log == []  # answered from the batch marker, no transaction at all
+
+
+@pytest.mark.parametrize("point", ["commit_eviction.after_recall_append", "commit_eviction.before_commit"])
+def test_commit_eviction_fault_aborts_and_leaves_nothing(
+    world: tuple[ArangoStore, FakeDB, Faults], point: str
+) -> None:
+    store, rw, faults = world
+    faults.armed.add(point)
+    with pytest.raises(InjectedFailure):
+        store.commit_eviction(commit("a", 1, 3, None))
+    assert rw.log[-1] == "abort" and "commit" not in rw.log
+    for coll in (names.MESSAGES, names.RECALL_LOG, names.CORE, names.EVENTS, names.BATCHES):
+        assert rw.data.get(coll, {}) == {}, coll
+    faults.armed.clear()
+    assert not store.commit_eviction(commit("a", 1, 3, None)).replayed  # the retry commits
+
+
+def test_commit_eviction_stale_rev_raises_and_writes_nothing(
+    world: tuple[ArangoStore, FakeDB, Faults],
+) -> None:
+    store, rw, _ = world
+    first = store.commit_eviction(commit("a", 1, 1, None))
+    with pytest.raises(RevConflictError) as info:
+        store.commit_eviction(commit("a", 2, 1, "stale"))
+    assert info.value.details["current_rev"] == first.summary_rev
+    assert rw.log[-1] == "abort"
+    assert len(rw.data[names.BATCHES]) == 1
+    with pytest.raises(RevConflictError):  # a first summary when one exists
+        store.commit_eviction(commit("a", 3, 1, None))
+
+
+def test_commit_eviction_driver_error_is_translated_and_aborted(
+    world: tuple[ArangoStore, FakeDB, Faults],
+) -> None:
+    store, rw, _ = world
+
+    def boom(query: str, bind: dict[str, Any]) -> list[Any] | None:
+        if bind.get("@collection") == names.RECALL_LOG:
+            raise ConnectionAbortedError("Can't connect to host(s) within limit (3)")
+        return None
+
+    rw.on_query = boom
+    with pytest.raises(StoreUnavailableError):
+        store.commit_eviction(commit("a", 1, 2, None))
+    assert rw.log[-1] == "abort"
+    assert rw.data.get(names.MESSAGES, {}) == {}
+
+
+def test_big_batch_is_split_and_the_final_part_stays_atomic(
+    world: tuple[ArangoStore, FakeDB, Faults],
+) -> None:
+    store, rw, faults = world
+    store._cap = 8192  # a few messages per chunk
+    big = EvictionCommit("a", 1, [msg("a", i, "x" * 900) for i in range(12)], "summary", 7, None, {})
+    faults.armed.add("commit_eviction.before_commit")
+    with pytest.raises(InjectedFailure):
+        store.commit_eviction(big)
+    # The pre-written messages are plain spooled rows; nothing marks the batch committed.
+    assert len(rw.data[names.MESSAGES]) == 12
+    for coll in (names.RECALL_LOG, names.CORE, names.EVENTS, names.BATCHES):
+        assert rw.data.get(coll, {}) == {}, coll
+    final_begins = [entry for entry in rw.log if entry.startswith("begin")]
+    assert final_begins == [f"begin {sorted(names.EVICTION_WRITE)}"]
+    faults.armed.clear()
+    result = store.commit_eviction(big)
+    assert result.messages_committed == 12 and not result.replayed
+    assert len(rw.data[names.RECALL_LOG]) == 12 and len(rw.data[names.BATCHES]) == 1
+
+
+def test_put_core_is_idempotent_and_rev_checked(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+    store, rw, faults = world
+    block = CoreBlockWrite("a", "persona", "system", "I help.", 3)
+    first = store.put_core(block, None, "k1")
+    assert store.put_core(block, None, "k1") == first  # replay, even though the rev would fail now
+    with pytest.raises(IdempotencyMismatchError):
+        store.put_core(CoreBlockWrite("a", "persona", "system", "changed", 3), first.rev, "k1")
+    second = store.put_core(CoreBlockWrite("a", "persona", "system", "v2", 3), first.rev, "k2")
+    assert second.rev != first.rev and store.get_core("a", "persona").content == "v2"
+    with pytest.raises(RevConflictError):
+        store.put_core(CoreBlockWrite("a", "persona", "system", "v3", 3), first.rev, "k3")
+    faults.armed.add("put_core.before_commit")
+    with pytest.raises(InjectedFailure):
+        store.put_core(CoreBlockWrite("a", "persona", "system", "v4", 3), second.rev, "k4")
+    assert store.get_core("a", "persona").content == "v2"
+    assert "k4" not in json.dumps(rw.data[names.IDEMPOTENCY])
+    with pytest.raises(StoreValidationError):
+        store.put_core(CoreBlockWrite("a", "queue_head_summary", "system", "x", 1), None, "k5")
+
+
+def test_delete_core_checks_rev(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+    store, _, _ = world
+    block = store.put_core(CoreBlockWrite("a", "notes", "system", "n", 1), None, "k1")
+    with pytest.raises(RevConflictError):
+        store.delete_core("a", "notes", "wrong")
+    store.delete_core("a", "notes", block.rev)
+    with pytest.raises(NotFoundError):
+        store.get_core("a", "notes")
+    with pytest.raises(NotFoundError):
+        store.delete_core("a", "notes", block.rev)
+
+
+def test_spool_faults_abort_and_retries_count_only_new(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+    store, rw, faults = world
+    faults.armed.add("spool_messages.before_commit")
+    with pytest.raises(InjectedFailure):
+        store.spool_messages([msg("a", 1), msg("a", 2)])
+    assert rw.data.get(names.MESSAGES, {}) == {}
+    faults.armed.clear()
+    assert store.spool_messages([msg("a", 1), msg("a", 2), msg("a", 1)]) == 2
+    assert store.spool_messages([msg("a", 2), msg("a", 3)]) == 1
+    assert [m.message_id for m in store.get_messages("a", ["m3", "nope", "m1"])] == ["m3", "m1"]
+
+
+def test_reads_never_use_the_read_write_handle_for_searches(
+    world: tuple[ArangoStore, FakeDB, Faults],
+) -> None:
+    store, rw, _ = world
+    rw.queries.clear()
+    store.get_messages("a", ["m1"])
+    store.list_core("a")
+    store.count_messages("a")
+    # the ro fake shares the data but has its own query log; rw saw none of these reads
+    assert rw.queries == []
+
+
+def test_order_traversal_rebuilds_refs_from_edges_breadth_first() -> None:
+    start = NodeRef("core_memory", "a:queue_head_summary")
+    sid = "core_memory/a_3aqueue_head_summary"
+
+    def e(f: str, t: str, src: NodeRef, dst: NodeRef, kind: str = "recall_log") -> dict[str, Any]:
+        return {"f": f, "t": t, "k": kind, "src": [src.collection, src.key], "dst": [dst.collection, dst.key]}
+
+    m1, m2, c1 = NodeRef("messages", "a:m1"), NodeRef("messages", "a:m2"), NodeRef("archival_docs", "x")
+    paths = [
+        [e(sid, "messages/m2", start, m2)],
+        [e(sid, "messages/m1", start, m1)],
+        [e(sid, "messages/m1", start, m1), e("archival_docs/x", "messages/m1", c1, m1, "cites")],
+    ]
+    assert order_traversal(start, sid, paths) == [m1, m2, c1]

@@ -1,0 +1,216 @@
+"""The AQL the ArangoDB adapter sends, checked as text (no server needed).
+
+These pin the rules that make the queries correct on every ArangoDB 3.12.x: no FILTER inside the
+APPROX_NEAR loop, an explicit analyzer for full-text search, and user input only in bind vars.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from store.arango import aql, names
+from store.errors import StoreValidationError
+
+INJECTION = 'x" RETURN 1 //'
+NASTY = [INJECTION, "a` REMOVE d IN messages", "'; DROP", "@@users RETURN 1", "}} LET x = 1"]
+
+
+def ann(**overrides: Any) -> aql.AqlQuery:
+    args: dict[str, Any] = {
+        "metric": "cosine",
+        "dimension": 3,
+        "fetch": 40,
+        "wanted": 10,
+        "n_probe": 8,
+        "filters": aql.parse_filters({"doc_id": "d1", "topic": "news", "lang": "en"}),
+        "embedding_version": "v1",
+        "now": 123.0,
+    }
+    args.update(overrides)
+    return aql.archival_ann("agent-1", [0.1, 0.2, 0.3], **args)
+
+
+def inner_ann_loop(text: str) -> str:
+    """From ``FOR d IN archival_docs`` to the first LIMIT after it."""
+    match = re.search(r"FOR d IN archival_docs(.*?)\bLIMIT\b", text, re.S)
+    assert match, text
+    return match.group(1)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "l2"])
+def test_ann_has_no_filter_between_for_and_limit(metric: str) -> None:
+    q = ann(metric=metric)
+    inner = inner_ann_loop(q.text)
+    assert "FILTER" not in inner
+    assert ("APPROX_NEAR_COSINE" if metric == "cosine" else "APPROX_NEAR_L2") in inner
+    assert "{ nProbe: @n_probe }" in inner
+    assert ("DESC" if metric == "cosine" else "ASC") in inner
+    assert q.bind_vars["n_probe"] == 8 and q.bind_vars["fetch"] == 40
+
+
+def test_ann_filters_only_in_the_outer_loop() -> None:
+    q = ann()
+    inner_end = q.text.index("RETURN d\n)")
+    inner, outer = q.text[:inner_end], q.text[inner_end:]
+    for needle in ("agent_id", "embedding_version", "doc_id", "metadata", "valid_until"):
+        assert needle not in inner, needle
+        assert needle in outer, needle
+    assert outer.index("FOR c IN cand") < outer.index("FILTER c.agent_id == @agent_id")
+    # survivors are re-scored exactly, so scores mean the same as in exact mode
+    assert "COSINE_SIMILARITY(c.emb_cosine_3, @vector)" in outer
+
+
+def test_metadata_filters_are_bind_vars_and_require_the_key() -> None:
+    q = ann()
+    assert "HAS(c.metadata, @mk0) AND c.metadata[@mk0] == @mv0" in q.text
+    assert {q.bind_vars["mk0"], q.bind_vars["mk1"]} == {"lang", "topic"}
+    assert q.bind_vars["fv0"] == "d1"
+    assert "news" not in q.text and "topic" not in q.text
+
+
+def test_ann_stale_chunks_kept_only_on_request() -> None:
+    assert "valid_until" in ann().text
+    q = ann(filters=aql.parse_filters({"include_stale": True}))
+    assert "valid_until" not in q.text and "now" not in q.bind_vars
+
+
+def test_exact_search_uses_the_exact_functions_and_may_filter() -> None:
+    q = aql.archival_exact(
+        "a",
+        [1.0, 0.0],
+        metric="l2",
+        dimension=2,
+        wanted=5,
+        filters=aql.parse_filters({"source": "s"}),
+        embedding_version=None,
+        now=1.0,
+    )
+    assert "L2_DISTANCE(d.emb_l2_2, @vector)" in q.text and "APPROX_NEAR" not in q.text
+    assert "SORT score ASC, d._key ASC" in q.text
+    assert "FILTER d.agent_id == @agent_id" in q.text and "FILTER d.source == @fv0" in q.text
+    c = aql.archival_exact(
+        "a",
+        [1.0],
+        metric="cosine",
+        dimension=1,
+        wanted=5,
+        filters=aql.ArchivalFilter(),
+        embedding_version="v",
+        now=1.0,
+    )
+    assert "COSINE_SIMILARITY" in c.text and "SORT score DESC" in c.text
+
+
+def test_recall_search_names_its_analyzer_and_merges_the_unindexed_tail() -> None:
+    q = aql.recall_search("agent-1", "dark mode", fetch=11, since=5.0, until=9.0, lag_ms=2000)
+    text = q.text
+    assert 'SEARCH ANALYZER(d.content IN TOKENS(@q, "text_en"), "text_en")' in text
+    assert "AND d.agent_id == @agent_id" in text
+    assert "SORT score DESC" in text and "BM25(d, @k1, @b)" in text
+    assert "d.created_at >= @since" in text and "d.created_at < @until" in text  # until exclusive
+    # read-after-write: a scan of the collection over the ingestion window, merged by score
+    assert f"FOR d IN {names.MESSAGES}" in text and "d.ingested_at >= fresh_since" in text
+    assert "LET fresh_since = DATE_NOW() - @lag_ms" in text
+    assert "UNION(indexed, fresh_scored)" in text and "LIMIT @fetch" in text
+    assert q.bind_vars["q"] == "dark mode" and q.bind_vars["lag_ms"] == 2000
+    assert "dark" not in text
+
+
+def test_recall_without_time_window_binds_none() -> None:
+    q = aql.recall_search("a", "hello", fetch=3)
+    assert "since" not in q.bind_vars and "until" not in q.bind_vars
+    assert "@since" not in q.text and "@until" not in q.text
+
+
+@pytest.mark.parametrize("evil", NASTY)
+def test_user_strings_never_reach_query_text(evil: str) -> None:
+    queries = [
+        aql.recall_search(evil, evil, fetch=5, since=1.0, until=2.0),
+        ann(
+            filters=aql.parse_filters({"doc_id": evil, "source": evil, "topic": evil}), embedding_version=evil
+        ),
+        aql.archival_document(evil, evil),
+        aql.events_page(evil, [evil], since=1.0, after=(1.0, evil), limit=5),
+        aql.traverse(f"messages/{evil}", ["cites"], max_depth=2, direction="any"),
+        aql.count_messages(evil),
+        aql.list_core(evil),
+        aql.committed_batches(evil),
+        aql.documents([f"messages/{evil}"], evil),
+        aql.insert_ignore(names.MESSAGES, [{"_key": "k", "content": evil}]),
+        aql.stats(evil),
+    ]
+    for q in queries:
+        assert evil not in q.text
+        assert evil in repr(q.bind_vars)
+
+
+def test_metadata_keys_must_be_identifiers() -> None:
+    with pytest.raises(StoreValidationError):
+        aql.parse_filters({INJECTION: 1})
+    with pytest.raises(StoreValidationError):
+        aql.parse_filters({"include_stale": "yes"})
+    with pytest.raises(StoreValidationError):
+        aql.parse_filters({"x": float("nan")})
+    with pytest.raises(StoreValidationError):
+        aql.parse_filters({"x": object()})
+    f = aql.parse_filters({"doc_id": "d", "model_id": "m", "k-1": [1, {"a": None}]})
+    assert dict(f.fields) == {"doc_id": "d", "model_id": "m"} and dict(f.metadata) == {
+        "k-1": [1, {"a": None}]
+    }
+
+
+def test_collections_are_constants_or_collection_bind_vars() -> None:
+    q = aql.insert_ignore(names.EVENTS, [{"_key": "e"}])
+    assert "INTO @@collection" in q.text and q.bind_vars["@collection"] == names.EVENTS
+    assert 'OPTIONS { overwriteMode: "ignore" }' in q.text and "RETURN NEW._key" in q.text
+    with pytest.raises(StoreValidationError):
+        aql.insert_ignore("users", [])
+    stamped = aql.insert_ignore(names.MESSAGES, [{"_key": "m"}], stamp_ingested=True)
+    assert "ingested_at: DATE_NOW()" in stamped.text
+    with pytest.raises(StoreValidationError):
+        aql.remove_edges_of(names.MESSAGES, [])
+
+
+def test_vector_attribute_is_validated() -> None:
+    assert aql.vector_attribute("cosine", 384) == "emb_cosine_384"
+    for metric, dim in (("dot", 3), ("cosine", 0), ("l2", 10**6)):
+        with pytest.raises(StoreValidationError):
+            aql.vector_attribute(metric, dim)  # type: ignore[arg-type]
+
+
+def test_traverse_uses_the_named_graph_breadth_first() -> None:
+    q = aql.traverse("core_memory/a", ["recall_log", "cites"], max_depth=3, direction="inbound")
+    assert 'INBOUND @start GRAPH "g_mem"' in q.text
+    assert 'order: "bfs", uniqueVertices: "global"' in q.text
+    assert "edgeCollections: @edge_collections" in q.text
+    assert q.bind_vars == {
+        "start": "core_memory/a",
+        "max_depth": 3,
+        "edge_collections": ["recall_log", "cites"],
+    }
+    with pytest.raises(StoreValidationError):
+        aql.traverse("x/y", ["cites"], max_depth=1, direction="sideways")  # type: ignore[arg-type]
+    with pytest.raises(StoreValidationError):
+        aql.traverse("x/y", ["users"], max_depth=1, direction="any")
+
+
+def test_events_page_is_keyset_ordered() -> None:
+    q = aql.events_page("a", ["evict"], since=5.0, after=(7.0, "k"), limit=11)
+    assert "SORT e.created_at ASC, e._key ASC" in q.text
+    assert "e.created_at > @after_t OR (e.created_at == @after_t AND e._key > @after_k)" in q.text
+    assert q.bind_vars["after_t"] == 7.0 and q.bind_vars["after_k"] == "k"
+
+
+def test_expire_is_strict_and_batched() -> None:
+    q = aql.expire_messages(50.0, 100)
+    assert "d.expires_at != null AND d.expires_at < @now" in q.text
+    assert "LIMIT @batch" in q.text and "RETURN OLD._id" in q.text
+
+
+def test_stats_report_the_port_keys() -> None:
+    for q in (aql.stats(None), aql.stats("a")):
+        for key in ("messages", "archival_chunks", "events", "edges", "committed_batches", "core_blocks"):
+            assert f"{key}:" in q.text
