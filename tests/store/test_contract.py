@@ -6,6 +6,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -472,7 +473,7 @@ def test_search_archival_bad_vectors(store: MemoryStore) -> None:
     points, _ = _ingest_clusters(store)
     good = points[0].tolist()
 
-    bad_calls = [
+    bad_calls: list[Callable[[], object]] = [
         lambda: store.search_archival(A, good[:8], k=3),  # wrong dimension
         lambda: store.search_archival(A, [math.nan, *good[1:]], k=3),
         lambda: store.search_archival(A, [0.0] * len(good), k=3),  # no direction for cosine
