@@ -49,7 +49,7 @@ def server_error(cls: type[Exception], status: int, num: int, message: str, body
     resp.error_code = num
     resp.error_message = message
     resp.is_success = False
-    return cls(resp, Request("post", "/fake"))  # type: ignore[call-arg]
+    return cls(resp, Request("post", "/fake"))
 
 
 Store = dict[str, dict[str, dict[str, Any]]]
