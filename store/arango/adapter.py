@@ -119,6 +119,7 @@ class _SpaceState:
     n_lists: int | None
     checked_at: float
     error: str | None = None
+    counted_at: float = float("-inf")
 
 
 @dataclass(frozen=True)
@@ -281,15 +282,14 @@ class ArangoStore(MemoryStore):
 
     @contextlib.contextmanager
     def _transaction(self, write: Sequence[str], operation: str) -> Iterator[Any]:
-        """A stream transaction over ``write`` (also declared as read); aborted on any error.
+        """A stream transaction writing (and reading) ``write``; aborted on any error.
 
         The body commits by returning normally. All collections are declared up front: a
         stream transaction cannot add write collections later (reference §3.1).
         """
         with translated(operation):
             txn = self._rw.begin_transaction(
-                read=list(write),
-                write=list(write),
+                write=list(write),  # write collections may also be read
                 lock_timeout=self._lock_timeout,
                 max_size=self._txn_max,
                 allow_implicit=False,
@@ -629,7 +629,7 @@ class ArangoStore(MemoryStore):
             self._link_chunks(txn, new_chunks, now)
             self._fault("ingest_archival.before_commit")
         if self._auto_vector_index:
-            for (metric, _version), dim in dims.items():
+            for metric, dim in sorted({(m, d) for (m, _version), d in dims.items()}):
                 with contextlib.suppress(StoreError):  # the index is an optimisation; never fail ingest
                     self.ensure_vector_index(cast(Metric, metric), dim)
         return len(inserted)
@@ -639,7 +639,7 @@ class ArangoStore(MemoryStore):
         earlier, whichever of the two arrived first (as the embedded adapter links them)."""
         if not new_chunks:
             return
-        candidates: dict[str, tuple[NodeRef, NodeRef, str]] = {}
+        candidates: list[tuple[str, NodeRef, NodeRef, str]] = []  # (neighbour id, later, earlier, agent)
         for c in new_chunks:
             me = chunk_node(c.agent_id, c.doc_id, c.chunk_index, c.embedding_version)
             for index in (c.chunk_index - 1, c.chunk_index + 1):
@@ -647,20 +647,18 @@ class ArangoStore(MemoryStore):
                     continue
                 other = chunk_node(c.agent_id, c.doc_id, index, c.embedding_version)
                 later, earlier = (me, other) if c.chunk_index > index else (other, me)
-                candidates[keys.vertex_id(other)] = (later, earlier, c.agent_id)
-        pairs: list[tuple[NodeRef, NodeRef, str]] = []
-        existing = {d["_id"] for d in self._run(txn, aql.documents(list(candidates)), "ingest_archival")}
-        for vertex, (later, earlier, agent) in candidates.items():
-            if vertex in existing:
-                pairs.append((later, earlier, agent))
-        if not pairs:
-            return
+                candidates.append((keys.vertex_id(other), later, earlier, c.agent_id))
+        ids = sorted({vertex for vertex, _, _, _ in candidates})
+        existing = {d["_id"] for d in self._run(txn, aql.documents(ids), "ingest_archival")}
         edges = {
             keys.edge_key("derived_from", later, earlier): documents.edge_doc(
                 Edge("derived_from", later, earlier, agent, now), now
             )
-            for later, earlier, agent in pairs
+            for vertex, later, earlier, agent in candidates
+            if vertex in existing
         }
+        if not edges:
+            return
         self._run(txn, aql.insert_ignore(names.DERIVED_FROM, list(edges.values())), "ingest_archival")
 
     def search_archival(
@@ -824,6 +822,8 @@ class ArangoStore(MemoryStore):
             return cached
         info = vector_index_info(self._ro, self._spec, metric, dimension)
         state = _SpaceState(vector_state(info), index_n_lists(info), now)
+        if cached is not None:
+            state.counted_at, state.error = cached.counted_at, cached.error
         with self._spaces_lock:
             self._space_states[(metric, dimension)] = state
         return state
@@ -840,14 +840,24 @@ class ArangoStore(MemoryStore):
         """Create the space's vector index once it holds enough vectors (``force``: now).
 
         DDL, so it runs outside any transaction; training happens on the documents present
-        (reference §1.3). A concurrent creator's index is reused (same name).
+        (reference §1.3). A concurrent creator's index is reused (same name). Counting the
+        space's vectors scans the collection, so below the threshold it is repeated at most
+        every ``VECTOR_RECHECK_S`` per process, and skipped while the whole collection is
+        smaller than the threshold (a constant-time count).
         """
         state = self._space_state(metric, dimension)
         if state.state == "ivf":
             return "ivf"
+        needed = max(self._spec.min_lists, 1) if force else max(self._vector_threshold, 1)
+        now = time.monotonic()
+        if not force and now - state.counted_at < VECTOR_RECHECK_S:
+            return "exact"
+        state.counted_at = now
+        total = self._run(self._ro, aql.collection_count(names.ARCHIVAL), "ensure_vector_index")
+        if total and int(total[0]) < needed:
+            return "exact"
         rows = self._run(self._ro, aql.count_vectors(metric, dimension), "ensure_vector_index")
         n = int(rows[0]) if rows else 0
-        needed = max(self._vector_threshold, 1) if not force else max(self._spec.min_lists, 1)
         if n < needed:
             return "exact"
         info = vector_index_info(self._rw, self._spec, metric, dimension)
@@ -855,16 +865,12 @@ class ArangoStore(MemoryStore):
             try:
                 create_vector_index(self._rw, self._spec, metric, dimension, n)
             except StoreError as exc:
-                info = vector_index_info(self._rw, self._spec, metric, dimension)
-                if info is None:
+                if vector_index_info(self._rw, self._spec, metric, dimension) is None:
                     log.warning("creating the vector index of %s/%d failed: %s", metric, dimension, exc)
-                    with self._spaces_lock:
-                        self._space_states[(metric, dimension)] = _SpaceState(
-                            "exact", None, time.monotonic(), exc.message
-                        )
+                    state.error = exc.message
                     raise
             info = vector_index_info(self._rw, self._spec, metric, dimension)
-        fresh = _SpaceState(vector_state(info), index_n_lists(info), time.monotonic())
+        fresh = _SpaceState(vector_state(info), index_n_lists(info), time.monotonic(), counted_at=now)
         with self._spaces_lock:
             self._space_states[(metric, dimension)] = fresh
         return fresh.state

@@ -459,6 +459,12 @@ def archival_document(agent_id: str, doc_id: str) -> AqlQuery:
     return AqlQuery(text, {"agent_id": agent_id, "doc_id": doc_id})
 
 
+def collection_count(collection: str) -> AqlQuery:
+    """Documents in a collection, in constant time (``LENGTH(coll)`` uses the count)."""
+    _known_collection(collection)  # a schema constant, never caller input
+    return AqlQuery(f"RETURN LENGTH({collection})", {})
+
+
 def count_vectors(metric: Metric, dimension: int) -> AqlQuery:
     """How many documents carry vectors of one space (the vector index's training set)."""
     attr = vector_attribute(metric, dimension)

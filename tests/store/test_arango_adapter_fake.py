@@ -198,10 +198,10 @@ class FakeDB:
     def version(self) -> str:
         return "3.12.6"
 
-    def begin_transaction(self, read: list[str], write: list[str], **options: Any) -> FakeTxn:
+    def begin_transaction(self, write: list[str], read: list[str] | None = None, **options: Any) -> FakeTxn:
         if self.read_only:
             raise AssertionError("transaction through the read-only handle")
-        txn = FakeTxn(self, read, write, options)
+        txn = FakeTxn(self, read or [], write, options)
         self.log.append(f"begin {sorted(write)}")
         return txn
 
