@@ -198,6 +198,7 @@ def recall_search(
     since: float | None = None,
     until: float | None = None,
     lag_ms: int = 10_000,
+    fresh_cap: int = 10_000,
     k1: float = 1.2,
     b: float = 0.75,
 ) -> AqlQuery:
@@ -211,7 +212,9 @@ def recall_search(
     view's hits are scored in AQL with the same BM25 formula and the view's own term
     statistics (document frequency per query term from the view, N from the collection),
     ignoring length normalisation; once the view catches up the real ``BM25()`` replaces that
-    approximation. The two lists are merged by score, ties broken by age then ``_key``.
+    approximation. The two lists are merged by score, ties broken by age then ``_key``. The
+    scan looks at no more than ``fresh_cap`` of the most recently ingested messages (a bulk
+    spool bigger than that is searchable once the view has caught up).
     ``since`` is inclusive and ``until`` exclusive, as in the embedded adapter.
 
     Returns one row per hit: ``{key, score, at}``, best first, at most ``fetch``.
@@ -234,6 +237,8 @@ LET indexed_keys = indexed[*].key
 LET fresh = (
   FOR d IN {names.MESSAGES}
     FILTER d.agent_id == @agent_id AND d.ingested_at >= fresh_since
+    SORT d.ingested_at DESC
+    LIMIT @fresh_cap
     FILTER d._key NOT IN indexed_keys{scan_time}
     LET d_terms = TOKENS(d.content, "{names.TEXT_ANALYZER}")
     LET tf = (
@@ -276,6 +281,7 @@ FOR h IN UNION(indexed, fresh_scored)
         "agent_id": agent_id,
         "fetch": fetch,
         "lag_ms": lag_ms,
+        "fresh_cap": fresh_cap,
         "k1": k1,
         "b": b,
         **bind_time,
