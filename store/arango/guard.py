@@ -140,11 +140,12 @@ def check_server(version: str, options: Mapping[str, Any] | None) -> list[Proble
 
 # --- I/O ----------------------------------------------------------------------------------------------
 def read_options(sys_db: Any) -> Mapping[str, Any] | None:
-    """``GET /_admin/options`` or None when this user may not read it."""
-    try:
-        options = sys_db.options()
-    except ArangoServerError:
-        return None
+    """``GET /_admin/options`` or None when this user may not read it (401/403/404)."""
+    with translated("guard.options"):
+        try:
+            options = sys_db.options()
+        except ArangoServerError:
+            return None
     return options if isinstance(options, Mapping) else None
 
 

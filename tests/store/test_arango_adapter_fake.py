@@ -38,7 +38,7 @@ from store.errors import (
     StoreUnavailableError,
     StoreValidationError,
 )
-from store.types import CoreBlockWrite, EvictionCommit, NodeRef, StoredMessage
+from store.types import ArchivalChunk, CoreBlockWrite, EvictionCommit, NodeRef, StoredMessage
 
 _revs = itertools.count(1)
 
@@ -432,3 +432,53 @@ def test_order_traversal_rebuilds_refs_from_edges_breadth_first() -> None:
         [e(sid, "messages/m1", start, m1), e("archival_docs/x", "messages/m1", c1, m1, "cites")],
     ]
     assert order_traversal(start, sid, paths) == [m1, m2, c1]
+
+
+def test_bootstrap_is_idempotent(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+    store, _, _ = world
+    again = ArangoStore(store._conn, guard=False)
+    assert [c for c in again.bootstrap_report.created if not c.startswith(("view", "graph"))] == []
+    assert again._secret == store._secret  # the cursor secret is seeded once
+
+
+def test_vector_index_is_created_lazily_then_used_with_exact_fallback(
+    world: tuple[ArangoStore, FakeDB, Faults],
+) -> None:
+    store, rw, _ = world
+    store._vector_threshold = 3
+    seen: list[str] = []
+
+    def answers(query: str, bind: dict[str, Any]) -> list[Any] | None:
+        if query.startswith("RETURN LENGTH(archival_docs)"):
+            return [len(rw.data.get(names.ARCHIVAL, {}))]
+        if "COLLECT WITH COUNT INTO n" in query and "emb_cosine_2 != null" in query:
+            return [len(rw.data.get(names.ARCHIVAL, {}))]
+        if "APPROX_NEAR_COSINE" in query:
+            seen.append("ann")
+            raise server_error(DocumentInsertError, 400, 1554, "vector search not applied")
+        if "COSINE_SIMILARITY" in query:
+            seen.append("exact")
+            return []
+        return None
+
+    rw.on_query = answers
+    store._ro.on_query = answers  # the read-only fake answers the searches and counts
+
+    def chunk(i: int) -> ArchivalChunk:
+        return ArchivalChunk("a", "doc", i, f"t{i}", [1.0, float(i)], "cosine", "v1", "m", 0, 1)
+
+    store.ingest_archival([chunk(0), chunk(1)])
+    assert store.vector_index_state("cosine", 2) == "exact"
+    assert not [i for i in rw.indexes.get(names.ARCHIVAL, []) if i.get("type") == "vector"]
+    store._space_states.clear()  # skip the per-process recheck delay
+    store.ingest_archival([chunk(2)])
+    created = [i for i in rw.indexes[names.ARCHIVAL] if i.get("type") == "vector"]
+    assert len(created) == 1
+    definition = created[0]
+    assert definition["name"] == "vec_cosine_2" and definition["fields"] == ["emb_cosine_2"]
+    assert definition["sparse"] is True and definition["params"]["nLists"] >= 1
+    assert store.vector_index_state("cosine", 2) == "ivf"
+    # The fake answers APPROX_NEAR with 1554: the search falls back to exact and stays correct.
+    page = store.search_archival("a", [1.0, 0.5], k=2)
+    assert page.items == [] and seen == ["ann", "exact"]
+    assert store.vector_index_state("cosine", 2) == "exact"
