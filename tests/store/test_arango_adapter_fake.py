@@ -15,7 +15,7 @@ import copy
 import itertools
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from arango.exceptions import (
@@ -462,7 +462,7 @@ def test_vector_index_is_created_lazily_then_used_with_exact_fallback(
         return None
 
     rw.on_query = answers
-    store._ro.on_query = answers  # the read-only fake answers the searches and counts
+    cast(FakeDB, store._ro).on_query = answers  # the read-only fake answers searches and counts
 
     def chunk(i: int) -> ArchivalChunk:
         return ArchivalChunk("a", "doc", i, f"t{i}", [1.0, float(i)], "cosine", "v1", "m", 0, 1)
