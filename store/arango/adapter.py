@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from arango.exceptions import ArangoServerError, DocumentInsertError
@@ -886,7 +886,8 @@ class ArangoStore(MemoryStore):
                 else "key-" + _digest(event.agent_id, event.idempotency_key)
             )
         created_at = self._now(event.created_at)
-        doc = documents.event_doc(event, event_id, created_at)
+        payload = validation.json_mapping("payload", event.payload)  # as it will read back
+        doc = documents.event_doc(replace(event, payload=payload), event_id, created_at)
         rows = self._run(self._rw, aql.insert_ignore(names.EVENTS, [doc]), "append_event")
         if rows and rows[0] is not None:
             return documents.event_from_doc(doc)
