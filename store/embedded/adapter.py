@@ -152,7 +152,6 @@ class EmbeddedStore(MemoryStore):
         self._fault_hook = fault_hook
         self._lag_ok = text_index_lag_ok
         self._busy_timeout_s = busy_timeout_s
-        self._max_results = cursor_max_results
         self._clock = clock
         self._db = Database(self.path, busy_timeout_s=busy_timeout_s)
         with self._db.read("read store settings") as conn:
@@ -164,7 +163,9 @@ class EmbeddedStore(MemoryStore):
             Path(f"{self.path}.faiss"), self._db, n_lists=n_lists, train_threshold=train_threshold
         )
         self._archival = ArchivalRanker(self._db, self._vectors, clock)
-        self._snapshots = Snapshots(self._db, self._secret, ttl_s=cursor_ttl_s, clock=clock)
+        self._snapshots = Snapshots(
+            self._db, self._secret, ttl_s=cursor_ttl_s, max_results=cursor_max_results, clock=clock
+        )
         # Catch up at open (crash between SQLite and tantivy commits, deleted index, another
         # process's writes); if another process holds the writer, it is doing the same.
         self._with_text_errors(lambda: self._indexer.catch_up(0.0))
@@ -498,14 +499,13 @@ class EmbeddedStore(MemoryStore):
             raise StoreValidationError("since must not be after until")
         key = fingerprint("recall", agent_id, query, since, until)
         terms = query_terms(query)
-        if cursor is not None:
-            part = self._snapshots.next("recall", agent_id, key, cursor, limit)
-        else:
-            ranked = self._recall.rank(agent_id, terms, limit + 1, since=since, until=until)
-            if len(ranked) > limit:
-                # More than a page: rank once, deep, and page from that snapshot.
-                ranked = self._recall.rank(agent_id, terms, self._max_results, since=since, until=until)
-            part = self._snapshots.first("recall", agent_id, key, ranked, limit)
+
+        def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
+            return self._recall.rank(
+                agent_id, terms, n, since=since, until=until, bound=bound, exclude=exclude
+            )
+
+        part = self._snapshots.page("recall", agent_id, key, limit, cursor, rank)
         messages = self._hydrate_messages(agent_id, [i for i, _ in part.items])
         hits = [RecallHit(messages[i], s) for i, s in part.items if i in messages]
         return Page(hits, part.next_cursor)
@@ -618,14 +618,12 @@ class EmbeddedStore(MemoryStore):
             probe,
             parsed.canonical(),
         )
-        if cursor is not None:
-            part = self._snapshots.next("archival", agent_id, key, cursor, k)
-        else:
-            q = query.reshape(1, -1)
-            ranked = self._archival.rank(agent_id, spaces, q, k + 1, parsed, probe)
-            if len(ranked) > k:
-                ranked = self._archival.rank(agent_id, spaces, q, self._max_results, parsed, probe)
-            part = self._snapshots.first("archival", agent_id, key, ranked, k)
+        q = query.reshape(1, -1)
+
+        def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
+            return self._archival.rank(agent_id, spaces, q, n, parsed, probe, bound=bound, exclude=exclude)
+
+        part = self._snapshots.page("archival", agent_id, key, k, cursor, rank)
         chunks = self._archival.hydrate(agent_id, [i for i, _ in part.items])
         hits = [ArchivalHit(chunks[i], s) for i, s in part.items if i in chunks]
         return Page(hits, part.next_cursor)

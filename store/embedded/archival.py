@@ -12,6 +12,7 @@ return fewer than k when the probed lists hold fewer matches, exactly as there.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from store.embedded import rows, sizing
 from store.embedded.db import Database, chunked
@@ -28,6 +29,17 @@ _FILTER_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class _Keep:
+    """What a candidate must satisfy besides being near."""
+
+    agent_id: str
+    filters: ArchivalFilter
+    now: float
+    bound: int
+    exclude: frozenset[int]
+
+
 class ArchivalRanker:
     def __init__(self, db: Database, vectors: VectorIndexes, clock: Callable[[], float]) -> None:
         self._db = db
@@ -42,55 +54,46 @@ class ArchivalRanker:
         wanted: int,
         filters: ArchivalFilter,
         n_probe: int,
-    ) -> Ranked:
-        now = self._clock()
+        *,
+        bound: int | None = None,
+        exclude: frozenset[int] = frozenset(),
+    ) -> tuple[Ranked, int]:
+        """Best ``wanted`` (archival.id, score) among ids up to ``bound`` and not in
+        ``exclude``; with the newest chunk id, the ``bound`` for later pages."""
+        newest = self._db.query("read archival bound", "SELECT COALESCE(MAX(id), 0) FROM archival")[0][0]
+        keep = _Keep(agent_id, filters, self._clock(), newest if bound is None else bound, exclude)
         ranked: Ranked = []
         for key in spaces:
-            ranked += self._rank_space(agent_id, key, query, wanted, filters, n_probe, now)
+            ranked += self._rank_space(key, query, wanted, n_probe, keep)
         higher_is_better = all(key.metric == "cosine" for key in spaces)
         ranked.sort(key=lambda h: (-h[1] if higher_is_better else h[1], h[0]))
-        return ranked[:wanted]
+        return ranked[:wanted], int(newest)
 
-    def _rank_space(
-        self,
-        agent_id: str,
-        key: SpaceKey,
-        query: Vectors,
-        wanted: int,
-        filters: ArchivalFilter,
-        n_probe: int,
-        now: float,
-    ) -> Ranked:
+    def _rank_space(self, key: SpaceKey, query: Vectors, wanted: int, n_probe: int, keep: _Keep) -> Ranked:
         verdict: dict[int, bool] = {}
         survivors: Ranked = []
         total = self._vectors.refresh(key).ntotal
         for size in sizing.overfetch_sizes(wanted, total):
             hits, total = self._vectors.search(key, query, size, n_probe)
-            self._judge([i for i, _ in hits if i not in verdict], agent_id, filters, now, verdict)
+            self._judge([i for i, _ in hits if i not in verdict], keep, verdict)
             survivors = [hit for hit in hits if verdict[hit[0]]]
             if len(survivors) >= wanted or len(hits) < size:
                 break
         return survivors[:wanted]
 
-    def _judge(
-        self,
-        ids: list[int],
-        agent_id: str,
-        filters: ArchivalFilter,
-        now: float,
-        verdict: dict[int, bool],
-    ) -> None:
+    def _judge(self, ids: list[int], keep: _Keep, verdict: dict[int, bool]) -> None:
         for i in ids:
-            verdict[i] = False  # deleted, or another agent's: never a hit
-        for part in chunked(ids):
+            verdict[i] = False  # deleted, another agent's, or outside this page's corpus
+        candidates = [i for i in ids if i <= keep.bound and i not in keep.exclude]
+        for part in chunked(candidates):
             marks = ",".join("?" * len(part))
             found = self._db.query(
                 "filter archival hits",
                 f"SELECT {_FILTER_COLUMNS} FROM archival WHERE agent_id = ? AND id IN ({marks})",
-                [agent_id, *part],
+                [keep.agent_id, *part],
             )
             for row in found:
-                verdict[row["id"]] = filters.matches(rows.chunk(row, with_embedding=False), now)
+                verdict[row["id"]] = keep.filters.matches(rows.chunk(row, with_embedding=False), keep.now)
 
     def hydrate(self, agent_id: str, ids: Sequence[int]) -> dict[int, ArchivalChunk]:
         out: dict[int, ArchivalChunk] = {}

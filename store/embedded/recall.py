@@ -32,33 +32,51 @@ class RecallRanker:
         *,
         since: float | None,
         until: float | None,
-    ) -> Ranked:
-        """Up to ``n`` (messages.id, score), best first, ties broken by age."""
-        if not terms or n <= 0:
-            return []
-        where, params = "agent_id = ? AND id > ?", [agent_id]
+        bound: int | None = None,
+        exclude: frozenset[int] = frozenset(),
+    ) -> tuple[Ranked, int]:
+        """Up to ``n`` (messages.id, score), best first, ties broken by age, among ids up to
+        ``bound`` and not in ``exclude``; with the newest message id of the snapshot read, which
+        later pages use as their ``bound`` so they rank the same corpus."""
         time_sql, time_params = _time_filter(since, until)
         with self._db.read("search recall") as conn:
+            newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+            top = newest if bound is None else min(newest, bound)
             generation = meta_int(conn, META_TEXT_GEN)
             hwm = meta_int(conn, META_TEXT_HWM)
             live_docs = meta_int(conn, META_TEXT_DOCS)
             live_terms = meta_int(conn, META_TEXT_TERMS)
             pending_deletes = conn.execute("SELECT COUNT(*) FROM text_index_deletes").fetchone()[0]
-            tail = conn.execute(
-                f"SELECT id, content FROM messages WHERE {where}{time_sql} ORDER BY id",
-                [*params, hwm, *time_params],
-            ).fetchall()
+            tail = (
+                conn.execute(
+                    "SELECT id, content FROM messages WHERE agent_id = ? AND id > ? AND id <= ?"
+                    f"{time_sql} ORDER BY id",
+                    [agent_id, hwm, top, *time_params],
+                ).fetchall()
+                if terms and top > hwm
+                else []
+            )
+        if not terms or n <= 0:
+            return [], newest
         # Only after reading the mark: the indexer commits tantivy before recording a mark.
         self._index.refresh(generation)
         # Documents deleted from SQLite but not yet from tantivy may occupy top slots.
         indexed = self._index.search(
-            agent_id, terms, n + pending_deletes, max_row_id=hwm, since=since, until=until
+            agent_id,
+            terms,
+            n + pending_deletes + len(exclude),
+            max_row_id=min(hwm, top),
+            since=since,
+            until=until,
         )
+        if exclude:
+            indexed = [hit for hit in indexed if hit[0] not in exclude]
         if pending_deletes and indexed:
             indexed = self._existing(indexed)
+        tail = [row for row in tail if row[0] not in exclude]
         ranked = indexed + self._score_tail(terms, tail, live_docs, live_terms)
         ranked.sort(key=lambda hit: (-hit[1], hit[0]))
-        return ranked[:n]
+        return ranked[:n], newest
 
     def _score_tail(
         self, terms: list[str], tail: list[tuple[int, str]], live_docs: int, live_terms: int

@@ -133,3 +133,18 @@ def test_bad_constructor_arguments(tmp_path: Path) -> None:
     for kwargs in ({"n_probe": 0}, {"n_lists": 0}, {"train_threshold": -1}, {"cursor_ttl_s": 0.0}):
         with pytest.raises(StoreValidationError):
             EmbeddedStore(str(tmp_path / "vcm.db"), **kwargs)
+
+
+def test_wide_pages_snapshot_at_once_and_stay_stable(tmp_path: Path) -> None:
+    with EmbeddedStore(str(tmp_path / "vcm.db")) as store:
+        store.spool_messages([msg(A, i, f"ibis note {i}") for i in range(260)])
+        page = store.search_recall(A, "ibis", limit=120)
+        seen = [h.message.message_id for h in page.items]
+        n = 1000
+        while page.next_cursor is not None:
+            store.spool_messages([msg(A, n, "ibis ibis ibis")])
+            n += 1
+            page = store.search_recall(A, "ibis", limit=120, cursor=page.next_cursor)
+            seen += [h.message.message_id for h in page.items]
+        assert len(seen) == len(set(seen)) == 260
+        assert max(seen) < "m1000"
