@@ -423,7 +423,9 @@ class HotState:
             batch_id=int(data["batch_id"]),
             summary_rev=int(data["summary_rev"]),
             total=int(data["total"]),
+            action=data.get("action", "ok"),
             batch=BatchInfo.from_json(data.get("batch")),
+            pressure_message_id=data.get("pressure_message_id"),
             replayed=replayed,
         )
 

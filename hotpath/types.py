@@ -139,7 +139,9 @@ class FinishResult:
     batch_id: int
     summary_rev: int
     total: int
+    action: Action
     batch: BatchInfo | None  # a follow-up batch, when the new summary pushed past flush
+    pressure_message_id: str | None = None
     replayed: bool = False
 
 

@@ -13,10 +13,25 @@ BUDGET = Budget.for_window(1000, BudgetSettings())
 PH = 17
 
 
-def parts(fifo: int, *, system: int = 50, working: int = 0, pinned_blocks: int = 0, summary: int = 0,
-          pinned_fifo: int = 0, placeholders: int = 0) -> Parts:
-    return Parts(system=system, working=working, pinned_blocks=pinned_blocks, pinned_fifo=pinned_fifo,
-                 summary=summary, placeholders=placeholders, fifo=fifo)
+def parts(
+    fifo: int,
+    *,
+    system: int = 50,
+    working: int = 0,
+    pinned_blocks: int = 0,
+    summary: int = 0,
+    pinned_fifo: int = 0,
+    placeholders: int = 0,
+) -> Parts:
+    return Parts(
+        system=system,
+        working=working,
+        pinned_blocks=pinned_blocks,
+        pinned_fifo=pinned_fifo,
+        summary=summary,
+        placeholders=placeholders,
+        fifo=fifo,
+    )
 
 
 def fifo_of(*tokens: int, pinned: set[int] | None = None) -> list[FifoEntry]:
@@ -32,8 +47,9 @@ def test_thresholds_in_tokens() -> None:
 
 
 def test_below_warning_is_ok() -> None:
-    d = decide_growth(parts(500), fifo_of(100) * 5, BUDGET, added=100, warned=False,
-                      pressure_tokens=40, placeholder_base=PH)
+    d = decide_growth(
+        parts(500), fifo_of(100) * 5, BUDGET, added=100, warned=False, pressure_tokens=40, placeholder_base=PH
+    )
     assert (d.action, d.total_after, d.warned_after) == ("ok", 650, False)
 
 
@@ -43,22 +59,40 @@ def test_warning_once_per_upward_crossing_then_rearm() -> None:
     d2 = decide_growth(parts(700), [], BUDGET, added=10, warned=True, pressure_tokens=40, placeholder_base=PH)
     assert d2.action == "ok" and d2.warned_after
     # Falling below warning re-arms.
-    d3 = decide_growth(parts(700), [], BUDGET, added=-300, warned=True, pressure_tokens=40, placeholder_base=PH)
+    d3 = decide_growth(
+        parts(700), [], BUDGET, added=-300, warned=True, pressure_tokens=40, placeholder_base=PH
+    )
     assert d3.action == "ok" and not d3.warned_after
 
 
 def test_warning_that_would_cross_flush_flushes_instead() -> None:
     fifo = fifo_of(*[80] * 10)
-    d = decide_growth(parts(800), fifo, BUDGET, added=80, warned=False, pressure_tokens=60,
-                      placeholder_base=PH, exclude="m10")
+    d = decide_growth(
+        parts(800),
+        fifo,
+        BUDGET,
+        added=80,
+        warned=False,
+        pressure_tokens=60,
+        placeholder_base=PH,
+        exclude="m10",
+    )
     assert d.action == "flush"
 
 
 def test_flush_evicts_oldest_unpinned_until_target() -> None:
     fifo = fifo_of(100, 100, 100, 100, 100, 100, 100, 100, 100, pinned={2})
     # total before = 50 system + 800 fifo; +100 new (m9 is the new one) -> 950 > 900
-    d = decide_growth(parts(800, pinned_fifo=100), fifo, BUDGET, added=100, warned=True,
-                      pressure_tokens=40, placeholder_base=PH, exclude="m9")
+    d = decide_growth(
+        parts(800, pinned_fifo=100),
+        fifo,
+        BUDGET,
+        added=100,
+        warned=True,
+        pressure_tokens=40,
+        placeholder_base=PH,
+        exclude="m9",
+    )
     assert d.action == "flush" and d.eviction is not None
     # Need 950 - evicted + ph <= 500: five messages (skipping the pinned m2) = 500 -> 450 + ph.
     assert d.eviction.message_ids == ("m1", "m3", "m4", "m5", "m6")
@@ -77,8 +111,16 @@ def test_plan_never_evicts_excluded_or_pinned_and_reports_unreachable() -> None:
 
 def test_refuses_what_cannot_fit_even_after_eviction() -> None:
     with pytest.raises(TokenBudgetExceeded) as err:
-        decide_growth(parts(0), fifo_of(1000), BUDGET, added=1000, warned=False, pressure_tokens=40,
-                      placeholder_base=PH, exclude="m1")
+        decide_growth(
+            parts(0),
+            fifo_of(1000),
+            BUDGET,
+            added=1000,
+            warned=False,
+            pressure_tokens=40,
+            placeholder_base=PH,
+            exclude="m1",
+        )
     assert err.value.details["required_headroom"] == 50 + 1000 - 900
     assert err.value.code == "TOKEN_BUDGET_EXCEEDED"
 
@@ -86,26 +128,67 @@ def test_refuses_what_cannot_fit_even_after_eviction() -> None:
 def test_unevictable_growth_keeps_summary_room() -> None:
     # system 50 + working 700 + summary room 150 + one placeholder > 900, though 750 alone fits
     with pytest.raises(TokenBudgetExceeded) as err:
-        decide_growth(parts(0), [], BUDGET, added=700, added_unevictable=700, warned=True,
-                      pressure_tokens=40, placeholder_base=PH)
+        decide_growth(
+            parts(0),
+            [],
+            BUDGET,
+            added=700,
+            added_unevictable=700,
+            warned=True,
+            pressure_tokens=40,
+            placeholder_base=PH,
+        )
     assert err.value.details["required_headroom"] == 50 + 700 + 150 + PH + 4 - 900
-    fits = decide_growth(parts(0, summary=150), [], BUDGET, added=500, added_unevictable=500, warned=True,
-                         pressure_tokens=40, placeholder_base=PH)
+    fits = decide_growth(
+        parts(0, summary=150),
+        [],
+        BUDGET,
+        added=500,
+        added_unevictable=500,
+        warned=True,
+        pressure_tokens=40,
+        placeholder_base=PH,
+    )
     assert fits.total_after == 700
 
 
 def test_pin_cap() -> None:
     with pytest.raises(PinLimitExceeded) as err:
-        decide_growth(parts(0, pinned_blocks=200), [], BUDGET, added=60, added_pinned=60, warned=False,
-                      pressure_tokens=40, placeholder_base=PH)
+        decide_growth(
+            parts(0, pinned_blocks=200),
+            [],
+            BUDGET,
+            added=60,
+            added_pinned=60,
+            warned=False,
+            pressure_tokens=40,
+            placeholder_base=PH,
+        )
     assert err.value.details == {"pinned": 200, "requested": 60, "cap": 250}
-    ok = decide_growth(parts(0, pinned_blocks=200), [], BUDGET, added=50, added_pinned=50, warned=False,
-                       pressure_tokens=40, placeholder_base=PH)
+    ok = decide_growth(
+        parts(0, pinned_blocks=200),
+        [],
+        BUDGET,
+        added=50,
+        added_pinned=50,
+        warned=False,
+        pressure_tokens=40,
+        placeholder_base=PH,
+    )
     assert ok.action == "ok"
 
 
 def test_non_admitted_change_is_rebalanced_not_refused() -> None:
     fifo = fifo_of(*[100] * 8)
-    d = decide_growth(parts(800), fifo, BUDGET, added=100, added_unevictable=10_000, warned=True,
-                      pressure_tokens=40, placeholder_base=PH, admit=False)
+    d = decide_growth(
+        parts(800),
+        fifo,
+        BUDGET,
+        added=100,
+        added_unevictable=10_000,
+        warned=True,
+        pressure_tokens=40,
+        placeholder_base=PH,
+        admit=False,
+    )
     assert d.action == "flush" and d.total_after <= BUDGET.target
