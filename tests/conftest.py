@@ -33,10 +33,7 @@ def settings() -> Settings:
 @pytest.fixture(params=["fakeredis", "redis"])
 def redis_client(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
     client: redis.Redis
-    if request.param == "redis":
-        client = _real_redis()
-    else:
-        client = fakeredis.FakeRedis(decode_responses=True)
+    client = _real_redis() if request.param == "redis" else fakeredis.FakeRedis(decode_responses=True)
     client.flushdb()
     yield client
     client.flushdb()

@@ -329,10 +329,7 @@ def connect(
                     raise
                 _create_database(sys_db, name)
                 rw = client.db(name, username=user, password=secret, verify=verify)
-            if ro_username:
-                ro = client.db(name, username=ro_username, password=ro_password or "", verify=verify)
-            else:
-                ro = rw
+            ro = client.db(name, username=ro_username, password=ro_password or "", verify=verify) if ro_username else rw
     except BaseException:
         client.close()
         raise

@@ -55,15 +55,17 @@ class TextIndexer:
         self.passes = 0
         self.last_error: str | None = None
 
-    def catch_up(self, wait_s: float = 0.0) -> bool:
-        """Index everything SQLite holds above the mark. False when another process writes."""
+    def catch_up(self, wait_s: float = 0.0, *, interruptible: bool = False) -> bool:
+        """Index everything SQLite holds above the mark. False when another process writes
+        (or, if ``interruptible``, when :meth:`stop` cut a long catch-up short)."""
         with self._lock:
             writer = self._index.try_writer(wait_s)
             if writer is None:
                 return False
             try:
                 while self._one_batch(writer):
-                    pass
+                    if interruptible and self._stop.is_set():
+                        return False
             finally:
                 TextIndex.release(writer)
             self.passes += 1
@@ -119,7 +121,9 @@ class TextIndexer:
     def notify(self) -> None:
         """New rows are committed: index them soon, off the caller's thread."""
         with self._thread_lock:
-            if self._thread is None and not self._stop.is_set():
+            # is_alive: a forked child inherits the attribute but not the thread.
+            alive = self._thread is not None and self._thread.is_alive()
+            if not alive and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._run, name="vcm-text-indexer", daemon=True)
                 self._thread.start()
         self._wake.set()
@@ -134,7 +138,7 @@ class TextIndexer:
             # Let a burst of writes land in one tantivy commit.
             self._stop.wait(self._debounce_s)
             try:
-                pending = not self.catch_up(0.0)
+                pending = not self.catch_up(0.0, interruptible=True)
                 self.last_error = None
             except Exception as exc:  # keep the thread alive; recall reads the tail meanwhile
                 log.warning("text index catch-up failed, will retry: %s", exc)

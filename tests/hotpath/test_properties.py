@@ -253,7 +253,7 @@ class HotPathMachine(RuleBasedStateMachine):
     def within_budget_and_consistent(self) -> None:
         if not hasattr(self, "hot"):
             return
-        parts, _, budget, m = policy_view(self.hot, AGENT)
+        parts, _, budget, _m = policy_view(self.hot, AGENT)
         assert parts.total <= budget.max_tokens
         assert parts.pinned <= budget.pinned_cap
         assert parts.summary <= budget.summary_cap
