@@ -467,3 +467,22 @@ class HotState:
         for bid in self.pending_batches(agent_id):
             out[bid] = self.redis.lrange(keys.evicting(agent_id, bid), 0, -1)
         return out
+
+    def get_messages(self, agent_id: str, message_ids: Sequence[str]) -> list[Message]:
+        """Messages still held in Redis (FIFO or a pending batch), in the order asked.
+
+        A message missing here has left Redis with a finished batch, after its store commit.
+        """
+        if not message_ids:
+            return []
+        raws = self.redis.hmget(keys.key(agent_id, keys.MESSAGES), list(message_ids))
+        return [Message.from_json(json.loads(r)) for r in raws if r is not None]
+
+    def agents_with_pending_batches(self) -> dict[str, list[int]]:
+        """For the sweeper: every agent's pending batch ids (scans the agents set)."""
+        out: dict[str, list[int]] = {}
+        for agent_id in self.agents():
+            pending = self.pending_batches(agent_id)
+            if pending:
+                out[agent_id] = pending
+        return out
