@@ -281,6 +281,49 @@ def test_commit_eviction_failure_leaves_store_as_before_then_retry_succeeds(
     assert set(store.traverse(summary_node(A))) == {message_node(A, i) for i in ids}
 
 
+def test_concurrent_commits_of_one_batch_apply_it_once(store: MemoryStore) -> None:
+    commit = eviction(A, 1, [msg(A, i) for i in range(4)], None)
+    results: list[Any] = []
+    start = threading.Barrier(6)
+
+    def commit_it() -> None:
+        start.wait()
+        results.append(store.commit_eviction(commit))
+
+    threads = [threading.Thread(target=commit_it) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert len(results) == 6
+    assert sorted(r.replayed for r in results) == [False, True, True, True, True, True]
+    assert len({r.summary_rev for r in results}) == 1
+    assert len(store.query_events(A, ["evict"]).items) == 1
+    assert store.committed_batches(A) == [1]
+
+
+def test_concurrent_writers_read_their_own_writes(store: MemoryStore) -> None:
+    failures: list[str] = []
+
+    def writer(w: int) -> None:
+        for i in range(15):
+            n = w * 100 + i
+            store.spool_messages([msg(A, n, f"thread{w} wrote heron{n}")])
+            found = [h.message.message_id for h in store.search_recall(A, f"heron{n}").items]
+            if found != [f"m{n:04d}"]:
+                failures.append(f"heron{n}: {found}")
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert failures == []
+    assert store.count_messages(A) == 60
+
+
 def test_commit_eviction_rejects_foreign_messages(store: MemoryStore) -> None:
     with pytest.raises(StoreValidationError):
         store.commit_eviction(eviction(A, 1, [msg(A, 0), msg(B, 1)], None))
@@ -406,10 +449,7 @@ def test_search_archival_cosine_top_k(store: MemoryStore) -> None:
 def test_search_archival_l2_orders_by_distance(store: MemoryStore) -> None:
     points, labels = clustered(3, 10, 8)
     store.ingest_archival(
-        [
-            chunk(A, f"d{int(lab)}", i, p, metric="l2")
-            for i, (p, lab) in enumerate(zip(points, labels, strict=True))
-        ]
+        [chunk(A, f"d{int(lab)}", i, p, metric="l2") for i, (p, lab) in enumerate(zip(points, labels, strict=True))]
     )
 
     page = store.search_archival(A, points[0].tolist(), k=4, metric="l2")
@@ -437,9 +477,7 @@ def test_search_archival_post_filters(store: MemoryStore) -> None:
 def test_search_archival_skips_stale_chunks_unless_asked(store: MemoryStore) -> None:
     points, _ = clustered(1, 6, 8)
     past, future = time.time() - 3600, time.time() + 3600
-    store.ingest_archival(
-        [chunk(A, "doc", i, p, valid_until=past if i < 3 else future) for i, p in enumerate(points)]
-    )
+    store.ingest_archival([chunk(A, "doc", i, p, valid_until=past if i < 3 else future) for i, p in enumerate(points)])
 
     fresh = store.search_archival(A, points[0].tolist(), k=10).items
     everything = store.search_archival(A, points[0].tolist(), k=10, filters={"include_stale": True}).items
@@ -638,12 +676,8 @@ BAD_CALLS: dict[str, Any] = {
     "nan in second chunk": lambda s: s.ingest_archival(
         [chunk(A, "doc", 0, V4), chunk(A, "doc", 1, [*V4[:3], math.nan])]
     ),
-    "two dimensions in one version": lambda s: s.ingest_archival(
-        [chunk(A, "doc", 0, V4), chunk(A, "doc", 1, V4[:3])]
-    ),
-    "dimension of existing version": lambda s: s.ingest_archival(
-        [chunk(A, "new", 0, [1.0, 2.0, 3.0, 4.0, 5.0])]
-    ),
+    "two dimensions in one version": lambda s: s.ingest_archival([chunk(A, "doc", 0, V4), chunk(A, "doc", 1, V4[:3])]),
+    "dimension of existing version": lambda s: s.ingest_archival([chunk(A, "new", 0, [1.0, 2.0, 3.0, 4.0, 5.0])]),
     "negative chunk index": lambda s: s.ingest_archival([chunk(A, "doc", -1, V4)]),
     "char_end before char_start": lambda s: s.ingest_archival([replace(chunk(A, "doc", 0, V4), char_end=-1)]),
     "bad event payload": lambda s: s.append_event(MemoryEvent(A, "append", {"x": math.inf})),
