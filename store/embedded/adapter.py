@@ -848,6 +848,8 @@ class EmbeddedStore(MemoryStore):
             details = self._details()
         except StoreError as exc:
             return Health(False, self.backend, {"path": self.path, "error": exc.message})
+        except (OSError, ValueError, RuntimeError) as exc:  # the text index, from tantivy
+            return Health(False, self.backend, {"path": self.path, "error": str(exc)})
         return Health(True, self.backend, details)
 
     def _details(self) -> dict[str, Any]:

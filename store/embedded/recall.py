@@ -15,6 +15,7 @@ from store.embedded import bm25
 from store.embedded.db import Database, chunked, meta_int
 from store.embedded.schema import META_TEXT_DOCS, META_TEXT_GEN, META_TEXT_HWM, META_TEXT_TERMS
 from store.embedded.textindex import TextIndex, analyze
+from store.errors import StoreUnavailableError
 
 Ranked = list[tuple[int, float]]
 
@@ -59,16 +60,21 @@ class RecallRanker:
         if not terms or n <= 0:
             return [], newest
         # Only after reading the mark: the indexer commits tantivy before recording a mark.
-        self._index.refresh(generation)
-        # Documents deleted from SQLite but not yet from tantivy may occupy top slots.
-        indexed = self._index.search(
-            agent_id,
-            terms,
-            n + pending_deletes + len(exclude),
-            max_row_id=min(hwm, top),
-            since=since,
-            until=until,
-        )
+        try:
+            self._index.refresh(generation)
+            # Documents deleted from SQLite but not yet from tantivy may occupy top slots.
+            indexed = self._index.search(
+                agent_id,
+                terms,
+                n + pending_deletes + len(exclude),
+                max_row_id=min(hwm, top),
+                since=since,
+                until=until,
+            )
+        except (OSError, ValueError) as exc:
+            raise StoreUnavailableError(
+                f"the text index failed: {exc}; rebuild_text_index() rebuilds it from SQLite"
+            ) from exc
         if exclude:
             indexed = [hit for hit in indexed if hit[0] not in exclude]
         if pending_deletes and indexed:

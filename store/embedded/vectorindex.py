@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import numpy.typing as npt
 
 from store.embedded import sizing
 from store.embedded.db import Database
+from store.errors import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -202,12 +204,12 @@ class VectorIndexes:
         self, key: SpaceKey, query: Vectors, k: int, n_probe: int
     ) -> tuple[list[tuple[int, float]], int]:
         """(hits, vectors in the index) after catching up with SQLite."""
-        with self._lock:
+        with self._lock, _faiss_errors(key):
             index = self._current(key)
             return index.search(prepare(key, query), k, n_probe), index.ntotal
 
     def refresh(self, key: SpaceKey) -> VectorIndex:
-        with self._lock:
+        with self._lock, _faiss_errors(key):
             return self._current(key)
 
     def _current(self, key: SpaceKey) -> VectorIndex:
@@ -307,3 +309,15 @@ class VectorIndexes:
                 }
                 for key, index in sorted(self._indexes.items())
             ]
+
+
+@contextlib.contextmanager
+def _faiss_errors(key: SpaceKey) -> Iterator[None]:
+    # FAISS reports failures (allocation, training) as RuntimeError; callers only know StoreError.
+    try:
+        yield
+    except RuntimeError as exc:
+        raise StoreUnavailableError(
+            f"vector index {key.metric}/{key.dimension}/{key.version} failed: {exc}; "
+            "rebuild_vector_indexes() rebuilds it from SQLite"
+        ) from exc
