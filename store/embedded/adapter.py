@@ -46,7 +46,7 @@ from typing import Any
 from store.embedded import rows, validation
 from store.embedded.archival import ArchivalRanker
 from store.embedded.cursor import decode_cursor, encode_cursor, fingerprint
-from store.embedded.db import Database, chunked, meta_add, meta_get, meta_int
+from store.embedded.db import Database, chunked, meta_add, meta_get, meta_int, meta_set
 from store.embedded.filters import parse_filters
 from store.embedded.indexer import TextIndexer
 from store.embedded.recall import RecallRanker
@@ -184,7 +184,7 @@ class EmbeddedStore(MemoryStore):
                 index = TextIndex(directory)
                 if index.recreated:
                     with self._db.write("reset the text index mark") as conn:
-                        conn.execute("UPDATE meta SET value = '0' WHERE key = ?", (META_TEXT_HWM,))
+                        meta_set(conn, META_TEXT_HWM, 0)
                         meta_add(conn, META_TEXT_GEN, 1)
                         conn.execute("DELETE FROM text_index_deletes")
                 return index

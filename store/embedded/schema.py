@@ -191,7 +191,8 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         conn.executemany("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", list(seeds.items()))
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
 
 
