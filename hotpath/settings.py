@@ -8,7 +8,7 @@ import tomllib
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -77,6 +77,47 @@ class EmbeddingSettings(BaseModel):
     threads: int = Field(0, ge=0, le=256)
 
 
+class ChunkingSettings(BaseModel):
+    """How archival documents are cut into chunks and windowed for late chunking (issue 4)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Chunk size in model tokens; must fit the embedding model's window (checked at use).
+    target_tokens: int = Field(128, ge=8, le=8192)
+    # Whole trailing sentences of the previous chunk repeated at the start of the next one.
+    overlap_tokens: int = Field(0, ge=0, le=4096)
+    # Overlap between the model windows a long document is split into; a token's embedding
+    # comes from the window where it has more context, so larger means more context per token
+    # at the cost of running the model over those tokens twice.
+    window_overlap_tokens: int = Field(64, ge=0, le=4096)
+
+    @model_validator(mode="after")
+    def _overlap_below_target(self) -> Self:
+        if self.overlap_tokens >= self.target_tokens:
+            raise ValueError(
+                f"overlap_tokens ({self.overlap_tokens}) must be below target_tokens ({self.target_tokens})"
+            )
+        return self
+
+
+class IngestSettings(BaseModel):
+    """Archival ingestion of documents and folders."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # "late" embeds chunks in their document's context; "naive" (each chunk alone) is only for
+    # comparison and is recorded as a compliance_violation event.
+    mode: Literal["late", "naive"] = "late"
+    # Suffix of the embedding version "<model_id>:<mode>:<suffix>"; bump it when chunking changes.
+    version_suffix: str = Field("v1", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    # File name endings a folder walk picks up (files named explicitly are always read).
+    extensions: list[str] = Field(default_factory=lambda: [".txt", ".md", ".markdown", ".rst"])
+    # Bad-input guard: larger files / texts are refused before they are tokenised.
+    max_document_bytes: int = Field(10_000_000, gt=0, le=1_000_000_000)
+    # Documents embedded together: their model windows share batches.
+    batch_documents: int = Field(16, ge=1, le=10_000)
+
+
 def _check_url(value: str, schemes: tuple[str, ...], name: str) -> str:
     if value and not value.startswith(schemes):
         raise ValueError(f"{name} must start with one of {', '.join(schemes)}")
@@ -97,6 +138,8 @@ class Settings(BaseModel):
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
