@@ -118,6 +118,80 @@ class IngestSettings(BaseModel):
     batch_documents: int = Field(16, ge=1, le=10_000)
 
 
+class WorkerSettings(BaseModel):
+    """Celery reliability knobs (see ``workers/config.py`` for why each matters)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    result_backend: str = ""
+    result_expires_s: int = Field(86400, ge=60, le=30 * 86400)
+    visibility_timeout_s: int = Field(3600, ge=5, le=7 * 86400)
+    restore_interval_s: int = Field(10, ge=1, le=3600)
+    task_time_limit_s: int = Field(300, ge=1, le=86400)
+    task_soft_time_limit_s: int = Field(270, ge=1, le=86400)
+    max_retries: int = Field(8, ge=0, le=100)
+    retry_backoff_s: float = Field(2.0, gt=0.0, le=3600.0)
+    retry_backoff_max_s: int = Field(120, ge=1, le=86400)
+    max_deliveries: int = Field(5, ge=1, le=1000)
+    soft_shutdown_timeout_s: float = Field(30.0, ge=0.0, le=3600.0)
+    eta_task_limit: int = Field(1000, ge=1, le=1_000_000)
+    dispatch_retries: int = Field(2, ge=0, le=10)
+    metrics_port: int = Field(0, ge=0, le=65535)
+    preload_embedder: bool = True
+
+    @model_validator(mode="after")
+    def _limits(self) -> Self:
+        if self.task_soft_time_limit_s >= self.task_time_limit_s:
+            raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
+        longest = self.task_time_limit_s + self.retry_backoff_max_s
+        if self.visibility_timeout_s <= longest:
+            # A message unacknowledged for longer than this is handed to another worker.
+            raise ValueError(
+                f"visibility_timeout_s ({self.visibility_timeout_s}) must exceed task_time_limit_s + "
+                f"retry_backoff_max_s ({longest}), or running and waiting tasks are delivered twice"
+            )
+        return self
+
+
+class MaintenanceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sweep_interval_s: float = Field(60.0, gt=0.0, le=86400.0)
+    sweep_grace_s: float = Field(120.0, gt=0.0, le=86400.0)
+    redrive_dead_letters_after_s: float = Field(3600.0, ge=0.0, le=30 * 86400.0)
+    expire_interval_s: float = Field(3600.0, gt=0.0, le=30 * 86400.0)
+    recall_ttl_s: int = Field(0, ge=0, le=100 * 365 * 86400)
+
+
+class SummarizerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["extractive", "llm"] = "extractive"
+    mmr_lambda: float = Field(0.7, ge=0.0, le=1.0)
+    previous_share: float = Field(0.4, ge=0.0, le=1.0)
+    salience_boost: float = Field(0.15, ge=0.0, le=1.0)
+    max_sentence_chars: int = Field(400, ge=40, le=20_000)
+    llm_url: str = ""
+    llm_model: str = ""
+    llm_api_key_env: str = "OPENAI_API_KEY"
+    llm_timeout_s: float = Field(20.0, gt=0.0, le=600.0)
+
+    @model_validator(mode="after")
+    def _llm(self) -> Self:
+        if self.kind == "llm" and not (self.llm_url and self.llm_model):
+            raise ValueError("summarizer kind 'llm' needs llm_url and llm_model")
+        _check_url(self.llm_url, ("http://", "https://"), "llm_url")
+        return self
+
+
+class DriftSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(0.85, ge=-1.0, le=1.0)
+    retry_mmr_lambda: float = Field(0.9, ge=0.0, le=1.0)
+    retry_previous_share: float = Field(0.2, ge=0.0, le=1.0)
+
+
 def _check_url(value: str, schemes: tuple[str, ...], name: str) -> str:
     if value and not value.startswith(schemes):
         raise ValueError(f"{name} must start with one of {', '.join(schemes)}")
@@ -138,6 +212,10 @@ class Settings(BaseModel):
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
+    summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
+    drift: DriftSettings = Field(default_factory=DriftSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
 
@@ -155,6 +233,10 @@ class Settings(BaseModel):
                 raise ValueError(f"models.{model}: window {window} outside 256..10000000")
         if self.default_model not in self.models:
             raise ValueError(f"default_model {self.default_model!r} is not in [models]")
+        if self.maintenance.sweep_grace_s >= self.worker.visibility_timeout_s:
+            # The sweeper's confirmation is a countdown task; past the visibility timeout it would
+            # be delivered twice (celery.md 1.3).
+            raise ValueError("maintenance.sweep_grace_s must stay below worker.visibility_timeout_s")
         return self
 
     def window_for(self, model: str) -> int:
