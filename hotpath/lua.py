@@ -23,16 +23,33 @@ local function push_chunks(key, items)
   end
 end
 
+-- Counters and thresholds an operation needs, read with one HMGET; changes are collected in
+-- `m.dirty` and written back with one HSET (see save_meta).
+local FIELDS = {'window', 'max', 'warn', 'flush', 'target', 'pin_cap', 'sum_cap', 'ph_base',
+  'pressure_tokens', 'system', 'working', 'pinned_blocks', 'pinned_fifo', 'summary', 'ph', 'fifo',
+  'warned', 'msg_seq', 'batch_seq', 'finished_batch', 'rev_seq', 'appended', 'evicted'}
+
 local function load_meta()
-  local raw = redis.call('HGETALL', META)
-  if #raw == 0 then return nil end
-  local m = {}
-  for i = 1, #raw, 2 do
-    local v = tonumber(raw[i + 1])
-    if v == nil then v = raw[i + 1] end
-    m[raw[i]] = v
-  end
+  local vals = redis.call('HMGET', META, unpack(FIELDS))
+  if not vals[1] then return nil end
+  local m = {dirty = {}}
+  for i = 1, #FIELDS do m[FIELDS[i]] = tonumber(vals[i]) end
   return m
+end
+
+local function set(m, field, value)
+  m[field] = value
+  m.dirty[field] = true
+end
+
+local function save_meta(m)
+  local args = {}
+  for field in pairs(m.dirty) do
+    args[#args + 1] = field
+    args[#args + 1] = m[field]
+  end
+  if #args > 0 then redis.call('HSET', META, unpack(args)) end
+  m.dirty = {}
 end
 
 local function total_of(m)
@@ -55,23 +72,48 @@ local function fail(code, message, extra)
   return {'error', cjson.encode(t)}
 end
 
--- hotpath.budget.plan_eviction
-local function plan_eviction(entries, total, target, base, exclude)
-  local chosen, evicted, current = {}, 0, total
-  for i = 1, #entries do
-    if current <= target then break end
-    local tok, pin, id = parse_entry(entries[i])
+-- Reads FIFO entries on demand, oldest first, in chunks: a flush reads only the prefix it
+-- evicts, not the whole list. `extra` is an entry about to be appended (it follows the list).
+local function fifo_reader(extra)
+  local cache, fetched, done = {}, 0, false
+  local function get(i)
+    while i > fetched and not done do
+      local chunk = redis.call('LRANGE', FIFO, fetched, fetched + 511)
+      for j = 1, #chunk do cache[fetched + j] = chunk[j] end
+      fetched = fetched + #chunk
+      if #chunk < 512 then
+        done = true
+        if extra then
+          fetched = fetched + 1
+          cache[fetched] = extra
+        end
+      end
+    end
+    return cache[i]
+  end
+  return get
+end
+
+-- hotpath.budget.plan_eviction; also returns how many entries it examined.
+local function plan_eviction(get, total, target, base, exclude)
+  local chosen, evicted, current, i = {}, 0, total, 0
+  while current > target do
+    local e = get(i + 1)
+    if not e then break end
+    i = i + 1
+    local tok, pin, id = parse_entry(e)
     if pin == '0' and id ~= exclude then
       chosen[#chosen + 1] = i
       evicted = evicted + tok
       current = total - evicted + ph_cost(base, #chosen)
     end
   end
-  return chosen, evicted, current
+  return chosen, evicted, current, i
 end
 
--- hotpath.budget.decide_growth; returns decision table or nil, error reply
-local function decide(m, entries, added, added_unev, added_pinned, exclude, admit)
+-- hotpath.budget.decide_growth; returns decision table or nil, error reply.
+-- `get` reads FIFO entries (fifo_reader); it is used only when evicting.
+local function decide(m, get, added, added_unev, added_pinned, exclude, admit)
   if admit then
     if added_pinned > 0 and m.pinned_blocks + m.pinned_fifo + added_pinned > m.pin_cap then
       return nil, fail('PIN_LIMIT_EXCEEDED',
@@ -93,7 +135,7 @@ local function decide(m, entries, added, added_unev, added_pinned, exclude, admi
   local total = total_of(m) + added
   local warned = m.warned == 1
   if total > m.flush or (not warned and total > m.warn and total + m.pressure_tokens > m.flush) then
-    local chosen, evicted, current = plan_eviction(entries, total, m.target, m.ph_base, exclude)
+    local chosen, evicted, current, examined = plan_eviction(get, total, m.target, m.ph_base, exclude)
     if admit and current > m.max then
       return nil, fail('TOKEN_BUDGET_EXCEEDED',
         'this change needs ' .. (current - m.max) .. ' more tokens than the window allows even after'
@@ -101,7 +143,7 @@ local function decide(m, entries, added, added_unev, added_pinned, exclude, admi
         {required_headroom = current - m.max, max_tokens = m.max})
     end
     return {action = 'flush', total = current, warned = warned and current >= m.warn,
-            chosen = chosen, evicted = evicted, unreachable = current > m.target}
+            chosen = chosen, evicted = evicted, unreachable = current > m.target, examined = examined}
   end
   if not warned and total > m.warn then
     return {action = 'warning', total = total + m.pressure_tokens, warned = true}
@@ -109,57 +151,65 @@ local function decide(m, entries, added, added_unev, added_pinned, exclude, admi
   return {action = 'ok', total = total, warned = warned and total >= m.warn}
 end
 
--- Move the chosen FIFO entries (indexes into `entries`, which mirror the list) to a new batch.
-local function apply_eviction(m, entries, chosen, evicted)
-  local bid = redis.call('HINCRBY', META, 'batch_seq', 1)
+-- Move the chosen FIFO entries (indexes as `get` numbers them) to a new batch. Only the
+-- examined prefix of the list is rewritten.
+local function apply_eviction(m, get, chosen, examined, evicted)
+  local bid = m.batch_seq + 1
+  set(m, 'batch_seq', bid)
   local ids = {}
   for j = 1, #chosen do
-    local _, _, id = parse_entry(entries[chosen[j]])
+    local _, _, id = parse_entry(get(chosen[j]))
     ids[j] = id
   end
   push_chunks(P .. 'evicting:' .. bid, ids)
   if chosen[#chosen] == #chosen then
     redis.call('LTRIM', FIFO, #chosen, -1)
   else
-    local keep, c = {}, 1
-    for i = 1, #entries do
-      if chosen[c] == i then c = c + 1 else keep[#keep + 1] = entries[i] end
+    -- Pinned entries sit among the evicted ones: drop the examined prefix, push back the kept.
+    local keep_reversed, c = {}, #chosen
+    for i = examined, 1, -1 do
+      if chosen[c] == i then c = c - 1 else keep_reversed[#keep_reversed + 1] = get(i) end
     end
-    redis.call('DEL', FIFO)
-    if #keep > 0 then push_chunks(FIFO, keep) end
+    redis.call('LTRIM', FIFO, examined, -1)
+    for i = 1, #keep_reversed, 1000 do
+      redis.call('LPUSH', FIFO, unpack(keep_reversed, i, math.min(i + 999, #keep_reversed)))
+    end
   end
   local cost = ph_cost(m.ph_base, #chosen)
   redis.call('HSET', PH, bid, #chosen .. '|' .. cost)
   redis.call('ZADD', BATCHES, bid, bid)
-  redis.call('HINCRBY', META, 'fifo', -evicted)
-  redis.call('HINCRBY', META, 'ph', cost)
-  redis.call('HINCRBY', META, 'evicted', #chosen)
+  set(m, 'fifo', m.fifo - evicted)
+  set(m, 'ph', m.ph + cost)
+  set(m, 'evicted', m.evicted + #chosen)
   return {id = bid, count = #chosen, tokens = evicted, placeholder = cost, message_ids = ids}
 end
 
 -- Append one message JSON body (without id/seq) to the FIFO; returns id, seq.
-local function push_message(body, tokens, pinned)
-  local seq = redis.call('HINCRBY', META, 'msg_seq', 1)
+local function push_message(m, body, tokens, pinned)
+  local seq = m.msg_seq + 1
   local id = 'm' .. seq
   redis.call('HSET', MSG, id, '{"id":"' .. id .. '","seq":' .. seq .. ',' .. string.sub(body, 2))
   redis.call('RPUSH', FIFO, tokens .. ':' .. (pinned and '1' or '0') .. ':' .. id)
-  redis.call('HINCRBY', META, 'fifo', tokens)
-  redis.call('HINCRBY', META, 'appended', 1)
-  if pinned then redis.call('HINCRBY', META, 'pinned_fifo', tokens) end
+  set(m, 'msg_seq', seq)
+  set(m, 'fifo', m.fifo + tokens)
+  set(m, 'appended', m.appended + 1)
+  if pinned then set(m, 'pinned_fifo', m.pinned_fifo + tokens) end
   return id, seq
 end
 
 -- Carry out a decision: eviction or pressure message, flags. Returns (batch, pressure_id).
-local function carry_out(m, d, entries, pressure_body, now)
+local function carry_out(m, d, get, pressure_body, now)
   local batch, pressure_id = nil, nil
   if d.action == 'flush' and #d.chosen > 0 then
-    batch = apply_eviction(m, entries, d.chosen, d.evicted)
+    batch = apply_eviction(m, get, d.chosen, d.examined, d.evicted)
   elseif d.action == 'warning' then
     local body = '{"role":"system","content":' .. pressure_body .. ',"tokens":' .. m.pressure_tokens
       .. ',"pinned":false,"created_at":' .. now .. ',"kind":"pressure"}'
-    pressure_id = push_message(body, m.pressure_tokens, false)
+    pressure_id = push_message(m, body, m.pressure_tokens, false)
   end
-  redis.call('HSET', META, 'warned', d.warned and 1 or 0)
+  local warned = d.warned and 1 or 0
+  if m.warned ~= warned then set(m, 'warned', warned) end
+  save_meta(m)
   return batch, pressure_id
 end
 
@@ -197,7 +247,7 @@ CREATE_AGENT = (
     + r"""
 local existing = redis.call('HGET', META, 'config_fp')
 if existing then
-  if existing == ARGV[2] then return {'replayed', cjson.encode(load_meta())} end
+  if existing == ARGV[2] then return {'replayed', '{}'} end
   return fail('CONFLICT', 'an agent with this id already exists with a different configuration')
 end
 local cfg = cjson.decode(ARGV[3])
@@ -208,7 +258,7 @@ for _, f in ipairs({'working', 'pinned_blocks', 'pinned_fifo', 'summary', 'ph', 
 end
 redis.call('HSET', META, 'config_fp', ARGV[2])
 redis.call('HSET', KEYS[2], 'prompt', ARGV[4], 'tools', ARGV[5])
-return {'ok', cjson.encode(load_meta())}
+return {'ok', '{}'}
 """
 )
 
@@ -226,13 +276,12 @@ local m = load_meta()
 if not m then return fail('NOT_FOUND', 'unknown agent; create it first') end
 local tokens = tonumber(ARGV[6])
 local pinned = ARGV[7] == '1'
-local entries = redis.call('LRANGE', FIFO, 0, -1)
 local exclude = 'm' .. (m.msg_seq + 1)
-entries[#entries + 1] = tokens .. ':' .. ARGV[7] .. ':' .. exclude
-local d, err = decide(m, entries, tokens, pinned and tokens or 0, pinned and tokens or 0, exclude, true)
+local get = fifo_reader(tokens .. ':' .. ARGV[7] .. ':' .. exclude)
+local d, err = decide(m, get, tokens, pinned and tokens or 0, pinned and tokens or 0, exclude, true)
 if not d then return err end
-local id, seq = push_message(ARGV[5], tokens, pinned)
-local batch, pressure_id = carry_out(m, d, entries, ARGV[8], ARGV[9])
+local id, seq = push_message(m, ARGV[5], tokens, pinned)
+local batch, pressure_id = carry_out(m, d, get, ARGV[8], ARGV[9])
 local result = '{"message_id":"' .. id .. '","seq":' .. seq .. ',"tokens":' .. tokens
   .. ',"total":' .. d.total .. ',"action":"' .. d.action .. '","target_unreachable":'
   .. tostring(d.unreachable == true) .. ',"pressure_message_id":'
@@ -280,20 +329,21 @@ end
 local tokens = deleting and 0 or tonumber(ARGV[8])
 local pinned_tokens = (ARGV[9] == '1' and not deleting) and tokens or 0
 local delta = tokens - old_tokens
-local entries = redis.call('LRANGE', FIFO, 0, -1)
-local d, err = decide(m, entries, delta, math.max(delta, 0), pinned_tokens - old_pinned, '', true)
+local get = fifo_reader(nil)
+local d, err = decide(m, get, delta, math.max(delta, 0), pinned_tokens - old_pinned, '', true)
 if not d then return err end
 local rev = nil
 if deleting then
   redis.call('HDEL', BLOCKS, block_id)
 else
-  rev = tostring(redis.call('HINCRBY', META, 'rev_seq', 1))
+  rev = tostring(m.rev_seq + 1)
+  set(m, 'rev_seq', m.rev_seq + 1)
   redis.call('HSET', BLOCKS, block_id, '{"id":' .. cjson.encode(block_id) .. ',"rev":"' .. rev
     .. '","updated_at":' .. ARGV[12] .. ',' .. string.sub(ARGV[7], 2))
 end
-redis.call('HINCRBY', META, 'working', delta)
-redis.call('HINCRBY', META, 'pinned_blocks', pinned_tokens - old_pinned)
-local batch, pressure_id = carry_out(m, d, entries, ARGV[11], ARGV[12])
+set(m, 'working', m.working + delta)
+set(m, 'pinned_blocks', m.pinned_blocks + pinned_tokens - old_pinned)
+local batch, pressure_id = carry_out(m, d, get, ARGV[11], ARGV[12])
 local result = '{"block_id":' .. cjson.encode(block_id) .. ',"rev":' .. (rev and ('"' .. rev .. '"') or 'null')
   .. ',"tokens":' .. tokens .. ',"total":' .. d.total .. ',"action":"' .. d.action
   .. '","deleted":' .. tostring(deleting) .. ',"pressure_message_id":'
@@ -340,15 +390,15 @@ redis.call('DEL', KEYS[7])
 redis.call('ZREM', BATCHES, bid)
 redis.call('HDEL', PH, bid)
 local added = tokens - m.summary - cost
-redis.call('HINCRBY', META, 'ph', -cost)
-redis.call('HSET', META, 'summary', tokens, 'finished_batch', bid)
 local rev = redis.call('HINCRBY', SUMMARY, 'rev', 1)
 redis.call('HSET', SUMMARY, 'text', ARGV[3], 'tokens', tokens, 'batch_id', bid, 'updated_at', ARGV[6])
 -- Decide on the counters as they were before this change, like the pure policy does.
-local entries = redis.call('LRANGE', FIFO, 0, -1)
-local d = decide(m, entries, added, 0, 0, '', false)
-m = load_meta()
-local batch, pressure_id = carry_out(m, d, entries, ARGV[5], ARGV[6])
+local get = fifo_reader(nil)
+local d = decide(m, get, added, 0, 0, '', false)
+set(m, 'ph', m.ph - cost)
+set(m, 'summary', tokens)
+set(m, 'finished_batch', bid)
+local batch, pressure_id = carry_out(m, d, get, ARGV[5], ARGV[6])
 return {'ok', '{"batch_id":' .. bid .. ',"summary_rev":' .. rev .. ',"total":' .. d.total
   .. ',"action":"' .. d.action .. '","pressure_message_id":'
   .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch) .. '}'}

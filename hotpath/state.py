@@ -219,7 +219,8 @@ class HotState:
             body["tool_calls"] = list(tool_calls)
         if meta:
             body["metadata"] = meta
-        fp = _fingerprint({"op": "append", **body})
+        # Only keyed calls can be replayed, so only they pay for a fingerprint.
+        fp = _fingerprint({"op": "append", **body}) if idempotency_key else ""
         now = self.clock()
         body["created_at"] = round(now, 6)
         body["kind"] = "message"

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Hot-path benchmark against a real Redis (not a test): PING, append and flush-append latency.
+
+    .venv/bin/python scripts/bench_hotpath.py [--redis redis://127.0.0.1:6379/12] [--json out.json]
+
+Prints a table and writes ping/append/flush figures as JSON. The Redis database given is
+flushed first: point it at a scratch database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hotpath.settings import load_settings  # noqa: E402
+from hotpath.state import HotState  # noqa: E402
+
+WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jolly vexing bards".split()
+
+
+def message(i: int, tokens: int = 100) -> str:
+    # ~1 token per word for these common words; a counter makes each message distinct.
+    words = [WORDS[(i * 7 + j) % len(WORDS)] for j in range(tokens - 8)]
+    return f"msg {i}: " + " ".join(words)
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bench_ping(client: redis.Redis, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        client.ping()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def bench_append(hot: HotState, n: int) -> tuple[list[float], float]:
+    hot.create_agent("bench-append", model="gpt-4.1", system_prompt="bench")  # 1M window: no flush
+    for i in range(200):  # warm-up: scripts loaded, encodings cached
+        hot.append("bench-append", "user", message(i))
+    out = []
+    start = time.perf_counter()
+    for i in range(n):
+        text = message(i)
+        t = time.perf_counter()
+        hot.append("bench-append", "user", text)
+        out.append((time.perf_counter() - t) * 1000)
+    elapsed = time.perf_counter() - start
+    return out, n / elapsed
+
+
+def bench_flush(hot: HotState, model: str, samples: int) -> tuple[list[float], int]:
+    agent = f"bench-flush-{model}"
+    hot.create_agent(agent, model=model, system_prompt="bench")
+    out: list[float] = []
+    fifo_sizes = []
+    i = 0
+    while len(out) < samples:
+        t = time.perf_counter()
+        res = hot.append(agent, "user", message(i))
+        dt = (time.perf_counter() - t) * 1000
+        i += 1
+        if res.batch is not None:
+            out.append(dt)
+            fifo_sizes.append(res.batch.count)
+            hot.finish_eviction(agent, res.batch.id, f"summary after batch {res.batch.id}")
+    return out, int(statistics.mean(fifo_sizes))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/12")
+    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--pings", type=int, default=5000)
+    parser.add_argument("--appends", type=int, default=5000)
+    parser.add_argument("--flushes", type=int, default=200)
+    args = parser.parse_args()
+
+    client = redis.Redis.from_url(args.redis, decode_responses=True)
+    client.flushdb()
+    hot = HotState(client, load_settings(environ={}))
+    ping = bench_ping(client, args.pings)
+    append, rate = bench_append(hot, args.appends)
+    flush8, evicted8 = bench_flush(hot, "vcm-small-8k", args.flushes)
+    flush128, evicted128 = bench_flush(hot, "gpt-4o", max(20, args.flushes // 4))
+    client.flushdb()
+
+    figures = {
+        "ping_p50_ms": pct(ping, 0.50),
+        "ping_p99_ms": pct(ping, 0.99),
+        "append_p50_ms": pct(append, 0.50),
+        "append_p99_ms": pct(append, 0.99),
+        "appends_per_s": rate,
+        "append_p50_in_pings": pct(append, 0.50) / pct(ping, 0.50),
+        "flush_p50_ms_8k": pct(flush8, 0.50),
+        "flush_p99_ms_8k": pct(flush8, 0.99),
+        "flush_p50_ms_128k": pct(flush128, 0.50),
+        "flush_p99_ms_128k": pct(flush128, 0.99),
+        "flush_batch_messages_8k": evicted8,
+        "flush_batch_messages_128k": evicted128,
+    }
+    print(f"{'measure':<34}{'value':>12}")
+    for key, value in figures.items():
+        print(f"{key:<34}{value:>12.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
