@@ -29,7 +29,7 @@ def test_a_chain_of_five_runs_then_yields() -> None:
 
 
 def test_depth_stops_at_eight_with_cooldown() -> None:
-    state, decisions, now = run_chain(9)
+    _state, decisions, now = run_chain(9)
     assert [d.run for d in decisions] == [True] * 8 + [False]
     stop = decisions[-1]
     assert (stop.ended, stop.depth, stop.retry_after_ms) == ("depth", 8, 750)
@@ -41,7 +41,7 @@ def test_depth_stops_at_eight_with_cooldown() -> None:
 
 
 def test_duration_stop() -> None:
-    state, decisions, now = run_chain(3, step=25.0)  # starts at 100, third request at 150
+    state, decisions, _now = run_chain(3, step=25.0)  # starts at 100, third request at 150
     assert all(d.run for d in decisions)
     late = decide(state, requested=True, now=161.0, free_tokens=10_000, settings=S)
     assert (late.run, late.ended) == (False, "duration") and late.retry_after_ms == 750
