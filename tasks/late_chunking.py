@@ -99,6 +99,21 @@ class LateChunker:
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self.max_window = embedder.max_tokens - len(self.prefix) - len(self.suffix)
 
+    def check(self, settings: ChunkingSettings) -> None:
+        """ConfigError unless chunks and window overlap fit this model's window."""
+        if settings.target_tokens > self.max_window:
+            raise ConfigError(
+                f"chunking.target_tokens ({settings.target_tokens}) exceeds the embedding model's "
+                f"window ({self.max_window} tokens without special tokens)",
+                setting="chunking.target_tokens",
+            )
+        if settings.window_overlap_tokens >= self.max_window:
+            raise ConfigError(
+                f"chunking.window_overlap_tokens ({settings.window_overlap_tokens}) must be below "
+                f"the embedding model's window ({self.max_window} tokens)",
+                setting="chunking.window_overlap_tokens",
+            )
+
     def tokenize(self, text: str) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
         """Content token ids of the whole text and their character offsets (no truncation)."""
         enc = self.embedder.tokenizer(
@@ -117,18 +132,7 @@ class LateChunker:
         pack: bool = True,
     ) -> DocumentPlan:
         """Tokenise and plan chunks (at sentence ``breaks`` unless given) and model windows."""
-        if settings.target_tokens > self.max_window:
-            raise ConfigError(
-                f"chunking.target_tokens ({settings.target_tokens}) exceeds the embedding model's "
-                f"window ({self.max_window} tokens without special tokens)",
-                setting="chunking.target_tokens",
-            )
-        if settings.window_overlap_tokens >= self.max_window:
-            raise ConfigError(
-                f"chunking.window_overlap_tokens ({settings.window_overlap_tokens}) must be below "
-                f"the embedding model's window ({self.max_window} tokens)",
-                setting="chunking.window_overlap_tokens",
-            )
+        self.check(settings)
         ids, offsets = self.tokenize(text)
         chunks = plan_chunks(
             offsets,

@@ -26,7 +26,7 @@ def _context(window: Window, token: int) -> int:
     return min(token - window.start, window.end - 1 - token)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(window_args())
 def test_windows_cover_every_token_exactly_once_and_fit(args: tuple[int, int, int]) -> None:
     n, limit, overlap = args
@@ -50,7 +50,7 @@ def test_windows_cover_every_token_exactly_once_and_fit(args: tuple[int, int, in
         assert a.start < b.start and a.end < b.end
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(window_args())
 def test_windows_are_as_few_as_possible_and_balanced(args: tuple[int, int, int]) -> None:
     n, limit, overlap = args
@@ -137,7 +137,7 @@ def _check_common(chunks: list[ChunkSpan], offsets: list[tuple[int, int]], targe
         assert a.start < b.start <= a.end < b.end  # contiguous, no gaps, progress
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(chunk_args())
 def test_chunks_cover_document_within_target_on_sentence_boundaries(args: tuple[list[int], int, int]) -> None:
     sizes, target, overlap = args
