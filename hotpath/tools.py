@@ -59,7 +59,7 @@ _TOOLS: list[dict[str, Any]] = [
             },
             "idempotency_key": IDEMPOTENCY,
         },
-        ["block_id", "content", "idempotency_key"],
+        ["block_id", "idempotency_key"],
     ),
     _tool(
         "fetch_core",
