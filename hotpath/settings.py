@@ -169,7 +169,7 @@ class SummarizerSettings(BaseModel):
     kind: Literal["extractive", "llm"] = "extractive"
     mmr_lambda: float = Field(0.7, ge=0.0, le=1.0)
     previous_share: float = Field(0.4, ge=0.0, le=1.0)
-    salience_boost: float = Field(0.15, ge=0.0, le=1.0)
+    salience_boost: float = Field(0.25, ge=0.0, le=1.0)
     max_sentence_chars: int = Field(400, ge=40, le=20_000)
     llm_url: str = ""
     llm_model: str = ""

@@ -1,0 +1,121 @@
+# mypy: disable-error-code="untyped-decorator"
+"""Thin Celery wrappers around the cold-path functions. The logic lives in the modules they call.
+
+Tasks take ids, never objects, and are idempotent, so a redelivery is harmless. Each task:
+
+* retries any failure with exponential backoff and full jitter (:mod:`tasks.backoff`) up to
+  ``max_retries``; then it is dead-lettered: recorded, never dropped (the eviction batch stays in
+  Redis for the sweeper, a missed spool is caught by the sweeper's reconciliation);
+* counts its deliveries (:class:`tasks.runtime.DeliveryLog`): a message delivered
+  ``max_deliveries`` times without finishing (its worker killed each time) is dead-lettered
+  instead of run again, so a task that crashes its worker cannot loop forever.
+
+Return values are small dicts with an ``outcome``; ``workers.metrics`` counts them.
+Retry attributes (``max_retries``, ``retry_backoff``, ...) come from ``workers.config``'s
+``task_annotations``; the class defaults below apply when no app sets them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task, shared_task
+
+from tasks import evict, maintenance, runtime
+from tasks.backoff import delay_s
+from tasks.names import EVICT, EXPIRE, SPOOL, SWEEP, SWEEP_CONFIRM
+from tasks.spool import spool_messages
+
+log = logging.getLogger(__name__)
+
+
+class VcmTask(Task):  # type: ignore[misc]  # celery ships no type information
+    max_retries = 8
+    retry_backoff = 2.0
+    retry_backoff_max = 120.0
+    max_deliveries = 5
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = self.request
+        if request.id and not request.is_eager:
+            deliveries = runtime.deliveries().record(request.id, request.retries or 0)
+            if deliveries > self.max_deliveries:
+                reason = f"delivered {deliveries} times without finishing (its worker died each time)"
+                return self.give_up(reason, *args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+    def retry_or_give_up(self, exc: Exception, *args: Any, **kwargs: Any) -> Any:
+        """Schedule a retry (raises celery's Retry), or dead-letter when retries are spent."""
+        attempt = self.request.retries or 0
+        if attempt < self.max_retries:
+            countdown = delay_s(attempt, float(self.retry_backoff), float(self.retry_backoff_max))
+            log.warning("%s%s failed (%r); retry %s in %.1fs", self.name, args, exc, attempt + 1, countdown)
+            raise self.retry(exc=exc, countdown=countdown, max_retries=self.max_retries)
+        return self.give_up(f"{type(exc).__name__}: {exc}", *args, **kwargs)
+
+    def give_up(self, reason: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        log.error("%s%s dead-lettered: %s", self.name, args, reason)
+        return {"outcome": "dead_lettered", "reason": reason}
+
+
+class EvictTask(VcmTask):
+    def give_up(self, reason: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        agent_id, batch_id = _evict_args(*args, **kwargs)
+        attempts = (self.request.retries or 0) + 1
+        try:
+            outcome = evict.dead_letter(
+                runtime.deps(), agent_id, batch_id, reason=reason, attempts=attempts, delivery=self.request.id or "-"
+            )
+            return outcome.as_dict() | {"reason": reason}
+        except Exception as exc:  # the store may be what is failing: the batch is in Redis anyway
+            log.error("could not record the dead letter of %s batch %s: %r", agent_id, batch_id, exc)
+            return {"outcome": "dead_lettered", "agent_id": agent_id, "batch_id": batch_id, "reason": reason}
+
+
+def _evict_args(agent_id: str, batch_id: int) -> tuple[str, int]:
+    return agent_id, batch_id
+
+
+@shared_task(bind=True, base=EvictTask, name=EVICT)
+def evict_batch(self: EvictTask, agent_id: str, batch_id: int) -> dict[str, Any]:
+    try:
+        return evict.evict_batch(runtime.deps(), agent_id, batch_id).as_dict()
+    except Exception as exc:  # any failure leaves the batch in Redis; retrying is safe
+        return dict(self.retry_or_give_up(exc, agent_id, batch_id))
+
+
+@shared_task(bind=True, base=VcmTask, name=SPOOL)
+def spool(self: VcmTask, agent_id: str, message_ids: list[str]) -> dict[str, Any]:
+    deps = runtime.deps()
+    try:
+        outcome = spool_messages(
+            deps.hot,
+            deps.store,
+            agent_id,
+            message_ids,
+            ttl_s=deps.settings.maintenance.recall_ttl_s,
+            faults=deps.faults,
+        )
+        return outcome.as_dict()
+    except Exception as exc:  # spooling is idempotent
+        return dict(self.retry_or_give_up(exc, agent_id, message_ids))
+
+
+@shared_task(bind=True, base=VcmTask, name=SWEEP)
+def sweep(self: VcmTask) -> dict[str, Any]:
+    """First look of the sweeper; the second runs ``sweep_grace_s`` later (see tasks.maintenance)."""
+    deps = runtime.deps()
+    observed = maintenance.observe(deps)
+    sweep_confirm.apply_async(args=[observed], countdown=deps.settings.maintenance.sweep_grace_s)
+    return {"outcome": "observed", "agents": len(observed)}
+
+
+@shared_task(bind=True, base=VcmTask, name=SWEEP_CONFIRM)
+def sweep_confirm(self: VcmTask, observed: dict[str, int]) -> dict[str, Any]:
+    return maintenance.redrive(runtime.deps(), {a: int(b) for a, b in observed.items()}).as_dict()
+
+
+@shared_task(bind=True, base=VcmTask, name=EXPIRE)
+def expire_recall(self: VcmTask) -> dict[str, Any]:
+    return {"outcome": "expired", "messages": maintenance.expire(runtime.deps())}

@@ -1,0 +1,34 @@
+"""What cold-path jobs need, passed in explicitly (built per process by :mod:`tasks.runtime`).
+
+Nothing per agent lives here: every job reads the agent's state from Redis and the store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from hotpath.dispatch import Dispatcher
+from hotpath.settings import Settings
+from hotpath.state import HotState
+from store.port import MemoryStore
+from tasks.faults import NO_FAULTS, Faults
+from tasks.summarize import Draft, Embed, Params, Request
+
+
+class Summarizer(Protocol):
+    def __call__(self, request: Request, params: Params) -> Draft: ...
+
+
+@dataclass
+class Deps:
+    settings: Settings
+    hot: HotState
+    store: MemoryStore
+    dispatcher: Dispatcher
+    embed: Embed
+    summarizer: Summarizer
+    faults: Faults = field(default=NO_FAULTS)
+    clock: Callable[[], float] = time.time

@@ -1,0 +1,63 @@
+"""Summary drift: how far a new summary strays from what it summarises. Pure.
+
+The score is the cosine between the summary's embedding and the mean embedding of its source
+(the evicted batch plus the previous summary). Both sides are means of sentence embeddings: a
+sentence-transformers encoder reads only its first ``max_seq_length`` word pieces (256 for
+MiniLM), so embedding a long summary as one text would score only its opening.
+
+Below the threshold the caller summarises again with a stronger setting (more of the batch, less
+diversity) and keeps the better draft; if that stays below too, it raises an alarm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+from tasks.selection import Vectors, centroid
+
+
+class Scored(Protocol):
+    @property
+    def score(self) -> float: ...
+
+
+def similarity(summary: Vectors, source: Vectors) -> float:
+    """Cosine between the mean directions of two sets of unit rows.
+
+    An empty source scores 1.0 (nothing to drift from); an empty summary of a non-empty source
+    scores 0.0.
+    """
+    if len(source) == 0:
+        return 1.0
+    if len(summary) == 0:
+        return 0.0
+    return float(np.clip(centroid(summary) @ centroid(source), -1.0, 1.0))
+
+
+D = TypeVar("D", bound=Scored)
+
+
+@dataclass(frozen=True)
+class DriftCheck(Generic[D]):
+    draft: D  # the draft to keep
+    first_score: float
+    retry_score: float | None  # None when the first draft was good enough
+    alarm: bool  # the kept draft is still below the threshold
+
+    @property
+    def retried(self) -> bool:
+        return self.retry_score is not None
+
+
+def check(first: Callable[[], D], retry: Callable[[], D], threshold: float) -> DriftCheck[D]:
+    """Summarise; below ``threshold`` summarise again with ``retry`` and keep the closer draft."""
+    draft = first()
+    if draft.score >= threshold:
+        return DriftCheck(draft, draft.score, None, False)
+    second = retry()
+    kept = second if second.score >= draft.score else draft
+    return DriftCheck(kept, draft.score, second.score, kept.score < threshold)

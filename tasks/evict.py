@@ -1,0 +1,184 @@
+"""Step 2 of the eviction protocol (ARCHITECTURE.md §5): commit a begun batch, then finish it.
+
+Order of work, each step safe to repeat:
+
+1. Read the batch from Redis. Gone means an earlier delivery finished it: nothing to do.
+2. Batches of one agent commit in sequence: if an older batch is still pending, defer. The job
+   that finishes the older batch dispatches the next pending one, and the sweeper re-drives
+   anything left behind, so a deferred batch is never forgotten.
+3. Read the previous summary from the store; its ``rev`` is the expected rev of the commit. If
+   the store already holds this batch (an earlier delivery committed it and died before
+   finishing), skip to step 6 with the store's summary.
+4. Summarise and score drift (re-summarising below the threshold) before any transaction.
+5. ``commit_eviction``: recall append + summary replace + ``evict`` event, atomic and replay-safe.
+6. ``finish_eviction`` in Redis (idempotent by batch id), then dispatch the next pending batch.
+
+A failure anywhere leaves the batch in Redis and the store unchanged or fully committed; the
+caller retries with backoff and, when retries run out, calls :func:`dead_letter`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from hotpath.budget import Budget
+from hotpath.errors import NotFound
+from hotpath.types import Message
+from store.types import EvictionCommit, MemoryEvent, Summary
+from tasks import drift
+from tasks.deps import Deps
+from tasks.selection import Vectors
+from tasks.spool import stored_message
+from tasks.summarize import Draft, Embed, Params, Request, Turn
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["committed", "replayed", "absent", "deferred", "dead_lettered"]
+
+
+@dataclass(frozen=True)
+class EvictOutcome:
+    outcome: Outcome
+    agent_id: str
+    batch_id: int
+    next_batch: int | None = None  # dispatched after finishing
+    waiting_for: int | None = None  # the older batch a deferred one waits for
+    drift: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def evict_batch(deps: Deps, agent_id: str, batch_id: int) -> EvictOutcome:
+    hot, store, faults = deps.hot, deps.store, deps.faults
+    try:
+        messages = hot.read_batch(agent_id, batch_id)
+    except NotFound:
+        return EvictOutcome("absent", agent_id, batch_id)
+    pending = hot.pending_batches(agent_id)
+    if pending and pending[0] < batch_id:
+        return EvictOutcome("deferred", agent_id, batch_id, waiting_for=pending[0])
+    with faults.scope(agent_id):
+        previous = store.get_summary(agent_id)
+        if previous is not None and previous.batch_id >= batch_id:
+            return _finish(deps, agent_id, batch_id, previous.text, "replayed")
+        faults.point("evict.before_summarize")
+        check = summarize(deps, agent_id, previous, messages)
+        draft = check.draft
+        faults.point("evict.after_summarize")
+        _record_drift(deps, agent_id, batch_id, check)
+        result = store.commit_eviction(
+            EvictionCommit(
+                agent_id=agent_id,
+                batch_id=batch_id,
+                messages=[stored_message(agent_id, m, ttl_s=deps.settings.maintenance.recall_ttl_s) for m in messages],
+                summary_text=draft.text,
+                summary_tokens=draft.tokens,
+                expected_summary_rev=previous.rev if previous is not None else None,
+                event={
+                    "summary_tokens": draft.tokens,
+                    "summary_lines": draft.lines,
+                    "method": draft.method,
+                    "drift": round(draft.score, 4),
+                    "resummarized": check.retried,
+                },
+            )
+        )
+        text = draft.text
+        if result.replayed:  # a concurrent delivery committed it first: finish with its summary
+            stored = store.get_summary(agent_id)
+            text = stored.text if stored is not None else text
+        faults.point("evict.after_commit")
+        return _finish(deps, agent_id, batch_id, text, "replayed" if result.replayed else "committed", draft.score)
+
+
+def summarize(
+    deps: Deps, agent_id: str, previous: Summary | None, messages: Sequence[Message]
+) -> drift.DriftCheck[Draft]:
+    """The new summary within the agent's summary cap, re-summarised once if it drifted."""
+    settings = deps.settings
+    cap = Budget.for_window(deps.hot.agent(agent_id).window, settings.budget).summary_cap
+    request = Request(
+        previous=previous.text if previous is not None else "",
+        turns=[t for t in (Turn.of(m) for m in messages) if t is not None],
+        cap=cap,
+        count=lambda text: deps.hot.summary_tokens(agent_id, text),
+        embed=_Memo(deps.embed),
+    )
+    params = Params.of(settings.summarizer)
+    return drift.check(
+        lambda: deps.summarizer(request, params),
+        lambda: deps.summarizer(request, params.stronger(settings.drift)),
+        settings.drift.threshold,
+    )
+
+
+def _record_drift(deps: Deps, agent_id: str, batch_id: int, check: drift.DriftCheck[Draft]) -> None:
+    """Logged before the commit with ids derived from the batch, so a retry adds no second row."""
+    if not check.retried:
+        return
+    payload = {
+        "batch_id": batch_id,
+        "first_score": round(check.first_score, 4),
+        "retry_score": round(check.retry_score or 0.0, 4),
+        "kept_score": round(check.draft.score, 4),
+        "threshold": deps.settings.drift.threshold,
+    }
+    deps.store.append_event(MemoryEvent(agent_id, "summarize", payload, event_id=f"{agent_id}:summarize:{batch_id}"))
+    if check.alarm:
+        log.warning("summary drift stays below threshold for %s batch %s: %s", agent_id, batch_id, payload)
+        deps.store.append_event(
+            MemoryEvent(agent_id, "drift_alarm", payload, event_id=f"{agent_id}:drift_alarm:{batch_id}")
+        )
+
+
+def _finish(
+    deps: Deps, agent_id: str, batch_id: int, text: str, outcome: Outcome, score: float | None = None
+) -> EvictOutcome:
+    try:
+        deps.hot.finish_eviction(agent_id, batch_id, text)
+    except NotFound:  # the agent (or the batch) is gone from Redis: nothing left to install
+        return EvictOutcome("absent", agent_id, batch_id)
+    # The head of the pending batches, if any, was deferred while this one ran (or was just begun
+    # by the new summary pushing past flush): it is its turn now.
+    pending = deps.hot.pending_batches(agent_id)
+    following = pending[0] if pending else None
+    if following is not None:
+        deps.dispatcher.evict(agent_id, following)
+    return EvictOutcome(outcome, agent_id, batch_id, next_batch=following, drift=score)
+
+
+def dead_letter(deps: Deps, agent_id: str, batch_id: int, *, reason: str, attempts: int, delivery: str) -> EvictOutcome:
+    """Give up on this delivery: record why. The batch stays in Redis for the sweeper/operator."""
+    deps.store.append_event(
+        MemoryEvent(
+            agent_id,
+            "dead_letter",
+            {"task": "evict_batch", "batch_id": batch_id, "reason": reason[:2000], "attempts": attempts},
+            event_id=f"{agent_id}:dead_letter:{batch_id}:{delivery}",
+        )
+    )
+    log.error("eviction batch %s of %s dead-lettered after %s attempts: %s", batch_id, agent_id, attempts, reason)
+    return EvictOutcome("dead_lettered", agent_id, batch_id)
+
+
+class _Memo:
+    """Embeds each distinct text once per job (a drift retry re-reads the same sentences)."""
+
+    def __init__(self, embed: Embed) -> None:
+        self._embed = embed
+        self._rows: dict[str, Vectors] = {}
+
+    def __call__(self, texts: Sequence[str]) -> Vectors:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._rows]
+        if missing:
+            for text, row in zip(missing, self._embed(missing), strict=True):
+                self._rows[text] = row
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([self._rows[t] for t in texts]).astype(np.float32)

@@ -1,0 +1,104 @@
+"""Periodic upkeep: recall TTL expiry, the eviction sweeper, and write-behind reconciliation.
+
+The sweeper works in two looks, ``sweep_grace_s`` apart, and keeps no state of its own: the
+first look records each agent's oldest pending batch and hands that record to the second (a
+countdown task). A batch that is still the oldest pending one at the second look has had no
+successful job for the whole grace period (its message lost with a dead worker, its dispatch
+failed, or it was dead-lettered), so it is dispatched again. That is always safe: ``evict_batch``
+is idempotent and commits in order, so a duplicate at worst finds nothing to do. Only the
+oldest batch per agent is dispatched; finishing it dispatches the next. A dead-lettered batch
+waits ``redrive_dead_letters_after_s`` before the sweeper tries it again (an operator may act
+first), so a batch that keeps failing does not spin.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from store.types import MemoryEvent
+from tasks.deps import Deps
+from tasks.spool import spool_messages
+
+log = logging.getLogger(__name__)
+
+
+# --- pure decisions ---------------------------------------------------------------------------
+def heads(pending: Mapping[str, list[int]]) -> dict[str, int]:
+    """Each agent's oldest pending batch."""
+    return {agent: min(batches) for agent, batches in pending.items() if batches}
+
+
+def stuck(before: Mapping[str, int], now: Mapping[str, int]) -> dict[str, int]:
+    """Agents whose oldest pending batch did not move between two looks."""
+    return {agent: batch for agent, batch in now.items() if before.get(agent) == batch}
+
+
+def recently_dead_lettered(events: list[MemoryEvent], batch_id: int) -> bool:
+    return any(e.kind == "dead_letter" and e.payload.get("batch_id") == batch_id for e in events)
+
+
+# --- I/O ----------------------------------------------------------------------------------------
+def observe(deps: Deps) -> dict[str, int]:
+    """First look: every agent's oldest pending batch."""
+    return heads(deps.hot.agents_with_pending_batches())
+
+
+@dataclass(frozen=True)
+class RedriveOutcome:
+    redriven: dict[str, int]
+    held_back: dict[str, int]  # dead-lettered recently; left for the operator for now
+    respooled: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": "swept",
+            "redriven": len(self.redriven),
+            "held_back": len(self.held_back),
+            "respooled": self.respooled,
+        }
+
+
+def redrive(deps: Deps, before: Mapping[str, int]) -> RedriveOutcome:
+    """Second look: dispatch the batches that did not move, then reconcile the write-behind."""
+    now = deps.clock()
+    wait = deps.settings.maintenance.redrive_dead_letters_after_s
+    redriven: dict[str, int] = {}
+    held: dict[str, int] = {}
+    for agent, batch in stuck(before, observe(deps)).items():
+        if wait > 0:
+            events = deps.store.query_events(agent, ["dead_letter"], since=now - wait, limit=1000).items
+            if recently_dead_lettered(events, batch):
+                held[agent] = batch
+                continue
+        log.warning("re-dispatching eviction batch %s of %s: pending for a whole sweep", batch, agent)
+        deps.dispatcher.evict(agent, batch)
+        redriven[agent] = batch
+    respooled = reconcile_spool(deps, older_than=now - deps.settings.maintenance.sweep_grace_s)
+    return RedriveOutcome(redriven, held, respooled)
+
+
+def reconcile_spool(deps: Deps, *, older_than: float) -> int:
+    """Spool FIFO messages the write-behind missed (lost task, failed dispatch). Returns how many
+    were written. Messages in pending batches are left to their eviction commit."""
+    written = 0
+    for agent in deps.hot.agents():
+        fifo = [m for m in deps.hot.snapshot(agent).fifo if m.created_at <= older_than]
+        if not fifo:
+            continue
+        stored = {m.message_id for m in deps.store.get_messages(agent, [m.id for m in fifo])}
+        missing = [m.id for m in fifo if m.id not in stored]
+        if missing:
+            outcome = spool_messages(
+                deps.hot, deps.store, agent, missing, ttl_s=deps.settings.maintenance.recall_ttl_s
+            )
+            written += outcome.written
+            log.warning("spooled %s messages of %s that the write-behind missed", outcome.written, agent)
+    return written
+
+
+def expire(deps: Deps) -> int:
+    """Delete recall messages past their TTL."""
+    return deps.store.expire(deps.clock())

@@ -1,0 +1,15 @@
+"""Celery task names of the cold path: the contract between dispatchers, routes and the tasks."""
+
+from __future__ import annotations
+
+EVICT = "tasks.evict_batch"
+SPOOL = "tasks.spool_messages"
+SWEEP = "tasks.sweep"
+SWEEP_CONFIRM = "tasks.sweep_confirm"
+EXPIRE = "tasks.expire_recall"
+# Archival ingestion (tasks/ingest.py) registers under this name; it runs on the ingest queue.
+INGEST = "tasks.ingest_archival"
+
+# Tasks that take the shared retry policy (backoff, max_retries, delivery cap) from the worker
+# settings; a task subclassing tasks.celery_tasks.VcmTask should be listed here.
+RETRIED = (EVICT, SPOOL, SWEEP, SWEEP_CONFIRM, EXPIRE, INGEST)

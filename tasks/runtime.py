@@ -1,0 +1,168 @@
+"""Per-process dependencies of the cold path, built lazily from settings.
+
+Built on first use in the process that runs tasks, never before a fork: the SQLite store, the
+Redis pool and the embedding model must not be shared across a prefork worker's children, so the
+cache is keyed by process id and a forked child builds its own. Nothing per agent is cached.
+
+Process entry points (``workers``) register what ``tasks`` cannot build itself without importing
+Celery plumbing: the dispatcher and the delivery log (:func:`configure`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from hotpath.connection import connect
+from hotpath.dispatch import Dispatcher, RecordingDispatcher
+from hotpath.settings import Settings, get_settings
+from hotpath.state import HotState
+from store import open_store
+from tasks.deps import Deps, Summarizer
+from tasks.embedding import get_embedder
+from tasks.faults import Faults
+from tasks.selection import Vectors
+from tasks.summarize import extractive
+
+log = logging.getLogger(__name__)
+
+
+class DeliveryLog(Protocol):
+    """Counts how often one attempt of a task was delivered (redeliveries after a worker died)."""
+
+    def record(self, task_id: str, attempt: int) -> int:
+        """Count this delivery; return the number of deliveries so far, this one included."""
+
+
+class LocalDeliveryLog:
+    """In process memory: right for in-process (embedded) workers, where no other process redelivers."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+
+    def record(self, task_id: str, attempt: int) -> int:
+        with self._lock:
+            n = self._counts.get((task_id, attempt), 0) + 1
+            self._counts[(task_id, attempt)] = n
+            if len(self._counts) > 100_000:  # bounded: old attempts are long finished
+                self._counts.pop(next(iter(self._counts)))
+            return n
+
+
+class LazyEmbed:
+    """The process's embedder, loaded on first call (or :meth:`warm`)."""
+
+    def __init__(self, settings: Settings, threads: int = 0) -> None:
+        embedding = settings.embedding
+        if threads and not embedding.threads:
+            embedding = embedding.model_copy(update={"threads": threads})
+        self._settings = embedding
+
+    def warm(self) -> None:
+        get_embedder(self._settings)
+
+    def __call__(self, texts: Sequence[str]) -> Vectors:
+        return get_embedder(self._settings).encode(texts)
+
+
+def build_summarizer(settings: Settings) -> Summarizer:
+    if settings.summarizer.kind == "llm":
+        from tasks.llm_summarizer import LlmSummarizer
+
+        return LlmSummarizer.of(settings.summarizer)
+    return extractive
+
+
+@dataclasses.dataclass
+class _Providers:
+    dispatcher: Callable[[Settings], Dispatcher] | None = None
+    deliveries: Callable[[Settings], DeliveryLog] | None = None
+    embed_threads: int = 0
+
+
+_providers = _Providers()
+_lock = threading.Lock()
+_built: dict[int, Deps] = {}
+_deliveries: dict[int, DeliveryLog] = {}
+
+
+def configure(
+    *,
+    dispatcher: Callable[[Settings], Dispatcher] | None = None,
+    deliveries: Callable[[Settings], DeliveryLog] | None = None,
+    embed_threads: int | None = None,
+) -> None:
+    """Register factories (called once per process, lazily). Entry points call this at import."""
+    with _lock:
+        if dispatcher is not None:
+            _providers.dispatcher = dispatcher
+        if deliveries is not None:
+            _providers.deliveries = deliveries
+        if embed_threads is not None:
+            _providers.embed_threads = embed_threads
+
+
+def build(settings: Settings) -> Deps:
+    """Fresh dependencies from settings (the store opened, the embedder not yet loaded)."""
+    faults = Faults.from_env(os.environ)
+    options = {"fault_hook": faults.store_hook} if faults else {}
+    if faults:
+        log.warning("fault injection is on (%s rules); this is a test run", len(faults.rules))
+    dispatcher: Dispatcher
+    if _providers.dispatcher is not None:
+        dispatcher = _providers.dispatcher(settings)
+    else:
+        log.warning("no dispatcher configured: follow-up evictions wait for the sweeper")
+        dispatcher = RecordingDispatcher()
+    return Deps(
+        settings=settings,
+        hot=HotState(connect(settings.redis_url), settings),
+        store=open_store(settings.store_url, **options),
+        dispatcher=dispatcher,
+        embed=LazyEmbed(settings, _providers.embed_threads),
+        summarizer=build_summarizer(settings),
+        faults=faults,
+        clock=time.time,
+    )
+
+
+def deps() -> Deps:
+    """This process's dependencies (built on first call in each process)."""
+    pid = os.getpid()
+    with _lock:
+        found = _built.get(pid)
+        if found is None:
+            found = _built[pid] = build(get_settings())
+        return found
+
+
+def install(value: Deps) -> None:
+    """Use these dependencies in this process (in-process workers and tests)."""
+    with _lock:
+        _built[os.getpid()] = value
+
+
+def deliveries() -> DeliveryLog:
+    pid = os.getpid()
+    with _lock:
+        found = _deliveries.get(pid)
+        if found is None:
+            factory = _providers.deliveries
+            found = _deliveries[pid] = factory(get_settings()) if factory is not None else LocalDeliveryLog()
+        return found
+
+
+def reset() -> None:
+    """Forget (and close) this process's dependencies; the next :func:`deps` builds new ones."""
+    pid = os.getpid()
+    with _lock:
+        found = _built.pop(pid, None)
+        _deliveries.pop(pid, None)
+    if found is not None:
+        found.store.close()

@@ -1,0 +1,75 @@
+"""Sentences of a conversation and how much each carries that a summary must not lose. Pure.
+
+A summary that drops "Alice", "INV-2041" or "May 3" has lost what later questions ask about,
+so sentences carrying capitalised names, numbers or identifiers score a salience bonus.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tasks.chunking import sentence_breaks
+
+# A capitalised word that does not start the sentence: a name, a place, a product.
+_NAME = re.compile(r"(?<=[\s,;:(\"'])[A-Z][a-z]+(?:[-'][A-Za-z]+)?\b")
+_NUMBER = re.compile(r"\d")
+# Letters mixed with digits or joined by _ - / . : ids, codes, paths, versions, e-mails, URLs.
+_IDENTIFIER = re.compile(
+    r"\b(?:[A-Za-z]+[_\-./:@#]?\d[\w\-./:@#]*|[A-Za-z0-9]+(?:[_\-/.@][A-Za-z0-9]+){1,}|[A-Z]{2,}\d*)\b"
+)
+# Words that are capitalised for grammar, not because they name something.
+_COMMON = frozenset(
+    [
+        "I", "I'm", "I've", "I'll", "I'd", "The", "A", "An", "And", "But", "Or", "So", "Then", "This", "That",
+        "These", "Those", "It", "It's", "We", "You", "He", "She", "They", "My", "Our", "Your", "Their", "His",
+        "Her", "Yes", "No", "Ok", "Okay", "Sure", "Thanks", "Please", "Hi", "Hello", "Also", "What", "When",
+        "Where", "Why", "How", "Who", "Which", "If", "Let", "Maybe", "Well",
+    ]
+)
+
+
+def split(text: str, max_chars: int) -> list[str]:
+    """Sentences (and lines) of ``text``, each at most ``max_chars`` long, cut at word boundaries."""
+    out: list[str] = []
+    start = 0
+    for end in [*sentence_breaks(text), len(text)]:
+        piece = " ".join(text[start:end].split())
+        start = end
+        if piece:
+            out.extend(_wrap(piece, max_chars))
+    return out
+
+
+def _wrap(sentence: str, max_chars: int) -> list[str]:
+    if len(sentence) <= max_chars:
+        return [sentence]
+    pieces: list[str] = []
+    current = ""
+    for word in sentence.split(" "):
+        while len(word) > max_chars:  # one unbroken token longer than a piece
+            if current:
+                pieces.append(current)
+                current = ""
+            pieces.append(word[:max_chars])
+            word = word[max_chars:]
+        if current and len(current) + 1 + len(word) > max_chars:
+            pieces.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def salience(sentence: str) -> float:
+    """0..1: how much the sentence carries names (0.35), numbers (0.35) and identifiers (0.3)."""
+    names = [w for w in _NAME.findall(sentence) if w not in _COMMON]
+    score = 0.0
+    if names:
+        score += 0.35
+    if _NUMBER.search(sentence):
+        score += 0.35
+    if _IDENTIFIER.search(sentence):
+        score += 0.3
+    return min(score, 1.0)

@@ -1,0 +1,194 @@
+"""Recursive summarisation: new summary = f(previous summary, evicted batch), within a token cap.
+
+Pure: token counting and embedding come in as callables, so nothing here does I/O.
+
+The default is **extractive**. Candidates are the previous summary's lines and the batch's
+sentences (each prefixed with its speaker, so "who said it" survives). Each candidate's
+relevance is its embedding's cosine to the centroid of all candidates (centrality) plus a bonus
+for names, numbers and identifiers (:func:`tasks.sentences.salience`). Maximal marginal
+relevance then picks candidates until the cap is spent: first from the previous summary (up to
+``previous_share`` of the cap, so the chain stays recursive and old facts do not vanish at the
+first eviction), then from the batch, then from whatever is left. The summary lists the kept
+previous lines, then the kept batch sentences, each in its original order, one per line. It is
+cut only at sentence boundaries and never exceeds the cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from hotpath.settings import DriftSettings, SummarizerSettings
+from hotpath.types import Message
+from tasks import drift, sentences
+from tasks.selection import Vectors, centrality, centroid, mmr_select
+
+Embed = Callable[[Sequence[str]], Vectors]
+Count = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One evicted message as the summariser sees it."""
+
+    speaker: str
+    text: str
+
+    @classmethod
+    def of(cls, message: Message) -> Turn | None:
+        """vcm's own memory-pressure notices are not part of the conversation; they are skipped."""
+        if message.kind != "message":
+            return None
+        return cls(message.name or message.role, message.content)
+
+
+@dataclass(frozen=True)
+class Params:
+    mmr_lambda: float = 0.7
+    previous_share: float = 0.4
+    salience_boost: float = 0.25
+    max_sentence_chars: int = 400
+    attempt: int = 0  # 1 for the re-summarisation after drift
+
+    @classmethod
+    def of(cls, settings: SummarizerSettings) -> Params:
+        return cls(settings.mmr_lambda, settings.previous_share, settings.salience_boost, settings.max_sentence_chars)
+
+    def stronger(self, settings: DriftSettings) -> Params:
+        """The retry setting after drift: more of the batch, less diversity."""
+        return replace(
+            self,
+            mmr_lambda=max(self.mmr_lambda, settings.retry_mmr_lambda),
+            previous_share=min(self.previous_share, settings.retry_previous_share),
+            attempt=self.attempt + 1,
+        )
+
+
+@dataclass(frozen=True)
+class Request:
+    previous: str  # the previous summary text ("" before the first eviction)
+    turns: Sequence[Turn]
+    cap: int  # tokens the summary may take, as ``count`` counts it
+    count: Count  # tokens of a summary text as the main context will hold it
+    embed: Embed  # unit-length sentence embeddings, one row per text
+
+
+@dataclass(frozen=True)
+class Draft:
+    text: str
+    tokens: int
+    score: float  # drift similarity to the source (see tasks.drift)
+    method: str  # "extractive" | "llm" | "empty"
+    lines: int
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The source of a summary: previous lines then batch sentences, with their embeddings."""
+
+    texts: list[str]
+    from_previous: int  # the first this many texts are previous-summary lines
+    vectors: Vectors
+
+    @property
+    def previous_rows(self) -> list[int]:
+        return list(range(self.from_previous))
+
+    @property
+    def batch_rows(self) -> list[int]:
+        return list(range(self.from_previous, len(self.texts)))
+
+
+def candidates(request: Request, params: Params) -> Candidates:
+    previous = _dedupe(sentences.split(request.previous, params.max_sentence_chars + 64), set())
+    seen = set(previous)
+    batch: list[str] = []
+    for turn in request.turns:
+        for sentence in sentences.split(turn.text, params.max_sentence_chars):
+            batch.append(f"{turn.speaker}: {sentence}")
+    batch = _dedupe(batch, seen)
+    texts = previous + batch
+    vectors = request.embed(texts) if texts else np.zeros((0, 0), dtype=np.float32)
+    return Candidates(texts, len(previous), vectors)
+
+
+def _dedupe(texts: list[str], seen: set[str]) -> list[str]:
+    out = []
+    for t in texts:
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
+
+
+def extractive(request: Request, params: Params, source: Candidates | None = None) -> Draft:
+    """The extractive summary of ``request`` (pass ``source`` to reuse computed embeddings)."""
+    source = source if source is not None else candidates(request, params)
+    if not source.texts:
+        return _empty(request)
+    base = request.count("")
+    available = request.cap - base
+    if available <= 0:
+        return _empty(request)
+    costs = [max(1, request.count(t) - base + 1) for t in source.texts]  # +1: the line break
+    reference = centroid(source.vectors)
+    relevance = centrality(source.vectors, reference)
+    relevance = relevance + params.salience_boost * np.array([sentences.salience(t) for t in source.texts])
+
+    picked: list[int] = []
+    if source.from_previous:
+        share = int(available * params.previous_share)
+        picked += mmr_select(
+            relevance, source.vectors, costs, share, params.mmr_lambda, candidates=source.previous_rows
+        )
+    spent = sum(costs[i] for i in picked)
+    picked += mmr_select(
+        relevance,
+        source.vectors,
+        costs,
+        available - spent,
+        params.mmr_lambda,
+        candidates=source.batch_rows,
+        chosen=picked,
+    )
+    spent = sum(costs[i] for i in picked)
+    picked += mmr_select(
+        relevance,
+        source.vectors,
+        costs,
+        available - spent,
+        params.mmr_lambda,
+        candidates=range(len(source.texts)),
+        chosen=picked,
+    )
+    return _draft(request, source, picked, "extractive")
+
+
+def _draft(request: Request, source: Candidates, picked: list[int], method: str) -> Draft:
+    """Lines in source order; drop the last-picked while the (non-additive) recount is over cap."""
+    kept = list(picked)
+    while True:
+        rows = sorted(kept)
+        text = "\n".join(source.texts[i] for i in rows)
+        tokens = request.count(text)
+        if tokens <= request.cap or not kept:
+            break
+        kept.pop()
+    if not kept:
+        return _empty(request)
+    score = drift.similarity(source.vectors[rows], source.vectors)
+    return Draft(text, tokens, score, method, len(rows))
+
+
+def _empty(request: Request) -> Draft:
+    return Draft("", request.count(""), 0.0 if request.turns or request.previous else 1.0, "empty", 0)
+
+
+def fit_text(text: str, request: Request, params: Params) -> list[str]:
+    """Sentences of free text (an LLM's summary), keeping a prefix that fits the cap."""
+    lines = sentences.split(text, params.max_sentence_chars)
+    while lines and request.count("\n".join(lines)) > request.cap:
+        lines.pop()
+    return lines

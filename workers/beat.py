@@ -1,0 +1,20 @@
+"""The beat schedule: periodic maintenance. Run exactly one ``celery -A workers.app beat``
+(several would each enqueue every entry; harmless because the tasks are idempotent, but wasteful).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hotpath.settings import Settings
+from tasks import names
+
+
+def schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    m = settings.maintenance
+    return {
+        # First look of the eviction sweeper; the second look follows sweep_grace_s later.
+        "sweep-evictions": {"task": names.SWEEP, "schedule": m.sweep_interval_s},
+        # Recall TTL: delete messages past expires_at (no-op while recall_ttl_s is 0).
+        "expire-recall": {"task": names.EXPIRE, "schedule": m.expire_interval_s},
+    }

@@ -1,0 +1,27 @@
+"""Per-message delivery counts kept on the Redis broker, shared by all workers.
+
+Celery has no redelivery counter (celery.md 1.2): a message whose worker dies mid-task comes back
+after the visibility timeout, again and again. ``tasks.celery_tasks.VcmTask`` asks this log how
+often the current attempt was delivered and dead-letters it past ``max_deliveries``.
+"""
+
+from __future__ import annotations
+
+import redis
+
+PREFIX = "vcm-worker:deliveries:"
+
+
+class RedisDeliveryLog:
+    def __init__(self, url: str, ttl_s: int) -> None:
+        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        # Counts only matter while the message can still come back.
+        self._ttl_s = ttl_s
+
+    def record(self, task_id: str, attempt: int) -> int:
+        key = f"{PREFIX}{task_id}:{attempt}"
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.incr(key)
+        pipe.expire(key, self._ttl_s)
+        count, _ = pipe.execute()
+        return int(count)

@@ -1,0 +1,84 @@
+# mypy: disable-error-code="untyped-decorator"
+"""Worker process lifecycle: per-process resources, warm-up, metrics.
+
+Nothing heavy happens before a fork: torch and the SQLite store are built in the process that
+runs tasks (celery.md pitfall "Torch model in prefork parent"). The embedder is warmed in a
+background thread, so a prefork child answers the parent within ``worker_proc_alive_timeout``
+(4 s) although loading the model takes ~10 s; the first task simply waits for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from celery.concurrency.prefork import TaskPool as PreforkPool
+from celery.signals import (
+    celeryd_init,
+    task_postrun,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+)
+
+from hotpath.settings import get_settings
+from tasks import runtime
+from workers import metrics
+
+log = logging.getLogger(__name__)
+
+WARM_MESSAGE = "vcm worker warm"
+
+
+@celeryd_init.connect
+def _on_celeryd_init(**_: Any) -> None:
+    metrics.wipe_multiprocess_dir()
+
+
+@worker_init.connect
+def _on_worker_init(**_: Any) -> None:
+    # Several worker processes share the cores: one torch thread each unless configured.
+    runtime.configure(embed_threads=1)
+
+
+@worker_process_init.connect
+def _on_child_start(**_: Any) -> None:
+    _warm_in_background()
+
+
+@worker_ready.connect
+def _on_ready(sender: Any = None, **_: Any) -> None:
+    if not isinstance(getattr(sender, "pool", None), PreforkPool):
+        _warm_in_background()  # solo/threads pools run tasks in this process
+    port = get_settings().worker.metrics_port
+    if port:
+        metrics.serve(port)
+
+
+@worker_process_shutdown.connect
+def _on_child_exit(pid: int | None = None, **_: Any) -> None:
+    metrics.process_exited(pid or os.getpid())
+
+
+@task_postrun.connect
+def _on_task_done(task: Any = None, retval: Any = None, **_: Any) -> None:
+    if task is not None:
+        metrics.observe(task.name, retval)
+
+
+def _warm_in_background() -> None:
+    threading.Thread(target=_warm, name="vcm-warm", daemon=True).start()
+
+
+def _warm() -> None:
+    try:
+        deps = runtime.deps()
+        warm = getattr(deps.embed, "warm", None)
+        if deps.settings.worker.preload_embedder and warm is not None:
+            warm()
+        log.warning("%s (pid %s)", WARM_MESSAGE, os.getpid())
+    except Exception:  # the first task will meet (and retry) the same problem
+        log.exception("warming the worker failed")
