@@ -1,5 +1,9 @@
 """Persistence for vcm: the store port (:mod:`store.port`) and its adapters.
 
+Pure modules both adapters share: :mod:`store.validation` (argument checks), :mod:`store.cursor`
+(cursor codec), :mod:`store.paging` (snapshot and keyset paging), :mod:`store.filters` (archival
+post-filters), :mod:`store.semantics` (ids, event payloads, idempotent replays, rev conflicts).
+
 ``open_store(url)`` picks the adapter from the URL scheme, so mode is chosen by settings:
 
 * ``sqlite:///relative.db``, ``sqlite:////abs/vcm.db`` (or a bare path) - the embedded adapter (default)

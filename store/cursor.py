@@ -1,10 +1,11 @@
-"""Opaque, tamper-evident cursor strings (pure: no I/O).
+"""Opaque, tamper-evident cursor strings (pure: no I/O), the same format in both adapters.
 
 A cursor is ``base64url(compact JSON) "." base64url(HMAC-SHA256(secret, JSON)[:16])``. The JSON
 carries a version field ``v`` and whatever position the caller needs (a snapshot id and an
 offset, or a keyset position). The MAC is keyed with a per-database secret, so a cursor that was
 edited, truncated, or minted by another database fails to decode instead of silently paging
-through someone else's snapshot.
+through someone else's snapshot. The embedded adapter keeps the secret in its ``meta`` table, the
+ArangoDB adapter in ``vcm_meta``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ import binascii
 import hashlib
 import hmac
 import json
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from store.errors import StoreValidationError
 
@@ -32,25 +37,25 @@ def encode_cursor(payload: dict[str, Any], secret: bytes) -> str:
 def decode_cursor(cursor: str, secret: bytes, *, kind: str) -> dict[str, Any]:
     """Return the payload of a cursor this store minted for a search of ``kind``."""
     if not isinstance(cursor, str) or not cursor or len(cursor) > _MAX_CURSOR_CHARS:
-        raise _bad("the cursor is empty or too long")
+        raise bad_cursor("the cursor is empty or too long")
     body_part, sep, mac_part = cursor.partition(".")
     if not sep:
-        raise _bad("the cursor is not in the expected format")
+        raise bad_cursor("the cursor is not in the expected format")
     try:
         raw = _unb64(body_part)
         mac = _unb64(mac_part)
     except (binascii.Error, ValueError) as exc:
-        raise _bad("the cursor is not valid base64") from exc
+        raise bad_cursor("the cursor is not valid base64") from exc
     if not hmac.compare_digest(mac, _mac(raw, secret)):
-        raise _bad("the cursor was not issued by this store or was modified")
+        raise bad_cursor("the cursor was not issued by this store or was modified")
     try:
         payload = json.loads(raw)
     except ValueError as exc:  # unreachable for cursors we minted; kept for safety
-        raise _bad("the cursor body is not JSON") from exc
+        raise bad_cursor("the cursor body is not JSON") from exc
     if not isinstance(payload, dict) or payload.get("v") != CURSOR_VERSION:
-        raise _bad("the cursor has an unsupported version; rerun the search")
+        raise bad_cursor("the cursor has an unsupported version; rerun the search")
     if payload.get("k") != kind:
-        raise _bad(f"the cursor belongs to a different operation, not {kind}")
+        raise bad_cursor(f"the cursor belongs to a different operation, not {kind}")
     return payload
 
 
@@ -58,6 +63,10 @@ def fingerprint(*parts: Any) -> str:
     """Stable digest of search parameters, to refuse a cursor replayed with another query."""
     blob = json.dumps(parts, separators=(",", ":"), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def bad_cursor(reason: str) -> StoreValidationError:
+    return StoreValidationError(f"invalid cursor: {reason}; start the search again without one")
 
 
 def _mac(raw: bytes, secret: bytes) -> bytes:
@@ -72,5 +81,6 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _bad(reason: str) -> StoreValidationError:
-    return StoreValidationError(f"invalid cursor: {reason}; start the search again without one")
+def vector_digest(vector: Sequence[float] | npt.NDArray[Any]) -> str:
+    """Digest of a query vector for a cursor fingerprint, as the indexes see it (float32)."""
+    return hashlib.sha256(np.asarray(vector, dtype="<f4").tobytes()).hexdigest()

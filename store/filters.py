@@ -8,12 +8,13 @@ which must hold:
   are otherwise skipped;
 * any other key compares with ``chunk.metadata[key]`` (a missing key never matches).
 
-They are applied after the vector search, as ArangoDB applies them around APPROX_NEAR.
+Both adapters apply them after the vector search: the embedded adapter with
+:meth:`ArchivalFilter.matches` on hydrated candidates, the ArangoDB adapter as AQL ``FILTER``s
+in the subquery around ``APPROX_NEAR`` (``store/arango/aql.py``), which must mean the same.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,9 +71,24 @@ def parse_filters(filters: Mapping[str, Any] | None) -> ArchivalFilter:
 
 
 def _check_json_value(key: str, value: Any) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise StoreValidationError(f"filter {key!r} must be a finite value")
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key) from exc
+    """A value both backends compare the same way: JSON scalars, lists and string-keyed objects.
+
+    Stored metadata comes back from JSON, so a non-string object key could never match anyway.
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise StoreValidationError(f"filter {key!r} must be a finite number", key=key)
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_json_value(key, item)
+        return
+    if isinstance(value, Mapping):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key)
+            _check_json_value(key, item)
+        return
+    raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key)

@@ -1,26 +1,31 @@
-"""Argument checks shared by the embedded store's operations (pure).
+"""Argument checks of the store port (pure), the same for both adapters.
 
-Everything is checked before a transaction opens, so bad input raises
-:class:`~store.errors.StoreValidationError` and writes nothing.
+Both adapters run these before anything is written or sent, so bad input raises
+:class:`~store.errors.StoreValidationError`, writes nothing, and is refused alike whichever
+adapter is configured. Checks that depend on stored state (a vector space's dimension) take
+that state as an argument.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from store.errors import StoreValidationError
+from store.filters import ArchivalFilter, parse_filters
 from store.types import (
     EDGE_KINDS,
     SUMMARY_BLOCK_ID,
     ArchivalChunk,
     CoreBlockWrite,
     Edge,
+    EdgeKind,
     EvictionCommit,
     MemoryEvent,
     NodeRef,
@@ -28,7 +33,7 @@ from store.types import (
 )
 
 MAX_LIMIT = 1000
-MAX_DEPTH = 32
+MAX_DEPTH = 32  # traversal depth; AQL's 1..@max_depth has no bound of its own
 MAX_ID_CHARS = 512
 METRICS = ("cosine", "l2")
 DIRECTIONS = ("outbound", "inbound", "any")
@@ -66,7 +71,11 @@ def non_negative_int(name: str, value: Any) -> int:
 
 
 def json_mapping(name: str, value: Any) -> str:
-    """Serialise a metadata/payload mapping, refusing what JSON cannot hold."""
+    """A metadata/payload mapping as canonical JSON text, refusing what JSON cannot hold.
+
+    The text is what the embedded adapter stores; ``json.loads`` of it is what any adapter reads
+    back, so the ArangoDB adapter uses that to answer writes exactly as a later read would.
+    """
     if not isinstance(value, Mapping):
         raise StoreValidationError(f"{name} must be a mapping", field=name)
     try:
@@ -181,7 +190,7 @@ def node(n: Any) -> NodeRef:
     return n
 
 
-def edge_kinds(kinds: Any) -> tuple[str, ...]:
+def edge_kinds(kinds: Any) -> tuple[EdgeKind, ...]:
     if kinds is None:
         return tuple(EDGE_KINDS)
     if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
@@ -210,8 +219,13 @@ def metric(value: Any) -> str:
     return str(value)
 
 
-def vector(name: str, values: Any, *, metric_name: str) -> npt.NDArray[np.float32]:
-    """A finite, non-empty float32 vector (non-zero for cosine, which must normalise it)."""
+def vector(name: str, values: Any, *, metric_name: str) -> npt.NDArray[np.float64]:
+    """A finite, non-empty, flat vector that float32 can hold (non-zero in float32 for cosine).
+
+    Both vector indexes (FAISS here, FAISS inside ArangoDB) compute in float32, so that is the
+    range that counts. The values come back as given (float64): the embedded adapter stores
+    them as float32, the ArangoDB adapter as JSON numbers.
+    """
     if isinstance(values, str | bytes):
         raise StoreValidationError(f"{name} must be a sequence of numbers", field=name)
     try:
@@ -227,10 +241,10 @@ def vector(name: str, values: Any, *, metric_name: str) -> npt.NDArray[np.float3
         raise StoreValidationError(f"{name} overflows float32", field=name)
     if metric_name == "cosine" and not np.any(as32):
         raise StoreValidationError(f"{name} is all zeros; cosine needs a direction", field=name)
-    return as32
+    return array
 
 
-def chunk(c: Any) -> tuple[ArchivalChunk, npt.NDArray[np.float32]]:
+def chunk(c: Any) -> tuple[ArchivalChunk, npt.NDArray[np.float64]]:
     if not isinstance(c, ArchivalChunk):
         raise StoreValidationError("chunks must be ArchivalChunk instances")
     identifier("agent_id", c.agent_id)
@@ -249,3 +263,133 @@ def chunk(c: Any) -> tuple[ArchivalChunk, npt.NDArray[np.float32]]:
     finite("valid_until", c.valid_until, optional=True)
     json_mapping("metadata", c.metadata)
     return c, vector("embedding", c.embedding, metric_name=c.metric)
+
+
+# --- whole operations -----------------------------------------------------------------------------
+def recall_search(
+    agent_id: Any, query: Any, limit_: Any, since: Any, until: Any
+) -> tuple[float | None, float | None]:
+    """Arguments of ``search_recall``; returns the time window (``since`` <= t < ``until``)."""
+    identifier("agent_id", agent_id)
+    text("query", query)
+    if not query.strip():
+        raise StoreValidationError("query must contain at least one word", field="query")
+    limit("limit", limit_)
+    start = finite("since", since, optional=True)
+    end = finite("until", until, optional=True)
+    if start is not None and end is not None and start > end:
+        raise StoreValidationError("since must not be after until")
+    return start, end
+
+
+CheckedChunk = tuple[ArchivalChunk, npt.NDArray[np.float64]]
+Space = tuple[str, str]  # (metric, embedding_version): one vector space, one dimension
+
+
+def chunk_batch(chunks: Any) -> tuple[list[CheckedChunk], dict[Space, int]]:
+    """Arguments of ``ingest_archival``: each chunk checked, and the dimension of each space in
+    the batch (one space may not mix dimensions within a call)."""
+    if isinstance(chunks, str | bytes) or not isinstance(chunks, Sequence):
+        raise StoreValidationError("chunks must be a sequence of ArchivalChunk")
+    checked = [chunk(c) for c in chunks]
+    dims: dict[Space, int] = {}
+    for c, vec in checked:
+        space = (c.metric, c.embedding_version)
+        if dims.setdefault(space, len(vec)) != len(vec):
+            raise StoreValidationError(
+                f"embedding_version {c.embedding_version!r} ({c.metric}) has vectors of "
+                f"two dimensions in one call: {dims[space]} and {len(vec)}"
+            )
+    return checked, dims
+
+
+def space_dimension(metric_name: str, version: str, dimension: int, known: int | None) -> None:
+    """A space keeps the dimension of its first vectors: another model needs another version."""
+    if known is not None and known != dimension:
+        raise StoreValidationError(
+            f"embedding_version {version!r} ({metric_name}) holds {known}-d vectors, "
+            f"not {dimension}-d; use a new embedding_version for another model",
+            expected_dimension=known,
+            dimension=dimension,
+        )
+
+
+class _Dimensioned(Protocol):
+    @property
+    def dimension(self) -> int: ...
+
+
+S = TypeVar("S", bound=_Dimensioned)
+
+
+def matching_spaces(known: Sequence[S], dimension: int, metric_name: str, version: str | None) -> list[S]:
+    """The spaces (already narrowed to the metric and version asked) a query vector can search.
+
+    None known: nothing ingested yet, an empty answer. Some known but none of the query's
+    dimension: a wrong query vector, refused.
+    """
+    matching = [s for s in known if s.dimension == dimension]
+    if known and not matching:
+        dims = sorted({s.dimension for s in known})
+        raise StoreValidationError(
+            f"query vector has {dimension} dimensions; the {metric_name} index"
+            f"{'' if version is None else f' for {version!r}'} holds {dims}",
+            dimension=dimension,
+            expected_dimensions=dims,
+        )
+    return matching
+
+
+@dataclass(frozen=True)
+class ArchivalQuery:
+    vector: npt.NDArray[np.float64]
+    n_probe: int | None  # None: the adapter's default
+    filters: ArchivalFilter
+
+
+def archival_search(
+    agent_id: Any,
+    query: Any,
+    k: Any,
+    *,
+    filters: Any,
+    n_probe: Any,
+    metric_name: Any,
+    embedding_version: Any,
+    parse: Callable[[Any], ArchivalFilter] = parse_filters,
+) -> ArchivalQuery:
+    """Arguments of ``search_archival``; ``parse`` lets an adapter hold filter keys to more."""
+    identifier("agent_id", agent_id)
+    limit("k", k)
+    metric(metric_name)
+    probe = None if n_probe is None else limit("n_probe", n_probe, 1 << 20)
+    if embedding_version is not None:
+        identifier("embedding_version", embedding_version)
+    parsed = parse(filters)
+    return ArchivalQuery(vector("vector", query, metric_name=metric_name), probe, parsed)
+
+
+def event_listing(
+    agent_id: Any, kinds: Any, since: Any, limit_: Any
+) -> tuple[list[str] | None, float | None]:
+    """Arguments of ``query_events``; returns the kinds (sorted, distinct) and ``since``."""
+    if agent_id is not None:
+        identifier("agent_id", agent_id)
+    kind_list: list[str] | None = None
+    if kinds is not None:
+        if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
+            raise StoreValidationError("kinds must be a non-empty sequence of event kinds")
+        kind_list = sorted({identifier("kind", k) for k in kinds})
+    start = finite("since", since, optional=True)
+    limit("limit", limit_)
+    return kind_list, start
+
+
+def traversal(start: Any, kinds: Any, max_depth: Any, direction: Any) -> tuple[EdgeKind, ...]:
+    """Arguments of ``traverse``; returns the edge kinds to follow."""
+    node(start)
+    wanted = edge_kinds(kinds)
+    limit("max_depth", max_depth, MAX_DEPTH)
+    if direction not in DIRECTIONS:
+        raise StoreValidationError(f"direction must be one of {', '.join(DIRECTIONS)}", field="direction")
+    return wanted

@@ -9,9 +9,13 @@ Modules, each small and named after what it holds:
 * :mod:`~store.arango.client` - URLs, the Unix-socket HTTP client, read-only/read-write handles
 * :mod:`~store.arango.guard` - refuses servers that cannot serve vcm
 * :mod:`~store.arango.eviction` - ``commit_eviction`` planning and size-cap splitting
-* :mod:`~store.arango.snapshots`, :mod:`~store.arango.cursor` - stable search cursors
+* :mod:`~store.arango.snapshots` - stable search cursors (stored in ``cursors``)
 * :mod:`~store.arango.keys`, :mod:`~store.arango.documents`, :mod:`~store.arango.names`,
-  :mod:`~store.arango.validation`, :mod:`~store.arango.errors` - plumbing
+  :mod:`~store.arango.errors` - plumbing
+
+Argument checks, cursors, post-filters and write rules are shared with the embedded adapter
+(:mod:`store.validation`, :mod:`store.cursor`, :mod:`store.paging`, :mod:`store.filters`,
+:mod:`store.semantics`), so both refuse and answer alike.
 
 Facts about ArangoDB behind the choices are in the shared ``reference/arangodb.md``.
 """

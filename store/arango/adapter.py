@@ -29,23 +29,21 @@ Design notes (details in the modules named):
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import json
 import logging
 import secrets
-import struct
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from arango.exceptions import ArangoServerError, DocumentInsertError
 
-from store.arango import aql, documents, keys, names, validation
-from store.arango.aql import AqlQuery, ArchivalFilter
+from store import paging, semantics, validation
+from store.arango import aql, documents, keys, names
+from store.arango.aql import AqlQuery
 from store.arango.client import Connection, connect
-from store.arango.cursor import decode_cursor, encode_cursor, fingerprint
 from store.arango.errors import (
     QUERY_VECTOR_INDEX_NOT_READY,
     QUERY_VECTOR_SEARCH_NOT_APPLIED,
@@ -58,8 +56,6 @@ from store.arango.eviction import (
     DEFAULT_CAP_BYTES,
     EvictionPlan,
     chunk_by_size,
-    distinct,
-    event_payload,
     plan_eviction,
     size_of,
 )
@@ -75,14 +71,15 @@ from store.arango.schema import (
     vector_state,
 )
 from store.arango.snapshots import Ranked, Snapshots
+from store.cursor import fingerprint, vector_digest
 from store.errors import (
-    IdempotencyMismatchError,
     NotFoundError,
     RevConflictError,
     StoreError,
     StoreUnavailableError,
     StoreValidationError,
 )
+from store.filters import ArchivalFilter
 from store.port import FaultHook, MemoryStore
 from store.types import (
     ArchivalChunk,
@@ -259,14 +256,7 @@ class ArangoStore(MemoryStore):
 
     # --- plumbing -------------------------------------------------------------------------------
     def _fault(self, point: str) -> None:
-        if self._fault_hook is None:
-            return
-        try:
-            self._fault_hook(point)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise StoreUnavailableError(f"operation aborted at {point}: {exc}") from exc
+        semantics.fire_fault(self._fault_hook, point)
 
     @staticmethod
     def _run(db: Any, query: AqlQuery, operation: str) -> list[Any]:
@@ -346,29 +336,23 @@ class ArangoStore(MemoryStore):
         validation.core_write(block)
         validation.rev("expected_rev", expected_rev, optional=True)
         validation.identifier("idempotency_key", idempotency_key)
-        content = fingerprint(
-            block.agent_id,
-            block.block_id,
-            block.role,
-            block.content,
-            block.tokens,
-            block.pinned,
-            dict(block.metadata),
-        )
+        content = semantics.core_write_fingerprint(block)
         idem_key = keys.idempotency_key(block.agent_id, "core", idempotency_key)
         seen = self._get(self._ro, names.IDEMPOTENCY, idem_key, "put_core")
         if seen is not None:
-            return _replayed_block(seen, content, idempotency_key)
+            return semantics.replayed_core_write(seen.get("fingerprint"), seen["result"], content, idempotency_key)
         key = documents.block_key(block.agent_id, block.block_id)
         try:
             with self._transaction(names.PUT_CORE_WRITE, "put_core") as txn:
                 seen = txn.collection(names.IDEMPOTENCY).get(idem_key)
                 if seen is not None:
-                    return _replayed_block(seen, content, idempotency_key)
+                    return semantics.replayed_core_write(
+                        seen.get("fingerprint"), seen["result"], content, idempotency_key
+                    )
                 current = txn.collection(names.CORE).get(key)
                 current_rev = None if current is None else current["_rev"]
                 if current_rev != expected_rev:
-                    raise _rev_conflict(f"core block {block.block_id!r}", expected_rev, current_rev)
+                    raise semantics.rev_conflict(f"core block {block.block_id!r}", expected_rev, current_rev)
                 now = self._clock()
                 doc = documents.block_doc(block, now)
                 if current is None:
@@ -383,7 +367,7 @@ class ArangoStore(MemoryStore):
                         "scope": "core",
                         "key": idempotency_key,
                         "fingerprint": content,
-                        "result": documents.block_to_json(stored),
+                        "result": semantics.core_block_to_json(stored),
                         "created_at": now,
                     }
                 )
@@ -393,7 +377,9 @@ class ArangoStore(MemoryStore):
             # A concurrent call with the same key may have won; its answer is ours.
             seen = self._get(self._ro, names.IDEMPOTENCY, idem_key, "put_core")
             if seen is not None:
-                return _replayed_block(seen, content, idempotency_key)
+                return semantics.replayed_core_write(
+                    seen.get("fingerprint"), seen["result"], content, idempotency_key
+                )
             raise
 
     def delete_core(self, agent_id: str, block_id: str, expected_rev: str) -> None:
@@ -411,7 +397,7 @@ class ArangoStore(MemoryStore):
                     block_id=block_id,
                 )
             if current["_rev"] != expected_rev:
-                raise _rev_conflict(f"core block {block_id!r}", expected_rev, current["_rev"])
+                raise semantics.rev_conflict(f"core block {block_id!r}", expected_rev, current["_rev"])
             txn.collection(names.CORE).delete({"_key": key, "_rev": expected_rev}, check_rev=True)
             for edges in names.EDGE_COLLECTIONS:
                 self._run(txn, aql.remove_edges_of(edges, [vertex]), "delete_core")
@@ -423,7 +409,7 @@ class ArangoStore(MemoryStore):
 
     # --- messages / recall ----------------------------------------------------------------------
     def spool_messages(self, messages: Sequence[StoredMessage]) -> int:
-        batch = distinct(validation.messages(messages))
+        batch = semantics.distinct(validation.messages(messages))
         if not batch:
             return 0
         docs = [documents.message_doc(m) for m in batch]
@@ -470,7 +456,7 @@ class ArangoStore(MemoryStore):
             current = self._get(self._ro, names.CORE, plan.summary_key, "commit_eviction")
             current_rev = None if current is None else current["_rev"]
             if current_rev != commit.expected_summary_rev:
-                raise _rev_conflict(
+                raise semantics.rev_conflict(
                     f"the summary of agent {commit.agent_id!r}", commit.expected_summary_rev, current_rev
                 )
             for part in plan.pre_writes:
@@ -497,7 +483,7 @@ class ArangoStore(MemoryStore):
             current = core.get(plan.summary_key)
             current_rev = None if current is None else current["_rev"]
             if current_rev != commit.expected_summary_rev:
-                raise _rev_conflict(
+                raise semantics.rev_conflict(
                     f"the summary of agent {agent!r}", commit.expected_summary_rev, current_rev
                 )
             if plan.final_messages:
@@ -519,7 +505,7 @@ class ArangoStore(MemoryStore):
             event = MemoryEvent(
                 agent_id=agent,
                 kind="evict",
-                payload=event_payload(commit, plan.messages, rev),
+                payload=semantics.evict_event_payload(commit, plan.messages, rev),
                 event_id=plan.event_id,
                 created_at=now,
                 idempotency_key=plan.event_id,
@@ -557,15 +543,7 @@ class ArangoStore(MemoryStore):
         since: float | None = None,
         until: float | None = None,
     ) -> Page[RecallHit]:
-        validation.identifier("agent_id", agent_id)
-        validation.text("query", query)
-        if not query.strip():
-            raise StoreValidationError("query must contain at least one word", field="query")
-        validation.limit("limit", limit)
-        since = validation.finite("since", since, optional=True)
-        until = validation.finite("until", until, optional=True)
-        if since is not None and until is not None and since > until:
-            raise StoreValidationError("since must not be after until")
+        since, until = validation.recall_search(agent_id, query, limit, since, until)
         key = fingerprint("recall", agent_id, query, since, until)
         if cursor is not None:
             part = self._snapshots.next("recall", agent_id, key, cursor, limit)
@@ -588,26 +566,16 @@ class ArangoStore(MemoryStore):
 
     # --- archival -------------------------------------------------------------------------------
     def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:
-        if isinstance(chunks, str | bytes) or not isinstance(chunks, Sequence):
-            raise StoreValidationError("chunks must be a sequence of ArchivalChunk")
-        checked = [validation.chunk(c) for c in chunks]
+        checked, dims = validation.chunk_batch(chunks)
         if not checked:
             return 0
-        dims: dict[tuple[str, str], int] = {}
-        for c, vec in checked:
-            space = (c.metric, c.embedding_version)
-            if dims.setdefault(space, len(vec)) != len(vec):
-                raise StoreValidationError(
-                    f"embedding_version {c.embedding_version!r} ({c.metric}) has vectors of "
-                    f"two dimensions in one call: {dims[space]} and {len(vec)}"
-                )
         known: dict[tuple[str, str], int] = {
             (s.metric, s.embedding_version): s.dimension for s in self._spaces()
         }
         for (metric, version), dim in dims.items():
-            _check_space_dimension(metric, version, dim, known.get((metric, version)))
+            validation.space_dimension(metric, version, dim, known.get((metric, version)))
         now = self._clock()
-        docs = [documents.chunk_doc(c, vec, now) for c, vec in checked]
+        docs = [documents.chunk_doc(c, vec.tolist(), now) for c, vec in checked]
         write = (names.ARCHIVAL, names.DERIVED_FROM, names.META)
         with self._transaction(write, "ingest_archival") as txn:
             new_spaces = [
@@ -621,7 +589,7 @@ class ArangoStore(MemoryStore):
                     (s.metric, s.embedding_version): s.dimension for s in self._spaces(txn)
                 }
                 for (metric, version), dim in dims.items():  # a concurrent first writer wins
-                    _check_space_dimension(metric, version, dim, stored.get((metric, version)))
+                    validation.space_dimension(metric, version, dim, stored.get((metric, version)))
             inserted = {
                 r for r in self._run(txn, aql.insert_ignore(names.ARCHIVAL, docs), "ingest_archival") if r
             }
@@ -673,23 +641,26 @@ class ArangoStore(MemoryStore):
         metric: str = "cosine",
         embedding_version: str | None = None,
     ) -> Page[ArchivalHit]:
-        validation.identifier("agent_id", agent_id)
-        validation.limit("k", k)
-        validation.metric(metric)
+        args = validation.archival_search(
+            agent_id,
+            vector,
+            k,
+            filters=filters,
+            n_probe=n_probe,
+            metric_name=metric,
+            embedding_version=embedding_version,
+            parse=aql.parse_filters,
+        )
         space_metric = cast(Metric, metric)
-        probe = None if n_probe is None else validation.limit("n_probe", n_probe, 1 << 20)
-        if probe is None:
-            probe = self._n_probe
-        if embedding_version is not None:
-            validation.identifier("embedding_version", embedding_version)
-        parsed = aql.parse_filters(filters)
-        query = validation.vector("vector", vector, metric_name=metric)
+        probe = self._n_probe if args.n_probe is None else args.n_probe
+        parsed = args.filters
+        query: list[float] = args.vector.tolist()
         if not self._matching_spaces(space_metric, embedding_version, len(query)):
             return Page([], None)
         key = fingerprint(
             "archival",
             agent_id,
-            hashlib.sha256(struct.pack(f"<{len(query)}f", *query)).hexdigest(),
+            vector_digest(query),
             metric,
             embedding_version,
             probe,
@@ -798,16 +769,7 @@ class ArangoStore(MemoryStore):
             for s in self._spaces()
             if s.metric == metric and (version is None or s.embedding_version == version)
         ]
-        matching = [s for s in known if s.dimension == dimension]
-        if known and not matching:
-            dims = sorted({s.dimension for s in known})
-            raise StoreValidationError(
-                f"query vector has {dimension} dimensions; the {metric} index"
-                f"{'' if version is None else f' for {version!r}'} holds {dims}",
-                dimension=dimension,
-                expected_dimensions=dims,
-            )
-        return matching
+        return validation.matching_spaces(known, dimension, metric, version)
 
     def _has_any_vector_index(self) -> bool:
         with translated("list indexes"):
@@ -878,15 +840,9 @@ class ArangoStore(MemoryStore):
     # --- events ---------------------------------------------------------------------------------
     def append_event(self, event: MemoryEvent) -> MemoryEvent:
         validation.event(event)
-        event_id = event.event_id
-        if not event_id:
-            event_id = (
-                uuid.uuid4().hex
-                if event.idempotency_key is None
-                else "key-" + _digest(event.agent_id, event.idempotency_key)
-            )
+        event_id = semantics.event_id(event)
         created_at = self._now(event.created_at)
-        payload = validation.json_mapping("payload", event.payload)  # as it will read back
+        payload = json.loads(validation.json_mapping("payload", event.payload))  # as it will read back
         doc = documents.event_doc(replace(event, payload=payload), event_id, created_at)
         rows = self._run(self._rw, aql.insert_ignore(names.EVENTS, [doc]), "append_event")
         if rows and rows[0] is not None:
@@ -905,36 +861,20 @@ class ArangoStore(MemoryStore):
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[MemoryEvent]:
-        if agent_id is not None:
-            validation.identifier("agent_id", agent_id)
-        kind_list: list[str] | None = None
-        if kinds is not None:
-            if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
-                raise StoreValidationError("kinds must be a non-empty sequence of event kinds")
-            kind_list = sorted({validation.identifier("kind", k) for k in kinds})
-        since = validation.finite("since", since, optional=True)
-        validation.limit("limit", limit)
+        kind_list, since = validation.event_listing(agent_id, kinds, since, limit)
         key = fingerprint("events", agent_id, kind_list, since)
         after: tuple[float, str] | None = None
         if cursor is not None:
             # Keyset paging on (created_at, _key): an event appended later lands after the
             # position or is not part of this listing; nothing repeats or shifts.
-            position = decode_cursor(cursor, self._secret, kind="events")
-            after_t, after_k = position.get("t"), position.get("id")
-            if position.get("f") != key:
-                raise StoreValidationError("invalid cursor: it belongs to a query with other arguments")
-            if not isinstance(after_t, int | float) or not isinstance(after_k, str):
-                raise StoreValidationError("invalid cursor: damaged position; start again")
-            after = (float(after_t), after_k)
+            after = paging.keyset_position(cursor, self._secret, key, "id", str)
         q = aql.events_page(agent_id, kind_list, since=since, after=after, limit=limit + 1)
         found = self._run(self._ro, q, "query_events")
         page = found[:limit]
         next_cursor = None
         if len(found) > limit:
             last = page[-1]
-            next_cursor = encode_cursor(
-                {"k": "events", "t": last["created_at"], "id": last["_key"], "f": key}, self._secret
-            )
+            next_cursor = paging.keyset_cursor(self._secret, key, last["created_at"], "id", last["_key"])
         return Page([documents.event_from_doc(d) for d in page], next_cursor)
 
     # --- graph ----------------------------------------------------------------------------------
@@ -951,13 +891,7 @@ class ArangoStore(MemoryStore):
         max_depth: int = 1,
         direction: str = "outbound",
     ) -> list[NodeRef]:
-        validation.node(start)
-        wanted = validation.edge_kinds(kinds)
-        validation.limit("max_depth", max_depth, aql.MAX_DEPTH)
-        if direction not in validation.DIRECTIONS:
-            raise StoreValidationError(
-                f"direction must be one of {', '.join(validation.DIRECTIONS)}", field="direction"
-            )
+        wanted = validation.traversal(start, kinds, max_depth, direction)
         start_id = keys.vertex_id(start)
         q = aql.traverse(
             start_id, list(wanted), max_depth=max_depth, direction=cast(aql.Direction, direction)
@@ -1099,44 +1033,10 @@ def order_traversal(start: NodeRef, start_id: str, paths: Sequence[Any]) -> list
     return [r for r in out if r != start]
 
 
-def _replayed_block(seen: Mapping[str, Any], content: str, idempotency_key: str) -> CoreBlock:
-    if seen.get("fingerprint") != content:
-        raise IdempotencyMismatchError(
-            f"idempotency key {idempotency_key!r} was used for a different write; "
-            "use a new key for new content",
-            idempotency_key=idempotency_key,
-        )
-    return documents.block_from_json(seen["result"])
-
-
 def _replayed_batch(commit: EvictionCommit, done: Mapping[str, Any]) -> EvictionResult:
     return EvictionResult(
         commit.agent_id, commit.batch_id, str(done["summary_rev"]), int(done["messages_committed"]), True
     )
-
-
-def _rev_conflict(what: str, expected: str | None, current: str | None) -> RevConflictError:
-    if current is None:
-        hint = "it does not exist (any more); create it with expected_rev=None"
-    elif expected is None:
-        hint = "it already exists; read it and pass its rev"
-    else:
-        hint = "it changed since you read it; read it again and retry"
-    return RevConflictError(
-        f"revision conflict on {what}: expected {expected!r}, current {current!r}; {hint}",
-        expected_rev=expected,
-        current_rev=current,
-    )
-
-
-def _check_space_dimension(metric: str, version: str, dim: int, known: int | None) -> None:
-    if known is not None and known != dim:
-        raise StoreValidationError(
-            f"embedding_version {version!r} ({metric}) holds {known}-d vectors, "
-            f"not {dim}-d; use a new embedding_version for another model",
-            expected_dimension=known,
-            dimension=dim,
-        )
 
 
 def _space_doc(metric: str, dimension: int, version: str) -> dict[str, Any]:
@@ -1151,10 +1051,6 @@ def _space_doc(metric: str, dimension: int, version: str) -> dict[str, Any]:
 
 def _chunks_by_size(docs: Sequence[dict[str, Any]], cap: int) -> list[list[dict[str, Any]]]:
     return chunk_by_size(docs, [size_of(d) for d in docs], cap)
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
 
 
 __all__ = ["ArangoStore", "order_traversal"]

@@ -17,15 +17,17 @@ Rules that every function here keeps (``tests/store/test_arango_aql.py`` checks 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from store import filters as filters_module
 from store.arango import names
 from store.errors import StoreValidationError
+from store.filters import CHUNK_FIELDS
+from store.filters import ArchivalFilter as ArchivalFilter  # re-exported: the type of every filters argument here
 from store.types import Metric
+from store.validation import MAX_DEPTH
 
 
 class AqlQuery(NamedTuple):
@@ -41,71 +43,23 @@ SAFE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
 _VECTOR_ATTRIBUTE = re.compile(r"^emb_(cosine|l2)_[1-9][0-9]{0,4}$")
 
 MAX_DIMENSION = 65_536
-MAX_DEPTH = 32
-CHUNK_FIELDS = ("doc_id", "source", "model_id")
-INCLUDE_STALE = "include_stale"
 
 
 # --- archival filters ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ArchivalFilter:
-    """Equality post-filters of ``search_archival`` (same meaning as the embedded adapter).
-
-    ``doc_id``, ``source``, ``model_id`` compare with the chunk's own fields, any other key with
-    ``metadata[key]`` (a missing key never matches); ``include_stale`` keeps chunks whose
-    ``valid_until`` has passed.
-    """
-
-    fields: Mapping[str, Any] = field(default_factory=dict)
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    include_stale: bool = False
-
-    def canonical(self) -> list[Any]:
-        return [sorted(self.fields.items()), sorted(self.metadata.items()), self.include_stale]
-
-
 def parse_filters(filters: Mapping[str, Any] | None) -> ArchivalFilter:
-    if filters is None:
-        return ArchivalFilter()
-    if not isinstance(filters, Mapping):
-        raise StoreValidationError("filters must be a mapping of field name to value")
-    chunk_fields: dict[str, Any] = {}
-    metadata: dict[str, Any] = {}
-    include_stale = False
-    for key, value in filters.items():
-        if not isinstance(key, str) or not SAFE_KEY.match(key):
-            raise StoreValidationError(
-                "filter keys must be identifiers (letters, digits, _ and -, at most 128)",
-                key=repr(key),
-            )
-        if key == INCLUDE_STALE:
-            if not isinstance(value, bool):
-                raise StoreValidationError("filter include_stale must be true or false")
-            include_stale = value
-            continue
-        _check_json_value(key, value)
-        (chunk_fields if key in CHUNK_FIELDS else metadata)[key] = value
-    return ArchivalFilter(chunk_fields, metadata, include_stale)
+    """The shared post-filters (:mod:`store.filters`), keys also held to :data:`SAFE_KEY`.
 
-
-def _check_json_value(key: str, value: Any) -> None:
-    if value is None or isinstance(value, bool | int | str):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise StoreValidationError(f"filter {key!r} must be a finite number", key=key)
-        return
-    if isinstance(value, list | tuple):
-        for item in value:
-            _check_json_value(key, item)
-        return
-    if isinstance(value, Mapping):
-        for k, item in value.items():
-            if not isinstance(k, str):
-                raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key)
-            _check_json_value(key, item)
-        return
-    raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key)
+    The stricter key rule is this adapter's own: keys travel as bind variables anyway, but a
+    key that is not an identifier is refused before it reaches a query.
+    """
+    if isinstance(filters, Mapping):
+        for key in filters:
+            if not isinstance(key, str) or not SAFE_KEY.match(key):
+                raise StoreValidationError(
+                    "filter keys must be identifiers (letters, digits, _ and -, at most 128)",
+                    key=repr(key),
+                )
+    return filters_module.parse_filters(filters)
 
 
 def vector_attribute(metric: Metric, dimension: int) -> str:

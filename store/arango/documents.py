@@ -109,24 +109,6 @@ def block_from_doc(d: Mapping[str, Any], rev: str | None = None) -> CoreBlock:
     )
 
 
-def block_to_json(block: CoreBlock) -> dict[str, Any]:
-    return {
-        "agent_id": block.agent_id,
-        "block_id": block.block_id,
-        "role": block.role,
-        "content": block.content,
-        "tokens": block.tokens,
-        "pinned": block.pinned,
-        "rev": block.rev,
-        "updated_at": block.updated_at,
-        "metadata": dict(block.metadata),
-    }
-
-
-def block_from_json(data: Mapping[str, Any]) -> CoreBlock:
-    return CoreBlock(**dict(data))
-
-
 def summary_doc(agent_id: str, text: str, tokens: int, batch_id: int, now: float) -> dict[str, Any]:
     # Block-shaped too, so get_core() can read the summary like the embedded adapter does.
     return {

@@ -28,6 +28,7 @@ from typing import Any
 
 from store.arango import documents, keys
 from store.errors import StoreValidationError
+from store.semantics import distinct, evict_event_id, evict_event_payload
 from store.types import Edge, EvictionCommit, StoredMessage, message_node, summary_node
 
 DEFAULT_CAP_BYTES = 32 * 1024 * 1024
@@ -55,24 +56,6 @@ def size_of(doc: Any) -> int:
     return len(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
-def distinct(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
-    """First occurrence of each (agent, message id): a batch may repeat a message."""
-    seen: dict[tuple[str, str], StoredMessage] = {}
-    for m in messages:
-        seen.setdefault((m.agent_id, m.message_id), m)
-    return list(seen.values())
-
-
-def event_payload(commit: EvictionCommit, batch: Sequence[StoredMessage], summary_rev: str) -> dict[str, Any]:
-    """Payload of the ``evict`` event (same keys as the embedded adapter writes)."""
-    return {
-        **dict(commit.event),
-        "batch_id": commit.batch_id,
-        "message_ids": [m.message_id for m in batch],
-        "summary_rev": summary_rev,
-    }
-
-
 def plan_eviction(commit: EvictionCommit, *, now: float, cap_bytes: int = DEFAULT_CAP_BYTES) -> EvictionPlan:
     if cap_bytes < 1024:
         raise StoreValidationError("the transaction size cap must be at least 1 KiB")
@@ -94,7 +77,7 @@ def plan_eviction(commit: EvictionCommit, *, now: float, cap_bytes: int = DEFAUL
         )
         for m in batch
     ]
-    event_bytes = size_of(event_payload(commit, batch, "x" * 32)) + 512
+    event_bytes = size_of(evict_event_payload(commit, batch, "x" * 32)) + 512
     summary_bytes = len(commit.summary_text.encode("utf-8")) + 512
     final_fixed = sum(size_of(e) for e in edge_docs) + event_bytes + summary_bytes + 256
     message_bytes = [size_of(d) for d in message_docs]
@@ -110,7 +93,7 @@ def plan_eviction(commit: EvictionCommit, *, now: float, cap_bytes: int = DEFAUL
     return EvictionPlan(
         marker_key=keys.batch_key(agent, commit.batch_id),
         summary_key=documents.summary_key(agent),
-        event_id=keys.evict_event_id(agent, commit.batch_id),
+        event_id=evict_event_id(agent, commit.batch_id),
         messages=batch,
         pre_writes=chunk_by_size(message_docs, message_bytes, cap_bytes) if split else [],
         final_messages=[] if split else message_docs,

@@ -77,7 +77,3 @@ def batch_key(agent_id: str, batch_id: int) -> str:
 
 def idempotency_key(agent_id: str, scope: str, key: str) -> str:
     return doc_key(agent_id, scope, key)
-
-
-def evict_event_id(agent_id: str, batch_id: int) -> str:
-    return f"{agent_id}:evict:{batch_id}"  # the embedded adapter's id for the same event

@@ -6,28 +6,23 @@ and stores the ranked ``[key, score]`` list in ``cursors`` under a random id, wi
 so documents written meanwhile can neither push an item onto a later page nor pull one off it.
 Re-running the ranking per page could not promise that: BM25 statistics change as messages
 arrive, and with a vector index new documents can crowd the over-fetched ANN candidates. An
-item deleted since (TTL expiry) is left out of its page. Same semantics as the embedded adapter.
+item deleted since (TTL expiry) is left out of its page. Same semantics as the embedded adapter;
+the cursor format and its checks are shared with it (:mod:`store.paging`).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from store import paging
 from store.arango import names
-from store.arango.cursor import decode_cursor, encode_cursor
 from store.arango.errors import translated
-from store.errors import StoreValidationError
+from store.cursor import decode_cursor
 
 Ranked = list[tuple[str, float]]
-
-
-@dataclass(frozen=True)
-class Slice:
-    items: Ranked
-    next_cursor: str | None
+Slice = paging.Slice[str]
 
 
 class Snapshots:
@@ -65,30 +60,20 @@ class Snapshots:
         }
         with translated("store a search cursor"):
             self._rw.collection(names.CURSORS).insert(doc, silent=True)
-        return Slice(list(ranked[:limit]), self._cursor(kind, snapshot_id, fingerprint, limit))
+        return paging.cut(
+            ranked, 0, limit, secret=self._secret, kind=kind, snapshot_id=snapshot_id, fingerprint=fingerprint
+        )
 
     def next(self, kind: str, agent_id: str, fingerprint: str, cursor: str, limit: int) -> Slice:
         payload = decode_cursor(cursor, self._secret, kind=kind)
-        snapshot_id, offset = payload.get("s"), payload.get("o")
-        if payload.get("f") != fingerprint:
-            raise StoreValidationError(
-                "invalid cursor: it belongs to a search with other arguments; "
-                "repeat the original arguments or start again without a cursor"
-            )
-        if not isinstance(snapshot_id, str) or not isinstance(offset, int) or offset < 0:
-            raise StoreValidationError("invalid cursor: damaged position; start again")
+        paging.check_fingerprint(payload, fingerprint)
+        snapshot_id, offset = paging.snapshot_position(payload)
         with translated("read a search cursor"):
             doc = self._ro.collection(names.CURSORS).get(snapshot_id)
-        if not isinstance(doc, dict) or float(doc.get("expires_at", 0)) < self._clock():
-            raise StoreValidationError(
-                "invalid cursor: it has expired; run the search again", ttl_s=self._ttl_s
-            )
-        if doc.get("agent_id") != agent_id or doc.get("kind") != kind:
-            raise StoreValidationError("invalid cursor: it belongs to another agent's search")
-        ranked: Ranked = [(str(k), float(s)) for k, s in doc.get("items", [])]
-        end = offset + limit
-        next_cursor = self._cursor(kind, snapshot_id, fingerprint, end) if end < len(ranked) else None
-        return Slice(ranked[offset:end], next_cursor)
-
-    def _cursor(self, kind: str, snapshot_id: str, fingerprint: str, offset: int) -> str:
-        return encode_cursor({"k": kind, "s": snapshot_id, "o": offset, "f": fingerprint}, self._secret)
+        stored = paging.check_snapshot(
+            doc if isinstance(doc, dict) else None, agent_id=agent_id, kind=kind, now=self._clock(), ttl_s=self._ttl_s
+        )
+        ranked: Ranked = [(str(k), float(s)) for k, s in stored.get("items", [])]
+        return paging.cut(
+            ranked, offset, limit, secret=self._secret, kind=kind, snapshot_id=snapshot_id, fingerprint=fingerprint
+        )

@@ -32,22 +32,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import shutil
 import sqlite3
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from store.embedded import rows, validation
+import numpy as np
+
+from store import paging, semantics, validation
+from store.cursor import fingerprint, vector_digest
+from store.embedded import rows
 from store.embedded.archival import ArchivalRanker
-from store.embedded.cursor import decode_cursor, encode_cursor, fingerprint
 from store.embedded.db import Database, chunked, meta_add, meta_get, meta_int, meta_set
-from store.embedded.filters import parse_filters
 from store.embedded.indexer import TextIndexer
 from store.embedded.recall import RecallRanker
 from store.embedded.schema import (
@@ -63,9 +63,7 @@ from store.embedded.snapshots import Snapshots
 from store.embedded.textindex import TextIndex, analyze, query_terms
 from store.embedded.vectorindex import SpaceKey, VectorIndexes
 from store.errors import (
-    IdempotencyMismatchError,
     NotFoundError,
-    RevConflictError,
     StoreError,
     StoreUnavailableError,
     StoreValidationError,
@@ -192,14 +190,7 @@ class EmbeddedStore(MemoryStore):
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _fault(self, point: str) -> None:
-        if self._fault_hook is None:
-            return
-        try:
-            self._fault_hook(point)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise StoreUnavailableError(f"operation aborted at {point}: {exc}") from exc
+        semantics.fire_fault(self._fault_hook, point)
 
     def _with_text_errors(self, action: Callable[[], object]) -> None:
         """Text index upkeep after a commit: its failure must not fail the committed write."""
@@ -251,15 +242,7 @@ class EmbeddedStore(MemoryStore):
         validation.core_write(block)
         validation.rev("expected_rev", expected_rev, optional=True)
         validation.identifier("idempotency_key", idempotency_key)
-        content = fingerprint(
-            block.agent_id,
-            block.block_id,
-            block.role,
-            block.content,
-            block.tokens,
-            block.pinned,
-            dict(block.metadata),
-        )
+        content = semantics.core_write_fingerprint(block)
         with self._db.write("write a core block") as conn:
             seen = conn.execute(
                 "SELECT fingerprint, result FROM idempotency "
@@ -267,20 +250,16 @@ class EmbeddedStore(MemoryStore):
                 (block.agent_id, idempotency_key),
             ).fetchone()
             if seen is not None:
-                if seen["fingerprint"] != content:
-                    raise IdempotencyMismatchError(
-                        f"idempotency key {idempotency_key!r} was used for a different write; "
-                        "use a new key for new content",
-                        idempotency_key=idempotency_key,
-                    )
-                return rows.core_block_from_dict(json.loads(seen["result"]))
+                return semantics.replayed_core_write(
+                    seen["fingerprint"], json.loads(seen["result"]), content, idempotency_key
+                )
             current = conn.execute(
                 "SELECT rev FROM core_memory WHERE agent_id = ? AND block_id = ?",
                 (block.agent_id, block.block_id),
             ).fetchone()
             current_rev = None if current is None else current["rev"]
             if current_rev != expected_rev:
-                raise _rev_conflict(f"core block {block.block_id!r}", expected_rev, current_rev)
+                raise semantics.rev_conflict(f"core block {block.block_id!r}", expected_rev, current_rev)
             stored = CoreBlock(
                 agent_id=block.agent_id,
                 block_id=block.block_id,
@@ -318,7 +297,7 @@ class EmbeddedStore(MemoryStore):
                     block.agent_id,
                     idempotency_key,
                     content,
-                    rows.dumps(rows.core_block_dict(stored)),
+                    rows.dumps(semantics.core_block_to_json(stored)),
                     stored.updated_at,
                 ),
             )
@@ -342,7 +321,7 @@ class EmbeddedStore(MemoryStore):
                     block_id=block_id,
                 )
             if current["rev"] != expected_rev:
-                raise _rev_conflict(f"core block {block_id!r}", expected_rev, current["rev"])
+                raise semantics.rev_conflict(f"core block {block_id!r}", expected_rev, current["rev"])
             conn.execute("DELETE FROM core_memory WHERE agent_id = ? AND block_id = ?", (agent_id, block_id))
             _delete_node_edges(conn, [node])
 
@@ -357,7 +336,7 @@ class EmbeddedStore(MemoryStore):
 
     # --- messages / recall ------------------------------------------------------------------
     def spool_messages(self, messages: Sequence[StoredMessage]) -> int:
-        batch = _distinct(validation.messages(messages))
+        batch = semantics.distinct(validation.messages(messages))
         if not batch:
             return 0
         lengths = [len(analyze(m.content)) for m in batch]
@@ -393,11 +372,11 @@ class EmbeddedStore(MemoryStore):
 
     def commit_eviction(self, commit: EvictionCommit) -> EvictionResult:
         validation.eviction(commit)
-        batch = _distinct(list(commit.messages))
+        batch = semantics.distinct(list(commit.messages))
         lengths = [len(analyze(m.content)) for m in batch]
         agent = commit.agent_id
         summary = summary_node(agent)
-        event_id = f"{agent}:evict:{commit.batch_id}"
+        event_id = semantics.evict_event_id(agent, commit.batch_id)
         with self._db.write("commit an eviction batch") as conn:
             done = conn.execute(
                 "SELECT summary_rev, messages_committed FROM batches WHERE agent_id = ? AND batch_id = ?",
@@ -413,7 +392,7 @@ class EmbeddedStore(MemoryStore):
             ).fetchone()
             current_rev = None if current is None else current["rev"]
             if current_rev != commit.expected_summary_rev:
-                raise _rev_conflict(
+                raise semantics.rev_conflict(
                     f"the summary of agent {agent!r}", commit.expected_summary_rev, current_rev
                 )
             now = self._clock()
@@ -452,12 +431,7 @@ class EmbeddedStore(MemoryStore):
                     commit.batch_id,
                 ),
             )
-            payload = {
-                **dict(commit.event),
-                "batch_id": commit.batch_id,
-                "message_ids": [m.message_id for m in batch],
-                "summary_rev": rev,
-            }
+            payload = semantics.evict_event_payload(commit, batch, rev)
             conn.execute(
                 "INSERT OR IGNORE INTO events (event_id, agent_id, kind, payload, created_at, "
                 "actor, idempotency_key) VALUES (?, ?, 'evict', ?, ?, 'system', ?)",
@@ -492,15 +466,7 @@ class EmbeddedStore(MemoryStore):
         since: float | None = None,
         until: float | None = None,
     ) -> Page[RecallHit]:
-        validation.identifier("agent_id", agent_id)
-        validation.text("query", query)
-        if not query.strip():
-            raise StoreValidationError("query must contain at least one word", field="query")
-        validation.limit("limit", limit)
-        since = validation.finite("since", since, optional=True)
-        until = validation.finite("until", until, optional=True)
-        if since is not None and until is not None and since > until:
-            raise StoreValidationError("since must not be after until")
+        since, until = validation.recall_search(agent_id, query, limit, since, until)
         key = fingerprint("recall", agent_id, query, since, until)
         terms = query_terms(query)
 
@@ -528,19 +494,9 @@ class EmbeddedStore(MemoryStore):
 
     # --- archival ---------------------------------------------------------------------------
     def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:
-        if isinstance(chunks, str | bytes) or not isinstance(chunks, Sequence):
-            raise StoreValidationError("chunks must be a sequence of ArchivalChunk")
-        checked = [validation.chunk(c) for c in chunks]
+        checked, dims = validation.chunk_batch(chunks)
         if not checked:
             return 0
-        dims: dict[tuple[str, str], int] = {}
-        for c, vec in checked:
-            space = (c.metric, c.embedding_version)
-            if dims.setdefault(space, len(vec)) != len(vec):
-                raise StoreValidationError(
-                    f"embedding_version {c.embedding_version!r} ({c.metric}) has vectors of "
-                    f"two dimensions in one call: {dims[space]} and {len(vec)}"
-                )
         now = self._clock()
         with self._db.write("ingest archival chunks") as conn:
             for (metric, version), dim in dims.items():
@@ -548,13 +504,7 @@ class EmbeddedStore(MemoryStore):
                     "SELECT dimension FROM vector_spaces WHERE metric = ? AND embedding_version = ?",
                     (metric, version),
                 ).fetchone()
-                if known is not None and known[0] != dim:
-                    raise StoreValidationError(
-                        f"embedding_version {version!r} ({metric}) holds {known[0]}-d vectors, "
-                        f"not {dim}-d; use a new embedding_version for another model",
-                        expected_dimension=known[0],
-                        dimension=dim,
-                    )
+                validation.space_dimension(metric, version, dim, None if known is None else known[0])
                 conn.execute(
                     "INSERT OR IGNORE INTO vector_spaces (metric, dimension, embedding_version) "
                     "VALUES (?, ?, ?)",
@@ -604,19 +554,23 @@ class EmbeddedStore(MemoryStore):
         metric: str = "cosine",
         embedding_version: str | None = None,
     ) -> Page[ArchivalHit]:
-        validation.identifier("agent_id", agent_id)
-        validation.limit("k", k)
-        validation.metric(metric)
-        probe = self._n_probe if n_probe is None else validation.limit("n_probe", n_probe, 1 << 20)
-        if embedding_version is not None:
-            validation.identifier("embedding_version", embedding_version)
-        parsed = parse_filters(filters)
-        query = validation.vector("vector", vector, metric_name=metric)
+        args = validation.archival_search(
+            agent_id,
+            vector,
+            k,
+            filters=filters,
+            n_probe=n_probe,
+            metric_name=metric,
+            embedding_version=embedding_version,
+        )
+        probe = self._n_probe if args.n_probe is None else args.n_probe
+        parsed = args.filters
+        query = args.vector.astype(np.float32)  # what FAISS searches with, and what the cursor hashes
         spaces = self._spaces(metric, embedding_version, query.shape[0])
         key = fingerprint(
             "archival",
             agent_id,
-            hashlib.sha256(query.tobytes()).hexdigest(),
+            vector_digest(query),
             metric,
             embedding_version,
             probe,
@@ -639,16 +593,7 @@ class EmbeddedStore(MemoryStore):
             sql += " AND embedding_version = ?"
             params.append(version)
         known = [SpaceKey(r[0], r[1], r[2]) for r in self._db.query("read vector spaces", sql, params)]
-        matching = [s for s in known if s.dimension == dimension]
-        if known and not matching:
-            dims = sorted({s.dimension for s in known})
-            raise StoreValidationError(
-                f"query vector has {dimension} dimensions; the {metric} index"
-                f"{'' if version is None else f' for {version!r}'} holds {dims}",
-                dimension=dimension,
-                expected_dimensions=dims,
-            )
-        return matching
+        return validation.matching_spaces(known, dimension, metric, version)
 
     def get_archival(self, agent_id: str, doc_id: str) -> list[ArchivalChunk]:
         validation.identifier("agent_id", agent_id)
@@ -664,13 +609,7 @@ class EmbeddedStore(MemoryStore):
     # --- events -----------------------------------------------------------------------------
     def append_event(self, event: MemoryEvent) -> MemoryEvent:
         validation.event(event)
-        event_id = event.event_id
-        if not event_id:
-            event_id = (
-                uuid.uuid4().hex
-                if event.idempotency_key is None
-                else "key-" + _digest(event.agent_id, event.idempotency_key)
-            )
+        event_id = semantics.event_id(event)
         created_at = self._now(event.created_at)
         with self._db.write("append an event") as conn:
             found = conn.execute(
@@ -710,14 +649,7 @@ class EmbeddedStore(MemoryStore):
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[MemoryEvent]:
-        if agent_id is not None:
-            validation.identifier("agent_id", agent_id)
-        if kinds is not None:
-            if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
-                raise StoreValidationError("kinds must be a non-empty sequence of event kinds")
-            kinds = sorted({validation.identifier("kind", k) for k in kinds})
-        since = validation.finite("since", since, optional=True)
-        validation.limit("limit", limit)
+        kinds, since = validation.event_listing(agent_id, kinds, since, limit)
         key = fingerprint("events", agent_id, kinds, since)
         where: list[str] = []
         params: list[Any] = []
@@ -733,12 +665,7 @@ class EmbeddedStore(MemoryStore):
         if cursor is not None:
             # Keyset paging on (created_at, seq): an event appended later lands after the
             # position or is simply not part of this listing; nothing repeats or shifts.
-            position = decode_cursor(cursor, self._secret, kind="events")
-            after_t, after_seq = position.get("t"), position.get("s")
-            if position.get("f") != key:
-                raise StoreValidationError("invalid cursor: it belongs to a query with other arguments")
-            if not isinstance(after_t, int | float) or not isinstance(after_seq, int):
-                raise StoreValidationError("invalid cursor: damaged position; start again")
+            after_t, after_seq = paging.keyset_position(cursor, self._secret, key, "s", int)
             where.append("(created_at, seq) > (?, ?)")
             params += [after_t, after_seq]
         sql = f"SELECT {rows.EVENT_COLUMNS} FROM events"
@@ -750,10 +677,7 @@ class EmbeddedStore(MemoryStore):
         next_cursor = None
         if len(found) > limit:
             last = page[-1]
-            next_cursor = encode_cursor(
-                {"k": "events", "t": last["created_at"], "s": last["seq"], "f": key},
-                self._secret,
-            )
+            next_cursor = paging.keyset_cursor(self._secret, key, last["created_at"], "s", last["seq"])
         return Page([rows.event(r) for r in page], next_cursor)
 
     # --- graph ------------------------------------------------------------------------------
@@ -783,14 +707,7 @@ class EmbeddedStore(MemoryStore):
         max_depth: int = 1,
         direction: str = "outbound",
     ) -> list[NodeRef]:
-        validation.node(start)
-        wanted = validation.edge_kinds(kinds)
-        validation.limit("max_depth", max_depth, validation.MAX_DEPTH)
-        if direction not in validation.DIRECTIONS:
-            raise StoreValidationError(
-                f"direction must be one of {', '.join(validation.DIRECTIONS)}",
-                field="direction",
-            )
+        wanted = validation.traversal(start, kinds, max_depth, direction)
         marks = ",".join("?" * len(wanted))
         queries = []
         if direction in ("outbound", "any"):
@@ -1018,28 +935,3 @@ def _delete_node_edges(conn: sqlite3.Connection, nodes: Sequence[NodeRef]) -> No
     conn.executemany("DELETE FROM edges WHERE src_coll = ? AND src_key = ?", pairs)
     conn.executemany("DELETE FROM edges WHERE dst_coll = ? AND dst_key = ?", pairs)
 
-
-def _distinct(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
-    """First occurrence of each (agent, message id): a batch may repeat a message."""
-    seen: dict[tuple[str, str], StoredMessage] = {}
-    for m in messages:
-        seen.setdefault((m.agent_id, m.message_id), m)
-    return list(seen.values())
-
-
-def _rev_conflict(what: str, expected: str | None, current: str | None) -> RevConflictError:
-    if current is None:
-        hint = "it does not exist (any more); create it with expected_rev=None"
-    elif expected is None:
-        hint = "it already exists; read it and pass its rev"
-    else:
-        hint = "it changed since you read it; read it again and retry"
-    return RevConflictError(
-        f"revision conflict on {what}: expected {expected!r}, current {current!r}; {hint}",
-        expected_rev=expected,
-        current_rev=current,
-    )
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]

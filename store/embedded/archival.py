@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from store.embedded import rows, sizing
 from store.embedded.db import Database, chunked
-from store.embedded.filters import ArchivalFilter
 from store.embedded.vectorindex import SpaceKey, VectorIndexes, Vectors
+from store.filters import ArchivalFilter
 from store.types import ArchivalChunk
 
 Ranked = list[tuple[int, float]]

@@ -60,24 +60,6 @@ def core_block(row: sqlite3.Row) -> CoreBlock:
     )
 
 
-def core_block_dict(block: CoreBlock) -> dict[str, Any]:
-    return {
-        "agent_id": block.agent_id,
-        "block_id": block.block_id,
-        "role": block.role,
-        "content": block.content,
-        "tokens": block.tokens,
-        "pinned": block.pinned,
-        "rev": block.rev,
-        "updated_at": block.updated_at,
-        "metadata": dict(block.metadata),
-    }
-
-
-def core_block_from_dict(data: dict[str, Any]) -> CoreBlock:
-    return CoreBlock(**data)
-
-
 def summary(row: sqlite3.Row) -> Summary:
     return Summary(
         agent_id=row["agent_id"],

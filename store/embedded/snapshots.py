@@ -12,6 +12,8 @@ take SQLite's write lock on a read. Its cursor carries the ids it returned and t
 it. Every item of the first search's corpus therefore appears exactly once across the pages, and
 nothing written after the first page appears at all. An item deleted meanwhile (TTL) is left out
 of its page. Pages wider than ``INLINE_PAGE`` items snapshot at once, to keep cursors short.
+What a stored snapshot's cursor holds and how it is checked is shared with the ArangoDB adapter
+(:mod:`store.paging`); the inline first-page cursor is this adapter's own.
 """
 
 from __future__ import annotations
@@ -19,23 +21,17 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from store.embedded.cursor import decode_cursor, encode_cursor
+from store import paging
+from store.cursor import decode_cursor, encode_cursor
 from store.embedded.db import Database
-from store.errors import StoreValidationError
 
 Ranked = list[tuple[int, float]]
+Slice = paging.Slice[int]
 # rank(n, bound, exclude) -> (best n hits, newest row id); bound None means "now".
 Ranker = Callable[[int, int | None, frozenset[int]], tuple[Ranked, int]]
 
 INLINE_PAGE = 100
-
-
-@dataclass(frozen=True)
-class Slice:
-    items: Ranked
-    next_cursor: str | None
 
 
 class Snapshots:
@@ -76,18 +72,14 @@ class Snapshots:
             return self._store(kind, agent_id, fingerprint, deep, limit)
 
         payload = decode_cursor(cursor, self._secret, kind=kind)
-        if payload.get("f") != fingerprint:
-            raise StoreValidationError(
-                "invalid cursor: it belongs to a search with other arguments; "
-                "repeat the original arguments or start again without a cursor"
-            )
+        paging.check_fingerprint(payload, fingerprint)
         if "s" in payload:
             return self._read(kind, agent_id, fingerprint, payload, limit)
         corpus, seen, issued = payload.get("b"), payload.get("x"), payload.get("t")
         if not isinstance(corpus, int) or not isinstance(seen, list) or not isinstance(issued, int | float):
-            raise StoreValidationError("invalid cursor: damaged position; start again")
+            raise paging.damaged_cursor()
         if issued + self._ttl_s < self._clock():
-            raise _expired(self._ttl_s)
+            raise paging.expired_cursor(self._ttl_s)
         rest, _ = rank(max(self._max_results - len(seen), 1), corpus, frozenset(seen))
         return self._store(kind, agent_id, fingerprint, rest, limit)
 
@@ -115,37 +107,26 @@ class Snapshots:
                     now + self._ttl_s,
                 ),
             )
-        return Slice(list(ranked[:limit]), self._snapshot_cursor(kind, snapshot_id, fingerprint, limit))
+        return paging.cut(
+            ranked, 0, limit, secret=self._secret, kind=kind, snapshot_id=snapshot_id, fingerprint=fingerprint
+        )
 
     def _read(
         self, kind: str, agent_id: str, fingerprint: str, payload: dict[str, object], limit: int
     ) -> Slice:
-        snapshot_id, offset = payload.get("s"), payload.get("o")
-        if not isinstance(snapshot_id, str) or not isinstance(offset, int) or offset < 0:
-            raise StoreValidationError("invalid cursor: damaged position; start again")
+        snapshot_id, offset = paging.snapshot_position(payload)
         rows = self._db.query(
             "read a search cursor",
             "SELECT agent_id, kind, items, expires_at FROM cursors WHERE id = ?",
             (snapshot_id,),
         )
-        if not rows or rows[0]["expires_at"] < self._clock():
-            raise _expired(self._ttl_s)
-        row = rows[0]
-        if row["agent_id"] != agent_id or row["kind"] != kind:
-            raise StoreValidationError("invalid cursor: it belongs to another agent's search")
-        ranked: Ranked = [(int(i), float(s)) for i, s in json.loads(row["items"])]
-        end = offset + limit
-        next_cursor = (
-            self._snapshot_cursor(kind, snapshot_id, fingerprint, end) if end < len(ranked) else None
+        stored = paging.check_snapshot(
+            dict(rows[0]) if rows else None, agent_id=agent_id, kind=kind, now=self._clock(), ttl_s=self._ttl_s
         )
-        return Slice(ranked[offset:end], next_cursor)
-
-    def _snapshot_cursor(self, kind: str, snapshot_id: str, fingerprint: str, offset: int) -> str:
-        return self._cursor({"k": kind, "s": snapshot_id, "o": offset, "f": fingerprint})
+        ranked: Ranked = [(int(i), float(s)) for i, s in json.loads(stored["items"])]
+        return paging.cut(
+            ranked, offset, limit, secret=self._secret, kind=kind, snapshot_id=snapshot_id, fingerprint=fingerprint
+        )
 
     def _cursor(self, payload: dict[str, object]) -> str:
         return encode_cursor(payload, self._secret)
-
-
-def _expired(ttl_s: float) -> StoreValidationError:
-    return StoreValidationError("invalid cursor: it has expired; run the search again", ttl_s=ttl_s)

@@ -1,4 +1,4 @@
-"""The embedded adapter's pure pieces: cursor codec, IVF sizing, filters, BM25."""
+"""Pure pieces: the shared cursor codec and filters, the embedded adapter's IVF sizing and BM25."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from store.cursor import decode_cursor, encode_cursor, fingerprint
 from store.embedded import bm25, sizing
-from store.embedded.cursor import decode_cursor, encode_cursor, fingerprint
-from store.embedded.filters import parse_filters
 from store.errors import StoreValidationError
+from store.filters import parse_filters
 from tests.store.factories import chunk
 
 SECRET = b"s" * 32
