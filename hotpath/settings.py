@@ -124,6 +124,7 @@ class WorkerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     result_backend: str = ""
+    broker_prefix: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9:_.-]*$")
     result_expires_s: int = Field(86400, ge=60, le=30 * 86400)
     visibility_timeout_s: int = Field(3600, ge=5, le=7 * 86400)
     restore_interval_s: int = Field(10, ge=1, le=3600)

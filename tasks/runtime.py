@@ -142,10 +142,12 @@ def deps() -> Deps:
         return found
 
 
-def install(value: Deps) -> None:
-    """Use these dependencies in this process (in-process workers and tests)."""
+def install(value: Deps, deliveries: DeliveryLog | None = None) -> None:
+    """Use these dependencies (and delivery log) in this process (in-process workers and tests)."""
     with _lock:
         _built[os.getpid()] = value
+        if deliveries is not None:
+            _deliveries[os.getpid()] = deliveries
 
 
 def deliveries() -> DeliveryLog:

@@ -33,7 +33,9 @@ def _dispatcher(settings: Settings) -> Dispatcher:
 def _deliveries(settings: Settings) -> runtime.DeliveryLog:
     if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
         w = settings.worker
-        return RedisDeliveryLog(settings.broker_url, ttl_s=w.visibility_timeout_s * (w.max_deliveries + 1))
+        return RedisDeliveryLog(
+            settings.broker_url, ttl_s=w.visibility_timeout_s * (w.max_deliveries + 1), prefix=w.broker_prefix
+        )
     return runtime.LocalDeliveryLog()  # memory:// : one process, nothing redelivers across processes
 
 

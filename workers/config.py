@@ -21,7 +21,7 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
     if not _is_redis(settings.broker_url):
         # memory:// (embedded mode): the in-process worker polls its queues; 10 ms keeps a hand-off short.
         return {"polling_interval": 0.01}
-    return {
+    options: dict[str, Any] = {
         # A delivered message unacked this long goes to another worker: above the hard time limit
         # plus the longest retry countdown, or running/waiting tasks run twice (celery.md 1.3).
         "visibility_timeout": w.visibility_timeout_s,
@@ -30,6 +30,10 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
         "unacked_restore_interval": w.restore_interval_s,
         "unacked_restore_throttle": 1,
     }
+    if w.broker_prefix:
+        # Deployments sharing one Redis database keep apart (queues, unacked sets, event channels).
+        options["global_keyprefix"] = w.broker_prefix
+    return options
 
 
 def celery_settings(settings: Settings) -> dict[str, Any]:

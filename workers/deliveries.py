@@ -13,13 +13,14 @@ PREFIX = "vcm-worker:deliveries:"
 
 
 class RedisDeliveryLog:
-    def __init__(self, url: str, ttl_s: int) -> None:
+    def __init__(self, url: str, ttl_s: int, prefix: str = "") -> None:
+        self._prefix = prefix + PREFIX
         self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         # Counts only matter while the message can still come back.
         self._ttl_s = ttl_s
 
     def record(self, task_id: str, attempt: int) -> int:
-        key = f"{PREFIX}{task_id}:{attempt}"
+        key = f"{self._prefix}{task_id}:{attempt}"
         pipe = self._redis.pipeline(transaction=True)
         pipe.incr(key)
         pipe.expire(key, self._ttl_s)

@@ -1,0 +1,98 @@
+"""Helpers for cold-path tests: a deterministic stand-in embedder, small agents, and a ready Deps.
+
+The stand-in embedder hashes words into a 64-dimensional bag of words, so similar sentences get
+similar vectors without loading torch; tests of the real model live with the workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import fakeredis
+import numpy as np
+import redis
+
+from hotpath.dispatch import Dispatcher, RecordingDispatcher
+from hotpath.settings import Settings, load_settings
+from hotpath.state import HotState
+from hotpath.types import AppendResult
+from store import open_store
+from tasks.deps import Deps
+from tasks.faults import Faults
+from tasks.selection import Vectors
+from tasks.summarize import extractive
+
+MODEL = "vcm-test-512"
+DIM = 64
+
+
+def word_embed(texts: Sequence[str]) -> Vectors:
+    out = np.zeros((len(texts), DIM), dtype=np.float32)
+    for row, text in enumerate(texts):
+        for word in text.lower().replace(":", " ").replace(".", " ").split():
+            out[row, int(hashlib.blake2b(word.encode(), digest_size=4).hexdigest(), 16) % DIM] += 1.0
+        norm = float(np.linalg.norm(out[row]))
+        if norm:
+            out[row] /= norm
+    return out
+
+
+def small_settings(**overrides: object) -> Settings:
+    return load_settings(overrides={"models": {MODEL: 512}, **overrides}, environ={})
+
+
+def make_deps(
+    tmp_path: Path,
+    *,
+    settings: Settings | None = None,
+    client: redis.Redis | None = None,
+    faults: Faults | None = None,
+    dispatcher: Dispatcher | None = None,
+) -> Deps:
+    settings = settings or small_settings()
+    faults = faults or Faults()
+    return Deps(
+        settings=settings,
+        hot=HotState(client or fakeredis.FakeRedis(decode_responses=True), settings),
+        store=open_store(f"sqlite:///{tmp_path / 'vcm.db'}", fault_hook=faults.store_hook, text_index_lag_ok=False),
+        dispatcher=dispatcher or RecordingDispatcher(),
+        embed=word_embed,
+        summarizer=extractive,
+        faults=faults,
+    )
+
+
+TOPICS = [
+    "Alice moved the launch of Project Falcon to May {n}.",
+    "Bob said the invoice INV-{n} is still unpaid.",
+    "We talked about the weather, which was mild.",
+    "Carol will send the contract to legal on day {n}.",
+    "The build {n} failed on the arm64 runner.",
+    "Thanks, that sounds good to me.",
+]
+
+
+def line(i: int) -> str:
+    """A varied, deterministic conversation line."""
+    return f"{TOPICS[i % len(TOPICS)].format(n=i)} Note {i}: keep an eye on it."
+
+
+def converse(hot: HotState, agent_id: str, count: int, start: int = 0) -> list[AppendResult]:
+    """Append ``count`` alternating user/assistant lines; returns every append result."""
+    results = []
+    for i in range(start, start + count):
+        role = "user" if i % 2 == 0 else "assistant"
+        results.append(hot.append(agent_id, role, line(i), name="alice" if role == "user" and i % 4 == 0 else None))
+    return results
+
+
+def appended_ids(results: Sequence[AppendResult]) -> list[str]:
+    """Every message id the appends created (memory-pressure notices included)."""
+    ids: list[str] = []
+    for r in results:
+        ids.append(r.message_id)
+        if r.pressure_message_id:
+            ids.append(r.pressure_message_id)
+    return ids

@@ -1,0 +1,151 @@
+"""evict_batch against fakeredis hot state and a real SQLite store: commit, order, replay,
+faults at every step, drift events, dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hotpath.dispatch import RecordingDispatcher
+from store.errors import InjectedFailure
+from tasks import evict
+from tasks.deps import Deps
+from tasks.faults import Faults, Rule
+from tests.tasks.coldpath import MODEL, appended_ids, converse, make_deps, small_settings
+
+AGENT = "agent-1"
+
+
+@pytest.fixture
+def deps(tmp_path: Path) -> Iterator[Deps]:
+    d = make_deps(tmp_path)
+    d.hot.create_agent(AGENT, model=MODEL, system_prompt="You are a careful assistant.")
+    yield d
+    d.store.close()
+
+
+def fill(d: Deps, agent: str = AGENT, *, batches: int = 1) -> list[str]:
+    """Converse until at least ``batches`` eviction batches are pending; returns appended ids."""
+    ids: list[str] = []
+    i = 0
+    while len(d.hot.pending_batches(agent)) < batches:
+        ids += appended_ids(converse(d.hot, agent, 1, start=i))
+        i += 1
+    return ids
+
+
+def events(d: Deps, kind: str, agent: str = AGENT) -> list[dict[str, object]]:
+    return [dict(e.payload) for e in d.store.query_events(agent, [kind], limit=1000).items]
+
+
+def assert_committed_once(d: Deps, agent: str, batches: list[int]) -> None:
+    assert d.store.committed_batches(agent) == batches
+    assert [e["batch_id"] for e in events(d, "evict", agent)] == batches
+    assert d.hot.pending_batches(agent) == []
+    stored = d.store.get_summary(agent)
+    assert stored is not None and stored.batch_id == batches[-1]
+    text, tokens, _, last = d.hot.summary(agent)
+    assert (text, last) == (stored.text, batches[-1])
+    assert tokens <= d.hot.snapshot(agent).counter("sum_cap")
+
+
+def test_commit_moves_the_batch_to_the_store_and_installs_the_summary(deps: Deps) -> None:
+    fill(deps)
+    batch_ids = deps.hot.batch_message_ids(AGENT)[1]
+    out = evict.evict_batch(deps, AGENT, 1)
+    assert out.outcome == "committed" and out.drift is not None
+    assert_committed_once(deps, AGENT, [1])
+    assert [m.message_id for m in deps.store.get_messages(AGENT, batch_ids)] == batch_ids
+    assert deps.hot.get_messages(AGENT, batch_ids) == []  # left Redis with the batch
+    assert deps.hot.snapshot(AGENT).placeholders == []
+    assert evict.evict_batch(deps, AGENT, 1).outcome == "absent"  # a redelivery finds nothing to do
+    assert_committed_once(deps, AGENT, [1])
+
+
+def test_batches_commit_in_order_and_the_finisher_dispatches_the_next(deps: Deps) -> None:
+    fill(deps, batches=2)
+    assert deps.hot.pending_batches(AGENT)[:2] == [1, 2]
+    out = evict.evict_batch(deps, AGENT, 2)
+    assert (out.outcome, out.waiting_for) == ("deferred", 1)
+    assert deps.store.committed_batches(AGENT) == []
+    out = evict.evict_batch(deps, AGENT, 1)
+    assert out.next_batch == 2
+    dispatcher = deps.dispatcher
+    assert isinstance(dispatcher, RecordingDispatcher) and dispatcher.evictions == [(AGENT, 2)]
+    assert evict.evict_batch(deps, AGENT, 2).outcome == "committed"
+    assert_committed_once(deps, AGENT, [1, 2])
+
+
+POINTS = [
+    "evict.before_summarize",
+    "evict.after_summarize",
+    "commit_eviction.after_recall_append",
+    "commit_eviction.before_commit",
+    "evict.after_commit",
+]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_failure_at_any_step_is_repaired_by_running_again(tmp_path: Path, point: str) -> None:
+    clean = make_deps(tmp_path / "clean")
+    faults = Faults([Rule(point, times=1)])
+    faulty = make_deps(tmp_path / "faulty", faults=faults)
+    for d in (clean, faulty):
+        d.hot.create_agent(AGENT, model=MODEL)
+        fill(d)
+    evict.evict_batch(clean, AGENT, 1)
+
+    with pytest.raises(InjectedFailure):
+        evict.evict_batch(faulty, AGENT, 1)
+    assert faults.fired(point, AGENT) == 1
+    committed = point == "evict.after_commit"  # the only step after the store transaction
+    assert faulty.store.committed_batches(AGENT) == ([1] if committed else [])
+    assert (faulty.store.get_summary(AGENT) is not None) == committed
+    assert faulty.hot.pending_batches(AGENT) == [1]  # never dropped from Redis
+
+    out = evict.evict_batch(faulty, AGENT, 1)
+    assert out.outcome == ("replayed" if committed else "committed")
+    assert_committed_once(faulty, AGENT, [1])
+    # same end state as a run that never failed
+    assert faulty.hot.summary(AGENT)[0] == clean.hot.summary(AGENT)[0]
+    assert faulty.store.count_messages(AGENT) == clean.store.count_messages(AGENT)
+
+
+def test_drift_below_threshold_resummarises_logs_both_scores_and_alarms(tmp_path: Path) -> None:
+    # Out of reach: the cap keeps only a few of the batch's lines.
+    d = make_deps(tmp_path, settings=small_settings(drift={"threshold": 1.0}))
+    d.hot.create_agent(AGENT, model=MODEL)
+    fill(d)
+    evict.evict_batch(d, AGENT, 1)
+    [summarize] = events(d, "summarize")
+    [alarm] = events(d, "drift_alarm")
+    assert summarize["batch_id"] == 1 and 0 < float(summarize["first_score"]) <= 1  # type: ignore[arg-type]
+    assert "retry_score" in summarize and alarm == summarize
+    [evicted] = events(d, "evict")
+    assert evicted["resummarized"] is True
+
+
+def test_no_drift_events_above_threshold(tmp_path: Path) -> None:
+    d = make_deps(tmp_path, settings=small_settings(drift={"threshold": -1.0}))
+    d.hot.create_agent(AGENT, model=MODEL)
+    fill(d)
+    evict.evict_batch(d, AGENT, 1)
+    assert events(d, "summarize") == [] and events(d, "drift_alarm") == []
+
+
+def test_dead_letter_records_an_event_and_leaves_the_batch(deps: Deps) -> None:
+    fill(deps)
+    out = evict.dead_letter(deps, AGENT, 1, reason="StoreUnavailable: down", attempts=9, delivery="t-1")
+    assert out.outcome == "dead_lettered"
+    [event] = events(deps, "dead_letter")
+    assert (event["batch_id"], event["attempts"]) == (1, 9)
+    evict.dead_letter(deps, AGENT, 1, reason="again", attempts=9, delivery="t-1")  # same delivery: one row
+    assert len(events(deps, "dead_letter")) == 1
+    assert deps.hot.pending_batches(AGENT) == [1] and deps.store.committed_batches(AGENT) == []
+
+
+def test_unknown_agent_or_batch_is_a_no_op(deps: Deps) -> None:
+    assert evict.evict_batch(deps, "nobody", 1).outcome == "absent"
+    assert evict.evict_batch(deps, AGENT, 99).outcome == "absent"

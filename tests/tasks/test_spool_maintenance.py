@@ -1,0 +1,108 @@
+"""Write-behind spooling, the sweeper's decisions and its repairs, TTL expiry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hotpath.dispatch import RecordingDispatcher
+from hotpath.types import Message
+from tasks import evict, maintenance
+from tasks.deps import Deps
+from tasks.spool import VCM_METADATA, spool_messages, stored_message
+from tests.tasks.coldpath import MODEL, appended_ids, converse, make_deps, small_settings
+
+AGENT = "agent-s"
+
+
+@pytest.fixture
+def deps(tmp_path: Path) -> Iterator[Deps]:
+    d = make_deps(tmp_path)
+    d.hot.create_agent(AGENT, model=MODEL)
+    yield d
+    d.store.close()
+
+
+def recorded(d: Deps) -> RecordingDispatcher:
+    assert isinstance(d.dispatcher, RecordingDispatcher)
+    return d.dispatcher
+
+
+def test_stored_message_carries_hot_path_fields() -> None:
+    m = Message(
+        "m7", 7, "tool", "42", 4, 100.0, pinned=True, name="calc", tool_call_id="c1", metadata={"k": 1},
+        kind="message",
+    )
+    s = stored_message("a", m, ttl_s=60)
+    assert (s.message_id, s.seq, s.role, s.name, s.expires_at) == ("m7", 7, "tool", "calc", 160.0)
+    assert s.metadata == {"k": 1, VCM_METADATA: {"pinned": True, "tool_call_id": "c1"}}
+    assert stored_message("a", m).expires_at is None
+
+
+def test_spool_is_idempotent_and_skips_messages_gone_with_their_batch(deps: Deps) -> None:
+    results = converse(deps.hot, AGENT, 3)
+    ids = appended_ids(results)
+    first = spool_messages(deps.hot, deps.store, AGENT, ids)
+    assert (first.asked, first.found, first.written) == (3, 3, 3)
+    again = spool_messages(deps.hot, deps.store, AGENT, ids)
+    assert again.written == 0 and deps.store.count_messages(AGENT) == 3
+
+    while not deps.hot.pending_batches(AGENT):
+        ids += appended_ids(converse(deps.hot, AGENT, 1, start=len(ids)))
+    evicted = deps.hot.batch_message_ids(AGENT)[1]
+    evict.evict_batch(deps, AGENT, 1)
+    late = spool_messages(deps.hot, deps.store, AGENT, evicted)
+    assert late.found == 0 and late.written == 0  # committed by the eviction instead
+    assert {m.message_id for m in deps.store.get_messages(AGENT, evicted)} == set(evicted)
+
+
+def test_heads_and_stuck_are_pure_decisions() -> None:
+    assert maintenance.heads({"a": [3, 2], "b": [], "c": [7]}) == {"a": 2, "c": 7}
+    assert maintenance.stuck({"a": 2, "c": 6}, {"a": 2, "c": 7, "d": 1}) == {"a": 2}
+
+
+def test_sweeper_redrives_a_batch_that_did_not_move(deps: Deps) -> None:
+    while not deps.hot.pending_batches(AGENT):
+        converse(deps.hot, AGENT, 1, start=len(deps.hot.snapshot(AGENT).fifo) + 100)
+    first = maintenance.observe(deps)
+    assert first == {AGENT: 1}
+    out = maintenance.redrive(deps, first)
+    assert out.redriven == {AGENT: 1} and recorded(deps).evictions == [(AGENT, 1)]
+    evict.evict_batch(deps, AGENT, 1)
+    assert maintenance.redrive(deps, first).redriven == {}  # it moved: nothing to do
+
+
+def test_sweeper_holds_back_a_recently_dead_lettered_batch(tmp_path: Path) -> None:
+    for wait, expected in ((3600.0, {}), (0.0, {AGENT: 1})):
+        d = make_deps(tmp_path / str(wait), settings=small_settings(maintenance={"redrive_dead_letters_after_s": wait}))
+        d.hot.create_agent(AGENT, model=MODEL)
+        while not d.hot.pending_batches(AGENT):
+            converse(d.hot, AGENT, 1, start=len(d.hot.snapshot(AGENT).fifo) + 100)
+        evict.dead_letter(d, AGENT, 1, reason="x", attempts=1, delivery="t")
+        out = maintenance.redrive(d, maintenance.observe(d))
+        assert out.redriven == expected
+        assert out.held_back == ({AGENT: 1} if wait else {})
+
+
+def test_reconcile_spools_only_missed_messages_past_the_grace(deps: Deps) -> None:
+    ids = appended_ids(converse(deps.hot, AGENT, 4))
+    spool_messages(deps.hot, deps.store, AGENT, ids[:1])
+    newest = max(m.created_at for m in deps.hot.snapshot(AGENT).fifo)
+    assert maintenance.reconcile_spool(deps, older_than=newest - 3600) == 0  # all too young
+    assert maintenance.reconcile_spool(deps, older_than=newest) == 3
+    assert deps.store.count_messages(AGENT) == 4
+    assert maintenance.reconcile_spool(deps, older_than=newest) == 0
+
+
+def test_expire_deletes_recall_past_its_ttl(tmp_path: Path) -> None:
+    d = make_deps(tmp_path, settings=small_settings(maintenance={"recall_ttl_s": 60}))
+    d.hot.create_agent(AGENT, model=MODEL)
+    ids = appended_ids(converse(d.hot, AGENT, 3))
+    spool_messages(d.hot, d.store, AGENT, ids, ttl_s=60)
+    created = max(m.created_at for m in d.hot.snapshot(AGENT).fifo)
+    d.clock = lambda: created + 30
+    assert maintenance.expire(d) == 0
+    d.clock = lambda: created + 61
+    assert maintenance.expire(d) == 3 and d.store.count_messages(AGENT) == 0
