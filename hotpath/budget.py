@@ -132,6 +132,14 @@ def plan_eviction(
     )
 
 
+def plan_forced_eviction(fifo: Sequence[FifoEntry], count: int, placeholder_base: int) -> EvictionPlan:
+    """The oldest ``count`` unpinned messages (an agent asked for room with ``evict_fifo``)."""
+    chosen = [e for e in fifo if not e.pinned][:count]
+    ph = placeholder_tokens(placeholder_base, len(chosen)) if chosen else 0
+    evicted = sum(e.tokens for e in chosen)
+    return EvictionPlan(tuple(e.message_id for e in chosen), evicted, ph, 0, False)
+
+
 def check_pinned(parts: Parts, budget: Budget, added_pinned: int) -> None:
     if added_pinned > 0 and parts.pinned + added_pinned > budget.pinned_cap:
         raise PinLimitExceeded(

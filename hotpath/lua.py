@@ -404,3 +404,39 @@ return {'ok', '{"batch_id":' .. bid .. ',"summary_rev":' .. rev .. ',"total":' .
   .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch) .. '}'}
 """
 )
+
+# Agent-initiated eviction (the evict_fifo tool): begin a batch of the oldest `count` unpinned
+# messages, never more than leaves one message in the FIFO.
+# KEYS: [1] meta  [2] fifo  [3] msg  [4] batches  [5] ph  [6] idempotency key
+# ARGV: [1] agent prefix  [2] idempotency key name  [3] fingerprint  [4] ttl  [5] count
+EVICT_OLDEST = (
+    _PRELUDE
+    + r"""
+local idem = ARGV[2] ~= '' and KEYS[6] or ''
+local replay = idem_check(idem, ARGV[3])
+if replay then return replay end
+local m = load_meta()
+if not m then return fail('NOT_FOUND', 'unknown agent; create it first') end
+local want = tonumber(ARGV[5])
+local get = fifo_reader(nil)
+local chosen, evicted, i = {}, 0, 0
+while #chosen < want do
+  local e = get(i + 1)
+  if not e then break end
+  i = i + 1
+  local tok, pin = parse_entry(e)
+  if pin == '0' then
+    chosen[#chosen + 1] = i
+    evicted = evicted + tok
+  end
+end
+local batch = nil
+if #chosen > 0 then batch = apply_eviction(m, get, chosen, i, evicted) end
+local total = total_of(m)
+if m.warned == 1 and total < m.warn then set(m, 'warned', 0) end
+save_meta(m)
+local result = '{"total":' .. total .. ',"batch":' .. batch_json(batch) .. '}'
+idem_store(idem, ARGV[3], ARGV[4], result)
+return {'ok', result}
+"""
+)

@@ -103,6 +103,7 @@ class HotState:
         self._append = client.register_script(lua.APPEND)
         self._put_block = client.register_script(lua.PUT_BLOCK)
         self._finish = client.register_script(lua.FINISH_EVICTION)
+        self._evict = client.register_script(lua.EVICT_OLDEST)
         self._models: dict[str, str] = {}  # agent -> model; immutable after creation
         self._counters: dict[str, TokenCounter] = {}
         self._lock = threading.Lock()
@@ -429,6 +430,36 @@ class HotState:
             pressure_message_id=data.get("pressure_message_id"),
             replayed=replayed,
         )
+
+    def evict_oldest(self, agent_id: str, count: int, *, idempotency_key: str | None = None) -> tuple[int, BatchInfo | None]:
+        """Begin a batch of the oldest ``count`` unpinned messages now (the ``evict_fifo`` tool).
+
+        Returns the new total and the batch (None when nothing was evictable).
+        """
+        validation.agent_id(agent_id)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 100_000:
+            raise ValidationError("count must be an integer from 1 to 100000", field="count")
+        validation.idempotency_key(idempotency_key)
+        fp = _fingerprint({"op": "evict", "count": count}) if idempotency_key else ""
+        raw = self._evict(
+            keys=[
+                keys.key(agent_id, keys.META),
+                keys.key(agent_id, keys.FIFO),
+                keys.key(agent_id, keys.MESSAGES),
+                keys.key(agent_id, keys.BATCHES),
+                keys.key(agent_id, keys.PLACEHOLDERS),
+                keys.idempotency(agent_id, idempotency_key or ""),
+            ],
+            args=[keys.prefix(agent_id), idempotency_key or "", fp, self.settings.idempotency_ttl_s, count],
+        )
+        data, _ = _reply(raw)
+        return int(data["total"]), BatchInfo.from_json(data.get("batch"))
+
+    def reserve_message_id(self, agent_id: str) -> tuple[str, int]:
+        """An id in the agent's message sequence for a message that skips the FIFO (write_recall)."""
+        self.agent(agent_id)
+        seq = int(self.redis.hincrby(keys.key(agent_id, keys.META), "msg_seq", 1))
+        return f"m{seq}", seq
 
     # --- reads ----------------------------------------------------------------------------
     def snapshot(self, agent_id: str) -> Snapshot:

@@ -72,7 +72,8 @@ def test_flush_begins_a_batch_with_placeholder(hot: HotState, agent: str) -> Non
     assert flush.batch is not None and flush.batch.id == 1
     snap = hot.snapshot(agent)
     assert flush.total <= 1024  # target
-    assert flush.total == sum(recount(hot, agent).values()) + snap.counter("system")
+    parts = recount(hot, agent)
+    assert flush.total == parts["working"] + parts["summary"] + parts["ph"] + parts["fifo"] + snap.counter("system")
     # The batch holds the oldest messages, in order; the new message stays in the FIFO.
     appended = [r.message_id for r in results] + [
         r.pressure_message_id for r in results if r.pressure_message_id
@@ -243,3 +244,23 @@ def test_context_assembly_matches_stored_parts(hot: HotState, agent: str) -> Non
     assert recounted == sum(ctx.message_tokens) == ctx.gauges.total
     g = ctx.gauges.as_dict()
     assert g["free"] == g["max"] - g["total"] and g["total"] <= g["max"]
+
+
+def test_evict_oldest_on_request(hot: HotState, agent: str) -> None:
+    pinned = hot.append(agent, "user", "keep me", pinned=True)
+    ids = [hot.append(agent, "user", f"note {i}").message_id for i in range(5)]
+    before_total = hot.snapshot(agent).counter("fifo")
+    total, batch = hot.evict_oldest(agent, 3, idempotency_key="ev1")
+    assert batch is not None and batch.message_ids == tuple(ids[:3])
+    snap = hot.snapshot(agent)
+    assert [m.id for m in snap.fifo] == [pinned.message_id, *ids[3:]]
+    assert snap.counter("fifo") == before_total - batch.tokens
+    parts = recount(hot, agent)
+    assert total == parts["working"] + parts["summary"] + parts["ph"] + parts["fifo"] + snap.counter("system")
+    state = dump(hot.redis, agent)
+    _, again = hot.evict_oldest(agent, 3, idempotency_key="ev1")
+    assert again is not None and again.id == batch.id and dump(hot.redis, agent) == state
+    with pytest.raises(ValidationError):
+        hot.evict_oldest(agent, 0)
+    hot.finish_eviction(agent, batch.id, "three notes")
+    assert hot.pending_batches(agent) == []
