@@ -1,0 +1,363 @@
+"""The memory service: one façade over the hot state, the store and the cold-path seams.
+
+The HTTP API, the tool executor, the Python client (in-process) and the CLI all go through it.
+Its collaborators are ports, wired by process entry points: a :class:`~hotpath.dispatch.Dispatcher`
+for cold-path work, an ``embed`` function for query vectors, an ``ingest`` function for archival
+documents. Nothing here imports Celery or the embedding model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hotpath import validation
+from hotpath.context import AssembledContext, assemble
+from hotpath.dispatch import Dispatcher
+from hotpath.errors import IdempotencyMismatch, ValidationError
+from hotpath.state import HotState
+from hotpath.types import AgentInfo, AppendResult, BatchInfo, Block, BlockResult
+from store.port import MemoryStore
+from store.types import ArchivalHit, MemoryEvent, Page, RecallHit, StoredMessage
+
+log = logging.getLogger(__name__)
+
+Embed = Callable[[Sequence[str]], Any]  # texts -> array of unit vectors (n, dim)
+
+
+class Ingest(Protocol):
+    def __call__(
+        self,
+        agent_id: str,
+        doc_id: str,
+        text: str,
+        *,
+        source: str,
+        metadata: Mapping[str, Any],
+    ) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    page: Page[RecallHit]
+    mode: str
+
+
+def doc_id_for(text: str) -> str:
+    return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+class MemoryService:
+    def __init__(
+        self,
+        hot: HotState,
+        store: MemoryStore,
+        dispatcher: Dispatcher,
+        *,
+        embed: Embed | None = None,
+        ingest: Ingest | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.hot = hot
+        self.store = store
+        self.dispatcher = dispatcher
+        self.embed = embed
+        self.ingest = ingest
+        self.clock = clock
+        self.settings = hot.settings
+
+    # --- agents -----------------------------------------------------------------------------
+    def create_agent(
+        self,
+        agent_id: str,
+        *,
+        model: str | None = None,
+        system_prompt: str = "",
+        tools: Sequence[Mapping[str, Any]] = (),
+        actor: str = "system",
+    ) -> AgentInfo:
+        info = self.hot.create_agent(agent_id, model=model, system_prompt=system_prompt, tools=tools)
+        self._event(
+            agent_id,
+            "agent_created",
+            {"model": info.model, "window": info.window},
+            actor,
+            event_id=f"{agent_id}:created",
+        )
+        return info
+
+    def agent(self, agent_id: str) -> AgentInfo:
+        return self.hot.agent(agent_id)
+
+    def agents(self) -> list[str]:
+        return self.hot.agents()
+
+    # --- messages -----------------------------------------------------------------------------
+    def append(
+        self,
+        agent_id: str,
+        role: str,
+        content: str,
+        *,
+        name: str | None = None,
+        pinned: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        tool_call_id: str | None = None,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None,
+        idempotency_key: str | None = None,
+        actor: str = "system",
+    ) -> AppendResult:
+        res = self.hot.append(
+            agent_id,
+            role,
+            content,
+            name=name,
+            pinned=pinned,
+            metadata=metadata,
+            tool_call_id=tool_call_id,
+            tool_calls=tool_calls,
+            idempotency_key=idempotency_key,
+        )
+        if res.replayed:
+            return res
+        ids = [res.message_id] + ([res.pressure_message_id] if res.pressure_message_id else [])
+        self.dispatcher.spool(agent_id, ids)
+        if res.action == "warning":
+            self._event(
+                agent_id,
+                "memory_pressure",
+                {"total": res.total, "message_id": res.pressure_message_id},
+                actor,
+                event_id=f"{agent_id}:pressure:{res.pressure_message_id}",
+            )
+        if res.batch is not None:
+            self._batch_begun(agent_id, res.batch, res.total, res.target_unreachable, actor)
+        return res
+
+    def evict(
+        self, agent_id: str, count: int, *, idempotency_key: str | None = None, actor: str = "system"
+    ) -> tuple[int, BatchInfo | None]:
+        total, batch = self.hot.evict_oldest(agent_id, count, idempotency_key=idempotency_key)
+        if batch is not None:
+            self._batch_begun(agent_id, batch, total, False, actor)
+        return total, batch
+
+    def _batch_begun(self, agent_id: str, batch: BatchInfo, total: int, unreachable: bool, actor: str) -> None:
+        self.dispatcher.evict(agent_id, batch.id)
+        payload = {"batch_id": batch.id, "messages": batch.count, "tokens": batch.tokens, "total_after": total}
+        self._event(agent_id, "flush", payload, actor, event_id=f"{agent_id}:flush:{batch.id}")
+        if unreachable:
+            # The unevictable parts (system, blocks, pinned, summary) alone exceed the target.
+            self._event(agent_id, "target_unreachable", payload, actor, event_id=f"{agent_id}:unreachable:{batch.id}")
+
+    def write_recall(
+        self, agent_id: str, content: str, *, role: str = "assistant", idempotency_key: str, actor: str = "system"
+    ) -> StoredMessage:
+        """A note straight into recall memory, never into the context window."""
+        validation.role(role)
+        content = validation.text(content, "content", self.settings.budget.max_content_chars)
+        validation.idempotency_key(idempotency_key)
+        info = self.hot.agent(agent_id)
+        # The id comes from the idempotency key, so the store's idempotent spool dedupes retries.
+        message_id = "r" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
+        existing = self.store.get_messages(agent_id, [message_id])
+        if existing:
+            if (existing[0].role, existing[0].content) != (role, content):
+                raise IdempotencyMismatch("this idempotency key was already used for a different note")
+            return existing[0]
+        _, seq = self.hot.reserve_message_id(agent_id)
+        tokens = self.hot.counter(info.model).message(content)
+        msg = StoredMessage(
+            agent_id, message_id, seq, role, content, tokens, self.clock(), metadata={"kind": "recall_note"}
+        )
+        self.store.spool_messages([msg])
+        self._event(
+            agent_id,
+            "recall_write",
+            {"message_id": message_id, "tokens": tokens},
+            actor,
+            event_id=f"{agent_id}:recall:{message_id}",
+            idempotency_key=idempotency_key,
+        )
+        return self.store.get_messages(agent_id, [message_id])[0]
+
+    # --- working blocks --------------------------------------------------------------------
+    def put_block(
+        self,
+        agent_id: str,
+        block_id: str,
+        content: str,
+        *,
+        role: str = "working",
+        pinned: bool = False,
+        expected_rev: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        actor: str = "system",
+    ) -> BlockResult:
+        res = self.hot.put_block(
+            agent_id,
+            block_id,
+            content,
+            role=role,
+            pinned=pinned,
+            expected_rev=expected_rev,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+        )
+        if not res.replayed:
+            self._event(
+                agent_id,
+                "core_write",
+                {
+                    "block_id": block_id,
+                    "rev": res.rev,
+                    "tokens": res.tokens,
+                    "pinned": pinned,
+                    "previous_rev": expected_rev,
+                },
+                actor,
+                event_id=f"{agent_id}:core:{block_id}:{res.rev}",
+                idempotency_key=idempotency_key,
+            )
+            if res.batch is not None:
+                self._batch_begun(agent_id, res.batch, res.total, False, actor)
+        return res
+
+    def delete_block(
+        self,
+        agent_id: str,
+        block_id: str,
+        expected_rev: str,
+        *,
+        idempotency_key: str | None = None,
+        actor: str = "system",
+    ) -> BlockResult:
+        res = self.hot.delete_block(agent_id, block_id, expected_rev, idempotency_key=idempotency_key)
+        if not res.replayed:
+            self._event(
+                agent_id,
+                "core_delete",
+                {"block_id": block_id, "previous_rev": expected_rev},
+                actor,
+                event_id=f"{agent_id}:core:{block_id}:del:{expected_rev}",
+                idempotency_key=idempotency_key,
+            )
+        return res
+
+    def get_block(self, agent_id: str, block_id: str) -> Block:
+        return self.hot.get_block(agent_id, block_id)
+
+    def list_blocks(self, agent_id: str) -> list[Block]:
+        return self.hot.list_blocks(agent_id)
+
+    # --- context ------------------------------------------------------------------------------
+    def context(self, agent_id: str) -> AssembledContext:
+        return assemble(self.hot.snapshot(agent_id))
+
+    # --- search -------------------------------------------------------------------------------
+    def search_recall(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        limit: int = 10,
+        cursor: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        mode: str = "text",
+    ) -> RecallResult:
+        self.hot.agent(agent_id)
+        query = validation.text(query, "query", 10_000)
+        if mode not in ("text", "vector", "hybrid"):
+            raise ValidationError("mode must be text, vector or hybrid", field="mode")
+        search = getattr(self.store, "search_recall_hybrid", None)
+        if mode != "text" and search is not None and self.embed is not None:
+            vector = self.embed([query])[0]
+            page = search(agent_id, query, vector, limit=limit, cursor=cursor, since=since, until=until, mode=mode)
+            return RecallResult(page, mode)
+        page = self.store.search_recall(agent_id, query, limit, cursor, since=since, until=until)
+        return RecallResult(page, "text")
+
+    def search_archival(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        k: int = 10,
+        filters: Mapping[str, Any] | None = None,
+        cursor: str | None = None,
+    ) -> Page[ArchivalHit]:
+        self.hot.agent(agent_id)
+        query = validation.text(query, "query", 10_000)
+        if self.embed is None:
+            raise ValidationError("archival search needs an embedding model; none is configured", field="query")
+        vector = [float(x) for x in self.embed([query])[0]]
+        return self.store.search_archival(agent_id, vector, k, filters=filters, cursor=cursor)
+
+    def ingest_archival(
+        self,
+        agent_id: str,
+        text: str,
+        *,
+        doc_id: str | None = None,
+        source: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        actor: str = "system",
+    ) -> Mapping[str, Any]:
+        self.hot.agent(agent_id)
+        text = validation.text(text, "text", 5_000_000)
+        meta = validation.metadata(metadata)
+        if self.ingest is None:
+            raise ValidationError("archival ingestion is not configured in this process", field="text")
+        doc = doc_id or doc_id_for(text)
+        result = self.ingest(agent_id, doc, text, source=source, metadata=meta)
+        self._event(
+            agent_id,
+            "archival_ingest",
+            {"doc_id": doc, **dict(result)},
+            actor,
+            event_id=f"{agent_id}:ingest:{doc}:{hashlib.sha256(text.encode()).hexdigest()[:12]}",
+        )
+        return {"doc_id": doc, **dict(result)}
+
+    # --- events -------------------------------------------------------------------------------
+    def events(
+        self,
+        agent_id: str | None,
+        kinds: Sequence[str] | None = None,
+        *,
+        since: float | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[MemoryEvent]:
+        return self.store.query_events(agent_id, kinds, since=since, limit=limit, cursor=cursor)
+
+    def _event(
+        self,
+        agent_id: str,
+        kind: str,
+        payload: Mapping[str, Any],
+        actor: str,
+        *,
+        event_id: str,
+        idempotency_key: str | None = None,
+    ) -> None:
+        try:
+            self.store.append_event(
+                MemoryEvent(
+                    agent_id,
+                    kind,
+                    dict(payload),
+                    event_id=event_id,
+                    created_at=self.clock(),
+                    actor=actor,
+                    idempotency_key=idempotency_key,
+                )
+            )
+        except Exception:  # the write it describes already happened; an audit gap must not fail it
+            log.exception("could not record %s event for %s", kind, agent_id)
