@@ -76,7 +76,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                 "windows": sum(len(p.windows) for p in plans),
                 "tokens": sum(len(p.token_ids) for p in plans),
             }
-            for mode in MODES:
+            for mode in args.modes:
                 vectors = np.vstack(chunker.embed(plans, mode))
                 scores = queries @ vectors.T
                 for q, row in zip(questions, scores, strict=True):
@@ -122,15 +122,17 @@ def print_report(result: dict[str, Any]) -> None:
         chunks = sum(s[gran]["chunks"] for s in result["corpora"].values())
         print(f"\n== {gran} chunks ({chunks} chunks, {result['questions']} questions; recall in %) ==")
         print(header)
-        for mode in MODES:
+        shown = [m for m in MODES if m in modes]
+        for mode in shown:
             print(_row(f"all  {mode}", modes[mode]))
-        delta = {k: modes["late"][k] - modes["naive"][k] for k in KS}
-        print(f"{'all  late - naive':<28}" + "".join(f"{100 * delta[k]:>+8.1f}" for k in KS))
-        for conv in result["recall_per_conversation"][gran]["late"]:
-            for mode in MODES:
+        if len(shown) == 2:
+            delta = {k: modes["late"][k] - modes["naive"][k] for k in KS}
+            print(f"{'all  late - naive':<28}" + "".join(f"{100 * delta[k]:>+8.1f}" for k in KS))
+        for conv in result["recall_per_conversation"][gran][shown[0]]:
+            for mode in shown:
                 print(_row(f"{conv}  {mode}", result["recall_per_conversation"][gran][mode][conv]))
-        for cat in result["recall_per_category"][gran]["late"]:
-            for mode in MODES:
+        for cat in result["recall_per_category"][gran][shown[0]]:
+            for mode in shown:
                 print(_row(f"{cat}  {mode}", result["recall_per_category"][gran][mode][cat]))
     print(f"\n({result['seconds']} s, model {result['model']})")
 
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-tokens", type=int, default=128, help="token budget of a 'group' chunk")
     parser.add_argument("--window-overlap", type=int, default=64, help="macro-window overlap in tokens")
     parser.add_argument("--conversations", nargs="*", help="only these sample ids (e.g. conv-26)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="embedding modes to compare")
     args = parser.parse_args(argv)
     result = evaluate(args)
     print_report(result)

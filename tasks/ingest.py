@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -143,6 +144,18 @@ def _identifier(name: str, value: object) -> str:
     return value
 
 
+def _metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Caller metadata, checked before the model runs (the store would refuse it only after)."""
+    meta = dict(metadata or {})
+    if RESERVED_METADATA_KEY in meta:
+        raise ValidationError(f"metadata key {RESERVED_METADATA_KEY!r} is reserved for ingestion", field="metadata")
+    try:
+        json.dumps(meta, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"metadata must be JSON-serialisable: {exc}", field="metadata") from None
+    return meta
+
+
 def check_text(doc_id: str, text: object, max_bytes: int) -> str:
     """The document text, or ValidationError saying what is wrong with it."""
     if not isinstance(text, str):
@@ -220,9 +233,9 @@ class _Job:
     stored: bool  # every chunk is in the store already
 
 
-def _stored_already(store: MemoryStore, job_agent: str, doc_id: str, version: str, plan: DocumentPlan) -> bool:
+def _stored_already(store: MemoryStore, agent_id: str, doc_id: str, version: str, plan: DocumentPlan) -> bool:
     """True when every chunk is stored; IdempotencyMismatch when stored chunks disagree with the plan."""
-    existing = [c for c in store.get_archival(job_agent, doc_id) if c.embedding_version == version]
+    existing = [c for c in store.get_archival(agent_id, doc_id) if c.embedding_version == version]
     planned = {c.index: (c.char_start, c.char_end) for c in plan.chunks}
     for c in existing:
         if planned.get(c.chunk_index) != (c.char_start, c.char_end):
@@ -254,9 +267,9 @@ def _prepare(
     chosen: Mode = settings.ingest.mode if mode is None else mode
     if chosen not in MODES:
         raise ValidationError(f"unknown chunking mode {chosen!r}; use one of {', '.join(MODES)}", field="mode")
-    meta = dict(metadata or {})
-    if RESERVED_METADATA_KEY in meta:
-        raise ValidationError(f"metadata key {RESERVED_METADATA_KEY!r} is reserved for ingestion", field="metadata")
+    meta = _metadata(metadata)
+    if valid_until is not None and not (isinstance(valid_until, int | float) and math.isfinite(valid_until)):
+        raise ValidationError("valid_until must be a finite unix time or None", field="valid_until")
     check_text(doc_id, text, settings.ingest.max_document_bytes)
     version = embedding_version or embedding_version_for(
         chunker.embedder.model_id, chosen, settings.ingest.version_suffix

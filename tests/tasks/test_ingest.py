@@ -156,6 +156,9 @@ def test_bad_text_is_refused_and_writes_nothing(
         ({"agent_id": " "}, "agent_id"),
         ({"mode": "sentence"}, "mode"),
         ({"metadata": {"vcm": 1}}, "reserved"),
+        ({"metadata": {"when": object()}}, "JSON"),
+        ({"metadata": {"x": float("nan")}}, "JSON"),
+        ({"valid_until": float("inf")}, "valid_until"),
     ],
 )
 def test_bad_arguments_are_refused(
