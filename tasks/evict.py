@@ -141,9 +141,11 @@ def _finish(
     deps: Deps, agent_id: str, batch_id: int, text: str, outcome: Outcome, score: float | None = None
 ) -> EvictOutcome:
     try:
-        deps.hot.finish_eviction(agent_id, batch_id, text)
+        finished = deps.hot.finish_eviction(agent_id, batch_id, text)
     except NotFound:  # the agent (or the batch) is gone from Redis: nothing left to install
         return EvictOutcome("absent", agent_id, batch_id)
+    if finished.pressure_message_id:  # the new summary crossed warning: that notice is recall too
+        deps.dispatcher.spool(agent_id, [finished.pressure_message_id])
     # The head of the pending batches, if any, was deferred while this one ran (or was just begun
     # by the new summary pushing past flush): it is its turn now.
     pending = deps.hot.pending_batches(agent_id)

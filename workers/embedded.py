@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
+from celery.app import trace
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
@@ -62,11 +63,13 @@ def embedded_worker(
         )
     import tasks.celery_tasks  # noqa: F401  (registers the tasks before the app is finalised)
 
-    app.finalize()
-    app.set_current()
+    hostname = f"embedded-{os.getpid()}@{socket.gethostname()}"
+    # What `celery worker` does at start: finalise the app and make it the default one, since a
+    # task traced in the worker thread looks up the *current* app, which threads do not inherit.
+    trace.setup_worker_optimizations(app, hostname)
     worker = _Controller(
         app=app,
-        hostname=f"embedded-{os.getpid()}@{socket.gethostname()}",
+        hostname=hostname,
         pool="solo",
         concurrency=1,
         queues=list(queues),
@@ -87,5 +90,6 @@ def embedded_worker(
         worker_state.should_terminate = 0
         thread.join(stop_timeout_s)
         worker_state.should_terminate = None
+        trace.reset_worker_optimizations(app)
         if thread.is_alive():
             log.error("the in-process worker did not stop within %ss", stop_timeout_s)

@@ -149,3 +149,24 @@ def test_dead_letter_records_an_event_and_leaves_the_batch(deps: Deps) -> None:
 def test_unknown_agent_or_batch_is_a_no_op(deps: Deps) -> None:
     assert evict.evict_batch(deps, "nobody", 1).outcome == "absent"
     assert evict.evict_batch(deps, AGENT, 99).outcome == "absent"
+
+
+
+def test_a_notice_appended_by_a_finish_is_spooled_too(deps: Deps) -> None:
+    """A new summary can push the window past warning; the notice it adds is recall like any message."""
+    fill(deps)  # batch 1 begun: the window is back near target
+    i = 1000
+    while True:  # keep talking while batch 1 waits, up to just below warning
+        meta = {k: int(v) for k, v in deps.hot.snapshot(AGENT).meta.items() if v.lstrip("-").isdigit()}
+        total = sum(meta[k] for k in ("system", "working", "summary", "ph", "fifo"))
+        if total + 45 > meta["warn"] or meta["warned"]:
+            break
+        converse(deps.hot, AGENT, 1, start=i)
+        i += 1
+    before = {m.id for m in deps.hot.snapshot(AGENT).fifo}
+    evict.evict_batch(deps, AGENT, 1)
+    notices = [m for m in deps.hot.snapshot(AGENT).fifo if m.id not in before and m.kind == "pressure"]
+    assert len(notices) == 1, "the installed summary should have crossed warning"
+    dispatcher = deps.dispatcher
+    assert isinstance(dispatcher, RecordingDispatcher)
+    assert (AGENT, (notices[0].id,)) in dispatcher.spooled

@@ -1,0 +1,181 @@
+"""The real Celery worker in a thread over memory:// (embedded mode): retries with backoff,
+dead-lettering, the delivery cap and the sweeper, end to end through CeleryDispatcher.
+
+Hot state is fakeredis and the store a SQLite file, as in embedded mode; the embedder is the
+word-hash stand-in (the subprocess tests use the real model).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from prometheus_client import REGISTRY
+
+from hotpath.settings import Settings
+from tasks import names, runtime
+from tasks.deps import Deps
+from tasks.faults import Faults, Rule
+from tests.tasks.coldpath import MODEL, make_deps, small_settings
+from tests.workers.traffic import Traffic, assert_exactly_once, settled, wait_until
+from workers.app import create_app
+from workers.dispatch import CeleryDispatcher
+from workers.embedded import embedded_worker
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def fast_settings(tmp_path: Path) -> Settings:
+    return small_settings(
+        broker_url="memory://",
+        store_url=f"sqlite:///{tmp_path / 'vcm.db'}",
+        worker={"max_retries": 3, "retry_backoff_s": 0.05, "retry_backoff_max_s": 1, "max_deliveries": 2},
+        maintenance={"sweep_grace_s": 0.3, "redrive_dead_letters_after_s": 0},
+    )
+
+
+@dataclass
+class Cold:
+    app: Celery
+    deps: Deps
+    dispatcher: CeleryDispatcher
+
+    def traffic(self, prefix: str = "a") -> Traffic:
+        agent = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.deps.hot.create_agent(agent, model=MODEL, system_prompt="You are a careful assistant.")
+        return Traffic(self.deps.hot, self.dispatcher, agent)
+
+    def drain(self, t: Traffic, timeout_s: float = 60) -> None:
+        wait_until(lambda: settled(self.deps.hot, self.deps.store, t.agent_id, t.message_ids), timeout_s, "drained")
+
+
+def start(tmp_path: Path, faults: Faults, deliveries: runtime.DeliveryLog | None = None) -> Iterator[Cold]:
+    settings = fast_settings(tmp_path)
+    app = create_app(settings)
+    dispatcher = CeleryDispatcher(app)
+    deps = make_deps(tmp_path, settings=settings, faults=faults, dispatcher=dispatcher)
+    runtime.install(deps, deliveries or runtime.LocalDeliveryLog())
+    try:
+        with embedded_worker(app):
+            yield Cold(app, deps, dispatcher)
+    finally:
+        runtime.reset()
+
+
+POINTS = [
+    "evict.before_summarize",
+    "evict.after_summarize",
+    "commit_eviction.after_recall_append",
+    "commit_eviction.before_commit",
+    "evict.after_commit",
+]
+# One worker serves every test of the module; rules apply to agents by id prefix.
+RULES = [
+    *(Rule(point, agent_prefix=f"f{i}-", times=2) for i, point in enumerate(POINTS)),
+    Rule("spool.before_write", agent_prefix="f", times=1),
+    Rule("evict.before_summarize", agent_prefix="doomed-"),
+    Rule("evict.before_summarize", agent_prefix="p-", action="sleep"),  # counts calls only
+]
+
+
+class SwitchLog(runtime.LocalDeliveryLog):
+    """Counts deliveries, or reports each as the 99th while ``poisoned``."""
+
+    poisoned = False
+
+    def record(self, task_id: str, attempt: int) -> int:
+        return 99 if self.poisoned else super().record(task_id, attempt)
+
+
+SWITCH = SwitchLog()
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cold]:
+    yield from start(tmp_path_factory.mktemp("cold"), Faults(RULES), SWITCH)
+
+
+@pytest.fixture
+def cold(shared: Cold) -> Cold:
+    return shared
+
+
+def dead_letters(task: str) -> float:
+    return REGISTRY.get_sample_value("vcm_dead_letters_total", {"task": task}) or 0.0
+
+
+def test_conversation_is_committed_exactly_once(cold: Cold) -> None:
+    t = cold.traffic()
+    t.send(60)
+    cold.drain(t)
+    assert_exactly_once(cold.deps.hot, cold.deps.store, t.agent_id, t.message_ids)
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_failures_at_each_step_are_retried_to_the_same_end_state(cold: Cold, point: str) -> None:
+    t = cold.traffic(f"f{POINTS.index(point)}")
+    t.send(40)
+    cold.drain(t)
+    faults = cold.deps.faults
+    assert faults.fired(point, t.agent_id) == 2  # two failed deliveries, then the retry won
+    assert faults.fired("spool.before_write", t.agent_id) == 1
+    assert_exactly_once(cold.deps.hot, cold.deps.store, t.agent_id, t.message_ids)
+    assert cold.deps.store.query_events(t.agent_id, ["dead_letter"]).items == []
+
+
+def test_exhausted_retries_dead_letter_the_batch_and_keep_it(cold: Cold) -> None:
+    before = dead_letters(names.EVICT)
+    t = cold.traffic("doomed")
+    t.send(30)
+    store, hot = cold.deps.store, cold.deps.hot
+    wait_until(lambda: bool(store.query_events(t.agent_id, ["dead_letter"]).items), 30, "dead-lettered")
+    [event] = store.query_events(t.agent_id, ["dead_letter"]).items
+    assert event.payload["batch_id"] == 1 and event.payload["attempts"] == 4  # 1 + max_retries
+    assert "InjectedFailure" in str(event.payload["reason"])
+    assert dead_letters(names.EVICT) == before + 1
+    assert hot.pending_batches(t.agent_id)[0] == 1  # never dropped
+    assert store.committed_batches(t.agent_id) == []  # and nothing committed out of order
+    assert cold.deps.faults.fired("evict.before_summarize", t.agent_id) == 4
+    # write-behind still covers the messages not in a batch
+    fifo = [m.id for m in hot.snapshot(t.agent_id).fifo]
+    wait_until(lambda: len(store.get_messages(t.agent_id, fifo)) == len(fifo), 30, "FIFO spooled")
+
+
+def test_the_delivery_cap_dead_letters_without_running_the_task(cold: Cold) -> None:
+    t = cold.traffic("p")
+    SWITCH.poisoned = True  # every delivery now looks like its worker died 98 times before
+    try:
+        t.send(30)
+        store = cold.deps.store
+        wait_until(lambda: bool(store.query_events(t.agent_id, ["dead_letter"]).items), 30, "dead-lettered")
+    finally:
+        SWITCH.poisoned = False
+    event = store.query_events(t.agent_id, ["dead_letter"]).items[0]
+    assert "delivered 99 times" in str(event.payload["reason"])
+    assert cold.deps.faults.fired("evict.before_summarize", t.agent_id) == 0  # the logic never ran
+    assert cold.deps.hot.pending_batches(t.agent_id)[0] == 1
+    assert store.committed_batches(t.agent_id) == []
+
+
+def test_the_sweeper_redrives_a_batch_whose_task_was_lost(cold: Cold) -> None:
+    t = cold.traffic()
+    t.send(30)
+    cold.drain(t)
+    lost = Traffic(cold.deps.hot, _Dropping(), t.agent_id, list(t.message_ids))
+    lost.send(20)  # these dispatches vanish, as if the broker lost them
+    assert cold.deps.hot.pending_batches(t.agent_id)
+    cold.app.send_task(names.SWEEP)  # what beat does every sweep_interval_s
+    cold.drain(lost)
+    assert_exactly_once(cold.deps.hot, cold.deps.store, t.agent_id, lost.message_ids)
+
+
+class _Dropping:
+    def spool(self, agent_id: str, message_ids: object) -> None:
+        pass
+
+    def evict(self, agent_id: str, batch_id: int) -> None:
+        pass
