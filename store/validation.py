@@ -234,12 +234,13 @@ def vector(name: str, values: Any, *, metric_name: str) -> npt.NDArray[np.float6
         raise StoreValidationError(f"{name} must be a sequence of numbers", field=name) from exc
     if array.ndim != 1 or array.size == 0:
         raise StoreValidationError(f"{name} must be a non-empty flat vector", field=name)
-    if not np.all(np.isfinite(array)):
-        raise StoreValidationError(f"{name} contains NaN or infinite values", field=name)
     as32 = array.astype(np.float32)
-    if not np.all(np.isfinite(as32)):
+    # One pass on the hot path (bulk ingest): NaN/inf survive the cast, overflow becomes inf.
+    if not np.isfinite(as32).all():
+        if not np.isfinite(array).all():
+            raise StoreValidationError(f"{name} contains NaN or infinite values", field=name)
         raise StoreValidationError(f"{name} overflows float32", field=name)
-    if metric_name == "cosine" and not np.any(as32):
+    if metric_name == "cosine" and not as32.any():
         raise StoreValidationError(f"{name} is all zeros; cosine needs a direction", field=name)
     return array
 

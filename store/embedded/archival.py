@@ -22,6 +22,10 @@ from store.types import ArchivalChunk
 
 Ranked = list[tuple[int, float]]
 
+# Hits are fetched by primary key. ``+agent_id`` keeps SQLite off the (agent_id, doc_id, ...)
+# unique index, which it would otherwise pick and then scan every chunk of the agent per query
+# (milliseconds at 1e4 chunks, seconds at 1e6).
+_BY_ID = "FROM archival WHERE id IN ({marks}) AND +agent_id = ?"
 # Columns needed to evaluate a filter: no embedding, which is the bulk of a row.
 _FILTER_COLUMNS = (
     "id, agent_id, doc_id, chunk_index, embedding_version, metric, text, model_id, char_start, "
@@ -89,8 +93,8 @@ class ArchivalRanker:
             marks = ",".join("?" * len(part))
             found = self._db.query(
                 "filter archival hits",
-                f"SELECT {_FILTER_COLUMNS} FROM archival WHERE agent_id = ? AND id IN ({marks})",
-                [keep.agent_id, *part],
+                f"SELECT {_FILTER_COLUMNS} {_BY_ID.format(marks=marks)}",
+                [*part, keep.agent_id],
             )
             for row in found:
                 verdict[row["id"]] = keep.filters.matches(rows.chunk(row, with_embedding=False), keep.now)
@@ -101,8 +105,8 @@ class ArchivalRanker:
             marks = ",".join("?" * len(part))
             found = self._db.query(
                 "read archival hits",
-                f"SELECT {rows.ARCHIVAL_COLUMNS} FROM archival WHERE agent_id = ? AND id IN ({marks})",
-                [agent_id, *part],
+                f"SELECT {rows.ARCHIVAL_COLUMNS} {_BY_ID.format(marks=marks)}",
+                [*part, agent_id],
             )
             out.update((row["id"], rows.chunk(row)) for row in found)
         return out
