@@ -99,12 +99,13 @@ class EmbeddedStore(MemoryStore):
     Args:
         path: the SQLite file (created with its parent directory), or ``":memory:"`` for a
             throwaway store in a temporary directory removed by :meth:`close`.
-        n_lists: IVF centroids per vector space. ``None`` (default) sizes it like ArangoDB's
-            ``autoSqrt``: 4·sqrt(N), capped at N/39, retrained when the ideal has doubled.
-        n_probe: IVF lists searched per query when the caller passes none. ArangoDB defaults
-            to 1 and its docs advise raising it; each extra list costs about N/nLists more
-            comparisons, so 16 stays well under a millisecond at 1e6 vectors while recall@k
-            grows with every list probed.
+        n_lists: IVF centroids per vector space. ``None`` (default) sizes it as sqrt(N), capped
+            at N/39, retrained when the ideal has doubled (:mod:`store.embedded.sizing` says
+            why not ArangoDB's 4·sqrt(N)).
+        n_probe: IVF lists searched per query when the caller passes none. ``None`` (default)
+            uses each index's own default, max(16, nLists/100), as ArangoDB indexes carry a
+            ``defaultNProbe``: recall@k follows the fraction of lists probed, so a fixed number
+            would lose recall as the index grows (``scripts/bench_store.py`` measures it).
         train_threshold: exact search until a space holds this many vectors (at least 39 per
             centroid); an exact query over 10 000 384-d vectors takes 1-2 ms on one core.
         fault_hook: test seam called at named points inside multi-step writes.
@@ -124,7 +125,7 @@ class EmbeddedStore(MemoryStore):
         path: str,
         *,
         n_lists: int | None = None,
-        n_probe: int = 16,
+        n_probe: int | None = None,
         train_threshold: int = DEFAULT_TRAIN_THRESHOLD,
         fault_hook: FaultHook | None = None,
         text_index_lag_ok: bool = True,
@@ -135,7 +136,8 @@ class EmbeddedStore(MemoryStore):
     ) -> None:
         if n_lists is not None:
             validation.limit("n_lists", n_lists, maximum=1 << 20)
-        validation.limit("n_probe", n_probe, maximum=1 << 20)
+        if n_probe is not None:
+            validation.limit("n_probe", n_probe, maximum=1 << 20)
         validation.limit("train_threshold", train_threshold, maximum=1 << 40)
         validation.limit("cursor_max_results", cursor_max_results, maximum=100_000)
         if not busy_timeout_s > 0 or not cursor_ttl_s > 0:
@@ -817,7 +819,7 @@ class EmbeddedStore(MemoryStore):
             ),
             "vector_spaces": vector_spaces,
             "train_threshold": self._vectors.threshold,
-            "n_probe": self._n_probe,
+            "n_probe": self._n_probe,  # None: each space's default_n_probe
         }
 
     def stats(self, agent_id: str | None = None) -> dict[str, Any]:

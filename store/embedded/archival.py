@@ -57,7 +57,7 @@ class ArchivalRanker:
         query: Vectors,
         wanted: int,
         filters: ArchivalFilter,
-        n_probe: int,
+        n_probe: int | None,
         *,
         bound: int | None = None,
         exclude: frozenset[int] = frozenset(),
@@ -73,7 +73,9 @@ class ArchivalRanker:
         ranked.sort(key=lambda h: (-h[1] if higher_is_better else h[1], h[0]))
         return ranked[:wanted], int(newest)
 
-    def _rank_space(self, key: SpaceKey, query: Vectors, wanted: int, n_probe: int, keep: _Keep) -> Ranked:
+    def _rank_space(
+        self, key: SpaceKey, query: Vectors, wanted: int, n_probe: int | None, keep: _Keep
+    ) -> Ranked:
         verdict: dict[int, bool] = {}
         survivors: Ranked = []
         total = self._vectors.refresh(key).ntotal

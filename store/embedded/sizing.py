@@ -1,9 +1,16 @@
 """IVF sizing rules for the FAISS index (pure).
 
-They follow ArangoDB's vector index so both adapters mean the same thing by nLists/nProbe:
-``nLists ≈ 4·sqrt(N)`` (ArangoDB 3.12.10's ``autoSqrt`` default) and exact search until the
-index can be trained. FAISS k-means warns below 39 training points per centroid, so nLists is
-also capped at N / 39 and training waits until at least that many vectors exist.
+nLists and nProbe mean what they mean in ArangoDB's vector index (IVF cells, cells searched per
+query), and the index stays exact until it can be trained. The defaults are tuned for the
+machine the embedded adapter targets (a few cores), measured with ``scripts/bench_store.py``:
+
+* ``nLists = sqrt(N)``, capped at N/39 (FAISS k-means warns below 39 training points per
+  centroid). ArangoDB's ``autoSqrt`` uses 4·sqrt(N); at equal recall@10 the fraction of the
+  vectors a query scans is about the same either way, but k-means training and list
+  assignment cost grow with nLists: at 5e6 384-d vectors 4·sqrt(N) is ~4x the build time
+  (tens of minutes on two cores) for no gain in query cost.
+* default ``nProbe = max(16, nLists/100)`` (rounded up): recall@10 depends mostly on the
+  fraction of lists probed; a fixed nProbe loses recall as nLists grows with N.
 """
 
 from __future__ import annotations
@@ -11,15 +18,29 @@ from __future__ import annotations
 import math
 
 MIN_POINTS_PER_CENTROID = 39
+# FAISS k-means subsamples to this many points per centroid anyway; reading more is waste.
+TRAIN_POINTS_PER_CENTROID = 256
 DEFAULT_TRAIN_THRESHOLD = 10_000
 MIN_LISTS = 2
+MIN_PROBE = 16
+PROBE_DIVISOR = 100
 
 
 def auto_n_lists(n_vectors: int) -> int:
-    """nLists for N vectors when the caller did not fix it: 4·sqrt(N), at most N/39."""
-    ideal = round(4 * math.sqrt(max(n_vectors, 0)))
+    """nLists for N vectors when the caller did not fix it: sqrt(N), at most N/39."""
+    ideal = round(math.sqrt(max(n_vectors, 0)))
     cap = n_vectors // MIN_POINTS_PER_CENTROID
     return max(MIN_LISTS, min(ideal, cap))
+
+
+def default_n_probe(n_lists: int) -> int:
+    """Lists searched when the caller passes no nProbe: max(16, nLists/100), at most nLists."""
+    return max(1, min(n_lists, max(MIN_PROBE, math.ceil(n_lists / PROBE_DIVISOR))))
+
+
+def training_sample_size(n_vectors: int, n_lists: int) -> int:
+    """Vectors to train nLists centroids on: all of them, up to 256 per centroid."""
+    return min(n_vectors, n_lists * TRAIN_POINTS_PER_CENTROID)
 
 
 def train_threshold(configured: int, n_lists: int | None) -> int:

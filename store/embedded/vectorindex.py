@@ -10,6 +10,11 @@ and catches up from SQLite above its high-water mark before it searches, so chun
 another process are found too. Trained indexes are persisted next to the database (written to a
 temporary file and renamed, with the mark in the file's header) so a restart does not retrain;
 exact indexes are cheap to rebuild and are not persisted.
+
+Memory: an IVF-Flat index holds every vector (5e6 x 384-d float32 is 7.7 GB), so nothing else
+may hold them all at once. Training reads only a sample (at most 256 per list, as FAISS k-means
+would subsample anyway), vectors are then added in batches straight from SQLite, and index files
+are streamed to and from disk instead of being serialised in memory.
 """
 
 from __future__ import annotations
@@ -31,15 +36,13 @@ import numpy as np
 import numpy.typing as npt
 
 from store.embedded import sizing
-from store.embedded.db import Database
+from store.embedded.db import Database, chunked
 from store.errors import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
 FILE_FORMAT = 1
 _READ_BATCH = 50_000
-# Training memory/time bound: FAISS k-means samples at most this many points per centroid.
-_TRAIN_POINTS_PER_LIST = 256
 _TRAIN_SEED = 1234
 
 Vectors = npt.NDArray[np.float32]
@@ -90,27 +93,23 @@ class VectorIndex:
         return cls(key, faiss.IndexIDMap2(flat), n_lists=None, hwm=0)
 
     @classmethod
-    def trained(
-        cls, key: SpaceKey, ids: npt.NDArray[np.int64], vectors: Vectors, n_lists: int
-    ) -> VectorIndex:
+    def trained(cls, key: SpaceKey, sample: Vectors, n_lists: int) -> VectorIndex:
+        """An empty IVF index whose lists were trained on ``sample`` (prepared vectors)."""
         metric = faiss.METRIC_INNER_PRODUCT if key.metric == "cosine" else faiss.METRIC_L2
         index = faiss.index_factory(key.dimension, f"IVF{n_lists},Flat", metric)
-        sample = vectors
-        cap = n_lists * _TRAIN_POINTS_PER_LIST
-        if len(vectors) > cap:
-            rng = np.random.default_rng(_TRAIN_SEED)
-            sample = vectors[np.sort(rng.choice(len(vectors), size=cap, replace=False))]
         index.train(sample)
-        index.add_with_ids(vectors, ids)
-        return cls(key, index, n_lists=n_lists, hwm=int(ids.max()) if len(ids) else 0)
+        return cls(key, index, n_lists=n_lists, hwm=0)
 
     def add(self, ids: npt.NDArray[np.int64], vectors: Vectors) -> None:
         if len(ids):
             self.index.add_with_ids(vectors, ids)
             self.hwm = max(self.hwm, int(ids.max()))
 
-    def search(self, query: Vectors, k: int, n_probe: int) -> list[tuple[int, float]]:
-        """Up to k (id, score) best first; fewer when the probed lists hold fewer vectors."""
+    def search(self, query: Vectors, k: int, n_probe: int | None) -> list[tuple[int, float]]:
+        """Up to k (id, score) best first; fewer when the probed lists hold fewer vectors.
+
+        ``n_probe`` None probes the index's default (:func:`sizing.default_n_probe`).
+        """
         k = min(k, self.ntotal)
         if k <= 0:
             return []
@@ -118,7 +117,8 @@ class VectorIndex:
             distances, labels = self.index.search(query, k)
         else:
             params = faiss.SearchParametersIVF()
-            params.nprobe = min(n_probe, self.n_lists)
+            wanted = sizing.default_n_probe(self.n_lists) if n_probe is None else n_probe
+            params.nprobe = min(wanted, self.n_lists)
             distances, labels = self.index.search(query, k, params=params)
         hits: list[tuple[int, float]] = []
         for dist, label in zip(distances[0].tolist(), labels[0].tolist(), strict=True):
@@ -141,14 +141,20 @@ class VectorIndex:
         }
 
     def write(self, path: Path) -> None:
-        blob = faiss.serialize_index(self.index)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(json.dumps(self.header()).encode() + b"\n")
-            fh.write(blob.tobytes())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)  # atomic: readers see the old or the new file, never half
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(json.dumps(self.header()).encode() + b"\n")
+                # Streamed: serialize_index would build a second in-memory copy of the index.
+                # (faiss's bundled stub omits the callback IO classes.)
+                faiss.write_index(self.index, faiss.PyCallbackIOWriter(fh.write))  # type: ignore[attr-defined]
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)  # atomic: readers see the old or the new file, never half
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
         self.saved_ntotal = self.ntotal
 
     @classmethod
@@ -157,8 +163,7 @@ class VectorIndex:
         try:
             with open(path, "rb") as fh:
                 header = json.loads(fh.readline())
-                blob = np.frombuffer(fh.read(), dtype=np.uint8)
-            index = faiss.deserialize_index(blob)
+                index = faiss.read_index(faiss.PyCallbackIOReader(fh.read))  # type: ignore[attr-defined]
         except (OSError, ValueError, RuntimeError) as exc:
             if path.exists():
                 log.warning("ignoring unreadable vector index %s: %s", path, exc)
@@ -201,7 +206,7 @@ class VectorIndexes:
         return self._threshold
 
     def search(
-        self, key: SpaceKey, query: Vectors, k: int, n_probe: int
+        self, key: SpaceKey, query: Vectors, k: int, n_probe: int | None
     ) -> tuple[list[tuple[int, float]], int]:
         """(hits, vectors in the index) after catching up with SQLite."""
         with self._lock, _faiss_errors(key):
@@ -242,19 +247,50 @@ class VectorIndexes:
         return index
 
     def _train(self, key: SpaceKey) -> VectorIndex:
-        ids, vectors = self._rows(key, above=0, limit=None)
-        n_lists = self._fixed_lists or sizing.auto_n_lists(len(ids))
+        """Train on a sample of the space, then add every vector in batches (see module doc)."""
         started = time.monotonic()
-        index = VectorIndex.trained(key, ids, prepare(key, vectors), n_lists)
+        ids = self._ids(key)
+        n_lists = self._fixed_lists or sizing.auto_n_lists(len(ids))
+        size = sizing.training_sample_size(len(ids), n_lists)
+        rng = np.random.default_rng(_TRAIN_SEED)
+        sample_ids = ids if size >= len(ids) else np.sort(rng.choice(ids, size=size, replace=False))
+        index = VectorIndex.trained(key, prepare(key, self._vectors_of(key, sample_ids)), n_lists)
+        trained_s = time.monotonic() - started
+        while True:
+            batch_ids, vectors = self._rows(key, above=index.hwm, limit=_READ_BATCH)
+            if not len(batch_ids):
+                break
+            index.add(batch_ids, prepare(key, vectors))
         log.info(
-            "trained IVF%d for %s over %d vectors in %.2fs",
+            "trained IVF%d for %s on %d of %d vectors in %.1fs, indexed all in %.1fs",
             n_lists,
             key,
-            len(ids),
+            len(sample_ids),
+            index.ntotal,
+            trained_s,
             time.monotonic() - started,
         )
         self._save(index)
         return index
+
+    def _ids(self, key: SpaceKey) -> npt.NDArray[np.int64]:
+        sql = "SELECT id FROM archival WHERE metric = ? AND dimension = ? AND embedding_version = ? ORDER BY id"
+        with self._db.read("read archival ids") as conn:
+            return np.fromiter(
+                (r[0] for r in conn.execute(sql, (key.metric, key.dimension, key.version))), dtype=np.int64
+            )
+
+    def _vectors_of(self, key: SpaceKey, ids: npt.NDArray[np.int64]) -> Vectors:
+        """The embeddings of ``ids`` (ascending), in that order; all must exist (no deletes)."""
+        out = np.empty((len(ids), key.dimension), dtype=np.float32)
+        at = 0
+        with self._db.read("read archival training sample") as conn:
+            for part in chunked(ids.tolist()):
+                marks = ",".join("?" * len(part))
+                for row in conn.execute(f"SELECT embedding FROM archival WHERE id IN ({marks}) ORDER BY id", part):
+                    out[at] = np.frombuffer(row[0], dtype="<f4")
+                    at += 1
+        return out[:at]
 
     def _save(self, index: VectorIndex) -> None:
         try:
@@ -263,16 +299,12 @@ class VectorIndexes:
         except OSError as exc:  # the index stays usable in memory; SQLite still has every row
             log.warning("could not persist vector index %s: %s", index.key, exc)
 
-    def _rows(self, key: SpaceKey, *, above: int, limit: int | None) -> tuple[npt.NDArray[np.int64], Vectors]:
+    def _rows(self, key: SpaceKey, *, above: int, limit: int) -> tuple[npt.NDArray[np.int64], Vectors]:
         sql = (
             "SELECT id, embedding FROM archival WHERE metric = ? AND dimension = ? "
-            "AND embedding_version = ? AND id > ? ORDER BY id"
+            "AND embedding_version = ? AND id > ? ORDER BY id LIMIT ?"
         )
-        params: tuple[Any, ...] = (key.metric, key.dimension, key.version, above)
-        if limit is not None:
-            sql += " LIMIT ?"
-            params += (limit,)
-        rows = self._db.query("read archival embeddings", sql, params)
+        rows = self._db.query("read archival embeddings", sql, (key.metric, key.dimension, key.version, above, limit))
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), key.dimension)
         return ids, vectors
@@ -304,6 +336,7 @@ class VectorIndexes:
                     "embedding_version": key.version,
                     "kind": index.kind,
                     "n_lists": index.n_lists,
+                    "default_n_probe": None if index.n_lists is None else sizing.default_n_probe(index.n_lists),
                     "vectors": index.ntotal,
                     "hwm": index.hwm,
                 }

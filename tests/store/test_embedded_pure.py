@@ -54,19 +54,27 @@ def test_fingerprint_is_stable_and_sensitive() -> None:
     assert fingerprint("a", 1) != fingerprint("a", 2)
 
 
-def test_auto_n_lists_follows_4_sqrt_n_capped_by_39_per_list() -> None:
-    assert sizing.auto_n_lists(1_000_000) == 4000
-    assert sizing.auto_n_lists(100_000) == round(4 * math.sqrt(100_000))
-    assert sizing.auto_n_lists(10_000) == 10_000 // 39  # 400 would leave < 39 points per list
+def test_auto_n_lists_follows_sqrt_n_capped_by_39_per_list() -> None:
+    assert sizing.auto_n_lists(1_000_000) == 1000
+    assert sizing.auto_n_lists(5_000_000) == round(math.sqrt(5_000_000))
+    assert sizing.auto_n_lists(1_000) == 1_000 // 39  # 32 would leave < 39 points per list
     assert sizing.auto_n_lists(10) == sizing.MIN_LISTS
+
+
+def test_default_n_probe_follows_the_lists_and_training_samples_are_bounded() -> None:
+    assert sizing.default_n_probe(4) == 4  # never more than there are lists
+    assert sizing.default_n_probe(1000) == 16
+    assert sizing.default_n_probe(2236) == 23  # 1% of the lists, rounded up
+    assert sizing.training_sample_size(5_000_000, 2236) == 2236 * 256
+    assert sizing.training_sample_size(10_000, 100) == 10_000
 
 
 def test_train_threshold_and_retraining() -> None:
     assert sizing.train_threshold(100, n_lists=8) == 312
     assert sizing.train_threshold(10_000, n_lists=None) == 10_000
     assert sizing.train_threshold(10, n_lists=100) == 3900
-    assert not sizing.should_retrain(256, 15_000, None)
-    assert sizing.should_retrain(256, 20_000, None)  # 512 lists now fit
+    assert not sizing.should_retrain(100, 39_000, None)
+    assert sizing.should_retrain(100, 40_000, None)  # 200 lists now fit
     assert not sizing.should_retrain(8, 1_000_000, fixed_lists=8)
 
 
