@@ -23,6 +23,7 @@ BLOCKS = "blocks"  # hash: block id -> block JSON
 SUMMARY = "summary"  # hash: text, tokens, rev, batch_id
 EVICTING = "evicting:"  # list per batch: message ids, oldest first
 IDEMPOTENCY = "idem:"  # string per key: {"fp": ..., "result": ...}, with a TTL
+TOKEN = "token"  # string: SHA-256 (hex) of the agent's API bearer token; the token itself is never stored
 
 
 def prefix(agent_id: str) -> str:

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from hotpath.errors import ConfigError
@@ -193,6 +193,31 @@ class DriftSettings(BaseModel):
     retry_previous_share: float = Field(0.2, ge=0.0, le=1.0)
 
 
+class ApiSettings(BaseModel):
+    """The HTTP API (``vcm serve``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Bearer token of the operator. SecretStr keeps it out of reprs, dumps and logs. "" = `vcm
+    # serve` generates one at start and prints it once to stderr; create_app refuses to build an
+    # app without one.
+    admin_token: SecretStr = SecretStr("")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    # Bad-input guard: bodies above this are refused (413) before they are read into memory.
+    # Above ingest.max_document_bytes so that a whole document still fits, JSON-escaped.
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+
+    @field_validator("admin_token")
+    @classmethod
+    def _strong(cls, value: SecretStr) -> SecretStr:
+        secret = value.get_secret_value()
+        if secret and (len(secret) < 16 or not secret.isprintable() or secret != secret.strip()):
+            # The message must not echo the value.
+            raise ValueError("admin_token must be at least 16 printable characters without surrounding spaces")
+        return value
+
+
 def _check_url(value: str, schemes: tuple[str, ...], name: str) -> str:
     if value and not value.startswith(schemes):
         raise ValueError(f"{name} must start with one of {', '.join(schemes)}")
@@ -219,6 +244,7 @@ class Settings(BaseModel):
     drift: DriftSettings = Field(default_factory=DriftSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
