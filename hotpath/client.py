@@ -1,0 +1,430 @@
+"""Python client of the vcm HTTP API (:mod:`hotpath.api`): :class:`VcmClient` (sync) and
+:class:`AsyncVcmClient`, one method per route, over httpx.
+
+Every method returns the route's JSON body as a dict. An error response is raised as the
+:mod:`hotpath.errors` class of its code (``RevConflict`` for ``REV_CONFLICT`` with ``current_rev``
+in ``.details``, ``TokenBudgetExceeded`` with ``required_headroom``, ...), so code written against
+the in-process :class:`~hotpath.service.MemoryService` catches the same exceptions::
+
+    VcmError
+    ├── (the hot path's classes, by code)
+    ├── StoreUnavailable    STORE_UNAVAILABLE (503): Redis or the store is down; retry later
+    └── ApiError            any other code (INTERNAL_ERROR, or a reply that is not vcm's JSON)
+
+Transport failures (connection refused, timeouts) are httpx's own exceptions. Pass ``transport``
+to route requests anywhere (``httpx.ASGITransport(app)``, ``httpx.MockTransport``) in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from hotpath.errors import (
+    IdempotencyMismatch,
+    NotFound,
+    OutOfOrder,
+    PinLimitExceeded,
+    RateLimited,
+    RevConflict,
+    TokenBudgetExceeded,
+    Unauthorized,
+    ValidationError,
+    VcmError,
+)
+from hotpath.tools import tool_schemas
+from store.errors import ErrorCode
+
+R = TypeVar("R")
+Json = dict[str, Any]
+
+
+class StoreUnavailable(VcmError):
+    code = ErrorCode.STORE_UNAVAILABLE
+
+
+class ApiError(VcmError):
+    """An error reply with no class of its own; ``.code`` is the reply's code as text."""
+
+    def __init__(self, message: str, *, code: str, status: int, **details: Any) -> None:
+        super().__init__(message, **details)
+        # INTERNAL_ERROR and codes newer than this client are not ErrorCode members.
+        self.code = code  # type: ignore[assignment]
+        self.status = status
+
+
+ERRORS: dict[str, type[VcmError]] = {
+    ErrorCode.VALIDATION_ERROR: ValidationError,
+    ErrorCode.NOT_FOUND: NotFound,
+    ErrorCode.REV_CONFLICT: RevConflict,
+    ErrorCode.IDEMPOTENCY_MISMATCH: IdempotencyMismatch,
+    ErrorCode.TOKEN_BUDGET_EXCEEDED: TokenBudgetExceeded,
+    ErrorCode.PIN_LIMIT_EXCEEDED: PinLimitExceeded,
+    ErrorCode.RATE_LIMITED: RateLimited,
+    ErrorCode.UNAUTHORIZED: Unauthorized,
+    ErrorCode.STORE_UNAVAILABLE: StoreUnavailable,
+    ErrorCode.CONFLICT: OutOfOrder,
+}
+
+
+def error_from(response: httpx.Response) -> VcmError:
+    """The exception an error reply stands for."""
+    try:
+        body = response.json()
+        error = dict(body["error"])
+        code, message = str(error.pop("code")), str(error.pop("message"))
+    except (ValueError, KeyError, TypeError):
+        return ApiError(
+            f"HTTP {response.status_code} without a vcm error body",
+            code=f"HTTP_{response.status_code}",
+            status=response.status_code,
+        )
+    if code == ErrorCode.RATE_LIMITED and "retry_after_s" not in error:
+        try:
+            error["retry_after_s"] = float(response.headers.get("Retry-After", "1"))
+        except ValueError:
+            error["retry_after_s"] = 1.0
+    cls = ERRORS.get(code)
+    if cls is None:
+        return ApiError(message, code=code, status=response.status_code, **error)
+    return cls(message, **error)
+
+
+def _decode(response: httpx.Response, ok: Sequence[int]) -> Json:
+    if response.status_code not in ok and not response.is_success:
+        raise error_from(response)
+    data = response.json()
+    if not isinstance(data, dict):
+        raise ApiError("the reply is not a JSON object", code="BAD_REPLY", status=response.status_code)
+    return data
+
+
+def _seg(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _idem(key: str | None) -> dict[str, str]:
+    return {"Idempotency-Key": key} if key is not None else {}
+
+
+def _clean(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request, built once and sent by the sync or the async client."""
+
+    method: str
+    path: str
+    params: Mapping[str, Any] | None = None
+    json: Any = None
+    headers: Mapping[str, str] | None = None
+    ok: tuple[int, ...] = ()  # statuses besides 2xx whose body is a result (503 from /healthz)
+
+
+class _Operations(Generic[R]):
+    def _send(self, call: Call) -> R:
+        raise NotImplementedError
+
+    # --- agents ---------------------------------------------------------------------------------
+    def create_agent(
+        self,
+        agent_id: str,
+        *,
+        model: str | None = None,
+        system_prompt: str = "",
+        tools: Sequence[Mapping[str, Any]] = (),
+        vcm_tools: bool = False,
+    ) -> R:
+        """Admin only. The reply's ``token`` is the agent's bearer token, shown this once."""
+        body: Json = {"agent_id": agent_id, "system_prompt": system_prompt, "tools": [dict(t) for t in tools]}
+        if model is not None:
+            body["model"] = model
+        if vcm_tools:
+            body["vcm_tools"] = True
+        return self._send(Call("POST", "/v1/agents", json=body))
+
+    def agents(self) -> R:
+        return self._send(Call("GET", "/v1/agents"))
+
+    def agent(self, agent_id: str) -> R:
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}"))
+
+    def rotate_token(self, agent_id: str) -> R:
+        return self._send(Call("POST", f"/v1/agents/{_seg(agent_id)}/token"))
+
+    # --- messages and context -------------------------------------------------------------------
+    def append(
+        self,
+        agent_id: str,
+        role: str,
+        content: str,
+        *,
+        name: str | None = None,
+        pinned: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        tool_call_id: str | None = None,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None,
+        idempotency_key: str | None = None,
+    ) -> R:
+        body = _clean(
+            {
+                "role": role,
+                "content": content,
+                "name": name,
+                "pinned": pinned,
+                "metadata": dict(metadata) if metadata is not None else None,
+                "tool_call_id": tool_call_id,
+                "tool_calls": [dict(t) for t in tool_calls] if tool_calls is not None else None,
+            }
+        )
+        return self._send(
+            Call("POST", f"/v1/agents/{_seg(agent_id)}/messages", json=body, headers=_idem(idempotency_key))
+        )
+
+    def context(self, agent_id: str) -> R:
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/context"))
+
+    def evict(self, agent_id: str, count: int, *, idempotency_key: str | None = None) -> R:
+        return self._send(
+            Call(
+                "POST",
+                f"/v1/agents/{_seg(agent_id)}/evictions",
+                json={"count": count},
+                headers=_idem(idempotency_key),
+            )
+        )
+
+    # --- working blocks ---------------------------------------------------------------------------
+    def blocks(self, agent_id: str) -> R:
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/blocks"))
+
+    def block(self, agent_id: str, block_id: str) -> R:
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/blocks/{_seg(block_id)}"))
+
+    def put_block(
+        self,
+        agent_id: str,
+        block_id: str,
+        content: str,
+        *,
+        role: str = "working",
+        pinned: bool = False,
+        rev: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> R:
+        """Create (``rev=None``) or replace a block; a stale ``rev`` raises RevConflict."""
+        body = _clean(
+            {
+                "content": content,
+                "role": role,
+                "pinned": pinned,
+                "_rev": rev,
+                "metadata": dict(metadata) if metadata is not None else None,
+            }
+        )
+        path = f"/v1/agents/{_seg(agent_id)}/blocks/{_seg(block_id)}"
+        return self._send(Call("PUT", path, json=body, headers=_idem(idempotency_key)))
+
+    def delete_block(self, agent_id: str, block_id: str, rev: str, *, idempotency_key: str | None = None) -> R:
+        path = f"/v1/agents/{_seg(agent_id)}/blocks/{_seg(block_id)}"
+        return self._send(Call("DELETE", path, params={"_rev": rev}, headers=_idem(idempotency_key)))
+
+    # --- recall and archival ----------------------------------------------------------------------
+    def write_recall(self, agent_id: str, content: str, *, idempotency_key: str, role: str = "assistant") -> R:
+        return self._send(
+            Call(
+                "POST",
+                f"/v1/agents/{_seg(agent_id)}/recall",
+                json={"content": content, "role": role},
+                headers=_idem(idempotency_key),
+            )
+        )
+
+    def search_recall(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        mode: str = "text",
+        limit: int = 10,
+        cursor: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> R:
+        params = _clean(
+            {"query": query, "mode": mode, "limit": limit, "cursor": cursor, "since": since, "until": until}
+        )
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/recall", params=params))
+
+    def ingest_archival(
+        self,
+        agent_id: str,
+        text: str,
+        *,
+        doc_id: str | None = None,
+        source: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> R:
+        body = _clean(
+            {
+                "text": text,
+                "doc_id": doc_id,
+                "source": source,
+                "metadata": dict(metadata) if metadata is not None else None,
+            }
+        )
+        return self._send(
+            Call("POST", f"/v1/agents/{_seg(agent_id)}/archival", json=body, headers=_idem(idempotency_key))
+        )
+
+    def search_archival(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        k: int = 10,
+        filters: Mapping[str, Any] | None = None,
+        cursor: str | None = None,
+    ) -> R:
+        body = _clean(
+            {"query": query, "k": k, "filters": dict(filters) if filters is not None else None, "cursor": cursor}
+        )
+        return self._send(Call("POST", f"/v1/agents/{_seg(agent_id)}/archival/search", json=body))
+
+    # --- tools, events, health --------------------------------------------------------------------
+    def tools(self) -> R:
+        """The tool schemas the server offers (``tool_schemas()`` gives them without a request)."""
+        return self._send(Call("GET", "/v1/tools"))
+
+    def call_tool(
+        self,
+        agent_id: str,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        tool_call_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> R:
+        body = _clean({"arguments": dict(arguments), "tool_call_id": tool_call_id})
+        path = f"/v1/agents/{_seg(agent_id)}/tools/{_seg(name)}"
+        return self._send(Call("POST", path, json=body, headers=_idem(idempotency_key)))
+
+    def events(
+        self,
+        agent_id: str,
+        *,
+        kinds: Sequence[str] | None = None,
+        since: float | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> R:
+        params = _clean({"kinds": list(kinds) if kinds else None, "since": since, "limit": limit, "cursor": cursor})
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/events", params=params))
+
+    def all_events(
+        self,
+        *,
+        agent_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        since: float | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> R:
+        """Admin only: events of every agent (or of ``agent_id``)."""
+        params = _clean(
+            {
+                "agent_id": agent_id,
+                "kinds": list(kinds) if kinds else None,
+                "since": since,
+                "limit": limit,
+                "cursor": cursor,
+            }
+        )
+        return self._send(Call("GET", "/v1/events", params=params))
+
+    def health(self) -> R:
+        """``{"ok": ..., "redis": ..., "store": ...}``; an unhealthy server answers too (503)."""
+        return self._send(Call("GET", "/healthz", ok=(503,)))
+
+
+def _http_kwargs(call: Call) -> dict[str, Any]:
+    return {
+        "params": dict(call.params) if call.params else None,
+        "json": call.json,
+        "headers": dict(call.headers) if call.headers else None,
+    }
+
+
+class VcmClient(_Operations[Json]):
+    """Synchronous client. ``token`` is an agent's token or the admin token."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def _send(self, call: Call) -> Json:
+        response = self._http.request(call.method, call.path, **_http_kwargs(call))
+        return _decode(response, call.ok)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> VcmClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncVcmClient(_Operations[Awaitable[Json]]):
+    """The same operations, awaited: ``await client.append(...)``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def _send(self, call: Call) -> Json:
+        response = await self._http.request(call.method, call.path, **_http_kwargs(call))
+        return _decode(response, call.ok)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncVcmClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+__all__ = ["ERRORS", "ApiError", "AsyncVcmClient", "StoreUnavailable", "VcmClient", "error_from", "tool_schemas"]

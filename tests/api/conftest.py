@@ -1,0 +1,192 @@
+"""A real MemoryService behind the app: hot state on fakeredis and on the real Redis (db 15, via the
+parametrised ``redis_client`` fixture of tests/conftest.py), the embedded store in tmp_path, a
+recording dispatcher, and a deterministic 32-dimensional hashing embedder instead of a model."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+import uvicorn
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from hotpath.api import ToolRunner, create_app
+from hotpath.dispatch import RecordingDispatcher
+from hotpath.service import MemoryService
+from hotpath.settings import Settings, load_settings
+from hotpath.state import HotState
+from store import open_store
+from store.port import MemoryStore
+from store.types import ArchivalChunk
+
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+DIM = 32
+
+
+def embed(texts: Sequence[str]) -> np.ndarray:
+    """Each word hashed into one of 32 buckets; unit length. Same words -> same direction."""
+    out = np.zeros((len(texts), DIM), dtype=np.float32)
+    for i, text in enumerate(texts):
+        for word in text.lower().split():
+            out[i, int(hashlib.sha256(word.encode()).hexdigest(), 16) % DIM] += 1.0
+        norm = float(np.linalg.norm(out[i]))
+        if norm == 0.0:
+            out[i, 0], norm = 1.0, 1.0
+        out[i] /= norm
+    return out
+
+
+class Ingest:
+    """Paragraphs become chunks, embedded with :func:`embed` and stored through the store port."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    def __call__(
+        self, agent_id: str, doc_id: str, text: str, *, source: str, metadata: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        parts = [p.strip() for p in text.split("\n\n") if p.strip()]
+        vectors = embed(parts)
+        start, chunks = 0, []
+        for i, part in enumerate(parts):
+            begin = text.index(part, start)
+            start = begin + len(part)
+            chunks.append(
+                ArchivalChunk(
+                    agent_id, doc_id, i, part, [float(x) for x in vectors[i]], "cosine", "hash32:v1", "hash32",
+                    begin, start, source=source, metadata=dict(metadata), created_at=time.time(),
+                )
+            )  # fmt: skip
+        return {"chunks": len(chunks), "new": self.store.ingest_archival(chunks)}
+
+
+def api_settings(**api: Any) -> Settings:
+    return load_settings({"api": {"admin_token": ADMIN_TOKEN, **api}}, environ={})
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return api_settings()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MemoryStore]:
+    st = open_store(str(tmp_path / "vcm.db"))
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def dispatcher() -> RecordingDispatcher:
+    return RecordingDispatcher()
+
+
+@pytest.fixture
+def service(
+    redis_client: redis.Redis, settings: Settings, store: MemoryStore, dispatcher: RecordingDispatcher
+) -> MemoryService:
+    return MemoryService(HotState(redis_client, settings), store, dispatcher, embed=embed, ingest=Ingest(store))
+
+
+def executor_for(service: MemoryService) -> ToolRunner | None:
+    try:
+        from hotpath.executor import ToolExecutor
+    except ImportError:  # the executor lands in another change; tool-call tests skip until then
+        return None
+    return ToolExecutor(service)  # type: ignore[return-value]
+
+
+@pytest.fixture
+def app(service: MemoryService, settings: Settings) -> FastAPI:
+    return create_app(service, executor_for(service), settings=settings)
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    # raise_server_exceptions: a genuine bug (the catch-all's 500) fails the test with its traceback.
+    with TestClient(app, raise_server_exceptions=True) as c:
+        yield c
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def new_agent(client: TestClient, agent_id: str, **body: Any) -> dict[str, str]:
+    """Create an agent as admin; its auth headers."""
+    r = client.post("/v1/agents", json={"agent_id": agent_id, **body}, headers=ADMIN)
+    assert r.status_code == 201, r.text
+    return bearer(r.json()["token"])
+
+
+def state(service: MemoryService, dispatcher: RecordingDispatcher) -> dict[str, Any]:
+    """Everything a request could change: every Redis key (idempotency records and tokens too),
+    the store's counts, and what was dispatched to the cold path."""
+    r = service.hot.redis
+    keys: dict[str, Any] = {}
+    for k in sorted(r.scan_iter(match="vcm*")):
+        kind = r.type(k)
+        if kind == "hash":
+            keys[k] = r.hgetall(k)
+        elif kind == "list":
+            keys[k] = r.lrange(k, 0, -1)
+        elif kind == "zset":
+            keys[k] = r.zrange(k, 0, -1, withscores=True)
+        elif kind == "set":
+            keys[k] = sorted(r.smembers(k))
+        else:
+            keys[k] = r.get(k)
+    return {
+        "redis": keys,
+        "store": service.store.stats(),
+        "spooled": list(dispatcher.spooled),
+        "evictions": list(dispatcher.evictions),
+    }
+
+
+@dataclass
+class LiveServer:
+    """The app on a real uvicorn server on 127.0.0.1, in a thread."""
+
+    app: FastAPI
+    url: str = ""
+    _server: uvicorn.Server | None = field(default=None, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def __enter__(self) -> LiveServer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._server is not None and self._thread is not None
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture
+def live(app: FastAPI) -> Iterator[LiveServer]:
+    with LiveServer(app) as server:
+        yield server

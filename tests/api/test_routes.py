@@ -1,0 +1,343 @@
+"""Every route doing its job, through the app (TestClient), on fakeredis and on the real Redis."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from hotpath.api import create_app
+from hotpath.dispatch import RecordingDispatcher
+from hotpath.service import MemoryService
+from hotpath.state import HotState
+from hotpath.tools import tool_schemas
+from store.port import MemoryStore
+from tests.api.conftest import ADMIN, api_settings, new_agent
+
+
+def test_create_get_and_list_agents(client: TestClient) -> None:
+    r = client.post(
+        "/v1/agents", json={"agent_id": "alice", "model": "vcm-demo-4k", "system_prompt": "Be brief."}, headers=ADMIN
+    )
+    assert r.status_code == 201
+    body = r.json()
+    assert body["agent"] == {
+        "agent_id": "alice",
+        "model": "vcm-demo-4k",
+        "window": 4096,
+        "max_tokens": body["agent"]["max_tokens"],
+        "system_tokens": body["agent"]["system_tokens"],
+    }
+    assert body["agent"]["max_tokens"] == int(4096 * 0.9)
+    me = {"Authorization": f"Bearer {body['token']}"}
+    assert client.get("/v1/agents/alice", headers=me).json() == body["agent"]
+    assert client.get("/v1/agents/alice", headers=ADMIN).json() == body["agent"]
+    new_agent(client, "bob")
+    assert client.get("/v1/agents", headers=ADMIN).json() == {"agents": ["alice", "bob"]}
+
+
+def test_vcm_tools_are_counted_into_the_system_part(client: TestClient) -> None:
+    plain = client.post("/v1/agents", json={"agent_id": "p"}, headers=ADMIN).json()["agent"]
+    tooled = client.post("/v1/agents", json={"agent_id": "t", "vcm_tools": True}, headers=ADMIN).json()["agent"]
+    assert tooled["system_tokens"] > plain["system_tokens"] + 500
+
+
+def test_creating_an_agent_twice_is_a_conflict_and_keeps_the_first_token(client: TestClient) -> None:
+    me = new_agent(client, "alice")
+    r = client.post("/v1/agents", json={"agent_id": "alice"}, headers=ADMIN)
+    assert r.status_code == 409
+    assert r.json()["error"]["code"] == "CONFLICT"
+    assert "/v1/agents/alice/token" in r.json()["error"]["message"]
+    assert client.get("/v1/agents/alice", headers=me).status_code == 200
+
+
+def test_rotating_a_token_retires_the_old_one(client: TestClient) -> None:
+    old = new_agent(client, "alice")
+    r = client.post("/v1/agents/alice/token", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["agent_id"] == "alice"
+    new = {"Authorization": f"Bearer {r.json()['token']}"}
+    assert client.get("/v1/agents/alice", headers=old).status_code == 401
+    assert client.get("/v1/agents/alice", headers=new).status_code == 200
+    assert client.post("/v1/agents/nobody/token", headers=ADMIN).status_code == 404
+
+
+def test_append_then_context_with_gauges(client: TestClient, dispatcher: RecordingDispatcher) -> None:
+    me = new_agent(client, "alice", system_prompt="You are helpful.")
+    r = client.post("/v1/agents/alice/messages", json={"role": "user", "content": "hello there"}, headers=me)
+    assert r.status_code == 200
+    appended = r.json()
+    assert appended["action"] == "ok" and appended["batch"] is None and appended["replayed"] is False
+    client.post(
+        "/v1/agents/alice/messages",
+        json={"role": "assistant", "content": "hi", "name": "bot", "metadata": {"k": 1}},
+        headers=me,
+    )
+    ctx = client.get("/v1/agents/alice/context", headers=me).json()
+    assert [m["role"] for m in ctx["messages"]] == ["system", "user", "assistant"]
+    assert ctx["messages"][1]["content"] == "hello there"
+    assert ctx["messages"][2]["name"] == "bot"
+    g = ctx["gauges"]
+    assert set(g) == {
+        "window", "max", "system", "working", "summary", "placeholders", "fifo", "pinned", "total", "free", "occupancy"
+    }  # fmt: skip
+    assert g["total"] == g["system"] + g["working"] + g["summary"] + g["placeholders"] + g["fifo"]
+    assert g["free"] == g["max"] - g["total"]
+    assert g["occupancy"] == round(g["total"] / g["window"], 4)
+    assert sum(ctx["message_tokens"]) == g["total"]
+    assert dispatcher.spooled == [("alice", ("m1",)), ("alice", ("m2",))]
+
+
+def test_appending_past_flush_begins_an_eviction_batch(client: TestClient, dispatcher: RecordingDispatcher) -> None:
+    me = new_agent(client, "small", model="vcm-demo-2k")
+    actions = []
+    for i in range(80):
+        r = client.post(
+            "/v1/agents/small/messages",
+            json={"role": "user", "content": f"message {i}: " + "lorem ipsum dolor sit amet " * 6},
+            headers=me,
+        )
+        assert r.status_code == 200, r.text
+        actions.append(r.json()["action"])
+        if r.json()["batch"]:
+            break
+    assert "warning" in actions and actions[-1] == "flush"
+    batch = r.json()["batch"]
+    assert batch["count"] == len(batch["message_ids"]) > 0
+    assert dispatcher.evictions == [("small", batch["id"])]
+    g = client.get("/v1/agents/small/context", headers=me).json()["gauges"]
+    assert g["placeholders"] > 0 and g["total"] <= g["window"] * 0.5
+
+
+def test_blocks_create_read_edit_delete(client: TestClient) -> None:
+    me = new_agent(client, "alice")
+    r = client.put("/v1/agents/alice/blocks/persona", json={"content": "I like tea.", "role": "persona"}, headers=me)
+    assert r.status_code == 200
+    first = r.json()
+    assert first["_rev"] and r.headers["ETag"] == f'"{first["_rev"]}"' and first["deleted"] is False
+    got = client.get("/v1/agents/alice/blocks/persona", headers=me)
+    assert got.json()["content"] == "I like tea." and got.json()["_rev"] == first["_rev"]
+    assert got.headers["ETag"] == f'"{first["_rev"]}"'
+    # Edit with _rev in the body, then with If-Match.
+    second = client.put(
+        "/v1/agents/alice/blocks/persona", json={"content": "I like coffee.", "_rev": first["_rev"]}, headers=me
+    ).json()
+    assert second["_rev"] != first["_rev"]
+    third = client.put(
+        "/v1/agents/alice/blocks/persona",
+        json={"content": "I like cocoa.", "pinned": True, "metadata": {"src": "user"}},
+        headers={**me, "If-Match": got.headers["ETag"].replace(first["_rev"], second["_rev"])},
+    )
+    assert third.status_code == 200, third.text
+    blocks = client.get("/v1/agents/alice/blocks", headers=me).json()["blocks"]
+    assert [(b["id"], b["content"], b["pinned"], b["metadata"]) for b in blocks] == [
+        ("persona", "I like cocoa.", True, {"src": "user"})
+    ]
+    ctx = client.get("/v1/agents/alice/context", headers=me).json()
+    assert any("I like cocoa." in m["content"] for m in ctx["messages"])
+    assert ctx["gauges"]["working"] > 0 and ctx["gauges"]["pinned"] > 0
+    rev = third.json()["_rev"]
+    r = client.delete("/v1/agents/alice/blocks/persona", params={"_rev": rev}, headers=me)
+    assert r.status_code == 200 and r.json()["deleted"] is True and r.json()["_rev"] is None
+    assert client.get("/v1/agents/alice/blocks/persona", headers=me).json()["error"]["code"] == "NOT_FOUND"
+    assert client.get("/v1/agents/alice/blocks", headers=me).json() == {"blocks": []}
+
+
+def test_delete_with_if_match(client: TestClient) -> None:
+    me = new_agent(client, "alice")
+    rev = client.put("/v1/agents/alice/blocks/b1", json={"content": "x"}, headers=me).json()["_rev"]
+    r = client.delete("/v1/agents/alice/blocks/b1", headers={**me, "If-Match": f'"{rev}"'})
+    assert r.status_code == 200 and r.json()["deleted"] is True
+
+
+def test_revision_conflicts(client: TestClient) -> None:
+    me = new_agent(client, "alice")
+    rev1 = client.put("/v1/agents/alice/blocks/notes", json={"content": "v1"}, headers=me).json()["_rev"]
+    rev2 = client.put("/v1/agents/alice/blocks/notes", json={"content": "v2", "_rev": rev1}, headers=me).json()["_rev"]
+    # A stale _rev in the body: 409 with the current revision.
+    r = client.put("/v1/agents/alice/blocks/notes", json={"content": "v3", "_rev": rev1}, headers=me)
+    assert r.status_code == 409
+    assert r.json()["error"]["code"] == "REV_CONFLICT" and r.json()["error"]["current_rev"] == rev2
+    # Creating over an existing block (no _rev) conflicts too.
+    assert client.put("/v1/agents/alice/blocks/notes", json={"content": "v3"}, headers=me).status_code == 409
+    # A stale If-Match: 412, same code.
+    r = client.put("/v1/agents/alice/blocks/notes", json={"content": "v3"}, headers={**me, "If-Match": f'"{rev1}"'})
+    assert r.status_code == 412 and r.json()["error"]["code"] == "REV_CONFLICT"
+    r = client.delete("/v1/agents/alice/blocks/notes", params={"_rev": rev1}, headers=me)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "REV_CONFLICT"
+    r = client.delete("/v1/agents/alice/blocks/notes", headers={**me, "If-Match": f'W/"{rev1}"'})
+    assert r.status_code == 412
+    assert client.get("/v1/agents/alice/blocks/notes", headers=me).json()["content"] == "v2"
+
+
+def test_pin_limit_and_token_budget(client: TestClient) -> None:
+    me = new_agent(client, "small", model="vcm-demo-2k")
+    r = client.put(
+        "/v1/agents/small/blocks/big", json={"content": "word " * 700, "pinned": True}, headers=me
+    )
+    assert r.status_code == 422 and r.json()["error"]["code"] == "PIN_LIMIT_EXCEEDED"
+    r = client.post("/v1/agents/small/messages", json={"role": "user", "content": "word " * 3000}, headers=me)
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["code"] == "TOKEN_BUDGET_EXCEEDED" and err["required_headroom"] > 0
+
+
+def test_evictions_move_the_oldest_messages(client: TestClient, dispatcher: RecordingDispatcher) -> None:
+    me = new_agent(client, "alice")
+    for i in range(4):
+        client.post("/v1/agents/alice/messages", json={"role": "user", "content": f"note {i}"}, headers=me)
+    r = client.post("/v1/agents/alice/evictions", json={"count": 2}, headers={**me, "Idempotency-Key": "ev-1"})
+    assert r.status_code == 200
+    batch = r.json()["batch"]
+    assert batch["message_ids"] == ["m1", "m2"]
+    assert dispatcher.evictions == [("alice", batch["id"])]
+    again = client.post("/v1/agents/alice/evictions", json={"count": 2, "idempotency_key": "ev-1"}, headers=me)
+    assert again.json() == r.json()
+    # The replay may dispatch the same batch again (its commit is idempotent by batch id); no new batch.
+    assert set(dispatcher.evictions) == {("alice", batch["id"])}
+    ctx = client.get("/v1/agents/alice/context", headers=me).json()
+    assert [m["content"] for m in ctx["messages"] if m["role"] == "user"] == ["note 2", "note 3"]
+
+
+def test_recall_write_search_and_paging(client: TestClient) -> None:
+    me = new_agent(client, "alice")
+    for i in range(3):
+        r = client.post(
+            "/v1/agents/alice/recall",
+            json={"content": f"the zebra number {i} crossed the road"},
+            headers={**me, "Idempotency-Key": f"note-{i}"},
+        )
+        assert r.status_code == 200 and r.json()["content"].startswith("the zebra")
+    client.post("/v1/agents/alice/recall", json={"content": "nothing here", "idempotency_key": "other"}, headers=me)
+    first = client.get("/v1/agents/alice/recall", params={"query": "zebra", "limit": 2}, headers=me).json()
+    assert len(first["items"]) == 2 and first["next_cursor"] and first["mode"] == "text"
+    rest = client.get(
+        "/v1/agents/alice/recall", params={"query": "zebra", "limit": 2, "cursor": first["next_cursor"]}, headers=me
+    ).json()
+    ids = [h["message"]["message_id"] for h in first["items"] + rest["items"]]
+    assert len(ids) == len(set(ids)) == 3 and rest["next_cursor"] is None
+    created = [h["message"]["created_at"] for h in first["items"] + rest["items"]]
+    later = client.get(
+        "/v1/agents/alice/recall", params={"query": "zebra", "since": max(created) + 1}, headers=me
+    ).json()
+    assert later["items"] == []
+    earlier = client.get(
+        "/v1/agents/alice/recall", params={"query": "zebra", "until": max(created) + 1, "mode": "hybrid"}, headers=me
+    ).json()
+    assert len(earlier["items"]) == 3
+
+
+def test_archival_ingest_and_search(client: TestClient) -> None:
+    me = new_agent(client, "alice")
+    doc = "Cats purr when content.\n\nDogs bark at strangers.\n\nParrots repeat words."
+    r = client.post("/v1/agents/alice/archival", json={"text": doc, "source": "pets.md", "metadata": {"t": "pets"}},
+                    headers=me)  # fmt: skip
+    assert r.status_code == 200
+    ingested = r.json()
+    assert ingested["doc_id"].startswith("doc-") and ingested["chunks"] == 3
+    client.post("/v1/agents/alice/archival", json={"text": "Cats sleep a lot.", "doc_id": "other"}, headers=me)
+    hits = client.post("/v1/agents/alice/archival/search", json={"query": "dogs bark", "k": 1}, headers=me).json()
+    assert hits["items"][0]["text"] == "Dogs bark at strangers."
+    assert hits["items"][0]["source"] == "pets.md" and hits["items"][0]["metadata"] == {"t": "pets"}
+    assert hits["next_cursor"]
+    page2 = client.post(
+        "/v1/agents/alice/archival/search",
+        json={"query": "dogs bark", "k": 1, "cursor": hits["next_cursor"]},
+        headers=me,
+    ).json()
+    assert page2["items"][0]["text"] != "Dogs bark at strangers."
+    only = client.post(
+        "/v1/agents/alice/archival/search", json={"query": "cats", "k": 10, "filters": {"doc_id": "other"}}, headers=me
+    ).json()
+    assert [h["doc_id"] for h in only["items"]] == ["other"]
+
+
+def test_tool_schemas_route(client: TestClient) -> None:
+    me = new_agent(client, "alice")
+    assert client.get("/v1/tools", headers=me).json() == {"tools": tool_schemas()}
+    assert client.get("/v1/tools", headers=ADMIN).json() == {"tools": tool_schemas()}
+
+
+def test_events_filter_and_page(client: TestClient) -> None:
+    me = new_agent(client, "alice")
+    new_agent(client, "bob")
+    client.put("/v1/agents/alice/blocks/b", json={"content": "x"}, headers=me)
+    client.post("/v1/agents/alice/recall", json={"content": "n", "idempotency_key": "k"}, headers=me)
+    events = client.get("/v1/agents/alice/events", headers=me).json()
+    assert [e["kind"] for e in events["items"]] == ["agent_created", "core_write", "recall_write"]
+    assert {e["agent_id"] for e in events["items"]} == {"alice"}
+    assert events["items"][0]["actor"] == "admin" and events["items"][1]["actor"] == "agent"
+    writes = client.get("/v1/agents/alice/events", params={"kinds": ["core_write", "recall_write"]}, headers=me)
+    assert [e["kind"] for e in writes.json()["items"]] == ["core_write", "recall_write"]
+    page = client.get("/v1/agents/alice/events", params={"limit": 2}, headers=me).json()
+    assert len(page["items"]) == 2 and page["next_cursor"]
+    rest = client.get("/v1/agents/alice/events", params={"limit": 2, "cursor": page["next_cursor"]}, headers=me)
+    assert [e["kind"] for e in rest.json()["items"]] == ["recall_write"]
+    everyone = client.get("/v1/events", params={"kinds": "agent_created"}, headers=ADMIN).json()
+    assert sorted(e["agent_id"] for e in everyone["items"]) == ["alice", "bob"]
+    bobs = client.get("/v1/events", params={"agent_id": "bob"}, headers=ADMIN).json()
+    assert [e["agent_id"] for e in bobs["items"]] == ["bob"]
+
+
+def test_health_and_metrics(client: TestClient) -> None:
+    r = client.get("/healthz")
+    assert r.status_code == 200
+    assert r.json() == {
+        "ok": True,
+        "redis": {"ok": True, "backend": "redis"},
+        "store": {"ok": True, "backend": "embedded"},
+    }
+    assert client.get("/health").json() == r.json()
+    metrics = client.get("/metrics/")
+    assert metrics.status_code == 200 and "# TYPE" in metrics.text
+
+
+def test_health_reports_a_dead_redis(store: MemoryStore) -> None:
+    settings = api_settings()
+    # Nothing listens on port 1; no retries, so the test does not wait out redis-py's backoff.
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    broken = MemoryService(HotState(dead, settings), store, RecordingDispatcher())
+    with TestClient(create_app(broken, None, settings=settings)) as c:
+        r = c.get("/healthz")
+        assert r.status_code == 503 and r.json()["ok"] is False and r.json()["redis"]["ok"] is False
+        assert r.json()["store"]["ok"] is True
+        # Every other route answers STORE_UNAVAILABLE, not a 500.
+        r = c.get("/v1/agents", headers=ADMIN)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "STORE_UNAVAILABLE"
+        assert r.headers["Retry-After"] == "1"
+
+
+@pytest.mark.parametrize("path", ["/openapi.json"])
+def test_openapi_documents_every_route_with_a_response_model(client: TestClient, path: str) -> None:
+    spec = client.get(path).json()
+    ops = {(m.upper(), p) for p, item in spec["paths"].items() for m in item}
+    assert ops == {
+        ("POST", "/v1/agents"),
+        ("GET", "/v1/agents"),
+        ("GET", "/v1/agents/{agent_id}"),
+        ("POST", "/v1/agents/{agent_id}/token"),
+        ("POST", "/v1/agents/{agent_id}/messages"),
+        ("GET", "/v1/agents/{agent_id}/context"),
+        ("GET", "/v1/agents/{agent_id}/blocks"),
+        ("GET", "/v1/agents/{agent_id}/blocks/{block_id}"),
+        ("PUT", "/v1/agents/{agent_id}/blocks/{block_id}"),
+        ("DELETE", "/v1/agents/{agent_id}/blocks/{block_id}"),
+        ("POST", "/v1/agents/{agent_id}/evictions"),
+        ("POST", "/v1/agents/{agent_id}/recall"),
+        ("GET", "/v1/agents/{agent_id}/recall"),
+        ("POST", "/v1/agents/{agent_id}/archival"),
+        ("POST", "/v1/agents/{agent_id}/archival/search"),
+        ("GET", "/v1/tools"),
+        ("POST", "/v1/agents/{agent_id}/tools/{name}"),
+        ("GET", "/v1/agents/{agent_id}/events"),
+        ("GET", "/v1/events"),
+        ("GET", "/healthz"),
+    }
+    for p, item in spec["paths"].items():
+        for method, op in item.items():
+            ok = op["responses"].get("200") or op["responses"].get("201")
+            assert "$ref" in ok["content"]["application/json"]["schema"], (method, p)
+            if p.startswith("/v1"):
+                assert op["security"] == [{"HTTPBearer": []}], (method, p)
+                assert op["responses"]["401"]["content"]["application/json"]["schema"]["$ref"].endswith("ErrorOut")
