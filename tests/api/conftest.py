@@ -147,9 +147,12 @@ def state(service: MemoryService, dispatcher: RecordingDispatcher) -> dict[str, 
             keys[k] = sorted(r.smembers(k))
         else:
             keys[k] = r.get(k)
+    stats = service.store.stats()
+    counts = ("messages", "archival_chunks", "events", "edges", "committed_batches", "core_blocks", "summaries")
     return {
         "redis": keys,
-        "store": service.store.stats(),
+        # Counts only: file sizes and the text index's progress move on their own.
+        "store": {k: stats[k] for k in counts},
         "spooled": list(dispatcher.spooled),
         "evictions": list(dispatcher.evictions),
     }
