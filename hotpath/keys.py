@@ -12,6 +12,8 @@ ROOT = "vcm"
 AGENT_PREFIX = ROOT + ":{%s}:"
 # Global (untagged) set of agent ids; written outside the per-agent scripts, read by sweepers.
 AGENTS = ROOT + ":agents"
+# Global key of the MACs on the tool executor's result cursors (created once, shared by processes).
+CURSOR_SECRET = ROOT + ":cursor_secret"
 
 META = "meta"  # hash: budget in tokens, counters, sequences, flags
 SYSTEM = "system"  # hash: system prompt, tool schemas (JSON), model
@@ -23,6 +25,7 @@ BLOCKS = "blocks"  # hash: block id -> block JSON
 SUMMARY = "summary"  # hash: text, tokens, rev, batch_id
 EVICTING = "evicting:"  # list per batch: message ids, oldest first
 IDEMPOTENCY = "idem:"  # string per key: {"fp": ..., "result": ...}, with a TTL
+HEARTBEAT = "heartbeat"  # hash: v (version, for compare-and-set), s (heartbeat chain state JSON)
 TOKEN = "token"  # string: SHA-256 (hex) of the agent's API bearer token; the token itself is never stored
 
 

@@ -440,3 +440,15 @@ idem_store(idem, ARGV[3], ARGV[4], result)
 return {'ok', result}
 """
 )
+
+# Compare-and-set of an agent's heartbeat chain state (hotpath.chains): the governor decides on
+# the state it read, and the write lands only if no other call wrote in between.
+# KEYS: [1] heartbeat hash (fields v = version, s = state JSON)
+# ARGV: [1] version the decision was taken on ('0' when the hash did not exist)  [2] new state JSON
+# Returns {'ok', new version} or {'conflict', current version}.
+HEARTBEAT_CAS = r"""
+local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+if v ~= tonumber(ARGV[1]) then return {'conflict', tostring(v)} end
+redis.call('HSET', KEYS[1], 'v', v + 1, 's', ARGV[2])
+return {'ok', tostring(v + 1)}
+"""

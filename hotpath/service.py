@@ -337,6 +337,13 @@ class MemoryService:
     ) -> Page[MemoryEvent]:
         return self.store.query_events(agent_id, kinds, since=since, limit=limit, cursor=cursor)
 
+    def record_event(
+        self, agent_id: str, kind: str, payload: Mapping[str, Any], *, event_id: str, actor: str = "system"
+    ) -> None:
+        """An audit row for something that happened outside the service's own writes (a heartbeat
+        chain ending). Idempotent by ``event_id``; a store failure is logged, never raised."""
+        self._event(agent_id, kind, payload, actor, event_id=event_id)
+
     def _event(
         self,
         agent_id: str,
