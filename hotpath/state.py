@@ -34,6 +34,7 @@ from hotpath.types import (
     Block,
     BlockResult,
     FinishResult,
+    Gauges,
     Message,
 )
 
@@ -204,7 +205,10 @@ class HotState:
         """Count, admit and append one message; begins an eviction batch when crossing flush."""
         validation.agent_id(agent_id)
         validation.role(role)
-        content = validation.text(content, "content", self.settings.budget.max_content_chars)
+        # An assistant message that only calls tools has no text; it still belongs in the context.
+        content = validation.text(
+            content, "content", self.settings.budget.max_content_chars, allow_empty=bool(tool_calls)
+        )
         validation.name(name)
         validation.flag(pinned, "pinned")
         validation.idempotency_key(idempotency_key)
@@ -462,6 +466,26 @@ class HotState:
         return f"m{seq}", seq
 
     # --- reads ----------------------------------------------------------------------------
+    def gauges(self, agent_id: str) -> Gauges:
+        """The main context's token gauges from the counters alone (one HMGET, no message reads);
+        equal to ``context.assemble(snapshot).gauges``."""
+        validation.agent_id(agent_id)
+        fields = ["window", "max", "system", "working", "summary", "ph", "fifo", "pinned_blocks", "pinned_fifo"]
+        vals = self.redis.hmget(keys.key(agent_id, keys.META), fields)
+        if vals[0] is None:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        n = dict(zip(fields, (int(v or 0) for v in vals), strict=True))
+        return Gauges(
+            window=n["window"],
+            max_tokens=n["max"],
+            system=n["system"],
+            working=n["working"],
+            summary=n["summary"],
+            placeholders=n["ph"],
+            fifo=n["fifo"],
+            pinned=n["pinned_blocks"] + n["pinned_fifo"],
+        )
+
     def snapshot(self, agent_id: str) -> Snapshot:
         """One MULTI/EXEC round trip, so the parts are mutually consistent."""
         validation.agent_id(agent_id)

@@ -63,8 +63,9 @@ _TOOLS: list[dict[str, Any]] = [
     ),
     _tool(
         "fetch_core",
-        "Read working memory blocks with their _rev (all blocks when block_id is omitted).",
-        {"block_id": {"type": "string"}},
+        "Read working memory blocks with their _rev (all blocks when block_id is omitted). "
+        "Results come in pages of at most 512 tokens; pass next_cursor for more.",
+        {"block_id": {"type": "string"}, "cursor": CURSOR},
         [],
     ),
     _tool(
