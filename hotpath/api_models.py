@@ -385,10 +385,18 @@ class ToolList(BaseModel):
 
 
 class ToolCallOut(BaseModel):
+    """:meth:`hotpath.results.ToolResult.as_dict`: ``payload`` is what the model reads (with
+    ``{"error": {...}}`` when ``ok`` is false); ``message`` is the chat message carrying it."""
+
     model_config = ConfigDict(extra="allow")
 
     ok: bool
     payload: dict[str, Any]
+    name: str | None = None
+    tool_call_id: str | None = None
+    message: dict[str, Any] | None = None
+    tokens: int | None = None
+    heartbeat: dict[str, Any] | None = None
 
 
 class EventOut(BaseModel):
