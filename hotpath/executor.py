@@ -44,6 +44,7 @@ from store.types import Page, StoredMessage
 # Tokens kept free around a page for the fields the executor adds (gauges, heartbeat, rehydration
 # report) and the tool message's framing.
 ENVELOPE_TOKENS = 96
+HEARTBEAT_FIELD_TOKENS = 48  # the heartbeat report added to every result (and record_heartbeat's own)
 PREVIEW_TOKENS = 64  # of a spooled output
 SPOOL_FLOOR = 160  # smaller outputs are never spooled: a preview would not save room
 SPOOL_CHUNK_CHARS = 100_000  # per recall note; well under budget.max_content_chars
@@ -63,7 +64,9 @@ class _Call:
 class _Reply:
     body: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)  # envelope fields, outside the page bound
-    heartbeat: HeartbeatOutcome | None = None  # set by record_heartbeat, which governs itself
+    note: str | None = None  # recorded with the chain end this call's heartbeat decision makes
+    # record_heartbeat reports the decision itself: its body is written once the governor decided.
+    report: Callable[[HeartbeatOutcome, ChainEnd | None], dict[str, Any]] | None = None
 
 
 class ToolExecutor:
@@ -130,13 +133,16 @@ class ToolExecutor:
             gauges = self.service.hot.gauges(agent_id)
         payload["context_total"] = gauges.total
         payload["context_free"] = gauges.free
-        outcome = reply.heartbeat
-        if outcome is None and govern:
-            # Free room once this result is in the context: the next inference needs it.
-            pending = counter.message(paging.dumps(payload)) + 24  # + the heartbeat field itself
-            outcome = self._govern(agent_id, requested, gauges.free - pending, actor)[0]
-        if outcome is None:
-            outcome = HeartbeatOutcome(requested, False, 0, None, governed=False)
+        if not govern:
+            return self._result(
+                name, call_id, payload, HeartbeatOutcome(requested, False, 0, None, governed=False), counter
+            )
+        # Free room once this result is in the context: the next inference needs it. The allowance
+        # covers the heartbeat field and a report record_heartbeat has yet to write.
+        pending = counter.message(paging.dumps(payload)) + HEARTBEAT_FIELD_TOKENS
+        outcome, end = self._govern(agent_id, requested, gauges.free - pending, actor, reply.note)
+        if reply.report is not None:
+            payload = {**reply.report(outcome, end), **payload}
         return self._result(name, call_id, payload, outcome, counter)
 
     def govern(self, agent_id: str, requested: bool, *, actor: str = "agent") -> HeartbeatOutcome:
@@ -470,16 +476,17 @@ class ToolExecutor:
 
     # --- heartbeat ------------------------------------------------------------------------------------
     def _record_heartbeat(self, call: _Call) -> _Reply:
-        agent, note = call.agent.agent_id, call.args.get("note")
         if not call.govern:  # the caller governs this step; report the chain as it stands
-            state = self.governor.state(agent)
+            state = self.governor.state(call.agent.agent_id)
             return _Reply({"chain_id": state.chain_id or None, "depth": state.depth, "recorded": False})
-        free = self.service.hot.gauges(agent).free
-        outcome, end = self._govern(agent, bool(call.args["request_heartbeat"]), free, call.actor, note)
-        body: dict[str, Any] = {"chain_id": outcome.chain_id, "depth": outcome.depth, "run": outcome.run}
-        if end is not None:
-            body["chain_end"] = end.payload()
-        return _Reply(body, heartbeat=outcome)
+
+        def report(outcome: HeartbeatOutcome, end: ChainEnd | None) -> dict[str, Any]:
+            body: dict[str, Any] = {"chain_id": outcome.chain_id, "depth": outcome.depth, "run": outcome.run}
+            if end is not None:
+                body["chain_end"] = end.payload()
+            return body
+
+        return _Reply({}, note=call.args.get("note"), report=report)
 
     # --- oversized outputs --------------------------------------------------------------------------------
     def _fit(
