@@ -1,0 +1,166 @@
+"""The Python client against a real uvicorn server on 127.0.0.1 (real HTTP), and its error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from hotpath import client as client_module
+from hotpath.client import ApiError, AsyncVcmClient, StoreUnavailable, VcmClient, tool_schemas
+from hotpath.errors import (
+    IdempotencyMismatch,
+    NotFound,
+    OutOfOrder,
+    RateLimited,
+    RevConflict,
+    TokenBudgetExceeded,
+    Unauthorized,
+    ValidationError,
+    VcmError,
+)
+from hotpath.service import MemoryService
+from hotpath.tools import tool_schemas as hotpath_tool_schemas
+from tests.api.conftest import ADMIN_TOKEN, LiveServer, executor_for
+
+
+def test_every_operation_over_real_http(live: LiveServer, service: MemoryService) -> None:
+    with VcmClient(live.url, ADMIN_TOKEN, timeout=10) as admin:
+        created = admin.create_agent("alice", model="vcm-demo-4k", system_prompt="Be brief.")
+        assert created["agent"]["window"] == 4096
+        admin.create_agent("bob")
+        assert admin.agents() == {"agents": ["alice", "bob"]}
+        assert admin.health()["ok"] is True
+        with pytest.raises(OutOfOrder) as conflict:
+            admin.create_agent("alice")
+        assert conflict.value.code == "CONFLICT"
+
+    with VcmClient(live.url, created["token"]) as me:
+        assert me.agent("alice")["model"] == "vcm-demo-4k"
+        first = me.append("alice", "user", "hello over http", idempotency_key="m-1", metadata={"via": "client"})
+        assert me.append("alice", "user", "hello over http", idempotency_key="m-1", metadata={"via": "client"}) == {
+            **first, "replayed": True,
+        }  # fmt: skip
+        with pytest.raises(IdempotencyMismatch):
+            me.append("alice", "user", "something else", idempotency_key="m-1")
+        me.append("alice", "assistant", "hi", name="bot")
+        ctx = me.context("alice")
+        assert [m["content"] for m in ctx["messages"][1:]] == ["hello over http", "hi"]
+        assert ctx["gauges"]["total"] == sum(ctx["message_tokens"])
+
+        rev = me.put_block("alice", "persona", "I like tea.", role="persona")["_rev"]
+        assert me.block("alice", "persona")["_rev"] == rev
+        with pytest.raises(RevConflict) as stale:
+            me.put_block("alice", "persona", "I like coffee.", rev="999")
+        assert stale.value.details["current_rev"] == rev
+        rev2 = me.put_block("alice", "persona", "I like coffee.", rev=rev, pinned=True)["_rev"]
+        assert [b["content"] for b in me.blocks("alice")["blocks"]] == ["I like coffee."]
+        assert me.delete_block("alice", "persona", rev2, idempotency_key="d-1")["deleted"] is True
+        with pytest.raises(NotFound):
+            me.block("alice", "persona")
+
+        evicted = me.evict("alice", 1, idempotency_key="e-1")
+        assert evicted["batch"]["message_ids"] == ["m1"]
+
+        note = me.write_recall("alice", "the zebra crossed", idempotency_key="n-1")
+        hits = me.search_recall("alice", "zebra", limit=5)
+        assert [h["message"]["message_id"] for h in hits["items"]] == [note["message_id"]]
+        assert me.search_recall("alice", "zebra", since=note["created_at"] + 10)["items"] == []
+
+        doc = me.ingest_archival("alice", "Dogs bark.\n\nCats purr.", source="pets", idempotency_key="i-1")
+        assert doc["chunks"] == 2
+        found = me.search_archival("alice", "cats purr", k=1, filters={"source": "pets"})
+        assert found["items"][0]["text"] == "Cats purr."
+        more = me.search_archival("alice", "cats purr", k=1, filters={"source": "pets"}, cursor=found["next_cursor"])
+        assert more["items"][0]["text"] == "Dogs bark."
+
+        assert me.tools() == {"tools": tool_schemas()}
+        if executor_for(service) is not None:
+            out = me.call_tool("alice", "fetch_core", {"request_heartbeat": False}, tool_call_id="c-1")
+            assert out["ok"] is True and out["tool_call_id"] == "c-1"
+        kinds = [e["kind"] for e in me.events("alice", limit=100)["items"]]
+        assert kinds[0] == "agent_created" and "core_write" in kinds and "archival_ingest" in kinds
+        only = me.events("alice", kinds=["core_delete"])["items"]
+        assert [e["payload"]["block_id"] for e in only] == ["persona"]
+
+        # Nothing of bob's, and no admin routes.
+        with pytest.raises(NotFound):
+            me.context("bob")
+        with pytest.raises(Unauthorized):
+            me.agents()
+        with pytest.raises(ValidationError) as bad:
+            me.append("alice", "robot", "x")
+        assert bad.value.details["field"] == "role"
+        with pytest.raises(ValidationError):
+            me.search_recall("alice", "zebra", cursor="garbage")
+
+    with VcmClient(live.url, ADMIN_TOKEN) as admin:
+        assert {e["agent_id"] for e in admin.all_events(kinds=["agent_created"])["items"]} == {"alice", "bob"}
+        rotated = admin.rotate_token("alice")["token"]
+    with VcmClient(live.url, created["token"]) as old, pytest.raises(Unauthorized):
+        old.agent("alice")
+    with VcmClient(live.url, rotated) as new:
+        assert new.agent("alice")["agent_id"] == "alice"
+
+
+def test_token_budget_errors_carry_the_headroom(live: LiveServer) -> None:
+    with VcmClient(live.url, ADMIN_TOKEN) as admin:
+        token = admin.create_agent("small", model="vcm-demo-2k")["token"]
+    with VcmClient(live.url, token) as me, pytest.raises(TokenBudgetExceeded) as err:
+        me.append("small", "user", "word " * 3000)
+    assert err.value.details["required_headroom"] > 0
+    assert err.value.to_dict()["code"] == "TOKEN_BUDGET_EXCEEDED"
+
+
+def test_the_async_client(live: LiveServer) -> None:
+    async def run() -> None:
+        async with AsyncVcmClient(live.url, ADMIN_TOKEN) as admin:
+            token = (await admin.create_agent("alice"))["token"]
+        async with AsyncVcmClient(live.url, token) as me:
+            await asyncio.gather(*(me.append("alice", "user", f"m{i}", idempotency_key=f"k{i}") for i in range(5)))
+            ctx = await me.context("alice")
+            assert sorted(m["content"] for m in ctx["messages"][1:]) == [f"m{i}" for i in range(5)]
+            with pytest.raises(NotFound):
+                await me.block("alice", "nope")
+            assert (await me.health())["ok"] is True
+
+    asyncio.run(run())
+
+
+def _mock(status: int, body: object, headers: dict[str, str] | None = None) -> VcmClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return httpx.Response(status, content=content, headers=headers or {})
+
+    return VcmClient("http://vcm.test", "t", transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "headers", "cls", "code"),
+    [
+        (503, {"error": {"code": "STORE_UNAVAILABLE", "message": "down"}}, None, StoreUnavailable, "STORE_UNAVAILABLE"),
+        (429, {"error": {"code": "RATE_LIMITED", "message": "slow"}}, {"Retry-After": "3"}, RateLimited,
+         "RATE_LIMITED"),
+        (500, {"error": {"code": "INTERNAL_ERROR", "message": "bug"}}, None, ApiError, "INTERNAL_ERROR"),
+        (418, {"error": {"code": "TEAPOT", "message": "newer server"}}, None, ApiError, "TEAPOT"),
+        (502, b"<html>bad gateway</html>", None, ApiError, "HTTP_502"),
+        (404, {"detail": "not vcm"}, None, ApiError, "HTTP_404"),
+    ],
+)  # fmt: skip
+def test_error_replies_become_typed_errors(
+    status: int, body: object, headers: dict[str, str] | None, cls: type[VcmError], code: str
+) -> None:
+    with _mock(status, body, headers) as c, pytest.raises(cls) as err:
+        c.context("alice")
+    assert err.value.code == code
+    if cls is RateLimited:
+        assert err.value.details["retry_after_s"] == 3.0
+    if isinstance(err.value, ApiError):
+        assert err.value.status == status
+
+
+def test_the_client_exports_the_tool_schemas() -> None:
+    assert tool_schemas() == hotpath_tool_schemas()
+    assert "tool_schemas" in client_module.__all__
