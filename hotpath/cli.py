@@ -5,56 +5,47 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 
-from hotpath import conversation
-from hotpath.connection import connect
-from hotpath.context import assemble
+from hotpath import conversation, demo
 from hotpath.errors import VcmError
-from hotpath.replay import account, replay
 from hotpath.settings import get_settings
-from hotpath.state import HotState
-from hotpath.types import BatchInfo
 from store.errors import StoreError
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from tasks.retrieval_eval import recall_at_k
+    from workers.wiring import running_service
+
     settings = get_settings()
-    hot = HotState(connect(settings.redis_url), settings)
     if args.data:
         convs = conversation.load(args.data)
     else:
         convs = [conversation.parse_sample(s) for s in conversation.generate(seed=args.seed)]
     conv = convs[0]
-    agent_id = f"demo-{conv.sample_id}-{int(time.time())}"
-    print(f"vcm demo: replaying {conv.sample_id} ({len(conv.turns)} turns, {conv.speakers[0]} and "
-          f"{conv.speakers[1]}) through the hot path; model {args.model} "
-          f"({settings.window_for(args.model)}-token window), hot state: "
-          f"{'Redis ' + settings.redis_url if settings.redis_url else 'embedded (fakeredis)'}")
-    committed: set[str] = set()
-
-    def finish_inline(agent: str, batch: BatchInfo) -> None:
-        # Hot-path-only run: commit each batch at once with a short interim summary.
-        msgs = hot.read_batch(agent, batch.id)
-        prev, _, _, _ = hot.summary(agent)
-        lines = [m.content.split(". ")[0][:160] for m in msgs if m.kind == "message"]
-        text = "\n".join([prev, *lines]).strip() if prev else "\n".join(lines)
-        cap = int(hot.snapshot(agent).meta["sum_cap"])
-        while hot.summary_tokens(agent, text) > cap and "\n" in text:
-            text = text.split("\n", 1)[1]
-        result = hot.finish_eviction(agent, batch.id, text)
-        committed.update(batch.message_ids)
-        print(f"           summary v{result.summary_rev}: {hot.summary_tokens(agent, text)} tokens")
-
-    report = replay(hot, conv, agent_id=agent_id, model=args.model, on_batch=finish_inline, limit=args.limit)
-    ctx = assemble(hot.snapshot(agent_id))
-    acct = account(hot, agent_id, report, committed)
-    print(f"\n{report.appended} messages appended, {report.warnings} warnings, {report.flushes} evictions; "
-          f"peak occupancy {report.max_occupancy:.1%}")
-    print("gauges:", json.dumps(ctx.gauges.as_dict()))
-    print("accounting:", json.dumps(acct))
-    return 0 if acct["unaccounted"] == 0 else 1
+    mode = "embedded (fakeredis + SQLite + in-process worker)" if not settings.redis_url else settings.redis_url
+    print(
+        f"vcm demo: {conv.sample_id}, {len(conv.turns)} turns between {conv.speakers[0]} and {conv.speakers[1]}, "
+        f"{len(conv.questions)} questions; mode: {mode}"
+    )
+    with running_service(settings) as service:
+        report = demo.run(service, conv, model=args.model, recall_at_k=recall_at_k, limit=args.limit)
+        gauges = service.context(report.agent_id).gauges.as_dict()
+    print(
+        f"\n{len(report.appended)} messages appended, {report.warnings} pressure warnings, "
+        f"{report.evictions} evictions, {report.summary_versions} summary versions"
+    )
+    print("context gauges:", json.dumps(gauges))
+    print(
+        f"recall: {report.recall_at_10:.1%} of evidence turns found in the top 10 over {report.questions} "
+        f"questions (search_recall)"
+    )
+    print(f"done in {report.seconds:.0f} s")
+    acct = report.accounting
+    ok = acct.get("unaccounted", 1) == 0 and acct.get("pending_eviction", 1) == 0
+    if not ok:
+        print("error: some messages are not accounted for", file=sys.stderr)
+    return 0 if ok else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
