@@ -401,6 +401,28 @@ def ingest_document(
     raise AssertionError("unreachable: one job gives one outcome")
 
 
+class DocumentIngester:
+    """:func:`ingest_document` bound to a store, an embedder and settings.
+
+    Matches ``hotpath.service.Ingest`` - ``(agent_id, doc_id, text, *, source, metadata)`` to a
+    JSON-ready mapping - so a process entry point (or the ``tasks.ingest_archival`` Celery task)
+    wires it without knowing the model.
+    """
+
+    def __init__(self, store: MemoryStore, embedder: Embedder, settings: Settings | None = None) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings
+
+    def __call__(
+        self, agent_id: str, doc_id: str, text: str, *, source: str = "", metadata: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        result = ingest_document(
+            self.store, self.embedder, agent_id, doc_id, text, source=source, metadata=metadata, settings=self.settings
+        )
+        return result.to_dict()
+
+
 # --- files and folders ----------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from store.port import MemoryStore
 from tasks.embedding import Embedder, get_embedder
 from tasks.ingest import (
     COMPLIANCE_EVENT,
+    DocumentIngester,
     PathOutcome,
     decode_document,
     discover,
@@ -125,6 +126,14 @@ def test_naive_mode_records_a_compliance_violation_once(store: MemoryStore, embe
     # Late ingestion records none.
     ingest_document(store, embedder, AGENT, "garden", GARDEN, settings=cfg)
     assert len(store.query_events(AGENT, [COMPLIANCE_EVENT]).items) == 1
+
+
+def test_bound_ingester_returns_a_json_ready_result(store: MemoryStore, embedder: Embedder, cfg: Settings) -> None:
+    ingest = DocumentIngester(store, embedder, cfg)
+    out = ingest(AGENT, "bio", PAGE, source="api", metadata={"k": "v"})
+    assert json.loads(json.dumps(out)) == out
+    assert (out["doc_id"], out["written"], out["mode"]) == ("bio", 2, "late")
+    assert ingest(AGENT, "bio", PAGE, source="api", metadata={"k": "v"})["written"] == 0
 
 
 @pytest.mark.parametrize(
