@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from hotpath import conversation, demo
+from hotpath.cli_commands import add_commands
 from hotpath.errors import VcmError
 from hotpath.settings import get_settings
 from store.errors import StoreError
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=7, help="seed of the generated conversation")
     demo.add_argument("--limit", type=int, help="replay only the first N turns")
     demo.set_defaults(func=_demo)
+    add_commands(sub)
     return parser
 
 

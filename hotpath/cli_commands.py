@@ -1,0 +1,292 @@
+"""The ``vcm`` subcommands other than ``demo``. The CLI is a process entry point: it may wire
+workers and tasks in, which the rest of hotpath never imports."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from hotpath.errors import NotFound, ValidationError
+from hotpath.service import MemoryService
+from hotpath.settings import Settings, get_settings
+
+
+@contextmanager
+def _service(args: argparse.Namespace) -> Iterator[MemoryService]:
+    from workers.wiring import running_service
+
+    with running_service(get_settings()) as service:
+        yield service
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from hotpath.client import VcmClient
+
+    token = args.token or os.environ.get("VCM_TOKEN", "")
+    if not token:
+        raise ValidationError("--api needs a token: --token or VCM_TOKEN", field="token")
+    return VcmClient(args.api, token)
+
+
+def _bar(part: int, whole: int, width: int = 40) -> str:
+    filled = round(width * part / whole) if whole else 0
+    return "█" * filled + "·" * (width - filled)
+
+
+def render_context(data: Mapping[str, Any]) -> str:
+    """A readable view of a main context and its gauges (the shape the API returns)."""
+    g = data["gauges"]
+    lines = [
+        f"agent {data.get('agent_id', '?')}: {g['total']} of {g['window']} tokens "
+        f"({g['occupancy']:.0%}), {g['free']} free below max {g['max']}"
+    ]
+    for part in ("system", "working", "summary", "placeholders", "fifo"):
+        lines.append(f"  {part:<13}{g[part]:>7}  {_bar(g[part], g['window'])}")
+    lines.append(f"  {'free':<13}{g['free']:>7}  {_bar(max(g['free'], 0), g['window'])}")
+    lines.append("")
+    for i, msg in enumerate(data["messages"]):
+        tokens = data["message_tokens"][i] if i < len(data.get("message_tokens", [])) else ""
+        text = " ".join(str(msg.get("content", "")).split())
+        lines.append(f"{i:>4} {msg['role']:<9}{tokens:>6}  {text[:100]}{'…' if len(text) > 100 else ''}")
+    return "\n".join(lines)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from hotpath.api import create_app
+    from hotpath.auth import with_admin_token
+    from hotpath.executor import ToolExecutor
+    from workers.wiring import running_service
+
+    settings, generated = with_admin_token(get_settings())
+    if generated:
+        print(f"vcm serve: generated admin token (shown once): {generated}", file=sys.stderr)
+    with running_service(settings) as service:
+        app = create_app(service, ToolExecutor(service), settings=settings)
+        uvicorn.run(app, host=args.host or settings.api.host, port=args.port or settings.api.port, log_level="warning")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.app import app
+
+    argv = ["worker", "-Q", args.queues, "-E", "--prefetch-multiplier=1", f"--loglevel={args.loglevel}"]
+    if args.concurrency:
+        argv.append(f"--concurrency={args.concurrency}")
+    app.worker_main(argv)
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from tasks.embedding import get_embedder
+    from tasks.ingest import ingest_paths
+
+    settings = get_settings()
+    with _service(args) as service:
+        service.agent(args.agent)
+        embedder = get_embedder(settings.embedding)
+        started = time.monotonic()
+
+        def progress(outcome: Any, done: int, total: int) -> None:
+            width = 30
+            filled = round(width * done / total) if total else width
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {str(outcome.path)[-40:]:<40}")
+            sys.stderr.flush()
+
+        report = ingest_paths(
+            service.store,
+            embedder,
+            args.agent,
+            args.paths,
+            settings=settings,
+            mode="naive" if args.naive else None,
+            progress=progress,
+        )
+        sys.stderr.write("\n")
+    summary = report.to_dict()
+    summary["seconds"] = round(time.monotonic() - started, 2)
+    print(json.dumps(summary, indent=2, default=str))
+    return 0 if not report.failures else 1
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if args.api:
+        client = _client(args)
+        if args.archival:
+            print(json.dumps(client.search_archival(args.agent, args.query, k=args.limit), indent=2))
+        else:
+            print(json.dumps(client.search_recall(args.agent, args.query, limit=args.limit), indent=2))
+        return 0
+    with _service(args) as service:
+        if args.archival:
+            page = service.search_archival(args.agent, args.query, k=args.limit)
+            for hit in page.items:
+                print(f"{hit.score:7.3f}  {hit.chunk.doc_id}#{hit.chunk.chunk_index}  {hit.chunk.text[:100]}")
+        else:
+            result = service.search_recall(args.agent, args.query, limit=args.limit, mode=args.mode)
+            for rhit in result.page.items:
+                m = rhit.message
+                print(f"{rhit.score:7.3f}  {m.message_id:<8} {m.role:<9} {m.content[:100]}")
+    return 0
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    if args.api:
+        data = _client(args).context(args.agent)
+        print(json.dumps(data, indent=2) if args.json else render_context(data))
+        return 0
+    settings = get_settings()
+    if not settings.redis_url:
+        raise NotFound(
+            "embedded mode keeps hot state inside the serving process; use --api URL --token T "
+            "against `vcm serve`, or set VCM_REDIS_URL",
+        )
+    with _service(args) as service:
+        ctx = service.context(args.agent)
+        data = {
+            "agent_id": args.agent,
+            "gauges": ctx.gauges.as_dict(),
+            "messages": ctx.messages,
+            "message_tokens": ctx.message_tokens,
+        }
+        print(json.dumps(data, indent=2) if args.json else render_context(data))
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    kinds = args.kind or None
+    if args.api:
+        print(json.dumps(_client(args).events(args.agent, kinds=kinds, limit=args.limit), indent=2))
+        return 0
+    with _service(args) as service:
+        page = service.events(args.agent, kinds, limit=args.limit)
+        for e in page.items:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.created_at))
+            print(f"{when}  {e.kind:<18} {e.actor:<10} {json.dumps(dict(e.payload), default=str)[:120]}")
+    return 0
+
+
+def doctor_checks(settings: Settings, *, strict: bool) -> list[tuple[str, bool, str]]:
+    """(check, ok, detail) for each dependency; used by ``vcm doctor``."""
+    results: list[tuple[str, bool, str]] = []
+
+    def check(name: str, fn: Any) -> None:
+        try:
+            detail = fn()
+            results.append((name, True, str(detail)))
+        except Exception as exc:  # a doctor reports every failure, whatever its type
+            results.append((name, False, f"{type(exc).__name__}: {exc}"))
+
+    from hotpath.connection import connect
+
+    check(
+        "redis",
+        lambda: "embedded fakeredis" if not settings.redis_url else f"PING {connect(settings.redis_url).ping()}",
+    )
+
+    def broker() -> str:
+        if settings.broker_url.startswith("memory://"):
+            return "memory:// (in-process worker)"
+        from kombu import Connection
+
+        with Connection(settings.broker_url, connect_timeout=3) as conn:
+            conn.ensure_connection(max_retries=1)
+        return settings.broker_url.split("@")[-1]
+
+    check("broker", broker)
+
+    def store() -> str:
+        from store import open_store
+
+        s = open_store(settings.store_url)
+        try:
+            h = s.health()
+            if not h.ok:
+                raise RuntimeError(f"unhealthy: {dict(h.details)}")
+            return f"{h.backend} ok"
+        finally:
+            s.close()
+
+    check("store", store)
+
+    def model() -> str:
+        from tasks.embedding import get_embedder
+
+        e = get_embedder(settings.embedding)
+        return f"{e.model_id} dim={e.dimension} max_tokens={e.max_tokens}"
+
+    check("embedding model", model)
+    if settings.store_url.startswith("arango"):
+        unix = settings.store_url.startswith("arango+unix")
+        results.append(
+            (
+                "arango transport",
+                unix or not strict,
+                "Unix domain socket" if unix else "TCP (use arango+unix:// for UDS-only deployments)",
+            )
+        )
+    return results
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks = doctor_checks(get_settings(), strict=args.strict)
+    width = max(len(name) for name, _, _ in checks)
+    for name, ok, detail in checks:
+        print(f"{'ok ' if ok else 'FAIL'} {name:<{width}}  {detail}")
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+def add_commands(sub: Any) -> None:
+    def api_opts(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--api", default=os.environ.get("VCM_API_URL"), help="talk to a running `vcm serve` at this URL")
+        p.add_argument("--token", help="bearer token for --api (or VCM_TOKEN)")
+
+    p = sub.add_parser("serve", help="run the HTTP API (with the in-process worker in embedded mode)")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("worker", help="run a Celery worker for the cold path")
+    p.add_argument("-Q", "--queues", default="hot,cold,ingest")
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--loglevel", default="INFO")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("ingest", help="ingest files and folders into an agent's archival memory")
+    p.add_argument("--agent", required=True)
+    p.add_argument("--naive", action="store_true", help="per-chunk embedding (recorded as a compliance violation)")
+    p.add_argument("paths", nargs="+")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("search", help="search an agent's recall (default) or archival memory")
+    p.add_argument("--agent", required=True)
+    p.add_argument("--archival", action="store_true")
+    p.add_argument("--mode", default="text", choices=["text", "vector", "hybrid"])
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("query")
+    api_opts(p)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("context", help="show an agent's main context with its token gauges")
+    p.add_argument("--agent", required=True)
+    p.add_argument("--json", action="store_true")
+    api_opts(p)
+    p.set_defaults(func=cmd_context)
+
+    p = sub.add_parser("events", help="show an agent's memory events (audit log)")
+    p.add_argument("--agent")
+    p.add_argument("--kind", action="append")
+    p.add_argument("--limit", type=int, default=50)
+    api_opts(p)
+    p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("doctor", help="check Redis, broker, store, model and the ArangoDB guards")
+    p.add_argument("--strict", action="store_true", help="also fail on a TCP ArangoDB endpoint")
+    p.set_defaults(func=cmd_doctor)
