@@ -334,6 +334,27 @@ def test_pages_fit_512_tokens_and_cursors_survive_new_messages(h: Harness) -> No
     assert set(seen) == originals, "items skipped, or new ones leaked into the first search's pages"
 
 
+def test_archival_pages_stay_stable_while_documents_arrive(h: Harness) -> None:
+    sentences = " ".join(f"The otter colony {i} fishes in the cold river delta." for i in range(30))
+    h.call("a1", "ingest_archival", text=sentences, doc_id="otters", idempotency_key="d1")
+    seen: list[tuple[str, int]] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        args: dict[str, Any] = {"query": "otter colony river", "k": 50} | ({"cursor": cursor} if cursor else {})
+        page = h.call("a1", "search_archival", **args)
+        assert page.ok and page_tokens(h, page) <= PAGE_TOKENS and page.payload["results"]
+        seen += [(r["doc_id"], r["chunk"]) for r in page.payload["results"]]
+        pages += 1
+        cursor = page.payload["next_cursor"]
+        if cursor is None:
+            break
+        more = " ".join(f"Otter colony {pages}-{j} guards the river." for j in range(5))
+        h.call("a1", "ingest_archival", text=more, doc_id=f"late-{pages}", idempotency_key=f"late-{pages}")
+    assert pages >= 3 and len(seen) == len(set(seen))
+    assert sorted(seen) == [("otters", i) for i in range(30)]
+
+
 def test_a_cursor_is_bound_to_its_search_and_tamper_evident(h: Harness) -> None:
     for i in range(12):
         h.call("a1", "append_fifo", role="user", content=zebra(i), idempotency_key=f"z{i}")
@@ -456,6 +477,22 @@ def test_an_oversized_output_is_spooled_to_recall_with_a_preview_and_ids(
             "a1", "ingest_archival", text=f"document with chunks {chunks}", doc_id="big", idempotency_key="k"
         )
         assert again.payload["message_ids"] == ids and h.ingest.calls == 1
+    finally:
+        h.close()
+
+
+def test_an_output_larger_than_the_free_context_is_spooled(hot: HotState, tmp_path: Any) -> None:
+    h = Harness(hot, str(tmp_path / "vcm.db"), ingest=BigResultIngest)
+    try:
+        h.service.create_agent("small", model=SMALL)
+        i = 0
+        while h.hot.gauges("small").free >= 300:  # messages fill further than a block may
+            h.service.append("small", "user", filler(h.hot.counter(SMALL), 40, f"talk{i}"))
+            i += 1
+        assert h.hot.gauges("small").free > 0 and not h.dispatcher.evictions
+        result = h.call("small", "ingest_archival", text="chunks 35", doc_id="d", idempotency_key="k")
+        assert result.payload["spooled"] is True and result.payload["tokens"] < PAGE_TOKENS  # it would fit a page
+        assert result.tokens < h.hot.gauges("small").free
     finally:
         h.close()
 
