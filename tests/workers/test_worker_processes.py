@@ -1,0 +1,364 @@
+"""Real `celery worker` processes on the real Redis broker, a real SQLite store and the real
+embedding model: SIGKILL mid-task, retries at every step, dead letters, Flower.
+
+One worker process serves the module (loading the embedder takes ~10 s per process); the SIGKILL
+tests kill it and leave their restarted worker for the next test. Fault rules reach the worker
+through ``VCM_TEST_FAULTS`` and apply to agents by id prefix, so every test has its own agents.
+The Redis server is a private ``redis-server`` started for the module (other suites flush their
+databases on the shared server); ``VCM_TEST_BROKER_URL`` points the module at another server, and
+without the binary it falls back to the shared server's database 9. Broker keys carry a per-run
+prefix (``[worker] broker_prefix``) and agents unique ids, so runs sharing a server do not meet.
+Hot-state keys (``vcm:{<agent>}:*``) live in the same database as the prefixed broker keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from hotpath.settings import Settings, load_settings
+from hotpath.state import HotState
+from store import open_store
+from store.port import MemoryStore
+from tasks import names
+from tasks.faults import ENV as FAULTS_ENV
+from tests.tasks.coldpath import MODEL
+from tests.workers.traffic import Traffic, assert_exactly_once, settled, wait_until
+from workers.app import create_app
+from workers.dispatch import CeleryDispatcher
+from workers.signals import WARM_MESSAGE
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CELERY = str(Path(sys.executable).with_name("celery"))
+SHARED_REDIS = "redis://127.0.0.1:6379/9"
+POINTS = [
+    "evict.before_summarize",
+    "evict.after_summarize",
+    "commit_eviction.after_recall_append",
+    "commit_eviction.before_commit",
+    "evict.after_commit",
+]
+# Where each SIGKILL scenario stalls its evictions for 0.25 s, to be killed there.
+KILL_POINTS = {"k0": "evict.before_summarize", "k1": "commit_eviction.before_commit", "k2": "evict.after_commit"}
+RULES = [
+    *({"point": p, "agent_prefix": f"f{i}-", "times": 2} for i, p in enumerate(POINTS)),
+    {"point": "spool.before_write", "agent_prefix": "f", "times": 1},
+    {"point": "evict.before_summarize", "agent_prefix": "doomed-"},
+    *({"point": p, "agent_prefix": f"{k}-", "action": "sleep", "seconds": 0.25} for k, p in KILL_POINTS.items()),
+]
+CONFIG = """
+broker_url = "{broker}"
+redis_url = "{hot}"
+store_url = "sqlite:///{store}"
+[models]
+"{model}" = 512
+[worker]
+broker_prefix = "{prefix}"
+visibility_timeout_s = 5
+restore_interval_s = 1
+task_time_limit_s = 3
+task_soft_time_limit_s = 2
+max_retries = 3
+retry_backoff_s = 0.1
+retry_backoff_max_s = 1
+max_deliveries = 4
+soft_shutdown_timeout_s = 0
+[maintenance]
+sweep_grace_s = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    given = os.environ.get("VCM_TEST_BROKER_URL")
+    binary = shutil.which("redis-server")
+    if given or binary is None:
+        yield given or SHARED_REDIS
+        return
+    port = _free_port()
+    directory = tmp_path_factory.mktemp("redis")
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(directory), "--maxmemory-policy", "noeviction"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    try:
+        wait_until(lambda: _answers(client) or server.poll() is not None, 20, "redis-server up")
+        assert server.poll() is None, "redis-server exited at start"
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.exceptions.ConnectionError:
+        return False
+
+
+def _redis_or_skip(url: str) -> redis.Redis:
+    client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError as exc:
+        pytest.skip(f"real Redis at {url} is not answering ({exc})")
+    return client
+
+
+@dataclass
+class Worker:
+    proc: subprocess.Popen[bytes]
+    name: str
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def warm(self) -> bool:
+        return f"{WARM_MESSAGE} (pid {self.proc.pid})" in self.text()
+
+    def dead(self) -> bool:
+        return self.proc.poll() is not None
+
+
+@dataclass
+class Fleet:
+    """The worker processes of this module, and the test side's view of the same settings.
+
+    ``active`` consumes hot and cold; ``standby`` is warm (embedder loaded) but consumes only an
+    idle queue until a SIGKILL test promotes it, so no test waits for a fresh process to load.
+    """
+
+    tmp: Path
+    settings: Settings
+    env: dict[str, str]
+    hot: HotState
+    store: MemoryStore
+    broker: redis.Redis
+    dispatcher: CeleryDispatcher
+    active: Worker | None = None
+    standby: Worker | None = None
+    starts: int = 0
+    agents: list[str] = field(default_factory=list)
+
+    def spawn(self, queues: str) -> Worker:
+        self.starts += 1
+        name = f"vcmtest{self.starts}-{os.getpid()}@{socket.gethostname()}"
+        log = self.tmp / f"worker-{self.starts}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [CELERY, "-A", "workers.app", "worker", "-P", "solo", "-Q", queues, "--loglevel=WARNING",
+                 "-n", name, "--without-mingle", "--without-gossip"],
+                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return Worker(proc, name, log)
+
+    def wait_warm(self, worker: Worker) -> None:
+        wait_until(lambda: worker.warm() or worker.dead(), 120, f"worker warm (log: {worker.log})")
+        assert not worker.dead(), f"the worker exited:\n{worker.text()[-3000:]}"
+
+    def ensure(self, standby: bool = False) -> Worker:
+        """A warm active worker (and a standby on its way, if asked)."""
+        if self.active is None or self.active.dead():
+            self.active = self.spawn("hot,cold")
+        if standby and (self.standby is None or self.standby.dead()):
+            self.standby = self.spawn("vcm-idle")
+        self.wait_warm(self.active)
+        return self.active
+
+    def fail_over(self, respawn: bool) -> list[str]:
+        """SIGKILL the active worker; the warm standby takes over its queues; a new standby starts
+        if ``respawn``. Returns the messages the killed worker left unacknowledged."""
+        assert self.active is not None and self.standby is not None
+        os.kill(self.active.proc.pid, signal.SIGKILL)
+        self.active.proc.wait(10)
+        left = self.unacked()
+        self.wait_warm(self.standby)
+        app = self.dispatcher.app
+        for queue in ("hot", "cold"):
+            replies = app.control.add_consumer(queue, destination=[self.standby.name], reply=True, timeout=10)
+            assert replies, f"the standby did not take queue {queue}"
+        self.active, self.standby = self.standby, self.spawn("vcm-idle") if respawn else None
+        return left
+
+    def stop(self) -> None:
+        for worker in (self.active, self.standby):
+            if worker is not None and not worker.dead():
+                worker.proc.terminate()
+                try:
+                    worker.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    worker.proc.kill()
+                    worker.proc.wait(10)
+
+    def log_text(self) -> str:
+        return "".join(w.text() for w in (self.active, self.standby) if w is not None)
+
+    def traffic(self, prefix: str) -> Traffic:
+        agent = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        self.hot.create_agent(agent, model=MODEL, system_prompt="You are a careful assistant.")
+        self.agents.append(agent)
+        return Traffic(self.hot, self.dispatcher, agent)
+
+    def unacked(self) -> list[str]:
+        """Messages delivered to a worker and not yet acknowledged (raw JSON, headers readable)."""
+        return list(self.broker.hgetall(f"{self.settings.worker.broker_prefix}unacked").values())
+
+    def drain(self, t: Traffic, timeout_s: float = 90) -> None:
+        def done() -> bool:
+            return settled(self.hot, self.store, t.agent_id, t.message_ids) and not any(
+                t.agent_id in raw for raw in self.unacked()
+            )
+
+        wait_until(done, timeout_s, f"{t.agent_id} drained (logs in {self.tmp})")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Fleet]:
+    broker = _redis_or_skip(redis_url)
+    hot_client = _redis_or_skip(redis_url)
+    tmp = tmp_path_factory.mktemp("fleet")
+    prefix = f"vcmtest-{uuid.uuid4().hex[:8]}:"
+    config = tmp / "vcm.toml"
+    config.write_text(
+        CONFIG.format(broker=redis_url, hot=redis_url, store=tmp / "vcm.db", model=MODEL, prefix=prefix)
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VCM_")}
+    env |= {"VCM_CONFIG": str(config), FAULTS_ENV: json.dumps(RULES), "PYTHONPATH": str(ROOT)}
+    settings = load_settings(environ={"VCM_CONFIG": str(config)})
+    store = open_store(settings.store_url)
+    fleet = Fleet(
+        tmp, settings, env, HotState(hot_client, settings), store, broker, CeleryDispatcher(create_app(settings))
+    )
+    try:
+        fleet.ensure(standby=True)
+        yield fleet
+    finally:
+        fleet.stop()
+        store.close()
+        for key in broker.scan_iter(match=f"{prefix}*"):
+            broker.delete(key)
+        for agent in fleet.agents:
+            for key in hot_client.scan_iter(match=f"vcm:{{{agent}}}:*"):
+                hot_client.delete(key)
+            hot_client.srem("vcm:agents", agent)
+
+
+def _wait_for(check: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("scenario", sorted(KILL_POINTS))
+def test_sigkill_mid_task_loses_and_duplicates_nothing(fleet: Fleet, scenario: str) -> None:
+    fleet.ensure(standby=True)
+    t = fleet.traffic(scenario)
+    t.send(50)
+    agent = t.agent_id
+
+    if KILL_POINTS[scenario] == "evict.after_commit":
+        # committed in the store, not yet finished in Redis: the replay path must finish it
+        def in_flight() -> bool:
+            return bool(set(fleet.store.committed_batches(agent)) & set(fleet.hot.pending_batches(agent)))
+    else:
+        def in_flight() -> bool:
+            return any(agent in raw and names.EVICT in raw for raw in fleet.unacked())
+
+    assert _wait_for(in_flight, 30), "no eviction of this agent was ever in flight"
+    left = fleet.fail_over(respawn=scenario != max(KILL_POINTS))
+    assert any(agent in raw for raw in left), "the kill should leave an unacknowledged task"
+    t.send(20)  # the conversation goes on while the lost task waits for its visibility timeout
+    fleet.drain(t)
+    assert_exactly_once(fleet.hot, fleet.store, agent, t.message_ids)
+
+
+def test_failures_at_every_step_are_retried_by_the_worker(fleet: Fleet) -> None:
+    fleet.ensure()
+    runs = [fleet.traffic(f"f{i}") for i in range(len(POINTS))]
+    for t in runs:
+        t.send(30)
+    for t in runs:
+        fleet.drain(t)
+        assert_exactly_once(fleet.hot, fleet.store, t.agent_id, t.message_ids)
+        assert fleet.store.query_events(t.agent_id, ["dead_letter"]).items == []
+    log = fleet.log_text()
+    for i, t in enumerate(runs):
+        pattern = rf"tasks\.evict_batch\('{t.agent_id}', \d+\) failed .*injected failure at {POINTS[i]}"
+        retried = re.findall(pattern, log)
+        assert len(retried) == 2, f"{POINTS[i]}: expected two failed deliveries in the worker log"
+
+
+def test_exhausted_retries_dead_letter_and_keep_the_batch(fleet: Fleet) -> None:
+    fleet.ensure()
+    t = fleet.traffic("doomed")
+    t.send(30)
+    wait_until(lambda: bool(fleet.store.query_events(t.agent_id, ["dead_letter"]).items), 60, "dead-lettered")
+    [event] = fleet.store.query_events(t.agent_id, ["dead_letter"]).items
+    assert event.payload["batch_id"] == 1 and event.payload["attempts"] == fleet.settings.worker.max_retries + 1
+    assert fleet.hot.pending_batches(t.agent_id)[0] == 1
+    assert fleet.store.committed_batches(t.agent_id) == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_flower_lists_the_worker(fleet: Fleet) -> None:
+    fleet.ensure()
+    port = _free_port()
+    log = fleet.tmp / "flower.log"
+    env = fleet.env | {"FLOWER_UNAUTHENTICATED_API": "true"}
+    with log.open("wb") as out:
+        flower = subprocess.Popen(
+            [CELERY, "-A", "workers.app", "flower", f"--port={port}", "--address=127.0.0.1"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    worker = fleet.ensure().name
+    online = f'flower_worker_online{{worker="{worker}"}} 1.0'
+    try:
+
+        def listed() -> bool:
+            try:
+                return online in _get(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                return flower.poll() is not None  # stop waiting if Flower died
+
+        wait_until(listed, 60, f"Flower reports {worker} online (log: {log})")
+        assert flower.poll() is None, log.read_text()
+        workers = json.loads(_get(f"http://127.0.0.1:{port}/api/workers?refresh=1"))
+        assert worker in workers
+    finally:
+        flower.terminate()
+        flower.wait(20)
