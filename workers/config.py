@@ -39,7 +39,9 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
 def celery_settings(settings: Settings) -> dict[str, Any]:
     w = settings.worker
     return {
+        # From vcm settings: memory:// in embedded mode, Redis in production.
         "broker_url": settings.broker_url,
+        # Visibility timeout, restore cadence and key prefix (see broker_transport_options).
         "broker_transport_options": broker_transport_options(settings),
         # Compose starts workers alongside Redis: keep trying instead of exiting at boot.
         "broker_connection_retry_on_startup": True,

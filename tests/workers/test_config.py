@@ -1,0 +1,113 @@
+"""The Celery configuration: every setting says why, routes, the visibility-timeout rule, a
+dispatcher that never fails its caller, and the metrics the tasks' outcomes drive."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import pytest
+from prometheus_client import REGISTRY
+
+from hotpath.errors import ConfigError
+from hotpath.settings import load_settings
+from tasks import names
+from workers import beat, config, metrics
+from workers.app import create_app
+from workers.dispatch import CeleryDispatcher
+
+
+def _returned_dict(function: object) -> ast.Dict:
+    tree = ast.parse(inspect.getsource(function))  # type: ignore[arg-type]
+    found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Return) and isinstance(n.value, ast.Dict)]
+    assert found, "expected a returned dict literal"
+    return found[-1]
+
+
+@pytest.mark.parametrize("function", [config.celery_settings, config.broker_transport_options, beat.schedule])
+def test_every_setting_carries_a_comment_saying_why(function: object) -> None:
+    """Each key has a comment right above it, or shares one with the keys directly above it."""
+    lines = inspect.getsource(function).splitlines()  # type: ignore[arg-type]
+    first = inspect.getsourcelines(function)[1]  # type: ignore[arg-type]
+    keys = [k for k in _returned_dict(function).keys if isinstance(k, ast.Constant)]
+    assert keys
+    for key in keys:
+        row = key.lineno - 1
+        while row > 0 and lines[row - 1].strip().startswith('"'):
+            row -= 1  # a group of settings under one comment
+        above = lines[row - 1].strip() if row > 0 else ""
+        assert above.startswith("#"), f"{key.value} (line {first + key.lineno - 1}) has no comment saying why"
+
+
+def test_the_reliability_settings_are_what_the_design_needs() -> None:
+    conf = config.celery_settings(load_settings(environ={"VCM_BROKER_URL": "redis://127.0.0.1:6379/0"}))
+    assert conf["task_acks_late"] and conf["task_retry_on_worker_lost"] and conf["task_reject_on_worker_lost"]
+    assert conf["worker_prefetch_multiplier"] == 1
+    assert conf["worker_send_task_events"] and conf["task_send_sent_event"]
+    assert conf["accept_content"] == ["json"]
+    vt = conf["broker_transport_options"]["visibility_timeout"]
+    assert vt == conf["visibility_timeout"] == conf["result_backend_transport_options"]["visibility_timeout"]
+    assert vt > conf["task_time_limit"] + conf["task_annotations"][names.EVICT]["retry_backoff_max"]
+    assert set(conf["task_annotations"]) == set(names.RETRIED)
+
+
+def test_memory_broker_polls_fast_and_prefix_isolates_a_shared_redis() -> None:
+    assert config.broker_transport_options(load_settings(environ={})) == {"polling_interval": 0.01}
+    s = load_settings(environ={"VCM_BROKER_URL": "redis://h:6379/1", "VCM_WORKER__BROKER_PREFIX": "blue:"})
+    assert config.broker_transport_options(s)["global_keyprefix"] == "blue:"
+
+
+def test_a_visibility_timeout_below_the_longest_task_is_refused() -> None:
+    with pytest.raises(ConfigError, match="visibility_timeout_s"):
+        load_settings(overrides={"worker": {"visibility_timeout_s": 300, "task_time_limit_s": 300}}, environ={})
+    with pytest.raises(ConfigError, match="sweep_grace_s"):
+        load_settings(overrides={"maintenance": {"sweep_grace_s": 4000}}, environ={})
+
+
+@pytest.mark.parametrize(
+    ("task", "queue"),
+    [
+        (names.EVICT, "hot"),
+        (names.SPOOL, "cold"),
+        (names.SWEEP, "cold"),
+        (names.SWEEP_CONFIRM, "cold"),
+        (names.EXPIRE, "cold"),
+        (names.INGEST, "ingest"),
+        ("tasks.embed_chunks", "ingest"),
+    ],
+)
+def test_routes(task: str, queue: str) -> None:
+    app = create_app(load_settings(environ={}))
+    assert app.amqp.router.route({}, task)["queue"].name == queue
+
+
+def test_beat_runs_the_sweeper_and_the_ttl_cleanup() -> None:
+    s = load_settings(overrides={"maintenance": {"sweep_interval_s": 30, "expire_interval_s": 600}}, environ={})
+    schedule = beat.schedule(s)
+    assert {(e["task"], e["schedule"]) for e in schedule.values()} == {(names.SWEEP, 30), (names.EXPIRE, 600)}
+
+
+def test_a_dispatch_the_broker_refuses_is_counted_not_raised() -> None:
+    app = create_app(load_settings(environ={"VCM_BROKER_URL": "redis://127.0.0.1:1/0"}))
+    dispatcher = CeleryDispatcher(app, retries=0)
+
+    def failures(kind: str) -> float:
+        return REGISTRY.get_sample_value("vcm_dispatch_failures_total", {"kind": kind}) or 0.0
+
+    before = failures("spool"), failures("evict")
+    dispatcher.spool("agent", ["m1"])
+    dispatcher.evict("agent", 3)
+    assert (failures("spool"), failures("evict")) == (before[0] + 1, before[1] + 1)
+
+
+def test_outcomes_drive_the_counters() -> None:
+    def value(name: str, labels: dict[str, str] | None = None) -> float:
+        return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+    dead = value("vcm_dead_letters_total", {"task": names.SPOOL})
+    redriven = value("vcm_sweeper_redriven_batches_total")
+    metrics.observe(names.SPOOL, {"outcome": "dead_lettered"})
+    metrics.observe(names.SWEEP_CONFIRM, {"outcome": "swept", "redriven": 2, "respooled": 0})
+    metrics.observe(names.EVICT, None)  # a retry returns nothing: not counted
+    assert value("vcm_dead_letters_total", {"task": names.SPOOL}) == dead + 1
+    assert value("vcm_sweeper_redriven_batches_total") == redriven + 2
