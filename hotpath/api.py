@@ -43,9 +43,9 @@ import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Protocol
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Response, Security
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import make_asgi_app
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from hotpath import api_errors, keys, tools, validation
 from hotpath.api_models import (
@@ -150,9 +150,14 @@ def create_app(service: MemoryService, executor: ToolRunner | None, *, settings:
     app.include_router(_memory_routes(service, authority, settings))
     app.include_router(_tool_routes(service, executor, authority))
     app.include_router(_probe_routes(service))
-    # Another issue adds vcm's own metrics; the exposition endpoint is already here.
-    app.mount("/metrics", make_asgi_app())
+    # Another issue adds vcm's own metrics; the exposition endpoint is already here. A route, not
+    # a mount: a mount answers GET /metrics with a redirect to /metrics/.
+    app.add_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
     return app
+
+
+def _metrics(_: Request) -> Response:
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
 # --- auth dependencies ------------------------------------------------------------------------------

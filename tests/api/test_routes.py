@@ -289,8 +289,9 @@ def test_health_and_metrics(client: TestClient) -> None:
         "store": {"ok": True, "backend": "embedded"},
     }
     assert client.get("/health").json() == r.json()
-    metrics = client.get("/metrics/")
+    metrics = client.get("/metrics", follow_redirects=False)
     assert metrics.status_code == 200 and "# TYPE" in metrics.text
+    assert metrics.headers["content-type"].startswith("text/plain")
 
 
 def test_health_reports_a_dead_redis(store: MemoryStore) -> None:
