@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -14,7 +16,7 @@ from hotpath.service import MemoryService
 from hotpath.state import HotState
 from hotpath.tools import tool_schemas
 from store.port import MemoryStore
-from tests.api.conftest import ADMIN, api_settings, new_agent
+from tests.api.conftest import ADMIN, api_settings, new_agent, state
 
 
 def test_create_get_and_list_agents(client: TestClient) -> None:
@@ -342,3 +344,43 @@ def test_openapi_documents_every_route_with_a_response_model(client: TestClient,
             if p.startswith("/v1"):
                 assert op["security"] == [{"HTTPBearer": []}], (method, p)
                 assert op["responses"]["401"]["content"]["application/json"]["schema"]["$ref"].endswith("ErrorOut")
+
+
+def test_retries_with_the_same_key_return_the_first_result_and_change_nothing(
+    client: TestClient, service: MemoryService, dispatcher: RecordingDispatcher
+) -> None:
+    me = new_agent(client, "alice")
+    key = {**me, "Idempotency-Key": "retry-1"}
+    requests: list[tuple[str, str, dict[str, Any]]] = [
+        ("POST", "/v1/agents/alice/messages", {"role": "user", "content": "once"}),
+        ("PUT", "/v1/agents/alice/blocks/b", {"content": "v1"}),
+        ("POST", "/v1/agents/alice/recall", {"content": "a note"}),
+        ("POST", "/v1/agents/alice/archival", {"text": "para one\n\npara two"}),
+        ("POST", "/v1/agents/alice/evictions", {"count": 1}),
+    ]
+    for method, path, body in requests:
+        first = client.request(method, path, json=body, headers={**key, "Idempotency-Key": path})
+        assert first.status_code == 200, first.text
+        before = state(service, dispatcher)
+        again = client.request(method, path, json=body, headers={**key, "Idempotency-Key": path})
+        assert again.status_code == 200
+        replay = again.json()
+        if "replayed" in replay:
+            assert replay.pop("replayed") is True
+        expected = {k: v for k, v in first.json().items() if k != "replayed"}
+        if path.endswith("/archival"):
+            # Ingestion runs again, idempotent by doc_id: the same document, nothing new stored.
+            assert (replay["doc_id"], replay["chunks"], replay["new"]) == (expected["doc_id"], expected["chunks"], 0)
+        else:
+            assert replay == expected, path
+        after = state(service, dispatcher)
+        # A replayed eviction may hand the same batch to the cold path again (committing it is
+        # idempotent by batch id); nothing else moves.
+        after["evictions"] = sorted(set(after["evictions"]))
+        before["evictions"] = sorted(set(before["evictions"]))
+        assert after == before, path
+    rev = client.get("/v1/agents/alice/blocks/b", headers=me).json()["_rev"]
+    deleted = client.delete("/v1/agents/alice/blocks/b", params={"_rev": rev}, headers=key).json()
+    assert client.delete("/v1/agents/alice/blocks/b", params={"_rev": rev}, headers=key).json() == {
+        **deleted, "replayed": True,
+    }  # fmt: skip
