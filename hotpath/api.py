@@ -40,7 +40,7 @@ local aliases (``Agent``, ``Admin``), which FastAPI can only resolve when they a
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response, Security
@@ -165,7 +165,7 @@ def _metrics(_: Request) -> Response:
 _bearer = HTTPBearer(auto_error=False, description="an agent's token, or the admin token")
 
 
-def _principal_dep(authority: TokenAuthority) -> Any:
+def _principal_dep(authority: TokenAuthority) -> Callable[..., Principal]:
     def principal(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
         authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
@@ -177,7 +177,7 @@ def _principal_dep(authority: TokenAuthority) -> Any:
     return principal
 
 
-def _agent_dep(service: MemoryService, authority: TokenAuthority) -> Any:
+def _agent_dep(service: MemoryService, authority: TokenAuthority) -> Callable[..., Principal]:
     principal = _principal_dep(authority)
 
     def agent_scope(agent_id: AgentId, who: Annotated[Principal, Depends(principal)]) -> Principal:
@@ -188,7 +188,7 @@ def _agent_dep(service: MemoryService, authority: TokenAuthority) -> Any:
     return agent_scope
 
 
-def _admin_dep(authority: TokenAuthority) -> Any:
+def _admin_dep(authority: TokenAuthority) -> Callable[..., Principal]:
     principal = _principal_dep(authority)
 
     def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
