@@ -6,6 +6,8 @@ dot product is a cosine. Everything here takes plain arrays, so tests use small 
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -77,3 +79,42 @@ def mmr_select(
         pool.remove(best)
         redundancy = np.maximum(redundancy, rows @ rows[best])
     return picked
+
+
+_WORD = re.compile(r"[a-z0-9][a-z0-9_\-']+")
+
+
+def lexical_centrality(texts: Sequence[str]) -> Scores:
+    """Cosine of each text's word-count vector to the centroid of all of them (no model needed).
+    Words of one or two characters are skipped; the speaker prefix counts like any word.
+    Sparse arithmetic: linear in the number of words, whatever the vocabulary."""
+    rows: list[dict[str, float]] = []
+    total: dict[str, float] = {}
+    for text in texts:
+        counts: dict[str, float] = {}
+        for word in _WORD.findall(text.lower()):
+            counts[word] = counts.get(word, 0.0) + 1.0
+        norm = math.sqrt(sum(c * c for c in counts.values()))
+        row = {w: c / norm for w, c in counts.items()} if norm else {}
+        for w, v in row.items():
+            total[w] = total.get(w, 0.0) + v
+        rows.append(row)
+    size = math.sqrt(sum(v * v for v in total.values()))
+    if not size:
+        return np.zeros(len(texts), dtype=np.float64)
+    return np.array([sum(v * total[w] for w, v in row.items()) / size for row in rows], dtype=np.float64)
+
+
+def stratified_pick(scores: Sequence[float] | Scores, limit: int) -> list[int]:
+    """At most ``limit`` indexes: the best-scoring one of each of ``limit`` consecutive, near-equal
+    strata, ascending. Keeps a spread over the whole sequence (the conversation's time line)
+    while preferring the strongest item of each stretch."""
+    n = len(scores)
+    if n <= limit:
+        return list(range(n))
+    if limit <= 0:
+        return []
+    picks = []
+    for stratum in np.array_split(np.arange(n), limit):
+        picks.append(int(stratum[int(np.argmax(np.asarray(scores)[stratum]))]))
+    return picks

@@ -11,6 +11,12 @@ relevance then picks candidates until the cap is spent: first from the previous 
 first eviction), then from the batch, then from whatever is left. The summary lists the kept
 previous lines, then the kept batch sentences, each in its original order, one per line. It is
 cut only at sentence boundaries and never exceeds the cap.
+
+Embedding is the cost of a summary (about a millisecond per token on one CPU thread), so at most
+``max_candidates`` sentences are embedded: a larger batch is first thinned without the model to
+the lexically most central and salient sentence of each of that many stretches of the
+conversation, which keeps the whole time line represented. Drift is then measured against these
+candidates (see :mod:`tasks.drift`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,14 @@ import numpy as np
 from hotpath.settings import DriftSettings, SummarizerSettings
 from hotpath.types import Message
 from tasks import drift, sentences
-from tasks.selection import Vectors, centrality, centroid, mmr_select
+from tasks.selection import (
+    Vectors,
+    centrality,
+    centroid,
+    lexical_centrality,
+    mmr_select,
+    stratified_pick,
+)
 
 Embed = Callable[[Sequence[str]], Vectors]
 Count = Callable[[str], int]
@@ -50,11 +63,18 @@ class Params:
     previous_share: float = 0.4
     salience_boost: float = 0.25
     max_sentence_chars: int = 400
+    max_candidates: int = 64
     attempt: int = 0  # 1 for the re-summarisation after drift
 
     @classmethod
     def of(cls, settings: SummarizerSettings) -> Params:
-        return cls(settings.mmr_lambda, settings.previous_share, settings.salience_boost, settings.max_sentence_chars)
+        return cls(
+            settings.mmr_lambda,
+            settings.previous_share,
+            settings.salience_boost,
+            settings.max_sentence_chars,
+            settings.max_candidates,
+        )
 
     def stronger(self, settings: DriftSettings) -> Params:
         """The retry setting after drift: more of the batch, less diversity."""
@@ -109,9 +129,22 @@ def candidates(request: Request, params: Params) -> Candidates:
         for sentence in sentences.split(turn.text, params.max_sentence_chars):
             batch.append(f"{turn.speaker}: {sentence}")
     batch = _dedupe(batch, seen)
+    # Bound the embedding work (its cost grows with the batch): previous lines get their share of
+    # the slots, the batch the rest, and either takes what the other leaves unused.
+    limit = params.max_candidates
+    previous_take = min(len(previous), max(round(limit * params.previous_share), limit - len(batch)))
+    previous = _prefilter(previous, previous_take, params)
+    batch = _prefilter(batch, limit - len(previous), params)
     texts = previous + batch
     vectors = request.embed(texts) if texts else np.zeros((0, 0), dtype=np.float32)
     return Candidates(texts, len(previous), vectors)
+
+
+def _prefilter(texts: list[str], limit: int, params: Params) -> list[str]:
+    if len(texts) <= limit:
+        return texts
+    scores = lexical_centrality(texts) + params.salience_boost * np.array([sentences.salience(t) for t in texts])
+    return [texts[i] for i in stratified_pick(scores, limit)]
 
 
 def _dedupe(texts: list[str], seen: set[str]) -> list[str]:

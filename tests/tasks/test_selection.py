@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tasks import sentences
-from tasks.selection import centrality, centroid, mmr_select, unit
+from tasks.selection import centrality, centroid, lexical_centrality, mmr_select, stratified_pick, unit
 
 
 def rows(*vectors: list[float]) -> np.ndarray:
@@ -89,3 +91,27 @@ def test_mmr_never_exceeds_the_budget_nor_repeats(
     assert sum(costs[i] for i in picked) <= budget
     left = budget - sum(costs[i] for i in picked)
     assert all(costs[i] > left for i in range(len(items)) if i not in picked)  # greedy stops only when full
+
+
+def test_lexical_centrality_without_a_model() -> None:
+    texts = ["alice likes green tea", "alice likes green tea a lot", "the weather turned bad", ""]
+    scores = lexical_centrality(texts)
+    assert scores[0] > scores[2] and scores[1] > scores[2] and scores[3] == 0.0
+    assert lexical_centrality([]).shape == (0,)
+
+
+def test_stratified_pick_keeps_the_best_of_each_stretch() -> None:
+    scores = [0.1, 0.9, 0.2, 0.3, 0.8, 0.1, 0.5, 0.4, 0.6]
+    assert stratified_pick(scores, 3) == [1, 4, 8]
+    assert stratified_pick(scores, 20) == list(range(9))
+    assert stratified_pick(scores, 0) == []
+
+
+@given(st.lists(st.floats(0, 1), max_size=60), st.integers(1, 70))
+@settings(max_examples=100, deadline=None)
+def test_stratified_pick_is_a_sorted_spread_of_at_most_limit(scores: list[float], limit: int) -> None:
+    picks = stratified_pick(scores, limit)
+    assert len(picks) == min(limit, len(scores)) and picks == sorted(set(picks))
+    if scores and len(scores) > limit:
+        width = -(-len(scores) // limit)  # no gap between picks is wider than two strata
+        assert all(b - a < 2 * width for a, b in itertools.pairwise(picks))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hotpath.settings import DriftSettings
 from hotpath.types import Message
-from tasks.summarize import Params, Request, Turn, extractive, fit_text
+from tasks import sentences
+from tasks.selection import Vectors
+from tasks.summarize import Params, Request, Turn, candidates, extractive, fit_text
 from tests.tasks.coldpath import line, word_embed
 
 HEADER = 8  # a stand-in for the rendered summary's framing
@@ -26,8 +30,6 @@ def turns(n: int, start: int = 0) -> list[Turn]:
 
 
 def source_sentences(req: Request) -> set[str]:
-    from tasks.summarize import candidates
-
     return set(candidates(req, Params()).texts)
 
 
@@ -98,3 +100,29 @@ def test_fit_text_keeps_a_prefix_of_whole_sentences() -> None:
         "One two three.",
         "Four five six.",
     ]
+
+
+def test_big_batches_are_thinned_before_embedding_across_the_whole_batch() -> None:
+    embedded: list[list[str]] = []
+
+    def spy(texts: Sequence[str]) -> Vectors:
+        embedded.append(list(texts))
+        return word_embed(texts)
+
+    previous = "\n".join(f"user: Old fact {i} about Falcon." for i in range(30))
+    req = Request(previous, turns(120), 400, count, spy)
+    source = candidates(req, Params(max_candidates=20, previous_share=0.25))
+    assert len(embedded) == 1 and len(embedded[0]) == 20 == len(source.texts)
+    assert source.from_previous == 5  # its share of the slots
+    batch = source.texts[source.from_previous :]
+    every = [f"{t.speaker}: {s}" for t in turns(120) for s in sentences.split(t.text, 400)]
+    positions = [every.index(b) for b in batch]
+    assert positions == sorted(positions)
+    assert positions[0] < len(every) // 10 and positions[-1] > len(every) * 9 // 10  # spans the batch
+    draft = extractive(req, Params(max_candidates=20))
+    assert set(draft.text.split("\n")) <= set(candidates(req, Params(max_candidates=20)).texts)
+
+
+def test_a_small_previous_summary_leaves_its_slots_to_the_batch() -> None:
+    source = candidates(request("user: One old fact.", turns(40), 400), Params(max_candidates=16))
+    assert source.from_previous == 1 and len(source.texts) == 16

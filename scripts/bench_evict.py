@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Eviction job latency on CPU (not a test): one ``evict_batch`` = read the batch + summarise +
+drift check + store commit + finish in Redis, with the extractive summariser and the real
+embedding model.
+
+    .venv/bin/python scripts/bench_evict.py [--samples 40] [--model vcm-small-8k]
+        [--redis redis://127.0.0.1:6379/12] [--json out.json]
+
+The conversation is LoCoMo (``../shared/data/locomo_dev.json``, real multi-session dialogue with
+names and dates) when present, else generated lines. Hot state is the in-process fakeredis unless
+``--redis`` names a scratch database (its agent keys are deleted afterwards); the store is a
+temporary SQLite file. The embedder's load time is reported apart: workers load it once per
+process, before their first job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import fakeredis
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hotpath.budget import Budget  # noqa: E402
+from hotpath.dispatch import RecordingDispatcher  # noqa: E402
+from hotpath.settings import load_settings  # noqa: E402
+from hotpath.state import HotState  # noqa: E402
+from store import open_store  # noqa: E402
+from tasks import evict  # noqa: E402
+from tasks.deps import Deps  # noqa: E402
+from tasks.runtime import LazyEmbed, build_summarizer  # noqa: E402
+
+T = TypeVar("T")
+LOCOMO = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+
+
+def turns() -> Iterator[tuple[str, str]]:
+    """(speaker, text) of a long conversation, endlessly."""
+    if LOCOMO.exists():
+        samples = json.loads(LOCOMO.read_text())
+        dialogue = []
+        for sample in samples:
+            conv = sample["conversation"]
+            n = 1
+            while f"session_{n}" in conv:
+                dialogue += [(t["speaker"], t["text"]) for t in conv[f"session_{n}"] if t.get("text")]
+                n += 1
+    else:
+        dialogue = [
+            ("Alice", f"On day {i} we moved ticket INV-{1000 + i} to Bob; the weather was mild.") for i in range(500)
+        ]
+    while True:
+        yield from dialogue
+
+
+class Phases:
+    """Wall and CPU time spent in each wrapped step of the current job. CPU time is what the
+    job costs on an idle core; wall time includes waiting for a core on a busy machine."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}
+
+    def wrap(self, name: str, fn: Callable[..., T]) -> Callable[..., T]:
+        def timed(*args: Any, **kwargs: Any) -> T:
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(name, time.perf_counter() - wall, time.process_time() - cpu)
+
+        return timed
+
+    def add(self, name: str, wall: float, cpu: float) -> None:
+        self.current[name] = self.current.get(name, 0.0) + wall
+        self.current[f"{name} cpu"] = self.current.get(f"{name} cpu", 0.0) + cpu
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--model", default="vcm-small-8k", help="a model of [models]; its window sets batch size")
+    parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="vcm-bench-evict-"))
+    settings = load_settings(overrides={"store_url": f"sqlite:///{tmp / 'vcm.db'}"})
+    client = redis.Redis.from_url(args.redis, decode_responses=True) if args.redis else None
+    hot = HotState(client or fakeredis.FakeRedis(decode_responses=True), settings)
+    store = open_store(settings.store_url)
+    embed = LazyEmbed(settings, threads=settings.embedding.threads or 1)
+    started = time.perf_counter()
+    embed.warm()
+    load_s = time.perf_counter() - started
+
+    phases = Phases()
+    deps = Deps(settings, hot, store, RecordingDispatcher(), embed, build_summarizer(settings))
+    deps.summarizer = phases.wrap("summarise+drift", deps.summarizer)
+    deps.embed = phases.wrap("embed", deps.embed)
+    store.commit_eviction = phases.wrap("commit", store.commit_eviction)  # type: ignore[method-assign]
+    hot.finish_eviction = phases.wrap("finish", hot.finish_eviction)  # type: ignore[method-assign]
+
+    agent = f"bench-{uuid.uuid4().hex[:8]}"
+    hot.create_agent(agent, model=args.model, system_prompt="You are a helpful assistant with a long memory.")
+    budget = Budget.for_window(hot.agent(agent).window, settings.budget)
+    source = turns()
+    jobs: list[dict[str, float]] = []
+    try:
+        while len(jobs) < args.samples + args.warmup:
+            speaker, text = next(source)
+            result = hot.append(agent, "user", text, name=speaker.replace(" ", "_")[:64])
+            if result.batch is None:
+                continue
+            for batch in hot.pending_batches(agent):
+                phases.current = {}
+                wall, cpu = time.perf_counter(), time.process_time()
+                outcome = evict.evict_batch(deps, agent, batch)
+                phases.add("total", time.perf_counter() - wall, time.process_time() - cpu)
+                assert outcome.outcome == "committed", outcome
+                jobs.append(dict(phases.current))
+    finally:
+        if client is not None:
+            for key in client.scan_iter(match=f"vcm:{{{agent}}}:*"):
+                client.delete(key)
+            client.srem("vcm:agents", agent)
+    measured = jobs[args.warmup :]
+    names = ["total", "summarise+drift", "embed", "commit", "finish"]
+    figures: dict[str, Any] = {
+        "model": args.model,
+        "window": budget.window,
+        "summary_cap_tokens": budget.summary_cap,
+        "batches": len(measured),
+        "messages_per_batch": round(hot.snapshot(agent).counter("evicted") / len(jobs), 1),
+        "embedder_load_s": round(load_s, 2),
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "summary_drift_mean": round(statistics.mean(e.payload["drift"] for e in store.query_events(
+            agent, ["evict"], limit=1000).items), 4),
+    }
+    print(f"evict_batch on {args.model} (window {budget.window}, summary cap {budget.summary_cap} tokens), "
+          f"{figures['messages_per_batch']} messages per batch, {len(measured)} jobs, embedder load {load_s:.1f}s")
+    print(f"{'phase':<18}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}{'cpu p50':>9}{'cpu p95':>9}")
+    for name in names:
+        row: dict[str, float] = {}
+        for suffix, key in (("", "wall"), (" cpu", "cpu")):
+            values = [j.get(name + suffix, 0.0) * 1000 for j in measured]
+            row |= {f"{key}_p50_ms": round(percentile(values, 0.5), 1), f"{key}_p95_ms": round(
+                percentile(values, 0.95), 1), f"{key}_max_ms": round(max(values), 1)}
+        figures[name] = row
+        print(f"{name:<18}{row['wall_p50_ms']:>9}{row['wall_p95_ms']:>9}{row['wall_max_ms']:>9}"
+              f"{row['cpu_p50_ms']:>9}{row['cpu_p95_ms']:>9}")
+    figures["load_average_1m"] = round(os.getloadavg()[0], 2)
+    figures["cpu_count"] = os.cpu_count()
+    met = figures["total"]["wall_p95_ms"] < 1000
+    print(f"target p95 < 1000 ms: {'met' if met else 'NOT met'} (wall); "
+          f"load average {figures['load_average_1m']} on {os.cpu_count()} CPUs")
+    store.close()
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
