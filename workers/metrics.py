@@ -16,8 +16,9 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, start_http_server
 from prometheus_client import multiprocess as prom_multiprocess
 
 from tasks import names
@@ -68,12 +69,12 @@ def process_exited(pid: int) -> None:
         prom_multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
-def serve(port: int) -> None:
-    """Expose /metrics on ``port`` (all children summed in multiprocess mode)."""
+def serve(port: int, addr: str = "0.0.0.0") -> WSGIServer:
+    """Expose /metrics on ``port`` (all children summed in multiprocess mode); returns the server."""
+    registry: CollectorRegistry = REGISTRY
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         prom_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        start_http_server(port, registry=registry)
-    else:
-        start_http_server(port)
-    log.info("vcm worker metrics on :%s/metrics", port)
+    server, _ = start_http_server(port, addr=addr, registry=registry)
+    log.info("vcm worker metrics on %s:%s/metrics", addr, port)
+    return server

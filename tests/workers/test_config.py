@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import inspect
+import socket
+import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
@@ -111,3 +114,28 @@ def test_outcomes_drive_the_counters() -> None:
     metrics.observe(names.EVICT, None)  # a retry returns nothing: not counted
     assert value("vcm_dead_letters_total", {"task": names.SPOOL}) == dead + 1
     assert value("vcm_sweeper_redriven_batches_total") == redriven + 2
+
+
+def test_worker_metrics_endpoint_serves_the_vcm_counters() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = metrics.serve(port, addr="127.0.0.1")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            body = response.read().decode()
+        assert f'vcm_dead_letters_total{{task="{names.EVICT}"}}' in body
+        assert 'vcm_dispatch_failures_total{kind="spool"}' in body
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_multiprocess_directory_is_wiped_at_worker_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = tmp_path / "prom"
+    directory.mkdir()
+    (directory / "counter_123.db").write_bytes(b"stale")
+    monkeypatch.setenv(metrics.MULTIPROC_ENV, str(directory))
+    metrics.wipe_multiprocess_dir()
+    assert directory.is_dir() and list(directory.iterdir()) == []
+    metrics.process_exited(123)  # a child that never wrote anything is fine too
