@@ -88,8 +88,9 @@ class ChunkingSettings(BaseModel):
     overlap_tokens: int = Field(0, ge=0, le=4096)
     # Overlap between the model windows a long document is split into; a token's embedding
     # comes from the window where it has more context, so larger means more context per token
-    # at the cost of running the model over those tokens twice.
-    window_overlap_tokens: int = Field(64, ge=0, le=4096)
+    # at the cost of running the model over those tokens twice. 16 keeps late chunking within
+    # ~7 % of naive model work; on LoCoMo, 0..64 measured alike and 128 ~2 points better at ~2x.
+    window_overlap_tokens: int = Field(16, ge=0, le=4096)
 
     @model_validator(mode="after")
     def _overlap_below_target(self) -> Self:

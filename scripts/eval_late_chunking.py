@@ -9,7 +9,7 @@ granularities: ``turn`` (one chunk per turn, as the paper's turn retrieval) and 
 (consecutive turns packed up to ``--group-tokens`` tokens). Both modes use the same model, the
 same chunks and the same query embeddings; only the chunk embeddings differ: ``naive`` embeds
 each chunk's text alone, ``late`` pools the chunk's tokens from a pass over the whole session
-(macro windows of 254 tokens with ``--window-overlap`` when a session is longer).
+(macro windows of 254 tokens overlapping by ``--window-overlap`` when a session is longer).
 
 Recall@k per question = share of its evidence dia_ids among the turns of the top-k chunks
 (exact cosine, numpy); averaged per conversation and over all questions (see DATA.md).
@@ -43,9 +43,10 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     corpora = load_locomo(json.loads(Path(args.data).read_text(encoding="utf-8")))
     if args.conversations:
         corpora = {k: v for k, v in corpora.items() if k in set(args.conversations)}
-    embedder = get_embedder(load_settings(environ={}).embedding)
+    cfg = load_settings(environ={})
+    embedder = get_embedder(cfg.embedding)
     chunker = LateChunker(embedder)
-    overlap = args.window_overlap
+    overlap = cfg.chunking.window_overlap_tokens if args.window_overlap is None else args.window_overlap
 
     def chunking(target: int) -> ChunkingSettings:
         return ChunkingSettings(target_tokens=target, overlap_tokens=0, window_overlap_tokens=overlap)
@@ -91,7 +92,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "data": str(args.data),
         "model": embedder.model_id,
         "window_tokens": chunker.max_window,
-        "window_overlap_tokens": args.window_overlap,
+        "window_overlap_tokens": overlap,
         "group_tokens": args.group_tokens,
         "questions": sum(len(q) for _, q in corpora.values()),
         "seconds": round(time.perf_counter() - started, 1),
@@ -142,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/locomo_dev.json"))
     parser.add_argument("--json", dest="json_out", help="write the figures as JSON here")
     parser.add_argument("--group-tokens", type=int, default=128, help="token budget of a 'group' chunk")
-    parser.add_argument("--window-overlap", type=int, default=64, help="macro-window overlap in tokens")
+    parser.add_argument(
+        "--window-overlap", type=int, help="macro-window overlap in tokens (default: chunking.window_overlap_tokens)"
+    )
     parser.add_argument("--conversations", nargs="*", help="only these sample ids (e.g. conv-26)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="embedding modes to compare")
     args = parser.parse_args(argv)
