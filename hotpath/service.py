@@ -275,10 +275,11 @@ class MemoryService:
         query = validation.text(query, "query", 10_000)
         if mode not in ("text", "vector", "hybrid"):
             raise ValidationError("mode must be text, vector or hybrid", field="mode")
-        search = getattr(self.store, "search_recall_hybrid", None)
-        if mode != "text" and search is not None and self.embed is not None:
-            vector = self.embed([query])[0]
-            page = search(agent_id, query, vector, limit=limit, cursor=cursor, since=since, until=until, mode=mode)
+        if mode != "text" and self.embed is not None:
+            vector = [float(x) for x in self.embed([query])[0]]
+            page = self.store.search_recall_hybrid(
+                agent_id, query, vector, limit=limit, cursor=cursor, since=since, until=until, mode=mode
+            )
             return RecallResult(page, mode)
         page = self.store.search_recall(agent_id, query, limit, cursor, since=since, until=until)
         return RecallResult(page, "text")

@@ -119,6 +119,35 @@ class MemoryStore(abc.ABC):
         """BM25 over message content, best first. Must also see messages written a moment ago
         (read-after-write) even if the text index lags."""
 
+    @abc.abstractmethod
+    def put_message_vectors(
+        self, agent_id: str, vectors: Sequence[tuple[str, Sequence[float]]], embedding_version: str
+    ) -> int:
+        """Store an embedding per (message_id, vector) for vector recall; idempotent by
+        (agent, message, version): the first write stays; a message not in the store is skipped
+        (spool first). Vectors are stored unit length; one version has one dimension (the
+        ArangoDB adapter keeps one version per message). Returns how many were new."""
+
+    @abc.abstractmethod
+    def search_recall_hybrid(
+        self,
+        agent_id: str,
+        query: str,
+        vector: Sequence[float] | None,
+        *,
+        limit: int = 10,
+        cursor: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        mode: str = "hybrid",
+        embedding_version: str | None = None,
+    ) -> Page[RecallHit]:
+        """``mode`` text: as :meth:`search_recall`; vector: cosine over stored message vectors of
+        ``embedding_version`` (None: the version this agent has most vectors of); hybrid:
+        reciprocal-rank fusion (:mod:`store.fusion`) of both rankings, score = fused score. Same
+        time window and stable cursor paging as :meth:`search_recall`; messages without a vector
+        are found by the text leg only."""
+
     # --- archival ---------------------------------------------------------------------------
     @abc.abstractmethod
     def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:

@@ -40,7 +40,7 @@ from typing import Any, cast
 
 from arango.exceptions import ArangoServerError, DocumentInsertError
 
-from store import paging, semantics, validation
+from store import fusion, paging, semantics, validation
 from store.arango import aql, documents, keys, names
 from store.arango.aql import AqlQuery
 from store.arango.client import Connection, connect
@@ -563,6 +563,85 @@ class ArangoStore(MemoryStore):
     ) -> Ranked:
         q = aql.recall_search(agent_id, query, fetch=n, since=since, until=until, lag_ms=self._lag_ms)
         return [(str(r["key"]), float(r["score"])) for r in self._run(self._ro, q, "search_recall")]
+
+    def put_message_vectors(
+        self, agent_id: str, vectors: Sequence[tuple[str, Sequence[float]]], embedding_version: str
+    ) -> int:
+        validation.identifier("agent_id", agent_id)
+        checked, dim = fusion.unit_vectors(vectors, embedding_version)
+        if not checked:
+            return 0
+        for known in self._run(self._ro, aql.recall_vector_versions(agent_id), "put_message_vectors"):
+            if known["version"] == embedding_version and int(known["dimension"]) != dim:
+                raise StoreValidationError(
+                    f"vectors of {embedding_version!r} have dimension {known['dimension']}, not {dim}",
+                    field="vector",
+                )
+        items = [(documents.message_key(agent_id, mid), vec.tolist()) for mid, vec in checked]
+        return len(
+            self._run(self._rw, aql.put_message_vectors(agent_id, items, embedding_version), "put_message_vectors")
+        )
+
+    def search_recall_hybrid(
+        self,
+        agent_id: str,
+        query: str,
+        vector: Sequence[float] | None,
+        *,
+        limit: int = 10,
+        cursor: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        mode: str = "hybrid",
+        embedding_version: str | None = None,
+    ) -> Page[RecallHit]:
+        try:
+            fusion.check_mode(mode)
+        except ValueError as exc:
+            raise StoreValidationError(str(exc), field="mode") from exc
+        if mode == "text":
+            return self.search_recall(agent_id, query, limit, cursor, since=since, until=until)
+        since, until = validation.recall_search(agent_id, query, limit, since, until)
+        if vector is None:
+            raise StoreValidationError(f"mode {mode} needs a query vector", field="vector")
+        q = fusion.unit_vector(vector)
+        key = fingerprint("recall-" + mode, agent_id, query, vector_digest(q), embedding_version, since, until)
+        if cursor is not None:
+            part = self._snapshots.next("recall-" + mode, agent_id, key, cursor, limit)
+        else:
+            # Ranked once, as deep as paging can go, so every page comes from one snapshot.
+            version = embedding_version or self._main_vector_version(agent_id, q.size)
+            depth = self._max_results
+            vec = self._rank_vectors(agent_id, q, version, depth, since, until)
+            if mode == "vector":
+                ranked: Ranked = vec
+            else:
+                text = self._rank_recall(agent_id, query, depth, since, until)
+                ranked = fusion.rrf([[k for k, _ in text], [k for k, _ in vec]])[:depth]
+            part = self._snapshots.first("recall-" + mode, agent_id, key, ranked, limit)
+        ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
+        found = {d["_key"]: d for d in self._run(self._ro, aql.documents(ids, agent_id), "search_recall")}
+        hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in part.items if k in found]
+        return Page(hits, part.next_cursor)
+
+    def _main_vector_version(self, agent_id: str, dimension: int) -> str | None:
+        versions = self._run(self._ro, aql.recall_vector_versions(agent_id), "search_recall")
+        if versions and int(versions[0]["dimension"]) != dimension:
+            raise StoreValidationError(
+                f"query vector has dimension {dimension}, message vectors have {versions[0]['dimension']}",
+                field="vector",
+            )
+        return str(versions[0]["version"]) if versions else None
+
+    def _rank_vectors(
+        self, agent_id: str, q: Any, version: str | None, n: int, since: float | None, until: float | None
+    ) -> Ranked:
+        """Exact cosine (the fallback form; per-agent recall corpora are small). An index on
+        ``messages.recall_emb`` would use :func:`aql.recall_vector_ann` instead."""
+        if version is None:
+            return []
+        query = aql.recall_vector_exact(agent_id, q.tolist(), version=version, fetch=n, since=since, until=until)
+        return [(str(r["key"]), float(r["score"])) for r in self._run(self._ro, query, "search_recall")]
 
     # --- archival -------------------------------------------------------------------------------
     def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:

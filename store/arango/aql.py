@@ -538,3 +538,106 @@ def vector_spaces() -> AqlQuery:
 def _known_collection(collection: str) -> None:
     if collection not in names.ALL_COLLECTIONS:
         raise StoreValidationError("unknown collection", collection=collection)
+
+
+# --- vector recall over messages ------------------------------------------------------------
+# A message's recall embedding lives on its document: ``recall_emb`` (unit vector) and
+# ``recall_emb_version``. One version per message (the first write stays).
+RECALL_VECTOR = "recall_emb"
+RECALL_VERSION = "recall_emb_version"
+
+
+def put_message_vectors(agent_id: str, items: Sequence[tuple[str, Sequence[float]]], version: str) -> AqlQuery:
+    """Attach vectors to existing messages of the agent that have none (idempotent); ``items``
+    are (document key, unit vector). Returns one row per newly attached vector."""
+    text = f"""FOR v IN @items
+  LET d = DOCUMENT({names.MESSAGES}, v.key)
+  FILTER d != null AND d.agent_id == @agent_id AND d.{RECALL_VECTOR} == null
+  UPDATE d WITH {{ {RECALL_VECTOR}: v.vector, {RECALL_VERSION}: @version }} IN {names.MESSAGES}
+  RETURN 1"""
+    bind = {
+        "items": [{"key": k, "vector": [float(x) for x in vec]} for k, vec in items],
+        "agent_id": agent_id,
+        "version": version,
+    }
+    return AqlQuery(text, bind)
+
+
+def recall_vector_versions(agent_id: str) -> AqlQuery:
+    """The agent's message-vector versions, most used first, with their dimension."""
+    text = f"""FOR d IN {names.MESSAGES}
+  FILTER d.agent_id == @agent_id AND d.{RECALL_VERSION} != null
+  COLLECT version = d.{RECALL_VERSION}, dimension = LENGTH(d.{RECALL_VECTOR}) WITH COUNT INTO n
+  SORT n DESC, version ASC
+  RETURN {{ version, dimension, n }}"""
+    return AqlQuery(text, {"agent_id": agent_id})
+
+
+def recall_vector_exact(
+    agent_id: str,
+    vector: Sequence[float],
+    *,
+    version: str,
+    fetch: int,
+    since: float | None = None,
+    until: float | None = None,
+) -> AqlQuery:
+    """Exact cosine over the agent's message vectors of ``version``, best first, ties by age
+    then ``_key`` (as BM25 recall). Rows ``{key, score}``."""
+    if fetch < 1:
+        raise StoreValidationError("fetch must be positive")
+    _, scan_time, bind_time = _time_window("d", since, until)
+    text = f"""FOR d IN {names.MESSAGES}
+  FILTER d.agent_id == @agent_id AND d.{RECALL_VERSION} == @version{scan_time}
+  LET score = COSINE_SIMILARITY(d.{RECALL_VECTOR}, @vector)
+  SORT score DESC, d.created_at ASC, d._key ASC
+  LIMIT @fetch
+  RETURN {{ key: d._key, score: score }}"""
+    bind = {"agent_id": agent_id, "version": version, "vector": [float(x) for x in vector], "fetch": fetch, **bind_time}
+    return AqlQuery(text, bind)
+
+
+def recall_vector_ann(
+    agent_id: str,
+    vector: Sequence[float],
+    *,
+    version: str,
+    fetch: int,
+    wanted: int,
+    n_probe: int,
+    since: float | None = None,
+    until: float | None = None,
+) -> AqlQuery:
+    """Approximate top-k through a vector index on ``messages.recall_emb``: the inner subquery
+    is exactly ``FOR / LET APPROX_NEAR_COSINE / SORT / LIMIT / RETURN`` (no FILTER between FOR
+    and LIMIT), the agent, version and time filters are applied in the outer loop and survivors
+    re-scored exactly. Returns ``{candidates, hits}`` like :func:`archival_ann`."""
+    if fetch < 1 or wanted < 1:
+        raise StoreValidationError("fetch and wanted must be positive")
+    _, scan_time, bind_time = _time_window("c", since, until)
+    text = f"""LET cand = (
+  FOR d IN {names.MESSAGES}
+    LET score = APPROX_NEAR_COSINE(d.{RECALL_VECTOR}, @vector, {{ nProbe: @n_probe }})
+    SORT score DESC
+    LIMIT @fetch
+    RETURN d
+)
+LET hits = (
+  FOR c IN cand
+  FILTER c.agent_id == @agent_id AND c.{RECALL_VERSION} == @version{scan_time}
+  LET score = COSINE_SIMILARITY(c.{RECALL_VECTOR}, @vector)
+  SORT score DESC, c.created_at ASC, c._key ASC
+  LIMIT @wanted
+  RETURN {{ key: c._key, score: score }}
+)
+RETURN {{ candidates: LENGTH(cand), hits: hits }}"""
+    bind = {
+        "agent_id": agent_id,
+        "version": version,
+        "vector": [float(x) for x in vector],
+        "fetch": fetch,
+        "wanted": wanted,
+        "n_probe": n_probe,
+        **bind_time,
+    }
+    return AqlQuery(text, bind)

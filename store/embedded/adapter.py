@@ -43,13 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from store import paging, semantics, validation
+from store import fusion, paging, semantics, validation
 from store.cursor import fingerprint, vector_digest
 from store.embedded import rows
 from store.embedded.archival import ArchivalRanker
 from store.embedded.db import Database, chunked, meta_add, meta_get, meta_int, meta_set
 from store.embedded.indexer import TextIndexer
-from store.embedded.recall import RecallRanker
+from store.embedded.recall import RecallRanker, time_filter
 from store.embedded.schema import (
     META_CURSOR_SECRET,
     META_REV_SEQ,
@@ -167,6 +167,7 @@ class EmbeddedStore(MemoryStore):
             Path(f"{self.path}.faiss"), self._db, n_lists=n_lists, train_threshold=train_threshold
         )
         self._archival = ArchivalRanker(self._db, self._vectors, clock)
+        self._max_results = cursor_max_results
         self._snapshots = Snapshots(
             self._db, self._secret, ttl_s=cursor_ttl_s, max_results=cursor_max_results, clock=clock
         )
@@ -482,6 +483,124 @@ class EmbeddedStore(MemoryStore):
         hits = [RecallHit(messages[i], s) for i, s in part.items if i in messages]
         return Page(hits, part.next_cursor)
 
+    def put_message_vectors(
+        self, agent_id: str, vectors: Sequence[tuple[str, Sequence[float]]], embedding_version: str
+    ) -> int:
+        validation.identifier("agent_id", agent_id)
+        known = (
+            self._db.query(
+                "read message vector dimension",
+                "SELECT dimension FROM message_vectors WHERE agent_id = ? AND embedding_version = ? LIMIT 1",
+                (agent_id, embedding_version),
+            )
+            if isinstance(embedding_version, str)
+            else []
+        )
+        checked, dim = fusion.unit_vectors(vectors, embedding_version, dimension=known[0][0] if known else None)
+        if not checked:
+            return 0
+        with self._db.write("put message vectors") as conn:
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT OR IGNORE INTO message_vectors (agent_id, message_id, embedding_version, dimension, "
+                "embedding) SELECT ?, ?, ?, ?, ? WHERE EXISTS "
+                "(SELECT 1 FROM messages WHERE agent_id = ? AND message_id = ?)",
+                [
+                    (agent_id, mid, embedding_version, dim, vec.astype("<f4").tobytes(), agent_id, mid)
+                    for mid, vec in checked
+                ],
+            )
+            return conn.total_changes - before
+
+    def search_recall_hybrid(
+        self,
+        agent_id: str,
+        query: str,
+        vector: Sequence[float] | None,
+        *,
+        limit: int = 10,
+        cursor: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        mode: str = "hybrid",
+        embedding_version: str | None = None,
+    ) -> Page[RecallHit]:
+        try:
+            fusion.check_mode(mode)
+        except ValueError as exc:
+            raise StoreValidationError(str(exc), field="mode") from exc
+        if mode == "text":
+            return self.search_recall(agent_id, query, limit, cursor, since=since, until=until)
+        since, until = validation.recall_search(agent_id, query, limit, since, until)
+        if vector is None:
+            raise StoreValidationError(f"mode {mode} needs a query vector", field="vector")
+        q = fusion.unit_vector(vector)
+        version = embedding_version or self._main_vector_version(agent_id)
+        key = fingerprint("recall-" + mode, agent_id, query, vector_digest(q), version, since, until)
+        terms = query_terms(query)
+        depth = self._max_results
+
+        def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
+            if mode == "vector":
+                top = self._newest_message() if bound is None else bound
+                ranked = self._vector_rank(agent_id, version, q, since, until, top, n + len(exclude))
+                return [h for h in ranked if h[0] not in exclude][:n], top
+            text, newest = self._recall.rank(agent_id, terms, depth, since=since, until=until, bound=bound)
+            top = newest if bound is None else min(newest, bound)
+            vec = self._vector_rank(agent_id, version, q, since, until, top, depth)
+            fused = fusion.rrf([[i for i, _ in text], [i for i, _ in vec]])
+            return [h for h in fused if h[0] not in exclude][:n], top
+
+        part = self._snapshots.page("recall-" + mode, agent_id, key, limit, cursor, rank)
+        messages = self._hydrate_messages(agent_id, [i for i, _ in part.items])
+        hits = [RecallHit(messages[i], s) for i, s in part.items if i in messages]
+        return Page(hits, part.next_cursor)
+
+    def _newest_message(self) -> int:
+        return int(self._db.query("newest message", "SELECT COALESCE(MAX(id), 0) FROM messages")[0][0])
+
+    def _main_vector_version(self, agent_id: str) -> str | None:
+        found = self._db.query(
+            "pick message vector version",
+            "SELECT embedding_version FROM message_vectors WHERE agent_id = ? GROUP BY embedding_version "
+            "ORDER BY COUNT(*) DESC, embedding_version LIMIT 1",
+            (agent_id,),
+        )
+        return str(found[0][0]) if found else None
+
+    def _vector_rank(
+        self,
+        agent_id: str,
+        version: str | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        since: float | None,
+        until: float | None,
+        top: int,
+        n: int,
+    ) -> list[tuple[int, float]]:
+        """Exact cosine over the agent's message vectors of ``version`` (messages up to row ``top``
+        in the time window); a per-agent recall corpus is small enough that exact search is the
+        right index (the archival spaces are where IVF pays)."""
+        if version is None or n <= 0:
+            return []
+        time_sql, time_params = time_filter(since, until, column="m.created_at")
+        found = self._db.query(
+            "read message vectors",
+            "SELECT m.id, v.dimension, v.embedding FROM message_vectors v JOIN messages m "
+            "ON m.agent_id = v.agent_id AND m.message_id = v.message_id "
+            f"WHERE v.agent_id = ? AND v.embedding_version = ? AND m.id <= ?{time_sql} ORDER BY m.id",
+            [agent_id, version, top, *time_params],
+        )
+        if not found:
+            return []
+        if int(found[0][1]) != query.size:
+            raise StoreValidationError(
+                f"query vector has dimension {query.size}, message vectors of {version!r} have {found[0][1]}",
+                field="vector",
+            )
+        matrix = np.frombuffer(b"".join(r[2] for r in found), dtype="<f4").reshape(len(found), -1)
+        return fusion.cosine_top(query, [int(r[0]) for r in found], matrix.astype(np.float32), n)
+
     def _hydrate_messages(self, agent_id: str, ids: Sequence[int]) -> dict[int, StoredMessage]:
         out: dict[int, StoredMessage] = {}
         for part in chunked(list(ids)):
@@ -754,6 +873,10 @@ class EmbeddedStore(MemoryStore):
                 ids = [(r["id"],) for r in doomed]
                 _delete_node_edges(conn, [message_node(r["agent_id"], r["message_id"]) for r in doomed])
                 conn.executemany("DELETE FROM messages WHERE id = ?", ids)
+                conn.executemany(
+                    "DELETE FROM message_vectors WHERE agent_id = ? AND message_id = ?",
+                    [(r["agent_id"], r["message_id"]) for r in doomed],
+                )
                 conn.executemany("INSERT OR IGNORE INTO text_index_deletes (id) VALUES (?)", ids)
                 meta_add(conn, META_TEXT_DOCS, -len(doomed))
                 meta_add(conn, META_TEXT_TERMS, -sum(r["n_terms"] for r in doomed))

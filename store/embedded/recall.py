@@ -39,7 +39,7 @@ class RecallRanker:
         """Up to ``n`` (messages.id, score), best first, ties broken by age, among ids up to
         ``bound`` and not in ``exclude``; with the newest message id of the snapshot read, which
         later pages use as their ``bound`` so they rank the same corpus."""
-        time_sql, time_params = _time_filter(since, until)
+        time_sql, time_params = time_filter(since, until)
         with self._db.read("search recall") as conn:
             newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
             top = newest if bound is None else min(newest, bound)
@@ -113,13 +113,13 @@ class RecallRanker:
         return [hit for hit in ranked if hit[0] in alive]
 
 
-def _time_filter(since: float | None, until: float | None) -> tuple[str, list[float]]:
+def time_filter(since: float | None, until: float | None, *, column: str = "created_at") -> tuple[str, list[float]]:
     """``since`` inclusive, ``until`` exclusive, as in the tantivy range query."""
     sql, params = "", []
     if since is not None:
-        sql += " AND created_at >= ?"
+        sql += f" AND {column} >= ?"
         params.append(since)
     if until is not None:
-        sql += " AND created_at < ?"
+        sql += f" AND {column} < ?"
         params.append(until)
     return sql, params

@@ -121,6 +121,17 @@ CREATE TABLE IF NOT EXISTS vector_spaces (
     PRIMARY KEY (metric, embedding_version)
 ) WITHOUT ROWID;
 
+-- Message embeddings for vector recall, one per (message, embedding_version); written by the
+-- cold path after the message is spooled; rows of a message deleted since are ignored by search.
+CREATE TABLE IF NOT EXISTS message_vectors (
+    agent_id          TEXT NOT NULL,
+    message_id        TEXT NOT NULL,
+    embedding_version TEXT NOT NULL,
+    dimension         INTEGER NOT NULL,
+    embedding         BLOB NOT NULL,    -- float32, unit length
+    PRIMARY KEY (agent_id, embedding_version, message_id)
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS events (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     event_id        TEXT NOT NULL UNIQUE,

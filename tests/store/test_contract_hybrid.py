@@ -1,0 +1,136 @@
+"""Contract for vector and hybrid recall (``put_message_vectors``, ``search_recall_hybrid``),
+run against every adapter through the port (the ArangoDB leg needs VCM_TEST_ARANGO_URL)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from store.errors import StoreValidationError
+from store.fusion import rrf
+from store.port import MemoryStore
+from tests.store.factories import msg
+
+A, B = "agent-a", "agent-b"
+V = "test-v1"
+
+
+def axis(i: int, dim: int = 4, tilt: float = 0.0) -> list[float]:
+    v = np.zeros(dim)
+    v[i % dim] = 1.0
+    v[(i + 1) % dim] = tilt
+    return [float(x) for x in v]
+
+
+def ids(page: object) -> list[str]:
+    return [h.message.message_id for h in page.items]  # type: ignore[attr-defined]
+
+
+def test_put_message_vectors_is_idempotent_and_skips_unknown_messages(store: MemoryStore) -> None:
+    store.spool_messages([msg(A, 0, "alpha"), msg(A, 1, "beta")])
+    assert store.put_message_vectors(A, [("m0000", axis(0)), ("m0001", axis(1)), ("m0099", axis(2))], V) == 2
+    assert store.put_message_vectors(A, [("m0000", axis(3)), ("m0001", axis(1))], V) == 0
+    assert store.put_message_vectors(A, [], V) == 0
+    # The first write stays: m0000 still answers to axis 0.
+    hits = store.search_recall_hybrid(A, "anything", axis(0), mode="vector", limit=1).items
+    assert [h.message.message_id for h in hits] == ["m0000"]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_put_message_vectors_rejects_bad_vectors(store: MemoryStore) -> None:
+    store.spool_messages([msg(A, 0, "alpha"), msg(A, 1, "beta")])
+    store.put_message_vectors(A, [("m0000", axis(0))], V)
+    for bad in ([0.0, 0.0, 0.0, 0.0], [1.0, float("nan"), 0.0, 0.0], [], "abcd", [1.0, 0.0]):
+        with pytest.raises(StoreValidationError):
+            store.put_message_vectors(A, [("m0001", bad)], V)  # type: ignore[list-item]
+    with pytest.raises(StoreValidationError):
+        store.put_message_vectors(A, [("m0001", axis(0))], "")
+
+
+def test_vector_mode_ranks_by_cosine_within_the_agent(store: MemoryStore) -> None:
+    store.spool_messages([msg(A, i, f"note {i}") for i in range(4)] + [msg(B, 9, "note 9")])
+    store.put_message_vectors(A, [(f"m{i:04d}", axis(0, tilt=i * 0.5)) for i in range(4)], V)
+    store.put_message_vectors(B, [("m0009", axis(0))], V)
+
+    page = store.search_recall_hybrid(A, "unrelated words", axis(0), mode="vector", limit=10)
+
+    assert ids(page) == ["m0000", "m0001", "m0002", "m0003"]
+    scores = [h.score for h in page.items]
+    assert scores == sorted(scores, reverse=True) and scores[0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_hybrid_fuses_text_and_vector_ranks(store: MemoryStore) -> None:
+    store.spool_messages(
+        [
+            msg(A, 0, "the quarterly budget review"),  # text only
+            msg(A, 1, "a walk on the beach"),  # vector only
+            msg(A, 2, "budget for the beach house"),  # both
+            msg(A, 3, "nothing relevant here"),
+        ]
+    )
+    store.put_message_vectors(
+        A, [("m0000", axis(2)), ("m0001", axis(0)), ("m0002", axis(0, tilt=0.6)), ("m0003", [0.5, 0.0, 0.0, 0.9])], V
+    )
+
+    text = ids(store.search_recall_hybrid(A, "budget", axis(0), mode="text"))
+    vector = ids(store.search_recall_hybrid(A, "budget", axis(0), mode="vector"))
+    hybrid = store.search_recall_hybrid(A, "budget", axis(0), mode="hybrid")
+
+    assert set(text) == {"m0000", "m0002"}
+    assert vector == ["m0001", "m0002", "m0003", "m0000"]
+    assert ids(hybrid)[0] == "m0002"  # found by both
+    assert set(ids(hybrid)) == {"m0000", "m0001", "m0002", "m0003"}
+    expected = dict(rrf([text, vector]))
+    assert [h.score for h in hybrid.items] == pytest.approx([expected[i] for i in ids(hybrid)])
+    assert ids(store.search_recall_hybrid(A, "budget", None, mode="text")) == ids(store.search_recall(A, "budget"))
+
+
+def test_messages_without_vectors_are_found_by_text_only(store: MemoryStore) -> None:
+    store.spool_messages([msg(A, 0, "zebra crossing"), msg(A, 1, "other")])
+    store.put_message_vectors(A, [("m0001", axis(1))], V)
+    assert sorted(ids(store.search_recall_hybrid(A, "zebra", axis(1)))) == ["m0000", "m0001"]
+    assert ids(store.search_recall_hybrid(A, "zebra", axis(1), mode="vector")) == ["m0001"]
+    assert ids(store.search_recall_hybrid("agent-none", "zebra", axis(1), mode="vector")) == []
+
+
+def test_hybrid_time_window(store: MemoryStore) -> None:
+    store.spool_messages([msg(A, i, "apple pie", created_at=1000.0 + i) for i in range(10)])
+    store.put_message_vectors(A, [(f"m{i:04d}", axis(i)) for i in range(10)], V)
+    for mode in ("vector", "hybrid"):
+        page = store.search_recall_hybrid(A, "apple", axis(0), mode=mode, limit=20, since=1003.0, until=1007.0)
+        assert sorted(ids(page)) == [f"m{i:04d}" for i in range(3, 7)], mode
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_hybrid_cursor_is_stable_while_new_messages_arrive(store: MemoryStore, mode: str) -> None:
+    store.spool_messages([msg(A, i, f"the meeting about project {i}") for i in range(25)])
+    store.put_message_vectors(A, [(f"m{i:04d}", axis(0, tilt=(i + 1) / 10)) for i in range(25)], V)
+    first = store.search_recall_hybrid(A, "meeting project", axis(0), mode=mode, limit=10)
+    seen = ids(first)
+    cursor = first.next_cursor
+    n = 100
+    while cursor is not None:
+        store.spool_messages([msg(A, n, "meeting meeting project project")])
+        store.put_message_vectors(A, [(f"m{n:04d}", axis(0))], V)  # better on both legs
+        n += 1
+        page = store.search_recall_hybrid(A, "meeting project", axis(0), mode=mode, limit=10, cursor=cursor)
+        seen += ids(page)
+        cursor = page.next_cursor
+    assert len(seen) == len(set(seen)) == 25
+    assert set(seen) == {f"m{i:04d}" for i in range(25)}
+    assert ids(store.search_recall_hybrid(A, "meeting project", axis(0), mode=mode, limit=1))[0] >= "m0100"
+    with pytest.raises(StoreValidationError):  # a cursor belongs to its search
+        store.search_recall_hybrid(A, "meeting project", axis(1), mode=mode, limit=10, cursor=first.next_cursor)
+
+
+def test_hybrid_argument_errors(store: MemoryStore) -> None:
+    store.spool_messages([msg(A, 0, "alpha")])
+    store.put_message_vectors(A, [("m0000", axis(0))], V)
+    with pytest.raises(StoreValidationError):
+        store.search_recall_hybrid(A, "alpha", axis(0), mode="fuzzy")
+    with pytest.raises(StoreValidationError):
+        store.search_recall_hybrid(A, "alpha", None, mode="hybrid")
+    with pytest.raises(StoreValidationError):
+        store.search_recall_hybrid(A, "alpha", [1.0, 0.0], mode="vector")  # wrong dimension
+    with pytest.raises(StoreValidationError):
+        store.search_recall_hybrid(A, "  ", axis(0), mode="hybrid")

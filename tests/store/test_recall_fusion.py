@@ -1,0 +1,110 @@
+"""Pure pieces of hybrid recall: reciprocal-rank fusion, vector checks, exact cosine top-k, and
+the generated AQL of the ArangoDB vector-recall queries."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from store.arango import aql
+from store.errors import StoreValidationError
+from store.fusion import check_mode, cosine_top, rrf, unit_vector, unit_vectors
+
+
+def test_rrf_sums_reciprocal_ranks() -> None:
+    fused = dict(rrf([["a", "b", "c"], ["c", "a"]], k=60))
+    assert fused["a"] == pytest.approx(1 / 61 + 1 / 62)
+    assert fused["b"] == pytest.approx(1 / 62)
+    assert fused["c"] == pytest.approx(1 / 63 + 1 / 61)
+    assert [i for i, _ in rrf([["a", "b", "c"], ["c", "a"]])] == ["a", "c", "b"]
+
+
+def test_rrf_ties_keep_first_appearance_and_duplicates_count_once() -> None:
+    assert [i for i, _ in rrf([["x", "y"], ["y", "x"]])] == ["x", "y"]
+    assert dict(rrf([["a", "a", "b"]]))["a"] == pytest.approx(1 / 61)
+    assert rrf([[], []]) == []
+
+
+def test_rrf_weights_and_bad_arguments() -> None:
+    assert [i for i, _ in rrf([["a"], ["b"]], weights=[1.0, 2.0])] == ["b", "a"]
+    with pytest.raises(ValueError):
+        rrf([["a"]], weights=[1.0, 2.0])
+    with pytest.raises(ValueError):
+        rrf([["a"]], k=-1)
+    with pytest.raises(ValueError):
+        check_mode("bm25")
+    assert check_mode("hybrid") == "hybrid"
+
+
+def test_unit_vectors_normalise_and_keep_the_first_of_an_id() -> None:
+    pairs, dim = unit_vectors([("m1", [3.0, 4.0]), ("m2", [0.0, 2.0]), ("m1", [1.0, 0.0])], "v1")
+    assert dim == 2 and [m for m, _ in pairs] == ["m1", "m2"]
+    assert pairs[0][1].tolist() == pytest.approx([0.6, 0.8])
+    assert unit_vectors([], "v1") == ([], 0)
+    for bad in ([("m1", [1.0, 0.0]), ("m2", [1.0])], [("m1",)], "m1", [("", [1.0])]):
+        with pytest.raises(StoreValidationError):
+            unit_vectors(bad, "v1")
+    with pytest.raises(StoreValidationError):
+        unit_vectors([("m1", [1.0, 0.0])], "v1", dimension=3)
+    with pytest.raises(StoreValidationError):
+        unit_vectors([("m1", [1.0])], None)
+    with pytest.raises(StoreValidationError):
+        unit_vector([0.0, 0.0])
+    with pytest.raises(StoreValidationError):
+        unit_vector([float("inf")])
+
+
+def test_cosine_top_is_exact_with_stable_ties() -> None:
+    matrix = np.array([[1, 0], [0, 1], [1, 0], [0.6, 0.8]], dtype=np.float32)
+    q = np.array([1, 0], dtype=np.float32)
+    top = cosine_top(q, ["a", "b", "c", "d"], matrix, 3)
+    assert [i for i, _ in top] == ["a", "c", "d"]
+    assert [s for _, s in top] == pytest.approx([1.0, 1.0, 0.6])
+    assert cosine_top(q, [], matrix[:0], 3) == []
+    assert cosine_top(q, ["a"], matrix[:1], 0) == []
+
+
+def _between_for_and_limit(text: str) -> str:
+    inner = re.search(r"LET cand = \(\n(.*?)\n\)", text, re.S)
+    assert inner is not None
+    return inner.group(1)
+
+
+def test_recall_vector_ann_keeps_no_filter_inside_the_approx_near_subquery() -> None:
+    q = aql.recall_vector_ann(A := "agent-a", [0.6, 0.8], version="v1", fetch=200, wanted=20, n_probe=8, since=1.0)
+    inner = _between_for_and_limit(q.text)
+    lines = [line.strip() for line in inner.splitlines()]
+    assert lines[0].startswith("FOR d IN messages") and lines[1].startswith("LET score = APPROX_NEAR_COSINE(")
+    assert lines[2:] == ["SORT score DESC", "LIMIT @fetch", "RETURN d"]
+    assert "FILTER" not in inner
+    outer = q.text.split("LET hits = (", 1)[1]
+    assert "FILTER c.agent_id == @agent_id AND c.recall_emb_version == @version" in outer
+    assert "FILTER c.created_at >= @since" in outer and "@until" not in q.text
+    assert "COSINE_SIMILARITY(c.recall_emb, @vector)" in outer
+    assert q.bind_vars == {
+        "agent_id": A,
+        "version": "v1",
+        "vector": [0.6, 0.8],
+        "fetch": 200,
+        "wanted": 20,
+        "n_probe": 8,
+        "since": 1.0,
+    }
+
+
+def test_recall_vector_exact_and_put_and_versions() -> None:
+    q = aql.recall_vector_exact("agent-a", [1, 0], version="v1", fetch=50, until=9.0)
+    assert "COSINE_SIMILARITY(d.recall_emb, @vector)" in q.text
+    assert "SORT score DESC, d.created_at ASC, d._key ASC" in q.text and "FILTER d.created_at < @until" in q.text
+    assert q.bind_vars["vector"] == [1.0, 0.0] and q.bind_vars["fetch"] == 50
+    with pytest.raises(StoreValidationError):
+        aql.recall_vector_exact("agent-a", [1.0], version="v1", fetch=0)
+    with pytest.raises(StoreValidationError):
+        aql.recall_vector_ann("agent-a", [1.0], version="v1", fetch=10, wanted=0, n_probe=1)
+    put = aql.put_message_vectors("agent-a", [("k1", [1, 0])], "v1")
+    assert "d.recall_emb == null" in put.text and "UPDATE d WITH" in put.text
+    assert put.bind_vars["items"] == [{"key": "k1", "vector": [1.0, 0.0]}]
+    versions = aql.recall_vector_versions("agent-a")
+    assert "COLLECT version = d.recall_emb_version" in versions.text and "SORT n DESC" in versions.text
