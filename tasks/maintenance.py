@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hotpath.errors import NotFound
 from store.types import MemoryEvent
 from tasks.deps import Deps
 from tasks.spool import spool_messages
@@ -85,7 +86,10 @@ def reconcile_spool(deps: Deps, *, older_than: float) -> int:
     were written. Messages in pending batches are left to their eviction commit."""
     written = 0
     for agent in deps.hot.agents():
-        fifo = [m for m in deps.hot.snapshot(agent).fifo if m.created_at <= older_than]
+        try:
+            fifo = [m for m in deps.hot.snapshot(agent).fifo if m.created_at <= older_than]
+        except NotFound:  # removed since the listing
+            continue
         if not fifo:
             continue
         stored = {m.message_id for m in deps.store.get_messages(agent, [m.id for m in fifo])}

@@ -1,0 +1,89 @@
+"""Per-process dependencies built from settings, as a worker process builds them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from hotpath.connection import connect
+from hotpath.settings import Settings
+from store.errors import StoreUnavailableError
+from store.types import EvictionCommit, StoredMessage
+from tasks import runtime
+from tasks.faults import ENV as FAULTS_ENV
+from tasks.llm_summarizer import LlmSummarizer
+from tasks.summarize import extractive
+from tests.tasks.coldpath import MODEL, small_settings
+from workers import app as worker_app
+from workers.deliveries import RedisDeliveryLog
+from workers.dispatch import CeleryDispatcher
+
+
+def embedded(tmp_path: Path, **overrides: object) -> Settings:
+    return small_settings(redis_url="", broker_url="memory://", store_url=f"sqlite:///{tmp_path}/vcm.db", **overrides)
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> Iterator[runtime.Deps]:
+    deps = runtime.build(embedded(tmp_path))
+    yield deps
+    deps.store.close()
+
+
+def test_embedded_settings_build_working_dependencies(built: runtime.Deps, tmp_path: Path) -> None:
+    assert isinstance(built.dispatcher, CeleryDispatcher)  # registered by importing workers.app
+    assert built.summarizer is extractive
+    assert isinstance(built.embed, runtime.LazyEmbed)
+    built.hot.create_agent("rt-agent", model=MODEL)
+    assert "rt-agent" in connect("").smembers("vcm:agents")  # the process's shared fakeredis
+    assert (tmp_path / "vcm.db").exists() and built.store.health().ok
+
+
+def test_faults_from_the_environment_reach_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(FAULTS_ENV, json.dumps([{"point": "commit_eviction.before_commit", "agent_prefix": "x"}]))
+    deps = runtime.build(embedded(tmp_path))
+    try:
+        message = StoredMessage("x1", "m1", 1, "user", "hi", 2, 1.0)
+        with deps.faults.scope("x1"), pytest.raises(StoreUnavailableError):
+            deps.store.commit_eviction(EvictionCommit("x1", 1, [message], "sum", 3, None))
+        assert deps.store.committed_batches("x1") == []
+    finally:
+        deps.store.close()
+
+
+def test_deps_are_built_once_per_process_and_can_be_replaced(built: runtime.Deps) -> None:
+    runtime.install(built)
+    try:
+        assert runtime.deps() is built
+    finally:
+        runtime.reset()
+
+
+def test_delivery_log_follows_the_broker(tmp_path: Path) -> None:
+    memory = worker_app._deliveries(embedded(tmp_path))
+    assert isinstance(memory, runtime.LocalDeliveryLog)
+    assert [memory.record("t", 0), memory.record("t", 0), memory.record("t", 1)] == [1, 2, 1]
+    on_redis = worker_app._deliveries(small_settings(broker_url="redis://127.0.0.1:6379/9"))
+    assert isinstance(on_redis, RedisDeliveryLog)
+
+
+@pytest.mark.redis
+def test_redis_delivery_log_counts_each_attempt_separately() -> None:
+    log = RedisDeliveryLog("redis://127.0.0.1:6379/9", ttl_s=60, prefix=f"t-{uuid.uuid4().hex}:")
+    try:
+        counts = [log.record("task", 0), log.record("task", 0), log.record("task", 1)]
+    except redis.exceptions.ConnectionError as exc:
+        pytest.skip(f"real Redis is not answering ({exc})")
+    assert counts == [1, 2, 1]
+
+
+def test_llm_summarizer_is_chosen_by_settings(tmp_path: Path) -> None:
+    settings = embedded(
+        tmp_path, summarizer={"kind": "llm", "llm_url": "http://127.0.0.1:9/v1", "llm_model": "m"}
+    )
+    assert isinstance(runtime.build_summarizer(settings), LlmSummarizer)
