@@ -1,5 +1,6 @@
-"""Celery settings, derived from vcm settings. Every setting that differs from Celery's default
-says why on its line; see ``/work/shared/reference/celery.md`` for the sources.
+"""Celery settings, derived from vcm settings. Every setting says why in the comment above it
+(settings listed together share one); ``tests/workers/test_config.py`` checks that none is left
+without. Sources: ``/work/shared/reference/celery.md``.
 """
 
 from __future__ import annotations
