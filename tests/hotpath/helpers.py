@@ -14,9 +14,7 @@ from hotpath.state import HotState
 def dump(client: redis.Redis, agent_id: str) -> dict[str, Any]:
     """Every key of the agent except idempotency records, by type, for before/after comparisons."""
     out: dict[str, Any] = {}
-    for k in sorted(
-        client.scan_iter(match=keys.prefix(agent_id).replace("{", "[{]").replace("}", "[}]") + "*")
-    ):
+    for k in sorted(client.scan_iter(match=keys.prefix(agent_id).replace("{", "[{]").replace("}", "[}]") + "*")):
         if ":idem:" in k:
             continue
         kind = client.type(k)
@@ -64,8 +62,7 @@ def recount(hot: HotState, agent_id: str) -> dict[str, int]:
     snap = hot.snapshot(agent_id)
     return {
         "working": sum(b.tokens for b in snap.blocks),
-        "pinned": sum(b.tokens for b in snap.blocks if b.pinned)
-        + sum(m.tokens for m in snap.fifo if m.pinned),
+        "pinned": sum(b.tokens for b in snap.blocks if b.pinned) + sum(m.tokens for m in snap.fifo if m.pinned),
         "summary": snap.summary_tokens,
         "ph": sum(t for _, _, t in snap.placeholders),
         "fifo": sum(m.tokens for m in snap.fifo),

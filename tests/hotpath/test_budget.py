@@ -59,9 +59,7 @@ def test_warning_once_per_upward_crossing_then_rearm() -> None:
     d2 = decide_growth(parts(700), [], BUDGET, added=10, warned=True, pressure_tokens=40, placeholder_base=PH)
     assert d2.action == "ok" and d2.warned_after
     # Falling below warning re-arms.
-    d3 = decide_growth(
-        parts(700), [], BUDGET, added=-300, warned=True, pressure_tokens=40, placeholder_base=PH
-    )
+    d3 = decide_growth(parts(700), [], BUDGET, added=-300, warned=True, pressure_tokens=40, placeholder_base=PH)
     assert d3.action == "ok" and not d3.warned_after
 
 

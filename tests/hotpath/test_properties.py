@@ -173,9 +173,7 @@ class HotPathMachine(RuleBasedStateMachine):
             current = None
         from hotpath import render
 
-        tokens = self.hot.counter(self.hot.agent(AGENT).model).message(
-            render.block(block, "working", content, pinned)
-        )
+        tokens = self.hot.counter(self.hot.agent(AGENT).model).message(render.block(block, "working", content, pinned))
         if stale and current is not None:
             before = dump(self.client, AGENT)
             with pytest.raises(VcmError) as err:
@@ -186,9 +184,7 @@ class HotPathMachine(RuleBasedStateMachine):
         old_tokens = current.tokens if current else 0
         old_pinned = current.tokens if current and current.pinned else 0
         delta = tokens - old_tokens
-        expected = self.expect(
-            delta, unevictable=max(delta, 0), pinned=(tokens if pinned else 0) - old_pinned
-        )
+        expected = self.expect(delta, unevictable=max(delta, 0), pinned=(tokens if pinned else 0) - old_pinned)
         self.check(
             expected,
             lambda: self.hot.put_block(

@@ -75,9 +75,7 @@ def test_flush_begins_a_batch_with_placeholder(hot: HotState, agent: str) -> Non
     parts = recount(hot, agent)
     assert flush.total == parts["working"] + parts["summary"] + parts["ph"] + parts["fifo"] + snap.counter("system")
     # The batch holds the oldest messages, in order; the new message stays in the FIFO.
-    appended = [r.message_id for r in results] + [
-        r.pressure_message_id for r in results if r.pressure_message_id
-    ]
+    appended = [r.message_id for r in results] + [r.pressure_message_id for r in results if r.pressure_message_id]
     batch_msgs = hot.read_batch(agent, 1)
     assert [m.id for m in batch_msgs] == list(flush.batch.message_ids)
     assert [m.seq for m in batch_msgs] == sorted(m.seq for m in batch_msgs)
@@ -149,9 +147,7 @@ def test_blocks_revisions_and_conflicts(hot: HotState, agent: str) -> None:
     assert dump(hot.redis, agent) == state
     block = hot.get_block(agent, "persona")
     assert (block.content, block.rev) == ("I like coffee.", edited.rev)
-    assert block.tokens == hot.counter(MODEL).message(
-        render.block("persona", "persona", "I like coffee.", False)
-    )
+    assert block.tokens == hot.counter(MODEL).message(render.block("persona", "persona", "I like coffee.", False))
     assert hot.snapshot(agent).counter("working") == block.tokens
     hot.delete_block(agent, "persona", edited.rev)
     assert hot.list_blocks(agent) == [] and hot.snapshot(agent).counter("working") == 0
@@ -233,9 +229,7 @@ def test_context_assembly_matches_stored_parts(hot: HotState, agent: str) -> Non
     roles = [m["role"] for m in ctx.messages]
     assert roles[0] == "system"
     contents = [m["content"] for m in ctx.messages]
-    assert contents[1].startswith('<working_block id="persona"') and contents[2].startswith(
-        render.SUMMARY_HEADER
-    )
+    assert contents[1].startswith('<working_block id="persona"') and contents[2].startswith(render.SUMMARY_HEADER)
     assert ctx.messages[-1] == {"role": "assistant", "content": "Sure."}
     counter = hot.counter(MODEL)
     # Recount the assembled messages from scratch: equals the stored parts and the gauges.
