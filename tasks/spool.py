@@ -15,6 +15,7 @@ from hotpath.types import Message
 from store.port import MemoryStore
 from store.types import StoredMessage
 from tasks.faults import NO_FAULTS, Faults
+from tasks.message_vectors import MessageVectorizer, Turn, message_text
 
 # Hot-path fields with no StoredMessage column travel in metadata under this key.
 VCM_METADATA = "_vcm"
@@ -54,9 +55,13 @@ class SpoolOutcome:
     asked: int
     found: int  # still in Redis
     written: int  # new in the store
+    embedded: int | None = None  # new message vectors, when a vectorizer was given
 
     def as_dict(self) -> dict[str, Any]:
-        return {"outcome": "spooled", "asked": self.asked, "found": self.found, "written": self.written}
+        out: dict[str, Any] = {"outcome": "spooled", "asked": self.asked, "found": self.found, "written": self.written}
+        if self.embedded is not None:
+            out["embedded"] = self.embedded
+        return out
 
 
 def spool_messages(
@@ -67,8 +72,30 @@ def spool_messages(
     *,
     ttl_s: int = 0,
     faults: Faults = NO_FAULTS,
+    vectorizer: MessageVectorizer | None = None,
 ) -> SpoolOutcome:
+    """Write the messages still in Redis to the store; with a ``vectorizer``, also embed them (in
+    the context of the turns before them still in the agent's window) for vector recall. Both
+    writes are idempotent, so a retried spool re-embeds at worst and stores nothing twice."""
     messages = hot.get_messages(agent_id, list(dict.fromkeys(message_ids)))
     faults.point("spool.before_write", agent_id)
     written = store.spool_messages([stored_message(agent_id, m, ttl_s=ttl_s) for m in messages]) if messages else 0
-    return SpoolOutcome(len(message_ids), len(messages), written)
+    if vectorizer is None:
+        return SpoolOutcome(len(message_ids), len(messages), written)
+    embedded = embed_messages(hot, store, agent_id, messages, vectorizer)
+    return SpoolOutcome(len(message_ids), len(messages), written, embedded)
+
+
+def embed_messages(
+    hot: HotState, store: MemoryStore, agent_id: str, messages: Sequence[Message], vectorizer: MessageVectorizer
+) -> int:
+    """Embed spooled messages with text (context: the agent's window, read once) and store the
+    vectors under the vectorizer's version. Returns how many were new."""
+    targets = [m for m in messages if m.content.strip()]
+    if not targets:
+        return 0
+    window = hot.snapshot(agent_id).fifo if vectorizer.context else []
+    history = [Turn(m.seq, message_text(m.content, m.name)) for m in window if m.content.strip()]
+    vectors = vectorizer.embed(history, [Turn(m.seq, message_text(m.content, m.name)) for m in targets])
+    pairs = [(m.id, [float(x) for x in v]) for m, v in zip(targets, vectors, strict=True) if v is not None]
+    return store.put_message_vectors(agent_id, pairs, vectorizer.version) if pairs else 0
