@@ -128,3 +128,34 @@ def recall_at_k(evidence: Sequence[str], ranked: Sequence[frozenset[str]], k: in
 
 def mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
+
+
+def conversation_turns(sample: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every turn of a sample's conversation, session by session, in order (data unedited)."""
+    conv = sample["conversation"]
+    return [turn for n in _session_numbers(conv) for turn in conv[f"session_{n}"]]
+
+
+def recall_of_ranked_ids(evidence: Sequence[str], ranked: Sequence[str], ks: Sequence[int]) -> dict[int, float]:
+    """LoCoMo recall@k of one question for each k, from a ranked list of retrieved dia_ids
+    (one turn per hit; an unknown hit is just a miss)."""
+    as_sets = [frozenset({d}) for d in ranked]
+    return {k: recall_at_k(evidence, as_sets, k) for k in ks}
+
+
+def aggregate(
+    rows: Sequence[tuple[int, Mapping[int, float]]], ks: Sequence[int]
+) -> dict[str, dict[str, float | int]]:
+    """Mean recall@k (percent, 1 decimal) over all questions and per category; ``rows`` are
+    (category, {k: recall}) per question. Each entry also says how many questions it averages."""
+    groups: dict[str, list[Mapping[int, float]]] = {"all": [r for _, r in rows]}
+    for category, r in rows:
+        groups.setdefault(str(category), []).append(r)
+    out: dict[str, dict[str, float | int]] = {}
+    for name in ["all", *sorted(g for g in groups if g != "all")]:
+        values = groups[name]
+        entry: dict[str, float | int] = {"n": len(values)}
+        for k in ks:
+            entry[f"R@{k}"] = round(100 * mean([v[k] for v in values]), 1)
+        out[name] = entry
+    return out

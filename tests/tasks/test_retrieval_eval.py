@@ -7,10 +7,13 @@ import pytest
 
 from tasks.chunking import ChunkSpan
 from tasks.retrieval_eval import (
+    aggregate,
     chunk_turns,
+    conversation_turns,
     load_locomo,
     mean,
     recall_at_k,
+    recall_of_ranked_ids,
     session_doc,
     top_k,
     turn_line,
@@ -94,3 +97,33 @@ def test_load_locomo_keeps_data_as_is() -> None:
 def test_mean() -> None:
     assert mean([1.0, 0.0, 0.5]) == 0.5
     assert np.isnan(mean([]))
+
+
+def test_recall_of_ranked_ids_counts_malformed_and_missing_evidence_as_misses() -> None:
+    ranked = ["D1:3", "D1:1", "D2:7", "D1:1"]
+    assert recall_of_ranked_ids(["D1:1", "D2:7"], ranked, [1, 2, 3]) == {1: 0.0, 2: 0.5, 3: 1.0}
+    assert recall_of_ranked_ids(["D1:1", "D:x", "D9:99"], ranked, [4]) == {4: pytest.approx(1 / 3)}
+    assert recall_of_ranked_ids(["D1:3"], [], [5]) == {5: 0.0}
+    assert recall_of_ranked_ids([], ["D1:3"], [5]) == {5: 1.0}
+
+
+def test_aggregate_overall_and_per_category() -> None:
+    rows = [(1, {5: 1.0, 10: 1.0}), (1, {5: 0.0, 10: 0.5}), (4, {5: 0.5, 10: 1.0})]
+    table = aggregate(rows, [5, 10])
+    assert table["all"] == {"n": 3, "R@5": 50.0, "R@10": 83.3}
+    assert table["1"] == {"n": 2, "R@5": 50.0, "R@10": 75.0}
+    assert table["4"] == {"n": 1, "R@5": 50.0, "R@10": 100.0}
+    assert list(table) == ["all", "1", "4"]
+
+
+def test_conversation_turns_in_session_order() -> None:
+    sample = {
+        "conversation": {
+            "speaker_a": "Ann",
+            "session_2": [{"dia_id": "D2:1"}],
+            "session_1": [{"dia_id": "D1:1"}, {"dia_id": "D1:2"}],
+            "session_1_date_time": "x",
+            "session_3": [],
+        }
+    }
+    assert [t["dia_id"] for t in conversation_turns(sample)] == ["D1:1", "D1:2", "D2:1"]

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Recall quality of vcm's search_recall on LoCoMo: text (BM25), vector and hybrid (RRF) modes.
+
+    .venv/bin/python scripts/eval_locomo.py --data ../shared/data/locomo_dev.json [--json OUT] [--k 5,10,25,50]
+
+Each conversation goes through vcm's own path: every turn is appended to a fresh agent through
+``MemoryService.append`` (model ``vcm-demo-4k``: a 4k-token window, so most turns are evicted),
+with the cold path run in-process the way the workers run it: appended messages are spooled in
+batches (``tasks.spool.spool_messages`` with a vectorizer: each message embedded in the context of
+the turns before it, by late chunking) and eviction batches committed by ``tasks.evict``
+(spool first, as the dispatcher's queue order does). A turn is stored as ``Speaker: text`` (an
+image turn adds its caption). Then every question goes through ``MemoryService.search_recall``
+in each mode; the ``single`` rows use turn-alone vectors (``--compare-single``) through the
+store port. Metric: the LoCoMo paper's recall@k (see ``tasks.retrieval_eval``), per question,
+averaged overall and per category; a malformed or unknown evidence id is a miss.
+Hot state lives in an in-process fakeredis unless ``--redis URL`` is given; the store is a
+temporary embedded store. No LLM anywhere (the summarizer is the extractive one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hotpath.service import MemoryService  # noqa: E402
+from hotpath.settings import load_settings  # noqa: E402
+from hotpath.state import HotState  # noqa: E402
+from store import open_store  # noqa: E402
+from store.port import MemoryStore  # noqa: E402
+from tasks import evict  # noqa: E402
+from tasks.deps import Deps  # noqa: E402
+from tasks.embedding import get_embedder  # noqa: E402
+from tasks.late_chunking import LateChunker  # noqa: E402
+from tasks.message_vectors import MessageVectorizer, Turn  # noqa: E402
+from tasks.retrieval_eval import (  # noqa: E402
+    aggregate,
+    conversation_turns,
+    load_locomo,
+    recall_of_ranked_ids,
+    turn_line,
+)
+from tasks.runtime import LazyEmbed, build_summarizer  # noqa: E402
+from tasks.spool import spool_messages  # noqa: E402
+
+DRAGON = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}
+CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
+
+
+class InlineWorkers:
+    """The hot path's Dispatcher, run in-process: spools in batches of ``spool_batch`` (embedding
+    each batch), and commits an eviction batch after spooling what is pending."""
+
+    def __init__(self, deps: Deps, vectorizer: MessageVectorizer, spool_batch: int) -> None:
+        self.deps = deps
+        self.vectorizer = vectorizer
+        self.spool_batch = spool_batch
+        self.pending: dict[str, list[str]] = defaultdict(list)
+        self.embedded = 0
+        self.evictions = 0
+
+    def spool(self, agent_id: str, message_ids: Sequence[str]) -> None:
+        self.pending[agent_id].extend(message_ids)
+        if len(self.pending[agent_id]) >= self.spool_batch:
+            self.flush(agent_id)
+
+    def flush(self, agent_id: str) -> None:
+        ids, self.pending[agent_id] = self.pending[agent_id], []
+        if ids:
+            out = spool_messages(self.deps.hot, self.deps.store, agent_id, ids, vectorizer=self.vectorizer)
+            self.embedded += out.embedded or 0
+
+    def evict(self, agent_id: str, batch_id: int) -> None:
+        self.flush(agent_id)
+        outcome = evict.evict_batch(self.deps, agent_id, batch_id)
+        if outcome.outcome != "committed":
+            raise RuntimeError(f"eviction batch {batch_id} of {agent_id}: {outcome}")
+        self.evictions += 1
+
+
+def store_single_vectors(store: MemoryStore, agent_id: str, messages: dict[str, str], single: MessageVectorizer) -> str:
+    ids = list(messages)
+    vectors = single.embed([], [Turn(i, messages[m]) for i, m in enumerate(ids)])
+    pairs = [(m, [float(x) for x in v]) for m, v in zip(ids, vectors, strict=True) if v is not None]
+    store.put_message_vectors(agent_id, pairs, single.version)
+    return single.version
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    samples = json.loads(Path(args.data).read_text(encoding="utf-8"))
+    if args.conversations:
+        samples = [s for s in samples if s["sample_id"] in set(args.conversations)]
+    corpora = load_locomo(samples)
+    tmp = Path(tempfile.mkdtemp(prefix="vcm-eval-locomo-"))
+    settings = load_settings(environ={}, overrides={"store_url": f"sqlite:///{tmp / 'vcm.db'}"})
+    client = redis.Redis.from_url(args.redis, decode_responses=True) if args.redis else None
+    hot = HotState(client or fakeredis.FakeRedis(decode_responses=True), settings)
+    store = open_store(settings.store_url)
+    embed = LazyEmbed(settings)
+    chunker = LateChunker(get_embedder(settings.embedding))
+    vectorizer = MessageVectorizer(chunker, mode=args.context_mode, context=args.context)
+    single = MessageVectorizer(chunker, mode="single")
+    deps = Deps(settings, hot, store, None, embed, build_summarizer(settings))  # type: ignore[arg-type]
+    workers = InlineWorkers(deps, vectorizer, args.spool_batch)
+    deps.dispatcher = workers
+    service = MemoryService(hot, store, workers, embed=embed)
+
+    ks = sorted(args.k)
+    modes = ["text", "vector", "hybrid"] + (["vector-single", "hybrid-single"] if args.compare_single else [])
+    rows: dict[str, list[tuple[int, dict[int, float]]]] = {m: [] for m in modes}
+    conversations: dict[str, Any] = {}
+    started = time.perf_counter()
+    for sample in samples:
+        name = str(sample["sample_id"])
+        agent = f"locomo-{name}-{uuid.uuid4().hex[:6]}"
+        info = service.create_agent(agent, model=args.model, system_prompt="You are a helpful assistant.")
+        speaker_a = sample["conversation"].get("speaker_a")
+        dia_of: dict[str, str] = {}
+        text_of: dict[str, str] = {}
+        t0 = time.perf_counter()
+        for turn in conversation_turns(sample):
+            line = turn_line(turn)
+            role = "user" if turn.get("speaker") == speaker_a else "assistant"
+            res = service.append(agent, role, line)
+            dia_of[res.message_id] = str(turn.get("dia_id", ""))
+            text_of[res.message_id] = line
+        workers.flush(agent)
+        ingest_s = time.perf_counter() - t0
+        single_version = store_single_vectors(store, agent, text_of, single) if args.compare_single else None
+        _, questions = corpora[name]
+        for q in questions:
+            for mode in modes:
+                if mode.endswith("-single"):
+                    vector = [float(x) for x in embed([q.text])[0]]
+                    page = store.search_recall_hybrid(
+                        agent, q.text, vector, limit=max(ks), mode=mode.split("-")[0], embedding_version=single_version
+                    )
+                else:
+                    page = service.search_recall(agent, q.text, limit=max(ks), mode=mode).page
+                ranked = [dia_of.get(h.message.message_id, "") for h in page.items]
+                rows[mode].append((q.category, recall_of_ranked_ids(q.evidence, ranked, ks)))
+        snap = hot.snapshot(agent)
+        conversations[name] = {
+            "turns": len(dia_of),
+            "questions": len(questions),
+            "window_tokens": info.window,
+            "evicted": snap.counter("evicted"),
+            "in_context": len(snap.fifo),
+            "stored": store.count_messages(agent),
+            "ingest_s": round(ingest_s, 1),
+        }
+        print(f"{name}: {conversations[name]}", file=sys.stderr)
+    tables = {m: aggregate(rows[m], ks) for m in modes}
+    return {
+        "data": str(args.data),
+        "ks": ks,
+        "model": args.model,
+        "vectors": vectorizer.version,
+        "spool_batch": args.spool_batch,
+        "evictions": workers.evictions,
+        "conversations": conversations,
+        "recall": tables,
+        "dragon": {f"R@{k}": v for k, v in DRAGON.items()},
+        "seconds": round(time.perf_counter() - started, 1),
+        "python": platform.python_version(),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    ks = result["ks"]
+    head = f"{'mode':<15}{'group':<14}{'n':>5}" + "".join(f"{'R@' + str(k):>8}" for k in ks)
+    print(f"LoCoMo recall@k (%) on {result['data']}; vectors {result['vectors']}, window {result['model']}")
+    print(head)
+    print("-" * len(head))
+    for mode, table in result["recall"].items():
+        for group, entry in table.items():
+            label = "all" if group == "all" else f"{group} {CATEGORIES.get(group, '')}"
+            print(f"{mode:<15}{label:<14}{entry['n']:>5}" + "".join(f"{entry[f'R@{k}']:>8}" for k in ks))
+    print(f"{'DRAGON (paper)':<15}{'all':<14}{'':>5}" + "".join(f"{DRAGON.get(k, float('nan')):>8}" for k in ks))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, type=Path)
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], default=[5, 10, 25, 50])
+    parser.add_argument("--model", default="vcm-demo-4k", help="a model of [models]: sets the window")
+    parser.add_argument("--context-mode", choices=["late", "single"], default="late")
+    parser.add_argument("--context", type=int, default=6, help="preceding turns read as context (late mode)")
+    parser.add_argument("--spool-batch", type=int, default=16)
+    parser.add_argument("--compare-single", action="store_true", help="also rank with turn-alone vectors")
+    parser.add_argument("--conversations", nargs="*", help="sample_ids to keep (default: all)")
+    parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")
+    args = parser.parse_args(argv)
+    result = evaluate(args)
+    print_table(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
