@@ -173,7 +173,7 @@ class SummarizerSettings(BaseModel):
     previous_share: float = Field(0.4, ge=0.0, le=1.0)
     salience_boost: float = Field(0.25, ge=0.0, le=1.0)
     max_sentence_chars: int = Field(400, ge=40, le=20_000)
-    max_candidates: int = Field(64, ge=8, le=100_000)
+    max_candidates: int = Field(48, ge=8, le=100_000)
     llm_url: str = ""
     llm_model: str = ""
     llm_api_key_env: str = "OPENAI_API_KEY"

@@ -143,6 +143,7 @@ def main() -> None:
                 client.delete(key)
             client.srem("vcm:agents", agent)
     measured = jobs[args.warmup :]
+    evicts = store.query_events(agent, ["evict"], limit=1000).items
     names = ["total", "summarise+drift", "embed", "commit", "finish"]
     figures: dict[str, Any] = {
         "model": args.model,
@@ -153,11 +154,12 @@ def main() -> None:
         "embedder_load_s": round(load_s, 2),
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
-        "summary_drift_mean": round(statistics.mean(e.payload["drift"] for e in store.query_events(
-            agent, ["evict"], limit=1000).items), 4),
+        "summary_drift_mean": round(statistics.mean(e.payload["drift"] for e in evicts), 4),
+        "resummarized": sum(1 for e in evicts if e.payload["resummarized"]),
     }
     print(f"evict_batch on {args.model} (window {budget.window}, summary cap {budget.summary_cap} tokens), "
-          f"{figures['messages_per_batch']} messages per batch, {len(measured)} jobs, embedder load {load_s:.1f}s")
+          f"{figures['messages_per_batch']} messages per batch, {len(measured)} jobs, embedder load {load_s:.1f}s, "
+          f"drift {figures['summary_drift_mean']} (re-summarised {figures['resummarized']} of {len(evicts)})")
     print(f"{'phase':<18}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}{'cpu p50':>9}{'cpu p95':>9}")
     for name in names:
         row: dict[str, float] = {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from tasks.selection import Vectors, centroid
 
@@ -25,8 +26,9 @@ class Scored(Protocol):
     def score(self) -> float: ...
 
 
-def similarity(summary: Vectors, source: Vectors) -> float:
-    """Cosine between the mean directions of two sets of unit rows.
+def similarity(summary: Vectors, source: Vectors, source_weights: npt.NDArray[np.float64] | None = None) -> float:
+    """Cosine between the mean directions of two sets of unit rows; ``source_weights`` say how
+    many sentences of the source each row stands for (when the source was thinned).
 
     An empty source scores 1.0 (nothing to drift from); an empty summary of a non-empty source
     scores 0.0.
@@ -35,7 +37,7 @@ def similarity(summary: Vectors, source: Vectors) -> float:
         return 1.0
     if len(summary) == 0:
         return 0.0
-    return float(np.clip(centroid(summary) @ centroid(source), -1.0, 1.0))
+    return float(np.clip(centroid(summary) @ centroid(source, source_weights), -1.0, 1.0))
 
 
 D = TypeVar("D", bound=Scored)

@@ -64,7 +64,7 @@ class LlmSummarizer:
             return extractive(request, params)
         source = candidates(request, params)
         text = "\n".join(lines)
-        score = drift.similarity(request.embed(lines), source.vectors)
+        score = drift.similarity(request.embed(lines), source.vectors, source.weights)
         return Draft(text, request.count(text), score, "llm", len(lines))
 
     def _complete(self, request: Request) -> str:

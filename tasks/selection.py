@@ -24,11 +24,11 @@ def unit(vector: npt.ArrayLike) -> npt.NDArray[np.float64]:
     return v / norm if norm > 0 else v
 
 
-def centroid(vectors: Vectors) -> npt.NDArray[np.float64]:
-    """Unit-length mean direction of the rows (zero vector when there are none)."""
+def centroid(vectors: Vectors, weights: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
+    """Unit-length (weighted) mean direction of the rows (zero vector when there are none)."""
     if len(vectors) == 0:
         return np.zeros(vectors.shape[1] if vectors.ndim == 2 else 0, dtype=np.float64)
-    return unit(np.asarray(vectors, dtype=np.float64).mean(axis=0))
+    return unit(np.average(np.asarray(vectors, dtype=np.float64), axis=0, weights=weights))
 
 
 def centrality(vectors: Vectors, reference: npt.NDArray[np.float64]) -> Scores:

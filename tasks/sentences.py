@@ -62,9 +62,12 @@ def _wrap(sentence: str, max_chars: int) -> list[str]:
     return pieces
 
 
-def salience(sentence: str) -> float:
-    """0..1: how much the sentence carries names (0.35), numbers (0.35) and identifiers (0.3)."""
-    names = [w for w in _NAME.findall(sentence) if w not in _COMMON]
+def salience(sentence: str, known: frozenset[str] = frozenset()) -> float:
+    """0..1: how much the sentence carries names (0.35), numbers (0.35) and identifiers (0.3).
+
+    ``known`` names (the speakers, lower case) do not count: addressing each other by name says
+    nothing new."""
+    names = [w for w in _NAME.findall(sentence) if w not in _COMMON and w.lower() not in known]
     score = 0.0
     if names:
         score += 0.35
@@ -73,3 +76,23 @@ def salience(sentence: str) -> float:
     if _IDENTIFIER.search(sentence):
         score += 0.3
     return min(score, 1.0)
+
+
+# Words that carry no content on their own.
+_FILLER = frozenset(
+    [
+        "the", "and", "but", "for", "you", "your", "yours", "that", "this", "these", "those", "with", "was",
+        "were", "are", "have", "has", "had", "its", "it's", "i'm", "i've", "i'll", "i'd", "you're", "that's",
+        "what", "wow", "yeah", "yes", "hey", "thanks", "thank", "sounds", "awesome", "great", "cool", "nice",
+        "glad", "really", "just", "too", "very", "so", "all", "not", "can", "will", "would", "could", "there",
+        "they", "them", "our", "out", "how", "about", "from", "been", "also", "some", "such", "much", "lot",
+    ]
+)
+_CONTENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9'_\-]{2,}|\d+")
+
+
+def substance(sentence: str, full_at: int = 8) -> float:
+    """0..1: content words (not filler, three letters or more, or numbers) over ``full_at``.
+    "Wow, that's awesome!" scores near 0; a sentence with eight content words scores 1."""
+    words = [w for w in _CONTENT.findall(sentence) if w.lower() not in _FILLER]
+    return min(1.0, len(words) / full_at)

@@ -5,7 +5,9 @@ Pure: token counting and embedding come in as callables, so nothing here does I/
 The default is **extractive**. Candidates are the previous summary's lines and the batch's
 sentences (each prefixed with its speaker, so "who said it" survives). Each candidate's
 relevance is its embedding's cosine to the centroid of all candidates (centrality) plus a bonus
-for names, numbers and identifiers (:func:`tasks.sentences.salience`). Maximal marginal
+for names, numbers and identifiers (:func:`tasks.sentences.salience`; the speakers' own names do
+not count), scaled down for sentences with little content ("Wow, that's awesome!",
+:func:`tasks.sentences.substance`), which are central in any chat but say nothing. Maximal marginal
 relevance then picks candidates until the cap is spent: first from the previous summary (up to
 ``previous_share`` of the cap, so the chain stays recursive and old facts do not vanish at the
 first eviction), then from the batch, then from whatever is left. The summary lists the kept
@@ -25,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.typing as npt
 
 from hotpath.settings import DriftSettings, SummarizerSettings
 from hotpath.types import Message
@@ -63,7 +66,7 @@ class Params:
     previous_share: float = 0.4
     salience_boost: float = 0.25
     max_sentence_chars: int = 400
-    max_candidates: int = 64
+    max_candidates: int = 48
     attempt: int = 0  # 1 for the re-summarisation after drift
 
     @classmethod
@@ -111,6 +114,14 @@ class Candidates:
     texts: list[str]
     from_previous: int  # the first this many texts are previous-summary lines
     vectors: Vectors
+    # How many source sentences each row stands for: the batch and the previous summary are
+    # thinned separately, so each keeps its true share of the source's centroid.
+    weights: npt.NDArray[np.float64]
+
+    @property
+    def reference(self) -> npt.NDArray[np.float64]:
+        """The source's mean direction."""
+        return centroid(self.vectors, self.weights)
 
     @property
     def previous_rows(self) -> list[int]:
@@ -133,18 +144,33 @@ def candidates(request: Request, params: Params) -> Candidates:
     # the slots, the batch the rest, and either takes what the other leaves unused.
     limit = params.max_candidates
     previous_take = min(len(previous), max(round(limit * params.previous_share), limit - len(batch)))
-    previous = _prefilter(previous, previous_take, params)
-    batch = _prefilter(batch, limit - len(previous), params)
-    texts = previous + batch
+    kept_previous = _prefilter(previous, previous_take, params)
+    kept_batch = _prefilter(batch, limit - len(kept_previous), params)
+    texts = kept_previous + kept_batch
+    weights = np.array(_stand_for(previous, kept_previous) + _stand_for(batch, kept_batch), dtype=np.float64)
     vectors = request.embed(texts) if texts else np.zeros((0, 0), dtype=np.float32)
-    return Candidates(texts, len(previous), vectors)
+    return Candidates(texts, len(kept_previous), vectors, weights)
+
+
+def _stand_for(every: list[str], kept: list[str]) -> list[float]:
+    return [len(every) / len(kept)] * len(kept) if kept else []
 
 
 def _prefilter(texts: list[str], limit: int, params: Params) -> list[str]:
     if len(texts) <= limit:
         return texts
-    scores = lexical_centrality(texts) + params.salience_boost * np.array([sentences.salience(t) for t in texts])
+    scores = weigh(lexical_centrality(texts), texts, params)
     return [texts[i] for i in stratified_pick(scores, limit)]
+
+
+def weigh(centrality_scores: npt.NDArray[np.float64], texts: Sequence[str], params: Params) -> npt.NDArray[np.float64]:
+    """Relevance of candidate lines ("speaker: sentence"): centrality plus the salience bonus,
+    scaled by how much content the sentence has (a quarter of the score for pure filler)."""
+    speakers = _speakers(texts)
+    bodies = [_body(t) for t in texts]
+    bonus = np.array([sentences.salience(b, speakers) for b in bodies], dtype=np.float64)
+    content = np.array([sentences.substance(b) for b in bodies], dtype=np.float64)
+    return (centrality_scores + params.salience_boost * bonus) * (0.25 + 0.75 * content)
 
 
 def _dedupe(texts: list[str], seen: set[str]) -> list[str]:
@@ -166,16 +192,19 @@ def extractive(request: Request, params: Params, source: Candidates | None = Non
     if available <= 0:
         return _empty(request)
     costs = [max(1, request.count(t) - base + 1) for t in source.texts]  # +1: the line break
-    reference = centroid(source.vectors)
-    relevance = centrality(source.vectors, reference)
-    relevance = relevance + params.salience_boost * np.array([sentences.salience(t) for t in source.texts])
+    relevance = weigh(centrality(source.vectors, source.reference), source.texts, params)
 
+    # Filler never enters a summary, however cheap; it still counts in the centroid above.
+    speakers = _speakers(source.texts)
+    worth = [i for i in range(len(source.texts)) if _has_content(source.texts[i], speakers)]
+    if not worth:  # nothing but pleasantries: an empty summary has not drifted from anything
+        return replace(_empty(request), score=1.0)
+    previous_rows = [i for i in worth if i < source.from_previous]
+    batch_rows = [i for i in worth if i >= source.from_previous]
     picked: list[int] = []
-    if source.from_previous:
+    if previous_rows:
         share = int(available * params.previous_share)
-        picked += mmr_select(
-            relevance, source.vectors, costs, share, params.mmr_lambda, candidates=source.previous_rows
-        )
+        picked += mmr_select(relevance, source.vectors, costs, share, params.mmr_lambda, candidates=previous_rows)
     spent = sum(costs[i] for i in picked)
     picked += mmr_select(
         relevance,
@@ -183,7 +212,7 @@ def extractive(request: Request, params: Params, source: Candidates | None = Non
         costs,
         available - spent,
         params.mmr_lambda,
-        candidates=source.batch_rows,
+        candidates=batch_rows,
         chosen=picked,
     )
     spent = sum(costs[i] for i in picked)
@@ -193,10 +222,24 @@ def extractive(request: Request, params: Params, source: Candidates | None = Non
         costs,
         available - spent,
         params.mmr_lambda,
-        candidates=range(len(source.texts)),
+        candidates=worth,
         chosen=picked,
     )
     return _draft(request, source, picked, "extractive")
+
+
+def _has_content(line: str, speakers: frozenset[str]) -> bool:
+    """At least two content words, or a name (not a speaker's), number or identifier."""
+    body = _body(line)
+    return sentences.substance(body) >= 0.25 or sentences.salience(body, speakers) > 0
+
+
+def _speakers(lines: Sequence[str]) -> frozenset[str]:
+    return frozenset(t.split(": ", 1)[0].lower() for t in lines if ": " in t)
+
+
+def _body(line: str) -> str:
+    return line.split(": ", 1)[1] if ": " in line else line
 
 
 def _draft(request: Request, source: Candidates, picked: list[int], method: str) -> Draft:
@@ -211,7 +254,7 @@ def _draft(request: Request, source: Candidates, picked: list[int], method: str)
         kept.pop()
     if not kept:
         return _empty(request)
-    score = drift.similarity(source.vectors[rows], source.vectors)
+    score = drift.similarity(source.vectors[rows], source.vectors, source.weights)
     return Draft(text, tokens, score, method, len(rows))
 
 

@@ -25,6 +25,13 @@ def test_similarity_of_sets_of_rows() -> None:
     assert drift.similarity(a, np.zeros((0, 2), dtype=np.float32)) == 1.0
 
 
+def test_weights_let_a_thinned_source_keep_its_true_mix() -> None:
+    a = np.array([[1.0, 0.0]], dtype=np.float32)
+    both = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    # one row stands for 9 sentences, the other for 1: the source is mostly "a"
+    assert drift.similarity(a, both, np.array([9.0, 1.0])) > drift.similarity(a, both) + 0.2
+
+
 def test_good_first_draft_is_kept_without_a_retry() -> None:
     def retry() -> D:
         raise AssertionError("must not re-summarise above the threshold")

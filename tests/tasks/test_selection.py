@@ -115,3 +115,11 @@ def test_stratified_pick_is_a_sorted_spread_of_at_most_limit(scores: list[float]
     if scores and len(scores) > limit:
         width = -(-len(scores) // limit)  # no gap between picks is wider than two strata
         assert all(b - a < 2 * width for a, b in itertools.pairwise(picks))
+
+
+def test_substance_tells_filler_from_content() -> None:
+    assert sentences.substance("Wow, that's awesome!") < 0.2
+    assert sentences.substance("Thanks so much, really glad!") < 0.2
+    assert sentences.substance("I joined the Connected LGBTQ Activists group last Tuesday in Boston.") == 1.0
+    assert sentences.salience("Wow, Caroline, well done!", frozenset({"caroline"})) == 0.0  # a speaker
+    assert sentences.salience("Wow, Caroline, well done!") > 0

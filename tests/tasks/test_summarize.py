@@ -115,7 +115,9 @@ def test_big_batches_are_thinned_before_embedding_across_the_whole_batch() -> No
     assert len(embedded) == 1 and len(embedded[0]) == 20 == len(source.texts)
     assert source.from_previous == 5  # its share of the slots
     batch = source.texts[source.from_previous :]
-    every = [f"{t.speaker}: {s}" for t in turns(120) for s in sentences.split(t.text, 400)]
+    every = list(dict.fromkeys(f"{t.speaker}: {s}" for t in turns(120) for s in sentences.split(t.text, 400)))
+    # each kept row stands for its part of the source, so the centroid keeps the true mix
+    assert list(source.weights) == [30 / 5] * 5 + [len(every) / 15] * 15
     positions = [every.index(b) for b in batch]
     assert positions == sorted(positions)
     assert positions[0] < len(every) // 10 and positions[-1] > len(every) * 9 // 10  # spans the batch
@@ -126,3 +128,24 @@ def test_big_batches_are_thinned_before_embedding_across_the_whole_batch() -> No
 def test_a_small_previous_summary_leaves_its_slots_to_the_batch() -> None:
     source = candidates(request("user: One old fact.", turns(40), 400), Params(max_candidates=16))
     assert source.from_previous == 1 and len(source.texts) == 16
+
+
+def test_pleasantries_lose_to_content_even_when_they_are_cheap() -> None:
+    chat = [
+        Turn("mel", "Wow, Caroline!"),
+        Turn("caroline", "Thanks, Mel!"),
+        Turn("mel", "Sounds awesome, Caroline!"),
+        Turn("caroline", "I joined the Connected Activists group last Tuesday and we plan a march in June."),
+        Turn("mel", "That's awesome, Caroline!"),
+        Turn("caroline", "Glad, Mel!"),
+        Turn("mel", "My kids and I painted a sunset over the lake near our cabin last weekend."),
+    ]
+    draft = extractive(request("", chat, HEADER + 40), Params())
+    lines = draft.text.split("\n")
+    assert any("Connected Activists" in x for x in lines) and any("sunset" in x for x in lines)
+    assert not any(x.endswith(("Wow, Caroline!", "Thanks, Mel!", "Glad, Mel!")) for x in lines)
+
+
+def test_a_batch_of_pure_filler_gives_an_empty_summary_without_drift() -> None:
+    draft = extractive(request("", [Turn("mel", "Wow!"), Turn("bob", "Thanks so much!")], 100), Params())
+    assert (draft.text, draft.method, draft.score) == ("", "empty", 1.0)
