@@ -218,33 +218,49 @@ class VectorIndexes:
             return self._current(key)
 
     def _current(self, key: SpaceKey) -> VectorIndex:
-        index = self._indexes.get(key)
-        if index is None:
-            index = self._load(key)
-        index = self._catch_up(index)
-        self._indexes[key] = index
-        return index
+        if key not in self._indexes:
+            self._indexes[key] = self._load(key)
+        self._catch_up(key)
+        return self._indexes[key]
 
     def _load(self, key: SpaceKey) -> VectorIndex:
         loaded = VectorIndex.read(key, self._path(key))
         return loaded if loaded is not None else VectorIndex.exact(key)
 
-    def _catch_up(self, index: VectorIndex) -> VectorIndex:
-        key = index.key
+    def _catch_up(self, key: SpaceKey) -> None:
+        """Bring ``self._indexes[key]`` level with SQLite, training or retraining when due.
+
+        A retrain is decided before the backlog is added: adding millions of vectors to an
+        index about to be replaced would hold two full copies at once. The old index is
+        dropped before the new one is built for the same reason (searches wait on the lock).
+        """
+        index = self._indexes[key]
+        if index.kind == "ivf":
+            assert index.n_lists is not None
+            backlog = self._count_above(key, index.hwm)
+            if sizing.should_retrain(index.n_lists, index.ntotal + backlog, self._fixed_lists):
+                self._replace_by_training(key)
+                return
         while True:
             ids, vectors = self._rows(key, above=index.hwm, limit=_READ_BATCH)
             if not len(ids):
                 break
             if index.kind == "exact" and index.ntotal + len(ids) >= self._threshold:
-                return self._train(key)
+                self._replace_by_training(key)
+                return
             index.add(ids, prepare(key, vectors))
-        if index.kind == "ivf":
-            assert index.n_lists is not None
-            if sizing.should_retrain(index.n_lists, index.ntotal, self._fixed_lists):
-                return self._train(key)
-            if index.ntotal - index.saved_ntotal >= max(1000, index.saved_ntotal // 10):
-                self._save(index)
-        return index
+        if index.kind == "ivf" and index.ntotal - index.saved_ntotal >= max(1000, index.saved_ntotal // 10):
+            self._save(index)
+
+    def _replace_by_training(self, key: SpaceKey) -> None:
+        # Nothing else references the old index (callers hold the lock and only the key), so
+        # popping it frees its memory before _train allocates the new one.
+        del self._indexes[key]
+        self._indexes[key] = self._train(key)
+
+    def _count_above(self, key: SpaceKey, hwm: int) -> int:
+        sql = "SELECT COUNT(*) FROM archival WHERE metric = ? AND dimension = ? AND embedding_version = ? AND id > ?"
+        return int(self._db.query("count new archival rows", sql, (key.metric, key.dimension, key.version, hwm))[0][0])
 
     def _train(self, key: SpaceKey) -> VectorIndex:
         """Train on a sample of the space, then add every vector in batches (see module doc)."""

@@ -70,11 +70,25 @@ def test_n_probe_bounds_the_lists_searched(tmp_path: Path, points: np.ndarray) -
         assert _top(store, points[77], 10) == _exact_top(points, points[77], 10)
 
 
-def test_auto_n_lists_is_4_sqrt_n_capped(tmp_path: Path, points: np.ndarray) -> None:
+def test_auto_n_lists_is_sqrt_n_capped(tmp_path: Path, points: np.ndarray) -> None:
     with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=100) as store:
         _ingest(store, points)
         _top(store, points[0], 3)
         assert _spaces(store)[0]["n_lists"] == 320 // 39
+
+
+def test_a_backlog_that_doubles_n_lists_retrains_with_every_vector(tmp_path: Path, points: np.ndarray) -> None:
+    with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=100) as store:
+        _ingest(store, points[:160])
+        _top(store, points[0], 3)
+        assert (_spaces(store)[0]["n_lists"], _spaces(store)[0]["vectors"]) == (160 // 39, 160)
+
+        _ingest(store, points[160:], start=160)  # 320 vectors: 8 lists now fit
+        top = _top(store, points[200], 3, n_probe=8)
+
+        space = _spaces(store)[0]
+        assert (space["kind"], space["n_lists"], space["vectors"], space["hwm"]) == ("ivf", 8, 320, 320)
+        assert top[0] == 200
 
 
 def test_trained_index_persists_across_reopen(tmp_path: Path, points: np.ndarray) -> None:
