@@ -142,9 +142,6 @@ class TextIndex:
         """Top ``limit`` (row id, BM25 score) of the agent's messages up to ``max_row_id``."""
         if not terms or limit <= 0 or max_row_id <= 0:
             return []
-        should = [
-            (tantivy.Occur.Should, tantivy.Query.term_query(SCHEMA, "content", t, "freq")) for t in terms
-        ]
         # Filters score 0 so the total is the BM25 of the content terms alone, the same number
         # the tail scorer computes.
         filters = [
@@ -162,10 +159,20 @@ class TextIndex:
                     include_upper=until is None,
                 )
             )
-        clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(should))]
-        clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in filters]
+        required = [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in filters]
+        # (agent AND t1) OR (agent AND t2) ..., not agent AND (t1 OR t2 ...): the same documents
+        # and the same summed scores, but each intersection is led by the agent's short posting
+        # list, while tantivy's union cannot skip and walks every posting of common words.
+        # Measured at 1e6 messages, 1000 agents, "and the of": 28 ms -> 2.8 ms (median).
+        per_term = [
+            tantivy.Query.boolean_query(
+                [*required, (tantivy.Occur.Must, tantivy.Query.term_query(SCHEMA, "content", t, "freq"))]
+            )
+            for t in terms
+        ]
+        query = tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in per_term])
         searcher = self._index.searcher()
-        result = searcher.search(tantivy.Query.boolean_query(clauses), limit, count=False)
+        result = searcher.search(query, limit, count=False)
         if not result.hits:
             return []
         row_ids = searcher.fast_field_values("row_id", [addr for _, addr in result.hits])
