@@ -58,8 +58,8 @@ def pool_spans(
 
     ``outputs[i]`` holds window ``i``'s token outputs, its first ``prefix`` rows being special
     tokens; only a window's kept rows are read, so each token counts once. ``spans`` must be in
-    document order (starts and ends ascending), as :func:`~tasks.chunking.plan_chunks` gives them. Sums are taken
-    window by window, so memory stays one window, however long the document.
+    document order (starts and ends ascending), as :func:`~tasks.chunking.plan_chunks` gives
+    them. Sums are taken window by window, so memory stays one window, however long the document.
     """
     if len(outputs) != len(windows):
         raise ValueError(f"{len(outputs)} window outputs for {len(windows)} windows")
