@@ -143,9 +143,7 @@ def recall_of_ranked_ids(evidence: Sequence[str], ranked: Sequence[str], ks: Seq
     return {k: recall_at_k(evidence, as_sets, k) for k in ks}
 
 
-def aggregate(
-    rows: Sequence[tuple[int, Mapping[int, float]]], ks: Sequence[int]
-) -> dict[str, dict[str, float | int]]:
+def aggregate(rows: Sequence[tuple[int, Mapping[int, float]]], ks: Sequence[int]) -> dict[str, dict[str, float | int]]:
     """Mean recall@k (percent, 1 decimal) over all questions and per category; ``rows`` are
     (category, {k: recall}) per question. Each entry also says how many questions it averages."""
     groups: dict[str, list[Mapping[int, float]]] = {"all": [r for _, r in rows]}
