@@ -40,6 +40,7 @@ from tasks.faults import ENV as FAULTS_ENV
 from tests.tasks.coldpath import MODEL
 from tests.workers.traffic import Traffic, assert_exactly_once, settled, wait_until
 from workers.app import create_app
+from workers.deliveries import PREFIX as DELIVERIES
 from workers.dispatch import CeleryDispatcher
 from workers.signals import WARM_MESSAGE
 
@@ -61,6 +62,7 @@ RULES = [
     *({"point": p, "agent_prefix": f"f{i}-", "times": 2} for i, p in enumerate(POINTS)),
     {"point": "spool.before_write", "agent_prefix": "f", "times": 1},
     {"point": "evict.before_summarize", "agent_prefix": "doomed-"},
+    {"point": "spool.before_write", "agent_prefix": "child-", "action": "sleep", "seconds": 1.5},
     *({"point": p, "agent_prefix": f"{k}-", "action": "sleep", "seconds": 0.25} for k, p in KILL_POINTS.items()),
 ]
 CONFIG = """
@@ -131,12 +133,14 @@ class Worker:
     proc: subprocess.Popen[bytes]
     name: str
     log: Path
+    pool: str = "solo"
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def warm(self) -> bool:
-        return f"{WARM_MESSAGE} (pid {self.proc.pid})" in self.text()
+        # solo: the worker process itself; prefork: its child (the pool process) says so
+        return f"{WARM_MESSAGE} (pid {self.proc.pid if self.pool == 'solo' else ''}" in self.text()
 
     def dead(self) -> bool:
         return self.proc.poll() is not None
@@ -162,17 +166,17 @@ class Fleet:
     starts: int = 0
     agents: list[str] = field(default_factory=list)
 
-    def spawn(self, queues: str) -> Worker:
+    def spawn(self, queues: str, pool: str = "solo", **env: str) -> Worker:
         self.starts += 1
         name = f"vcmtest{self.starts}-{os.getpid()}@{socket.gethostname()}"
         log = self.tmp / f"worker-{self.starts}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [CELERY, "-A", "workers.app", "worker", "-P", "solo", "-Q", queues, "--loglevel=WARNING",
+                [CELERY, "-A", "workers.app", "worker", "-P", pool, "-c", "1", "-Q", queues, "--loglevel=WARNING",
                  "-n", name, "--without-mingle", "--without-gossip"],
-                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                cwd=ROOT, env=self.env | env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
-        return Worker(proc, name, log)
+        return Worker(proc, name, log, pool)
 
     def wait_warm(self, worker: Worker) -> None:
         wait_until(lambda: worker.warm() or worker.dead(), 120, f"worker warm (log: {worker.log})")
@@ -362,3 +366,45 @@ def test_flower_lists_the_worker(fleet: Fleet) -> None:
     finally:
         flower.terminate()
         flower.wait(20)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_pool_child_killed_mid_task_is_retried_by_its_parent(fleet: Fleet) -> None:
+    """Prefork: the parent survives its child's SIGKILL and sends the task again as a retry
+    (task_retry_on_worker_lost), without waiting for the visibility timeout."""
+    # Roomy time limits: a busy test machine must not make the pool kill its child first.
+    limits = {"VCM_WORKER__TASK_TIME_LIMIT_S": "20", "VCM_WORKER__TASK_SOFT_TIME_LIMIT_S": "19"}
+    limits["VCM_WORKER__VISIBILITY_TIMEOUT_S"] = "30"
+    worker = fleet.spawn("vcm-child", pool="prefork", VCM_WORKER__PRELOAD_EMBEDDER="false", **limits)
+    try:
+        fleet.wait_warm(worker)  # the child reports warm once its dependencies are built
+        [child] = _children(worker.proc.pid)
+        t = fleet.traffic("child")  # this agent's spools sleep 1.5 s before writing
+        ids = [fleet.hot.append(t.agent_id, "user", f"note {i}").message_id for i in range(3)]
+        result = fleet.dispatcher.app.send_task(names.SPOOL, args=[t.agent_id, ids], queue="vcm-child")
+        prefix = f"{fleet.settings.worker.broker_prefix}{DELIVERIES}{result.id}"
+        wait_until(lambda: fleet.broker.exists(f"{prefix}:0") == 1, 30, "the child started the task")
+        os.kill(child, signal.SIGKILL)
+        wait_until(lambda: fleet.broker.exists(f"{prefix}:1") == 1 or worker.dead(), 30, f"retried ({worker.log})")
+        assert not worker.dead()
+        wait_until(lambda: not any(result.id in raw for raw in fleet.unacked()), 30, f"retry done ({worker.log})")
+        # one delivery of attempt 0 (the killed one), then attempt 1: a retry, not a redelivery
+        counts = [fleet.broker.get(f"{prefix}:{n}") for n in (0, 1)]
+        assert counts == ["1", "1"], worker.text()[-3000:]
+        assert [m.message_id for m in fleet.store.get_messages(t.agent_id, ids)] == ids
+        assert child not in _children(worker.proc.pid)
+    finally:
+        worker.proc.terminate()
+        worker.proc.wait(20)
