@@ -284,7 +284,7 @@ class RealRedisMachine(HotPathMachine):
 
 
 _profile = settings(
-    max_examples=60,
+    max_examples=30,
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
