@@ -24,7 +24,7 @@ from celery import Task, shared_task
 
 from tasks import evict, maintenance, runtime
 from tasks.backoff import delay_s
-from tasks.names import EVICT, EXPIRE, SPOOL, SWEEP, SWEEP_CONFIRM
+from tasks.names import DEAD_LETTER, EVICT, EXPIRE, SPOOL, SWEEP, SWEEP_CONFIRM
 from tasks.spool import spool_messages
 
 log = logging.getLogger(__name__)
@@ -119,3 +119,16 @@ def sweep_confirm(self: VcmTask, observed: dict[str, int]) -> dict[str, Any]:
 @shared_task(bind=True, base=VcmTask, name=EXPIRE)
 def expire_recall(self: VcmTask) -> dict[str, Any]:
     return {"outcome": "expired", "messages": maintenance.expire(runtime.deps())}
+
+
+@shared_task(bind=True, base=VcmTask, name=DEAD_LETTER)
+def record_dead_letter(
+    self: VcmTask, agent_id: str, batch_id: int, reason: str, attempts: int, delivery: str
+) -> dict[str, Any]:
+    """The dead letter of an eviction whose process died on its last attempt: the parent worker
+    process that saw it die does not open the store, so it sends this instead."""
+    try:
+        evict.dead_letter(runtime.deps(), agent_id, batch_id, reason=reason, attempts=attempts, delivery=delivery)
+    except Exception as exc:
+        return dict(self.retry_or_give_up(exc, agent_id, batch_id, reason, attempts, delivery))
+    return {"outcome": "recorded", "agent_id": agent_id, "batch_id": batch_id}

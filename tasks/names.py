@@ -7,9 +7,11 @@ SPOOL = "tasks.spool_messages"
 SWEEP = "tasks.sweep"
 SWEEP_CONFIRM = "tasks.sweep_confirm"
 EXPIRE = "tasks.expire_recall"
+# Records the dead letter of an eviction whose worker process died on its last attempt.
+DEAD_LETTER = "tasks.record_dead_letter"
 # Archival ingestion (tasks/ingest.py) registers under this name; it runs on the ingest queue.
 INGEST = "tasks.ingest_archival"
 
 # Tasks that take the shared retry policy (backoff, max_retries, delivery cap) from the worker
 # settings; a task subclassing tasks.celery_tasks.VcmTask should be listed here.
-RETRIED = (EVICT, SPOOL, SWEEP, SWEEP_CONFIRM, EXPIRE, INGEST)
+RETRIED = (EVICT, SPOOL, SWEEP, SWEEP_CONFIRM, EXPIRE, DEAD_LETTER, INGEST)

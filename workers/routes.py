@@ -20,6 +20,7 @@ ROUTES: dict[str, dict[str, Any]] = {
     names.SWEEP: {"queue": COLD},
     names.SWEEP_CONFIRM: {"queue": COLD},
     names.EXPIRE: {"queue": COLD},
+    names.DEAD_LETTER: {"queue": COLD},
     "tasks.drift*": {"queue": COLD},
     names.INGEST: {"queue": INGEST},
     "tasks.ingest*": {"queue": INGEST},

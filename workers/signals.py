@@ -17,6 +17,7 @@ from typing import Any
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.signals import (
     celeryd_init,
+    task_failure,
     task_postrun,
     worker_init,
     worker_process_init,
@@ -25,7 +26,7 @@ from celery.signals import (
 )
 
 from hotpath.settings import get_settings
-from tasks import runtime
+from tasks import names, runtime
 from workers import metrics
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,27 @@ def _on_child_exit(pid: int | None = None, **_: Any) -> None:
 def _on_task_done(task: Any = None, retval: Any = None, **_: Any) -> None:
     if task is not None:
         metrics.observe(task.name, retval)
+
+
+@task_failure.connect
+def _on_task_failure(
+    sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, args: Any = None, **_: Any
+) -> None:
+    """vcm tasks never raise (they retry or dead-letter themselves), so a failure here is a process
+    that died on the task's last attempt (pool child killed, hard time limit). Count it as a dead
+    letter; an eviction's event is recorded by a worker that has the store."""
+    name = getattr(sender, "name", "")
+    if name not in names.RETRIED:
+        return
+    metrics.DEAD_LETTERS.labels(task=name).inc()
+    reason = f"{type(exception).__name__}: {exception}"
+    log.error("%s[%s] given up: %s", name, task_id, reason)
+    if name == names.EVICT and isinstance(args, list | tuple) and len(args) == 2:
+        attempts = int(getattr(getattr(sender, "request", None), "retries", 0) or 0) + 1
+        try:
+            sender.app.send_task(names.DEAD_LETTER, args=[args[0], int(args[1]), reason, attempts, task_id or "-"])
+        except Exception as exc:  # the batch is still in Redis; the sweeper re-drives it
+            log.error("could not send the dead letter of %s: %r", args, exc)
 
 
 def _warm_in_background() -> None:

@@ -75,6 +75,7 @@ def test_a_visibility_timeout_below_the_longest_task_is_refused() -> None:
         (names.SWEEP, "cold"),
         (names.SWEEP_CONFIRM, "cold"),
         (names.EXPIRE, "cold"),
+        (names.DEAD_LETTER, "cold"),
         (names.INGEST, "ingest"),
         ("tasks.embed_chunks", "ingest"),
     ],
@@ -139,3 +140,31 @@ def test_multiprocess_directory_is_wiped_at_worker_start(tmp_path: Path, monkeyp
     metrics.wipe_multiprocess_dir()
     assert directory.is_dir() and list(directory.iterdir()) == []
     metrics.process_exited(123)  # a child that never wrote anything is fine too
+
+
+class _Sender:
+    """A task as the task_failure signal names it (after a pool child died on its last attempt)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.request = type("Request", (), {"retries": 3})()
+        self.sent: list[tuple[str, list[object]]] = []
+        self.app = self
+
+    def send_task(self, name: str, args: list[object]) -> None:
+        self.sent.append((name, args))
+
+
+def test_a_task_lost_with_its_process_is_counted_and_its_dead_letter_sent() -> None:
+    from billiard.exceptions import WorkerLostError
+
+    from workers import signals
+
+    before = REGISTRY.get_sample_value("vcm_dead_letters_total", {"task": names.EVICT}) or 0.0
+    evict = _Sender(names.EVICT)
+    signals._on_task_failure(sender=evict, task_id="t-1", exception=WorkerLostError("killed"), args=["a1", 7])
+    assert evict.sent == [(names.DEAD_LETTER, ["a1", 7, "WorkerLostError: killed", 4, "t-1"])]
+    assert REGISTRY.get_sample_value("vcm_dead_letters_total", {"task": names.EVICT}) == before + 1
+    other = _Sender("celery.ping")
+    signals._on_task_failure(sender=other, task_id="t-2", exception=RuntimeError("x"), args=[])
+    assert other.sent == []  # not a vcm task

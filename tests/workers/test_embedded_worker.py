@@ -179,3 +179,16 @@ class _Dropping:
 
     def evict(self, agent_id: str, batch_id: int) -> None:
         pass
+
+
+def test_a_dead_letter_sent_by_a_parent_process_is_recorded(cold: Cold) -> None:
+    t = cold.traffic()
+    cold.app.send_task(names.DEAD_LETTER, args=[t.agent_id, 5, "WorkerLostError: killed", 9, "task-9"])
+    store = cold.deps.store
+    wait_until(lambda: bool(store.query_events(t.agent_id, ["dead_letter"]).items), 30, "recorded")
+    [event] = store.query_events(t.agent_id, ["dead_letter"]).items
+    assert (event.payload["batch_id"], event.payload["attempts"], event.payload["reason"]) == (
+        5,
+        9,
+        "WorkerLostError: killed",
+    )
