@@ -1,0 +1,59 @@
+"""Smoke run of ``scripts/bench_store.py --quick``: it runs end to end and reports numbers.
+
+The benchmark's figures are not asserted (they depend on the machine); only that every
+measurement is there and positive, so the script cannot rot unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+@pytest.mark.slow
+def test_bench_store_quick_reports_every_measurement(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_store.py"), "--quick", "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+
+    assert {"machine", "config", "ingest", "recall", "archival", "targets", "total_s"} <= set(report)
+    assert [r["messages"] for r in report["ingest"]["messages"]] == report["config"]["message_sizes"]
+    for row in report["ingest"]["messages"]:
+        assert _positive(row["messages_per_s"]) and row["added"] > 0
+    for row in report["ingest"]["archival"]:
+        assert _positive(row["chunks_per_s"]) and row["added"] > 0
+    assert [r["messages"] for r in report["recall"]] == report["config"]["message_sizes"]
+    for row in report["recall"]:
+        assert _positive(row["p50_ms"]) and _positive(row["p99_ms"]) and row["p99_ms"] >= row["p50_ms"]
+        assert _positive(row["mean_hits"])
+    assert [r["vectors"] for r in report["archival"]] == report["config"]["vector_sizes"]
+    for row in report["archival"]:
+        assert row["index"] == "ivf" and _positive(row["n_lists"]) and _positive(row["default_n_probe"])
+        probes = [p["n_probe"] for p in row["sweep"]]
+        assert probes == [*report["config"]["n_probes"], "default"]
+        for point in row["sweep"]:
+            assert _positive(point["p50_ms"]) and _positive(point["p99_ms"])
+            assert 0 < point["recall_at_10"] <= 1
+    assert "recall BM25" in done.stdout and "archival top-10" in done.stdout
