@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""Recall quality of vcm's search_recall on LoCoMo: text (BM25), vector and hybrid (RRF) modes.
+"""Recall quality of vcm's search_recall on LoCoMo: text (BM25), vector and hybrid modes.
 
     .venv/bin/python scripts/eval_locomo.py --data ../shared/data/locomo_dev.json [--json OUT] [--k 5,10,25,50]
 
 Each conversation goes through vcm's own path: every turn is appended to a fresh agent through
 ``MemoryService.append`` (model ``vcm-demo-4k``: a 4k-token window, so most turns are evicted),
 with the cold path run in-process the way the workers run it: appended messages are spooled in
-batches (``tasks.spool.spool_messages`` with a vectorizer: each message embedded in the context of
-the turns before it, by late chunking) and eviction batches committed by ``tasks.evict``
-(spool first, as the dispatcher's queue order does). A turn is stored as ``Speaker: text`` (an
-image turn adds its caption). Then every question goes through ``MemoryService.search_recall``
-in each mode; the ``single`` rows use turn-alone vectors (``--compare-single``) through the
-store port. Metric: the LoCoMo paper's recall@k (see ``tasks.retrieval_eval``), per question,
-averaged overall and per category; a malformed or unknown evidence id is a miss.
+batches (``tasks.spool.spool_messages`` with the ``[recall]`` vectorizer: each message embedded
+by late chunking between the turns before and after it, once those after it have arrived) and
+eviction batches committed by ``tasks.evict`` (spool first, as the dispatcher's queue order
+does). A turn is stored as ``Speaker: text`` (an image turn adds its caption). Then every
+question goes through ``MemoryService.search_recall`` in each mode; the ``single`` rows use
+turn-alone vectors (``--compare-single``) through the store port. Metric: the LoCoMo paper's
+recall@k (see ``tasks.retrieval_eval``), per question, averaged overall and per category; a
+malformed or unknown evidence id is a miss.
 Hot state lives in an in-process fakeredis unless ``--redis URL`` is given; the store is a
 temporary embedded store. No LLM anywhere (the summarizer is the extractive one).
 """
@@ -112,7 +113,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     store = open_store(settings.store_url)
     embed = LazyEmbed(settings)
     chunker = LateChunker(get_embedder(settings.embedding))
-    vectorizer = MessageVectorizer(chunker, mode=args.context_mode, context=args.context)
+    recall = settings.recall
+    vectorizer = MessageVectorizer(
+        chunker,
+        mode=args.context_mode or recall.context_mode,
+        context=recall.context_turns if args.context is None else args.context,
+        after=recall.context_after if args.after is None else args.after,
+    )
     single = MessageVectorizer(chunker, mode="single")
     deps = Deps(settings, hot, store, None, embed, build_summarizer(settings))  # type: ignore[arg-type]
     workers = InlineWorkers(deps, vectorizer, args.spool_batch)
@@ -140,10 +147,14 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             text_of[res.message_id] = line
         workers.flush(agent)
         ingest_s = time.perf_counter() - t0
-        single_version = store_single_vectors(store, agent, text_of, single) if args.compare_single else None
         _, questions = corpora[name]
-        for q in questions:
-            for mode in modes:
+        single_version: str | None = None
+        for mode in modes:
+            if mode.endswith("-single") and single_version is None:
+                # Stored only now: the service ranks with an agent's most common vector version,
+                # and turn-alone vectors (every message has one) must not outvote the main ones.
+                single_version = store_single_vectors(store, agent, text_of, single)
+            for q in questions:
                 if mode.endswith("-single"):
                     vector = [float(x) for x in embed([q.text])[0]]
                     page = store.search_recall_hybrid(
@@ -199,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], default=[5, 10, 25, 50])
     parser.add_argument("--model", default="vcm-demo-4k", help="a model of [models]: sets the window")
-    parser.add_argument("--context-mode", choices=["late", "single"], default="late")
-    parser.add_argument("--context", type=int, default=6, help="preceding turns read as context (late mode)")
+    parser.add_argument("--context-mode", choices=["late", "single"], help="default: [recall] context_mode")
+    parser.add_argument("--context", type=int, help="turns before a message read as context (default: [recall])")
+    parser.add_argument("--after", type=int, help="turns after a message read as context (default: [recall])")
     parser.add_argument("--spool-batch", type=int, default=16)
     parser.add_argument("--compare-single", action="store_true", help="also rank with turn-alone vectors")
     parser.add_argument("--conversations", nargs="*", help="sample_ids to keep (default: all)")

@@ -30,6 +30,7 @@ class ErrorCode(StrEnum):
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     CONFIG_ERROR = "CONFIG_ERROR"
     CONFLICT = "CONFLICT"
+    TAINTED_CONTENT = "TAINTED_CONTENT"
 
 
 class StoreError(Exception):

@@ -29,6 +29,7 @@ M = TypeVar("M", bound=Mapping[str, Any])
 class Slice(Generic[K]):
     items: list[tuple[K, float]]
     next_cursor: str | None
+    offset: int = 0  # items of the same search before this slice (page depth, for metrics)
 
 
 def check_fingerprint(payload: Mapping[str, Any], fingerprint: str) -> None:
@@ -40,8 +41,13 @@ def check_fingerprint(payload: Mapping[str, Any], fingerprint: str) -> None:
         )
 
 
-def snapshot_cursor(secret: bytes, kind: str, snapshot_id: str, fingerprint: str, offset: int) -> str:
-    return encode_cursor({"k": kind, "s": snapshot_id, "o": offset, "f": fingerprint}, secret)
+def snapshot_cursor(secret: bytes, kind: str, snapshot_id: str, fingerprint: str, offset: int, base: int = 0) -> str:
+    """``base``: items the search returned before the snapshot's first item (an adapter may
+    snapshot only the rest of a search after its first page); kept for page-depth metrics."""
+    payload: dict[str, Any] = {"k": kind, "s": snapshot_id, "o": offset, "f": fingerprint}
+    if base:
+        payload["d"] = base
+    return encode_cursor(payload, secret)
 
 
 def snapshot_position(payload: Mapping[str, Any]) -> tuple[str, int]:
@@ -50,6 +56,14 @@ def snapshot_position(payload: Mapping[str, Any]) -> tuple[str, int]:
     if not isinstance(snapshot_id, str) or not isinstance(offset, int) or offset < 0:
         raise damaged_cursor()
     return snapshot_id, offset
+
+
+def snapshot_base(payload: Mapping[str, Any]) -> int:
+    """The ``base`` a snapshot cursor was minted with (0 when absent)."""
+    base = payload.get("d", 0)
+    if not isinstance(base, int) or isinstance(base, bool) or base < 0:
+        raise damaged_cursor()
+    return base
 
 
 def check_snapshot(stored: M | None, *, agent_id: str, kind: str, now: float, ttl_s: float) -> M:
@@ -72,11 +86,12 @@ def cut(
     kind: str,
     snapshot_id: str,
     fingerprint: str,
+    base: int = 0,
 ) -> Slice[K]:
     """The page at ``offset`` of a stored snapshot, with the cursor of the next page if any."""
     end = offset + limit
-    next_cursor = snapshot_cursor(secret, kind, snapshot_id, fingerprint, end) if end < len(ranked) else None
-    return Slice(list(ranked[offset:end]), next_cursor)
+    next_cursor = snapshot_cursor(secret, kind, snapshot_id, fingerprint, end, base) if end < len(ranked) else None
+    return Slice(list(ranked[offset:end]), next_cursor, base + offset)
 
 
 def damaged_cursor() -> StoreValidationError:

@@ -66,9 +66,7 @@ class MemoryStore(abc.ABC):
     def list_core(self, agent_id: str) -> list[CoreBlock]: ...
 
     @abc.abstractmethod
-    def put_core(
-        self, block: CoreBlockWrite, expected_rev: str | None, idempotency_key: str
-    ) -> CoreBlock:
+    def put_core(self, block: CoreBlockWrite, expected_rev: str | None, idempotency_key: str) -> CoreBlock:
         """Create (expected_rev None, block must not exist) or replace (rev must match).
 
         A replay with the same idempotency key returns the block as first written; the same key
@@ -83,10 +81,12 @@ class MemoryStore(abc.ABC):
 
     # --- messages / recall -------------------------------------------------------------
     @abc.abstractmethod
-    def spool_messages(self, messages: Sequence[StoredMessage]) -> int:
+    def spool_messages(self, messages: Sequence[StoredMessage], *, events: Sequence[MemoryEvent] = ()) -> int:
         """Write-behind of appended messages; idempotent by (agent_id, message_id).
 
-        Returns how many were new.
+        ``events`` (their audit rows, idempotent by event id) are written with the messages, in
+        the same transaction (the ArangoDB adapter: with the last size-capped part). Returns how
+        many messages were new.
         """
 
     @abc.abstractmethod
@@ -99,7 +99,8 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def commit_eviction(self, commit: EvictionCommit) -> EvictionResult:
         """Atomically: ensure the batch's messages exist, add `recall_log` edges from the summary
-        to them, replace the summary (rev check), append the `evict` event. Replay-safe."""
+        to them, replace the summary (rev check), append the `evict` event (actor
+        ``commit.actor``) and ``commit.events`` (idempotent by event id). Replay-safe."""
 
     @abc.abstractmethod
     def committed_batches(self, agent_id: str) -> list[int]:
@@ -129,6 +130,11 @@ class MemoryStore(abc.ABC):
         ArangoDB adapter keeps one version per message). Returns how many were new."""
 
     @abc.abstractmethod
+    def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:
+        """Which of ``message_ids`` already carry a recall vector of ``embedding_version`` (so a
+        backfill embeds only the others)."""
+
+    @abc.abstractmethod
     def search_recall_hybrid(
         self,
         agent_id: str,
@@ -144,7 +150,8 @@ class MemoryStore(abc.ABC):
     ) -> Page[RecallHit]:
         """``mode`` text: as :meth:`search_recall`; vector: cosine over stored message vectors of
         ``embedding_version`` (None: the version this agent has most vectors of); hybrid:
-        reciprocal-rank fusion (:mod:`store.fusion`) of both rankings, score = fused score. Same
+        the weighted sum of normalised BM25 and cosine scores, with a share spread to neighbouring
+        turns (:func:`store.fusion.hybrid`), score = fused score. Same
         time window and stable cursor paging as :meth:`search_recall`; messages without a vector
         are found by the text leg only."""
 
@@ -189,10 +196,14 @@ class MemoryStore(abc.ABC):
         kinds: Sequence[str] | None = None,
         *,
         since: float | None = None,
+        until: float | None = None,
+        actor: str | None = None,
+        idempotency_key: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[MemoryEvent]:
-        """Oldest first."""
+        """Oldest first; every filter given must match (``actor``, ``idempotency_key``: equal;
+        ``since`` inclusive, ``until`` exclusive, on ``created_at``)."""
 
     # --- graph ----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -221,7 +232,8 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def stats(self, agent_id: str | None = None) -> dict[str, Any]:
         """Counts (of one agent, or all): at least ``messages``, ``core_blocks`` (summary
-        excluded), ``archival_chunks``, ``events``, ``edges``, ``committed_batches``."""
+        excluded), ``archival_chunks``, ``events``, ``edges``, ``committed_batches``,
+        ``recall_log_edges`` and ``message_vectors`` (messages with a recall vector, any version)."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

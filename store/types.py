@@ -78,6 +78,8 @@ class EvictionCommit:
     summary_tokens: int
     expected_summary_rev: str | None  # None when the agent has no summary yet
     event: Mapping[str, Any] = field(default_factory=dict)  # payload of the `evict` event row
+    actor: str = "system"  # of the `evict` event row
+    events: Sequence[MemoryEvent] = ()  # more audit rows committed with it (the messages' appends)
 
 
 @dataclass(frozen=True)
@@ -176,9 +178,21 @@ class Edge:
 
 
 @dataclass(frozen=True)
+class SearchStats:
+    """How an adapter produced one search page, for metrics; adapters fill in what they know."""
+
+    offset: int = 0  # items of the same search on earlier pages (0: the first page)
+    # Candidates the post-filters judged while ranking this page, and how many they dropped. Both
+    # 0 when the page came from a stored snapshot or the backend filtered (ArangoDB's AQL).
+    judged: int = 0
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
 class Page(Generic[T]):
     items: list[T]
     next_cursor: str | None  # opaque; None when there is nothing more
+    stats: SearchStats | None = None  # None: the adapter reports nothing about this page
 
 
 @dataclass(frozen=True)

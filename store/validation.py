@@ -50,9 +50,7 @@ def identifier(name: str, value: Any) -> str:
 
 def limit(name: str, value: Any, maximum: int = MAX_LIMIT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise StoreValidationError(
-            f"{name} must be an integer between 1 and {maximum}", field=name, value=repr(value)
-        )
+        raise StoreValidationError(f"{name} must be an integer between 1 and {maximum}", field=name, value=repr(value))
     return value
 
 
@@ -152,6 +150,8 @@ def eviction(commit: Any) -> EvictionCommit:
     non_negative_int("summary_tokens", commit.summary_tokens)
     rev("expected_summary_rev", commit.expected_summary_rev, optional=True)
     json_mapping("event", commit.event)
+    identifier("actor", commit.actor)
+    keyed_events(commit.events)
     batch = messages(commit.messages)
     if not batch:
         raise StoreValidationError("an eviction batch needs at least one message")
@@ -267,9 +267,7 @@ def chunk(c: Any) -> tuple[ArchivalChunk, npt.NDArray[np.float64]]:
 
 
 # --- whole operations -----------------------------------------------------------------------------
-def recall_search(
-    agent_id: Any, query: Any, limit_: Any, since: Any, until: Any
-) -> tuple[float | None, float | None]:
+def recall_search(agent_id: Any, query: Any, limit_: Any, since: Any, until: Any) -> tuple[float | None, float | None]:
     """Arguments of ``search_recall``; returns the time window (``since`` <= t < ``until``)."""
     identifier("agent_id", agent_id)
     text("query", query)
@@ -370,10 +368,44 @@ def archival_search(
     return ArchivalQuery(vector("vector", query, metric_name=metric_name), probe, parsed)
 
 
+def keyed_events(items: Any) -> list[MemoryEvent]:
+    """Audit rows written along with other writes: each needs its own ``event_id``, which is
+    what makes the write they ride with replay-safe for them too."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        raise StoreValidationError("events must be a sequence of MemoryEvent")
+    out = [event(e) for e in items]
+    for e in out:
+        if not e.event_id:
+            raise StoreValidationError("events written with other writes need an event_id", kind=e.kind)
+    return out
+
+
+@dataclass(frozen=True)
+class EventListing:
+    """The checked filters of ``query_events``."""
+
+    kinds: list[str] | None
+    since: float | None
+    until: float | None
+    actor: str | None
+    idempotency_key: str | None
+
+    def key(self) -> tuple[Any, ...]:
+        """What a cursor is bound to (with the agent id)."""
+        return (self.kinds, self.since, self.until, self.actor, self.idempotency_key)
+
+
 def event_listing(
-    agent_id: Any, kinds: Any, since: Any, limit_: Any
-) -> tuple[list[str] | None, float | None]:
-    """Arguments of ``query_events``; returns the kinds (sorted, distinct) and ``since``."""
+    agent_id: Any,
+    kinds: Any,
+    since: Any,
+    limit_: Any,
+    *,
+    until: Any = None,
+    actor: Any = None,
+    idempotency_key: Any = None,
+) -> EventListing:
+    """Arguments of ``query_events``; the kinds come back sorted and distinct."""
     if agent_id is not None:
         identifier("agent_id", agent_id)
     kind_list: list[str] | None = None
@@ -382,8 +414,15 @@ def event_listing(
             raise StoreValidationError("kinds must be a non-empty sequence of event kinds")
         kind_list = sorted({identifier("kind", k) for k in kinds})
     start = finite("since", since, optional=True)
+    end = finite("until", until, optional=True)
+    if start is not None and end is not None and start >= end:
+        raise StoreValidationError("since must be before until", field="since")
+    if actor is not None:
+        identifier("actor", actor)
+    if idempotency_key is not None:
+        identifier("idempotency_key", idempotency_key)
     limit("limit", limit_)
-    return kind_list, start
+    return EventListing(kind_list, start, end, actor, idempotency_key)
 
 
 def traversal(start: Any, kinds: Any, max_depth: Any, direction: Any) -> tuple[EdgeKind, ...]:

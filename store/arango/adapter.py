@@ -96,6 +96,7 @@ from store.types import (
     NodeRef,
     Page,
     RecallHit,
+    SearchStats,
     StoredMessage,
     Summary,
     chunk_node,
@@ -183,9 +184,7 @@ class ArangoStore(MemoryStore):
         self._fault_hook = fault_hook
         self._n_probe = n_probe
         self._auto_vector_index = auto_vector_index
-        self._vector_threshold = (
-            vector_min_vectors if vector_min_vectors is not None else self._spec.threshold()
-        )
+        self._vector_threshold = vector_min_vectors if vector_min_vectors is not None else self._spec.threshold()
         self._cap = txn_cap_bytes
         self._txn_max = max(txn_max_bytes, txn_cap_bytes * 2)
         self._lock_timeout = lock_timeout_s
@@ -229,6 +228,8 @@ class ArangoStore(MemoryStore):
         create_database: bool = True,
         request_timeout: float | None = 60.0,
         connect_timeout: float | None = 5.0,
+        uds_only: bool = False,
+        client_factory: Callable[..., Any] | None = None,
         **options: Any,
     ) -> ArangoStore:
         """Connect (``arango+http://``, ``arango+https://``, ``arango+unix://``), bootstrap, guard.
@@ -247,6 +248,8 @@ class ArangoStore(MemoryStore):
             request_timeout=request_timeout,
             connect_timeout=connect_timeout,
             create_database=create_database,
+            uds_only=uds_only,
+            client_factory=client_factory,
         )
         try:
             return cls(conn, fault_hook=fault_hook, n_probe=n_probe, **options)
@@ -328,9 +331,7 @@ class ArangoStore(MemoryStore):
 
     def list_core(self, agent_id: str) -> list[CoreBlock]:
         validation.identifier("agent_id", agent_id)
-        return [
-            documents.block_from_doc(d) for d in self._run(self._ro, aql.list_core(agent_id), "list_core")
-        ]
+        return [documents.block_from_doc(d) for d in self._run(self._ro, aql.list_core(agent_id), "list_core")]
 
     def put_core(self, block: CoreBlockWrite, expected_rev: str | None, idempotency_key: str) -> CoreBlock:
         validation.core_write(block)
@@ -377,9 +378,7 @@ class ArangoStore(MemoryStore):
             # A concurrent call with the same key may have won; its answer is ours.
             seen = self._get(self._ro, names.IDEMPOTENCY, idem_key, "put_core")
             if seen is not None:
-                return semantics.replayed_core_write(
-                    seen.get("fingerprint"), seen["result"], content, idempotency_key
-                )
+                return semantics.replayed_core_write(seen.get("fingerprint"), seen["result"], content, idempotency_key)
             raise
 
     def delete_core(self, agent_id: str, block_id: str, expected_rev: str) -> None:
@@ -408,21 +407,34 @@ class ArangoStore(MemoryStore):
         return documents.summary_from_doc(doc) if doc is not None else None
 
     # --- messages / recall ----------------------------------------------------------------------
-    def spool_messages(self, messages: Sequence[StoredMessage]) -> int:
+    def spool_messages(self, messages: Sequence[StoredMessage], *, events: Sequence[MemoryEvent] = ()) -> int:
         batch = semantics.distinct(validation.messages(messages))
-        if not batch:
+        audit = [self._event_doc(e) for e in validation.keyed_events(events)]
+        if not batch and not audit:
             return 0
         docs = [documents.message_doc(m) for m in batch]
         added = 0
         # Idempotent chunks under the size cap; a retry after a partial failure completes it.
-        for part in _chunks_by_size(docs, self._cap):
-            with self._transaction((names.MESSAGES,), "spool_messages") as txn:
-                rows = self._run(
-                    txn, aql.insert_ignore(names.MESSAGES, part, stamp_ingested=True), "spool_messages"
+        # The audit rows go with the last chunk, so they land once every message has.
+        parts = _chunks_by_size(docs, self._cap) or [[]]
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            collections = (names.MESSAGES, names.EVENTS) if last and audit else (names.MESSAGES,)
+            with self._transaction(collections, "spool_messages") as txn:
+                rows = (
+                    self._run(txn, aql.insert_ignore(names.MESSAGES, part, stamp_ingested=True), "spool_messages")
+                    if part
+                    else []
                 )
+                if last and audit:
+                    self._run(txn, aql.insert_ignore(names.EVENTS, audit), "spool_messages")
                 self._fault("spool_messages.before_commit")
             added += sum(1 for r in rows if r is not None)
         return added
+
+    def _event_doc(self, event: MemoryEvent) -> dict[str, Any]:
+        created_at = self._now(event.created_at)
+        return documents.event_doc(event, semantics.event_id(event), created_at)
 
     def get_messages(self, agent_id: str, message_ids: Sequence[str]) -> list[StoredMessage]:
         validation.identifier("agent_id", agent_id)
@@ -494,9 +506,7 @@ class ArangoStore(MemoryStore):
                 )
             self._run(txn, aql.insert_ignore(names.RECALL_LOG, plan.edges), "commit_eviction")
             self._fault("commit_eviction.after_recall_append")
-            summary = documents.summary_doc(
-                agent, commit.summary_text, commit.summary_tokens, commit.batch_id, now
-            )
+            summary = documents.summary_doc(agent, commit.summary_text, commit.summary_tokens, commit.batch_id, now)
             if current is None:
                 meta = core.insert(summary)
             else:
@@ -508,11 +518,13 @@ class ArangoStore(MemoryStore):
                 payload=semantics.evict_event_payload(commit, plan.messages, rev),
                 event_id=plan.event_id,
                 created_at=now,
+                actor=commit.actor,
                 idempotency_key=plan.event_id,
             )
+            extra = [self._event_doc(e) for e in commit.events]
             self._run(
                 txn,
-                aql.insert_ignore(names.EVENTS, [documents.event_doc(event, plan.event_id, now)]),
+                aql.insert_ignore(names.EVENTS, [documents.event_doc(event, plan.event_id, now), *extra]),
                 "commit_eviction",
             )
             txn.collection(names.BATCHES).insert(
@@ -558,9 +570,7 @@ class ArangoStore(MemoryStore):
         hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in part.items if k in found]
         return Page(hits, part.next_cursor)
 
-    def _rank_recall(
-        self, agent_id: str, query: str, n: int, since: float | None, until: float | None
-    ) -> Ranked:
+    def _rank_recall(self, agent_id: str, query: str, n: int, since: float | None, until: float | None) -> Ranked:
         q = aql.recall_search(agent_id, query, fetch=n, since=since, until=until, lag_ms=self._lag_ms)
         return [(str(r["key"]), float(r["score"])) for r in self._run(self._ro, q, "search_recall")]
 
@@ -582,6 +592,14 @@ class ArangoStore(MemoryStore):
             self._run(self._rw, aql.put_message_vectors(agent_id, items, embedding_version), "put_message_vectors")
         )
 
+    def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:
+        validation.identifier("agent_id", agent_id)
+        keys = {documents.message_key(agent_id, str(m)): str(m) for m in message_ids}
+        if not keys:
+            return set()
+        q = aql.message_vector_keys(agent_id, list(keys), embedding_version)
+        return {keys[str(k)] for k in self._run(self._ro, q, "message_vector_ids") if str(k) in keys}
+
     def search_recall_hybrid(
         self,
         agent_id: str,
@@ -595,16 +613,9 @@ class ArangoStore(MemoryStore):
         mode: str = "hybrid",
         embedding_version: str | None = None,
     ) -> Page[RecallHit]:
-        try:
-            fusion.check_mode(mode)
-        except ValueError as exc:
-            raise StoreValidationError(str(exc), field="mode") from exc
-        if mode == "text":
+        if fusion.recall_mode(mode) == "text":
             return self.search_recall(agent_id, query, limit, cursor, since=since, until=until)
-        since, until = validation.recall_search(agent_id, query, limit, since, until)
-        if vector is None:
-            raise StoreValidationError(f"mode {mode} needs a query vector", field="vector")
-        q = fusion.unit_vector(vector)
+        since, until, q = fusion.vector_query(agent_id, query, vector, mode, limit, since, until)
         key = fingerprint("recall-" + mode, agent_id, query, vector_digest(q), embedding_version, since, until)
         if cursor is not None:
             part = self._snapshots.next("recall-" + mode, agent_id, key, cursor, limit)
@@ -617,7 +628,10 @@ class ArangoStore(MemoryStore):
                 ranked: Ranked = vec
             else:
                 text = self._rank_recall(agent_id, query, depth, since, until)
-                ranked = fusion.rrf([[k for k, _ in text], [k for k, _ in vec]])[:depth]
+                keys = sorted({k for k, _ in text} | {k for k, _ in vec})
+                rows = self._run(self._ro, aql.recall_positions(agent_id, keys), "search_recall") if keys else []
+                seq = {str(r["key"]): int(r["seq"]) for r in rows}
+                ranked = fusion.hybrid(text, vec, seq)[:depth]
             part = self._snapshots.first("recall-" + mode, agent_id, key, ranked, limit)
         ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
         found = {d["_key"]: d for d in self._run(self._ro, aql.documents(ids, agent_id), "search_recall")}
@@ -648,9 +662,7 @@ class ArangoStore(MemoryStore):
         checked, dims = validation.chunk_batch(chunks)
         if not checked:
             return 0
-        known: dict[tuple[str, str], int] = {
-            (s.metric, s.embedding_version): s.dimension for s in self._spaces()
-        }
+        known: dict[tuple[str, str], int] = {(s.metric, s.embedding_version): s.dimension for s in self._spaces()}
         for (metric, version), dim in dims.items():
             validation.space_dimension(metric, version, dim, known.get((metric, version)))
         now = self._clock()
@@ -669,9 +681,7 @@ class ArangoStore(MemoryStore):
                 }
                 for (metric, version), dim in dims.items():  # a concurrent first writer wins
                     validation.space_dimension(metric, version, dim, stored.get((metric, version)))
-            inserted = {
-                r for r in self._run(txn, aql.insert_ignore(names.ARCHIVAL, docs), "ingest_archival") if r
-            }
+            inserted = {r for r in self._run(txn, aql.insert_ignore(names.ARCHIVAL, docs), "ingest_archival") if r}
             new_chunks = [c for (c, _), d in zip(checked, docs, strict=True) if d["_key"] in inserted]
             self._link_chunks(txn, new_chunks, now)
             self._fault("ingest_archival.before_commit")
@@ -748,9 +758,7 @@ class ArangoStore(MemoryStore):
         if cursor is not None:
             part = self._snapshots.next("archival", agent_id, key, cursor, k)
         else:
-            ranked = self._rank_archival(
-                agent_id, query, space_metric, k + 1, parsed, probe, embedding_version
-            )
+            ranked = self._rank_archival(agent_id, query, space_metric, k + 1, parsed, probe, embedding_version)
             if len(ranked) > k:
                 ranked = self._rank_archival(
                     agent_id, query, space_metric, self._max_results, parsed, probe, embedding_version
@@ -759,7 +767,8 @@ class ArangoStore(MemoryStore):
         ids = [f"{names.ARCHIVAL}/{key_}" for key_, _ in part.items]
         found = {d["_key"]: d for d in self._run(self._ro, aql.documents(ids, agent_id), "search_archival")}
         hits = [ArchivalHit(documents.chunk_from_doc(found[k_]), s) for k_, s in part.items if k_ in found]
-        return Page(hits, part.next_cursor)
+        # The post-filters run inside AQL, so only the page depth is known here.
+        return Page(hits, part.next_cursor, SearchStats(part.offset))
 
     def _rank_archival(
         self,
@@ -838,15 +847,11 @@ class ArangoStore(MemoryStore):
     # --- vector spaces and their indexes --------------------------------------------------------
     def _spaces(self, db: Any = None) -> list[_Space]:
         rows = self._run(db if db is not None else self._ro, aql.vector_spaces(), "read vector spaces")
-        return [
-            _Space(cast(Metric, r["metric"]), int(r["dimension"]), str(r["embedding_version"])) for r in rows
-        ]
+        return [_Space(cast(Metric, r["metric"]), int(r["dimension"]), str(r["embedding_version"])) for r in rows]
 
     def _matching_spaces(self, metric: Metric, version: str | None, dimension: int) -> list[_Space]:
         known = [
-            s
-            for s in self._spaces()
-            if s.metric == metric and (version is None or s.embedding_version == version)
+            s for s in self._spaces() if s.metric == metric and (version is None or s.embedding_version == version)
         ]
         return validation.matching_spaces(known, dimension, metric, version)
 
@@ -937,17 +942,31 @@ class ArangoStore(MemoryStore):
         kinds: Sequence[str] | None = None,
         *,
         since: float | None = None,
+        until: float | None = None,
+        actor: str | None = None,
+        idempotency_key: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[MemoryEvent]:
-        kind_list, since = validation.event_listing(agent_id, kinds, since, limit)
-        key = fingerprint("events", agent_id, kind_list, since)
+        f = validation.event_listing(
+            agent_id, kinds, since, limit, until=until, actor=actor, idempotency_key=idempotency_key
+        )
+        key = fingerprint("events", agent_id, *f.key())
         after: tuple[float, str] | None = None
         if cursor is not None:
             # Keyset paging on (created_at, _key): an event appended later lands after the
             # position or is not part of this listing; nothing repeats or shifts.
             after = paging.keyset_position(cursor, self._secret, key, "id", str)
-        q = aql.events_page(agent_id, kind_list, since=since, after=after, limit=limit + 1)
+        q = aql.events_page(
+            agent_id,
+            f.kinds,
+            since=f.since,
+            until=f.until,
+            actor=f.actor,
+            idempotency_key=f.idempotency_key,
+            after=after,
+            limit=limit + 1,
+        )
         found = self._run(self._ro, q, "query_events")
         page = found[:limit]
         next_cursor = None
@@ -972,9 +991,7 @@ class ArangoStore(MemoryStore):
     ) -> list[NodeRef]:
         wanted = validation.traversal(start, kinds, max_depth, direction)
         start_id = keys.vertex_id(start)
-        q = aql.traverse(
-            start_id, list(wanted), max_depth=max_depth, direction=cast(aql.Direction, direction)
-        )
+        q = aql.traverse(start_id, list(wanted), max_depth=max_depth, direction=cast(aql.Direction, direction))
         paths = self._run(self._ro, q, "traverse")
         return order_traversal(start, start_id, paths)
 

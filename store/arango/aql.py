@@ -83,9 +83,7 @@ def _checked_attribute(attr: str) -> str:
 
 
 # --- generic writes -------------------------------------------------------------------------------
-def insert_ignore(
-    collection: str, docs: Sequence[Mapping[str, Any]], *, stamp_ingested: bool = False
-) -> AqlQuery:
+def insert_ignore(collection: str, docs: Sequence[Mapping[str, Any]], *, stamp_ingested: bool = False) -> AqlQuery:
     """Insert documents whose ``_key`` already encodes their identity; existing keys are kept.
 
     Returns one row per document: its ``_key`` when it was new, ``null`` when it existed
@@ -95,9 +93,7 @@ def insert_ignore(
     _known_collection(collection)
     doc = "MERGE(doc, { ingested_at: DATE_NOW() })" if stamp_ingested else "doc"
     text = (
-        "FOR doc IN @docs\n"
-        f'  INSERT {doc} INTO @@collection OPTIONS {{ overwriteMode: "ignore" }}\n'
-        "  RETURN NEW._key"
+        f'FOR doc IN @docs\n  INSERT {doc} INTO @@collection OPTIONS {{ overwriteMode: "ignore" }}\n  RETURN NEW._key'
     )
     return AqlQuery(text, {"docs": [dict(d) for d in docs], "@collection": collection})
 
@@ -125,22 +121,12 @@ def list_core(agent_id: str) -> AqlQuery:
 
 # --- messages ---------------------------------------------------------------------------------------
 def count_messages(agent_id: str) -> AqlQuery:
-    text = (
-        f"FOR m IN {names.MESSAGES}\n"
-        "  FILTER m.agent_id == @agent_id\n"
-        "  COLLECT WITH COUNT INTO n\n"
-        "  RETURN n"
-    )
+    text = f"FOR m IN {names.MESSAGES}\n  FILTER m.agent_id == @agent_id\n  COLLECT WITH COUNT INTO n\n  RETURN n"
     return AqlQuery(text, {"agent_id": agent_id})
 
 
 def committed_batches(agent_id: str) -> AqlQuery:
-    text = (
-        f"FOR b IN {names.BATCHES}\n"
-        "  FILTER b.agent_id == @agent_id\n"
-        "  SORT b.batch_id ASC\n"
-        "  RETURN b.batch_id"
-    )
+    text = f"FOR b IN {names.BATCHES}\n  FILTER b.agent_id == @agent_id\n  SORT b.batch_id ASC\n  RETURN b.batch_id"
     return AqlQuery(text, {"agent_id": agent_id})
 
 
@@ -278,9 +264,7 @@ def expire_messages(now: float, batch: int) -> AqlQuery:
 
 def purge_cursors(now: float) -> AqlQuery:
     """Drop expired cursor snapshots (the TTL index does it too, on its own schedule)."""
-    text = (
-        f"FOR c IN {names.CURSORS}\n  FILTER c.expires_at < @now\n  REMOVE c IN {names.CURSORS}\n  RETURN 1"
-    )
+    text = f"FOR c IN {names.CURSORS}\n  FILTER c.expires_at < @now\n  REMOVE c IN {names.CURSORS}\n  RETURN 1"
     return AqlQuery(text, {"now": now})
 
 
@@ -288,12 +272,7 @@ def remove_edges_of(edge_collection: str, vertex_ids: Sequence[str]) -> AqlQuery
     """Remove every edge touching one of the given vertices (after they were deleted)."""
     if edge_collection not in names.EDGE_COLLECTIONS:
         raise StoreValidationError("unknown edge collection", collection=edge_collection)
-    text = (
-        "FOR e IN @@edges\n"
-        "  FILTER e._from IN @ids OR e._to IN @ids\n"
-        "  REMOVE e IN @@edges\n"
-        "  RETURN OLD._key"
-    )
+    text = "FOR e IN @@edges\n  FILTER e._from IN @ids OR e._to IN @ids\n  REMOVE e IN @@edges\n  RETURN OLD._key"
     return AqlQuery(text, {"@edges": edge_collection, "ids": list(vertex_ids)})
 
 
@@ -440,8 +419,14 @@ def events_page(
     since: float | None,
     after: tuple[float, str] | None,
     limit: int,
+    until: float | None = None,
+    actor: str | None = None,
+    idempotency_key: str | None = None,
 ) -> AqlQuery:
-    """Events oldest first, keyset-paged on ``(created_at, _key)``: stable while events arrive."""
+    """Events oldest first, keyset-paged on ``(created_at, _key)``: stable while events arrive.
+
+    Every filter is a bind parameter (never text), so no caller value can change the query.
+    """
     lines: list[str] = []
     bind: dict[str, Any] = {"limit": limit}
     if agent_id is not None:
@@ -453,6 +438,15 @@ def events_page(
     if since is not None:
         lines.append("FILTER e.created_at >= @since")
         bind["since"] = since
+    if until is not None:
+        lines.append("FILTER e.created_at < @until")
+        bind["until"] = until
+    if actor is not None:
+        lines.append("FILTER e.actor == @actor")
+        bind["actor"] = actor
+    if idempotency_key is not None:
+        lines.append("FILTER e.idempotency_key == @idempotency_key")
+        bind["idempotency_key"] = idempotency_key
     if after is not None:
         lines.append("FILTER e.created_at > @after_t OR (e.created_at == @after_t AND e._key > @after_k)")
         bind["after_t"], bind["after_k"] = after
@@ -462,9 +456,7 @@ def events_page(
 
 
 # --- graph ------------------------------------------------------------------------------------------
-def traverse(
-    start_id: str, edge_collections: Sequence[str], *, max_depth: int, direction: Direction
-) -> AqlQuery:
+def traverse(start_id: str, edge_collections: Sequence[str], *, max_depth: int, direction: Direction) -> AqlQuery:
     """Breadth-first traversal of ``g_mem`` returning, per reached vertex, its path's edges.
 
     Vertices need not exist as documents (the port allows edges between any refs): the
@@ -500,16 +492,15 @@ def stats(agent_id: str | None) -> AqlQuery:
   events: LENGTH({names.EVENTS}),
   edges: {edges},
   committed_batches: LENGTH({names.BATCHES}),
+  recall_log_edges: LENGTH({names.RECALL_LOG}),
+  message_vectors: FIRST(FOR m IN {names.MESSAGES} FILTER m.{RECALL_VECTOR} != null COLLECT WITH COUNT INTO n RETURN n),
   core_blocks: FIRST(FOR b IN {names.CORE} FILTER b.kind == "block" COLLECT WITH COUNT INTO n RETURN n),
   summaries: FIRST(FOR b IN {names.CORE} FILTER b.kind == "summary" COLLECT WITH COUNT INTO n RETURN n)
 }}"""
         return AqlQuery(text, {})
 
     def count(collection: str, extra: str = "") -> str:
-        return (
-            f"FIRST(FOR x IN {collection} FILTER x.agent_id == @agent_id{extra} "
-            "COLLECT WITH COUNT INTO n RETURN n)"
-        )
+        return f"FIRST(FOR x IN {collection} FILTER x.agent_id == @agent_id{extra} COLLECT WITH COUNT INTO n RETURN n)"
 
     agent_edges = " + ".join(count(e) for e in names.EDGE_COLLECTIONS)
     text = f"""RETURN {{
@@ -518,6 +509,8 @@ def stats(agent_id: str | None) -> AqlQuery:
   events: {count(names.EVENTS)},
   edges: {agent_edges},
   committed_batches: {count(names.BATCHES)},
+  recall_log_edges: {count(names.RECALL_LOG)},
+  message_vectors: {count(names.MESSAGES, f" AND x.{RECALL_VECTOR} != null")},
   core_blocks: {count(names.CORE, ' AND x.kind == "block"')},
   summaries: {count(names.CORE, ' AND x.kind == "summary"')}
 }}"""
@@ -526,12 +519,7 @@ def stats(agent_id: str | None) -> AqlQuery:
 
 def vector_spaces() -> AqlQuery:
     """The registered vector spaces (metric, dimension, embedding_version)."""
-    text = (
-        f"FOR m IN {names.META}\n"
-        '  FILTER m.kind == "vector_space"\n'
-        "  SORT m.metric, m.embedding_version\n"
-        "  RETURN m"
-    )
+    text = f'FOR m IN {names.META}\n  FILTER m.kind == "vector_space"\n  SORT m.metric, m.embedding_version\n  RETURN m'
     return AqlQuery(text, {})
 
 
@@ -561,6 +549,24 @@ def put_message_vectors(agent_id: str, items: Sequence[tuple[str, Sequence[float
         "version": version,
     }
     return AqlQuery(text, bind)
+
+
+def recall_positions(agent_id: str, keys: Sequence[str]) -> AqlQuery:
+    """The conversation position (``seq``) of the agent's messages with these keys, for hybrid
+    recall's neighbour spreading. Rows ``{key, seq}``; keys of other agents or gone are left out."""
+    text = """FOR id IN @ids
+  LET d = DOCUMENT(id)
+  FILTER d != null AND d.agent_id == @agent_id
+  RETURN { key: d._key, seq: d.seq }"""
+    return AqlQuery(text, {"agent_id": agent_id, "ids": [f"{names.MESSAGES}/{k}" for k in keys]})
+
+
+def message_vector_keys(agent_id: str, keys: Sequence[str], version: str) -> AqlQuery:
+    """Keys among ``keys`` of the agent's messages that carry a recall vector of ``version``."""
+    text = f"""FOR d IN {names.MESSAGES}
+  FILTER d._key IN @keys AND d.agent_id == @agent_id AND d.{RECALL_VERSION} == @version
+  RETURN d._key"""
+    return AqlQuery(text, {"keys": list(keys), "agent_id": agent_id, "version": version})
 
 
 def recall_vector_versions(agent_id: str) -> AqlQuery:

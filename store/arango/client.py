@@ -19,7 +19,7 @@ read-write user for writes and DDL. Without read-only credentials both use the r
 from __future__ import annotations
 
 import socket
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -63,13 +63,10 @@ class Target:
 def parse_url(url: str) -> Target:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    transport = {"arango": "http", "arango+http": "http", "arango+https": "https", "arango+unix": "unix"}.get(
-        scheme
-    )
+    transport = {"arango": "http", "arango+http": "http", "arango+https": "https", "arango+unix": "unix"}.get(scheme)
     if transport is None:
         raise ArangoConfigError(
-            f"unsupported ArangoDB URL scheme {parts.scheme!r}; use arango+http://, "
-            "arango+https:// or arango+unix://"
+            f"unsupported ArangoDB URL scheme {parts.scheme!r}; use arango+http://, arango+https:// or arango+unix://"
         )
     username = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password is not None else None
@@ -77,9 +74,7 @@ def parse_url(url: str) -> Target:
     if transport == "unix":
         socket_path, path_db = _split_socket_path(unquote(parts.path))
         if not socket_path:
-            raise ArangoConfigError(
-                "arango+unix:// needs a socket path, e.g. arango+unix:///run/arangodb/arangod.sock"
-            )
+            raise ArangoConfigError("arango+unix:// needs a socket path, e.g. arango+unix:///run/arangodb/arangod.sock")
         return Target("unix", UNIX_HOST, socket_path, query_db or path_db, username, password)
     if not parts.hostname:
         raise ArangoConfigError(f"the ArangoDB URL {url!r} has no host")
@@ -175,9 +170,7 @@ def _send(
     data: Any,
     auth: tuple[str, str] | None,
 ) -> Response:
-    r = session.request(
-        method=method, url=url, params=params, data=data, headers=headers, auth=auth, timeout=timeout
-    )
+    r = session.request(method=method, url=url, params=params, data=data, headers=headers, auth=auth, timeout=timeout)
     return Response(
         method=method,
         url=r.url,
@@ -206,9 +199,7 @@ class UnixSocketHTTPClient(HTTPClient):
 
     def create_session(self, host: str) -> Session:
         session = Session()
-        adapter = _UnixAdapter(
-            self.socket_path, pool_maxsize=self.pool_maxsize, connect_timeout=self.connect_timeout
-        )
+        adapter = _UnixAdapter(self.socket_path, pool_maxsize=self.pool_maxsize, connect_timeout=self.connect_timeout)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         return session
@@ -297,13 +288,23 @@ def connect(
     pool_maxsize: int = 10,
     create_database: bool = False,
     verify: bool = True,
+    uds_only: bool = False,
+    client_factory: Callable[..., ArangoClient] | None = None,
 ) -> Connection:
     """Open read-write and read-only handles.
 
     With ``create_database`` a missing database is created through ``_system`` (the read-write
     user then needs access to ``_system``); only attempted when opening the database fails.
+    ``uds_only`` refuses any URL but ``arango+unix://`` before a connection is tried.
+    ``client_factory`` builds the python-arango client (tests pass a fake).
     """
     target = parse_url(url)
+    if uds_only and target.socket_path is None:
+        raise ArangoConfigError(
+            f"store.uds_only is set but the store URL uses {target.scheme} ({target.host_url}); use "
+            "arango+unix:///path/to/arangod.sock, or unset VCM_STORE__UDS_ONLY for a TCP deployment",
+            setting="store.uds_only",
+        )
     user = username if username is not None else target.username
     secret = password if password is not None else target.password
     if not user:
@@ -315,7 +316,7 @@ def connect(
     http = make_http_client(
         target, request_timeout=request_timeout, connect_timeout=connect_timeout, pool_maxsize=pool_maxsize
     )
-    client = ArangoClient(hosts=target.host_url, http_client=http, request_timeout=request_timeout)
+    client = (client_factory or ArangoClient)(hosts=target.host_url, http_client=http, request_timeout=request_timeout)
     try:
         with translated("connect"):
             try:

@@ -83,9 +83,7 @@ def translate(exc: BaseException, operation: str) -> StoreError:
     if isinstance(exc, StoreError):
         return exc
     details: dict[str, Any] = {"operation": operation}
-    if isinstance(exc, DocumentRevisionError) or (
-        isinstance(exc, ArangoServerError) and http_status(exc) == 412
-    ):
+    if isinstance(exc, DocumentRevisionError) or (isinstance(exc, ArangoServerError) and http_status(exc) == 412):
         current = _current_rev(exc)
         return RevConflictError(
             f"{operation}: the document changed since it was read; reload it and retry with its current rev",

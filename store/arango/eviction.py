@@ -103,9 +103,7 @@ def plan_eviction(commit: EvictionCommit, *, now: float, cap_bytes: int = DEFAUL
     )
 
 
-def chunk_by_size(
-    docs: Sequence[dict[str, Any]], sizes: Sequence[int], cap: int
-) -> list[list[dict[str, Any]]]:
+def chunk_by_size(docs: Sequence[dict[str, Any]], sizes: Sequence[int], cap: int) -> list[list[dict[str, Any]]]:
     """Greedy, order-keeping chunks of at most ``cap`` bytes (a single bigger doc goes alone)."""
     chunks: list[list[dict[str, Any]]] = []
     current: list[dict[str, Any]] = []

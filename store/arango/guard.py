@@ -94,10 +94,7 @@ def _truthy(value: Any) -> bool:
 def option_hint(version: tuple[int, int, int] | None) -> str:
     if version is not None and version < RENAMED_OPTION_VERSION:
         return "start arangod with --experimental-vector-index=true (3.12.4-3.12.5 name)"
-    return (
-        "start arangod with --vector-index=true (3.12.6+; --experimental-vector-index=true "
-        "is the older alias)"
-    )
+    return "start arangod with --vector-index=true (3.12.6+; --experimental-vector-index=true is the older alias)"
 
 
 def check_server(version: str, options: Mapping[str, Any] | None) -> list[Problem]:
@@ -175,9 +172,7 @@ def probe_vector_index(db: Any) -> tuple[bool, str]:
             db.delete_collection(name, ignore_missing=True)
 
 
-def run_guard(
-    db: Any, sys_db: Any | None, *, has_vector_index: bool = False, probe: bool = True
-) -> GuardReport:
+def run_guard(db: Any, sys_db: Any | None, *, has_vector_index: bool = False, probe: bool = True) -> GuardReport:
     """Check the server; raise :class:`ArangoConfigError` listing every fatal problem."""
     with translated("guard.version"):
         version = str(db.version())

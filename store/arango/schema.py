@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import vcm_config
 from arango.exceptions import (
     CollectionCreateError,
     GraphCreateError,
@@ -39,7 +40,7 @@ from store.arango.errors import (
 )
 from store.types import Metric
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "arango_schema.json"
+SCHEMA_PATH = vcm_config.path("arango_schema.json")
 
 VectorState = Literal["exact", "ivf"]
 
@@ -238,9 +239,7 @@ def _check_analyzers(db: Any, schema: Schema, report: BootstrapReport) -> None:
             report.warnings.append(f"analyzer {name} lacks features {sorted(missing)}")
 
 
-def _ensure_indexes(
-    db: Any, collection: str, defs: Sequence[dict[str, Any]], report: BootstrapReport
-) -> None:
+def _ensure_indexes(db: Any, collection: str, defs: Sequence[dict[str, Any]], report: BootstrapReport) -> None:
     col = db.collection(collection)
     have = {i.get("name") for i in cast(list[dict[str, Any]], col.indexes())}
     for definition in defs:
@@ -257,9 +256,7 @@ def _ensure_indexes(
 
 
 # --- vector index lifecycle (I/O) -----------------------------------------------------------------
-def vector_index_info(
-    db: Any, spec: VectorIndexSpec, metric: Metric, dimension: int
-) -> dict[str, Any] | None:
+def vector_index_info(db: Any, spec: VectorIndexSpec, metric: Metric, dimension: int) -> dict[str, Any] | None:
     name = spec.name(metric, dimension)
     with translated("vector_index_info"):
         for index in cast(list[dict[str, Any]], db.collection(spec.collection).indexes()):

@@ -37,7 +37,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ import numpy as np
 from store import fusion, paging, semantics, validation
 from store.cursor import fingerprint, vector_digest
 from store.embedded import rows
-from store.embedded.archival import ArchivalRanker
+from store.embedded.archival import ArchivalRanker, FilterTally
 from store.embedded.db import Database, chunked, meta_add, meta_get, meta_int, meta_set
 from store.embedded.indexer import TextIndexer
 from store.embedded.recall import RecallRanker, time_filter
@@ -84,6 +84,7 @@ from store.types import (
     NodeRef,
     Page,
     RecallHit,
+    SearchStats,
     StoredMessage,
     Summary,
     chunk_node,
@@ -235,8 +236,7 @@ class EmbeddedStore(MemoryStore):
         validation.identifier("agent_id", agent_id)
         found = self._db.query(
             "list core blocks",
-            f"SELECT {rows.CORE_COLUMNS} FROM core_memory WHERE agent_id = ? AND block_id != ? "
-            "ORDER BY block_id",
+            f"SELECT {rows.CORE_COLUMNS} FROM core_memory WHERE agent_id = ? AND block_id != ? ORDER BY block_id",
             (agent_id, SUMMARY_BLOCK_ID),
         )
         return [rows.core_block(r) for r in found]
@@ -248,8 +248,7 @@ class EmbeddedStore(MemoryStore):
         content = semantics.core_write_fingerprint(block)
         with self._db.write("write a core block") as conn:
             seen = conn.execute(
-                "SELECT fingerprint, result FROM idempotency "
-                "WHERE agent_id = ? AND scope = 'core' AND key = ?",
+                "SELECT fingerprint, result FROM idempotency WHERE agent_id = ? AND scope = 'core' AND key = ?",
                 (block.agent_id, idempotency_key),
             ).fetchone()
             if seen is not None:
@@ -338,13 +337,15 @@ class EmbeddedStore(MemoryStore):
         return rows.summary(found[0]) if found else None
 
     # --- messages / recall ------------------------------------------------------------------
-    def spool_messages(self, messages: Sequence[StoredMessage]) -> int:
+    def spool_messages(self, messages: Sequence[StoredMessage], *, events: Sequence[MemoryEvent] = ()) -> int:
         batch = semantics.distinct(validation.messages(messages))
-        if not batch:
+        audit = validation.keyed_events(events)
+        if not batch and not audit:
             return 0
         lengths = [len(analyze(m.content)) for m in batch]
         with self._db.write("spool messages") as conn:
             added = _insert_messages(conn, batch, lengths)
+            _insert_events(conn, audit, self._clock())
             self._fault("spool_messages.before_commit")
         if added:
             self._messages_written()
@@ -368,9 +369,7 @@ class EmbeddedStore(MemoryStore):
 
     def count_messages(self, agent_id: str) -> int:
         validation.identifier("agent_id", agent_id)
-        found = self._db.query(
-            "count messages", "SELECT COUNT(*) FROM messages WHERE agent_id = ?", (agent_id,)
-        )
+        found = self._db.query("count messages", "SELECT COUNT(*) FROM messages WHERE agent_id = ?", (agent_id,))
         return int(found[0][0])
 
     def commit_eviction(self, commit: EvictionCommit) -> EvictionResult:
@@ -386,9 +385,7 @@ class EmbeddedStore(MemoryStore):
                 (agent, commit.batch_id),
             ).fetchone()
             if done is not None:
-                return EvictionResult(
-                    agent, commit.batch_id, done["summary_rev"], done["messages_committed"], True
-                )
+                return EvictionResult(agent, commit.batch_id, done["summary_rev"], done["messages_committed"], True)
             current = conn.execute(
                 "SELECT rev FROM core_memory WHERE agent_id = ? AND block_id = ?",
                 (agent, SUMMARY_BLOCK_ID),
@@ -437,9 +434,10 @@ class EmbeddedStore(MemoryStore):
             payload = semantics.evict_event_payload(commit, batch, rev)
             conn.execute(
                 "INSERT OR IGNORE INTO events (event_id, agent_id, kind, payload, created_at, "
-                "actor, idempotency_key) VALUES (?, ?, 'evict', ?, ?, 'system', ?)",
-                (event_id, agent, rows.dumps(payload), now, event_id),
+                "actor, idempotency_key) VALUES (?, ?, 'evict', ?, ?, ?, ?)",
+                (event_id, agent, rows.dumps(payload), now, commit.actor, event_id),
             )
+            _insert_events(conn, commit.events, now)
             conn.execute(
                 "INSERT INTO batches (agent_id, batch_id, summary_rev, messages_committed, "
                 "event_id, committed_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -474,9 +472,7 @@ class EmbeddedStore(MemoryStore):
         terms = query_terms(query)
 
         def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
-            return self._recall.rank(
-                agent_id, terms, n, since=since, until=until, bound=bound, exclude=exclude
-            )
+            return self._recall.rank(agent_id, terms, n, since=since, until=until, bound=bound, exclude=exclude)
 
         part = self._snapshots.page("recall", agent_id, key, limit, cursor, rank)
         messages = self._hydrate_messages(agent_id, [i for i, _ in part.items])
@@ -512,6 +508,22 @@ class EmbeddedStore(MemoryStore):
             )
             return conn.total_changes - before
 
+    def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:
+        validation.identifier("agent_id", agent_id)
+        ids = list(dict.fromkeys(str(m) for m in message_ids))
+        found: set[str] = set()
+        # SQLite caps bound parameters per statement; 500 ids a query stays well inside it.
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            rows = self._db.query(
+                "read message vector ids",
+                "SELECT message_id FROM message_vectors WHERE agent_id = ? AND embedding_version = ? "
+                f"AND message_id IN ({','.join('?' * len(part))})",
+                (agent_id, embedding_version, *part),
+            )
+            found.update(str(r[0]) for r in rows)
+        return found
+
     def search_recall_hybrid(
         self,
         agent_id: str,
@@ -525,16 +537,9 @@ class EmbeddedStore(MemoryStore):
         mode: str = "hybrid",
         embedding_version: str | None = None,
     ) -> Page[RecallHit]:
-        try:
-            fusion.check_mode(mode)
-        except ValueError as exc:
-            raise StoreValidationError(str(exc), field="mode") from exc
-        if mode == "text":
+        if fusion.recall_mode(mode) == "text":
             return self.search_recall(agent_id, query, limit, cursor, since=since, until=until)
-        since, until = validation.recall_search(agent_id, query, limit, since, until)
-        if vector is None:
-            raise StoreValidationError(f"mode {mode} needs a query vector", field="vector")
-        q = fusion.unit_vector(vector)
+        since, until, q = fusion.vector_query(agent_id, query, vector, mode, limit, since, until)
         version = embedding_version or self._main_vector_version(agent_id)
         key = fingerprint("recall-" + mode, agent_id, query, vector_digest(q), version, since, until)
         terms = query_terms(query)
@@ -548,7 +553,7 @@ class EmbeddedStore(MemoryStore):
             text, newest = self._recall.rank(agent_id, terms, depth, since=since, until=until, bound=bound)
             top = newest if bound is None else min(newest, bound)
             vec = self._vector_rank(agent_id, version, q, since, until, top, depth)
-            fused = fusion.rrf([[i for i, _ in text], [i for i, _ in vec]])
+            fused = fusion.hybrid(text, vec, self._seqs(agent_id, {i for i, _ in text} | {i for i, _ in vec}))
             return [h for h in fused if h[0] not in exclude][:n], top
 
         part = self._snapshots.page("recall-" + mode, agent_id, key, limit, cursor, rank)
@@ -601,6 +606,19 @@ class EmbeddedStore(MemoryStore):
         matrix = np.frombuffer(b"".join(r[2] for r in found), dtype="<f4").reshape(len(found), -1)
         return fusion.cosine_top(query, [int(r[0]) for r in found], matrix.astype(np.float32), n)
 
+    def _seqs(self, agent_id: str, ids: Iterable[int]) -> dict[int, int]:
+        """The conversation position (``seq``) of each of these messages of the agent."""
+        out: dict[int, int] = {}
+        for part in chunked(sorted(ids)):
+            marks = ",".join("?" * len(part))
+            for row_id, seq in self._db.query(
+                "read recall hit positions",
+                f"SELECT id, seq FROM messages WHERE agent_id = ? AND id IN ({marks})",
+                [agent_id, *part],
+            ):
+                out[int(row_id)] = int(seq)
+        return out
+
     def _hydrate_messages(self, agent_id: str, ids: Sequence[int]) -> dict[int, StoredMessage]:
         out: dict[int, StoredMessage] = {}
         for part in chunked(list(ids)):
@@ -627,8 +645,7 @@ class EmbeddedStore(MemoryStore):
                 ).fetchone()
                 validation.space_dimension(metric, version, dim, None if known is None else known[0])
                 conn.execute(
-                    "INSERT OR IGNORE INTO vector_spaces (metric, dimension, embedding_version) "
-                    "VALUES (?, ?, ?)",
+                    "INSERT OR IGNORE INTO vector_spaces (metric, dimension, embedding_version) VALUES (?, ?, ?)",
                     (metric, dim, version),
                 )
             added = 0
@@ -699,13 +716,15 @@ class EmbeddedStore(MemoryStore):
         )
         q = query.reshape(1, -1)
 
+        tally = FilterTally()
+
         def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
-            return self._archival.rank(agent_id, spaces, q, n, parsed, probe, bound=bound, exclude=exclude)
+            return self._archival.rank(agent_id, spaces, q, n, parsed, probe, bound=bound, exclude=exclude, tally=tally)
 
         part = self._snapshots.page("archival", agent_id, key, k, cursor, rank)
         chunks = self._archival.hydrate(agent_id, [i for i, _ in part.items])
         hits = [ArchivalHit(chunks[i], s) for i, s in part.items if i in chunks]
-        return Page(hits, part.next_cursor)
+        return Page(hits, part.next_cursor, SearchStats(part.offset, tally.judged, tally.dropped))
 
     def _spaces(self, metric: str, version: str | None, dimension: int) -> list[SpaceKey]:
         sql = "SELECT metric, dimension, embedding_version FROM vector_spaces WHERE metric = ?"
@@ -733,9 +752,7 @@ class EmbeddedStore(MemoryStore):
         event_id = semantics.event_id(event)
         created_at = self._now(event.created_at)
         with self._db.write("append an event") as conn:
-            found = conn.execute(
-                f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE event_id = ?", (event_id,)
-            ).fetchone()
+            found = conn.execute(f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE event_id = ?", (event_id,)).fetchone()
             if found is not None:
                 return rows.event(found)
             conn.execute(
@@ -767,22 +784,36 @@ class EmbeddedStore(MemoryStore):
         kinds: Sequence[str] | None = None,
         *,
         since: float | None = None,
+        until: float | None = None,
+        actor: str | None = None,
+        idempotency_key: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[MemoryEvent]:
-        kinds, since = validation.event_listing(agent_id, kinds, since, limit)
-        key = fingerprint("events", agent_id, kinds, since)
+        f = validation.event_listing(
+            agent_id, kinds, since, limit, until=until, actor=actor, idempotency_key=idempotency_key
+        )
+        key = fingerprint("events", agent_id, *f.key())
         where: list[str] = []
         params: list[Any] = []
         if agent_id is not None:
             where.append("agent_id = ?")
             params.append(agent_id)
-        if kinds is not None:
-            where.append(f"kind IN ({','.join('?' * len(kinds))})")
-            params += kinds
-        if since is not None:
+        if f.kinds is not None:
+            where.append(f"kind IN ({','.join('?' * len(f.kinds))})")
+            params += f.kinds
+        if f.since is not None:
             where.append("created_at >= ?")
-            params.append(since)
+            params.append(f.since)
+        if f.until is not None:
+            where.append("created_at < ?")
+            params.append(f.until)
+        if f.actor is not None:
+            where.append("actor = ?")
+            params.append(f.actor)
+        if f.idempotency_key is not None:
+            where.append("idempotency_key = ?")
+            params.append(f.idempotency_key)
         if cursor is not None:
             # Keyset paging on (created_at, seq): an event appended later lands after the
             # position or is simply not part of this listing; nothing repeats or shifts.
@@ -901,8 +932,7 @@ class EmbeddedStore(MemoryStore):
             lag = conn.execute("SELECT COUNT(*) FROM messages WHERE id > ?", (hwm,)).fetchone()[0]
             pending = conn.execute("SELECT COUNT(*) FROM text_index_deletes").fetchone()[0]
             spaces = conn.execute(
-                "SELECT metric, dimension, embedding_version FROM vector_spaces "
-                "ORDER BY metric, embedding_version"
+                "SELECT metric, dimension, embedding_version FROM vector_spaces ORDER BY metric, embedding_version"
             ).fetchall()
         self._text.refresh(generation)
         loaded = {(d["metric"], d["embedding_version"]): d for d in self._vectors.describe()}
@@ -937,9 +967,7 @@ class EmbeddedStore(MemoryStore):
                 "indexer_error": self._indexer.last_error,
             },
             "text_index_lag": lag,
-            "vector_index": (
-                "ivf" if vector_spaces and all(s["kind"] == "ivf" for s in vector_spaces) else "exact"
-            ),
+            "vector_index": ("ivf" if vector_spaces and all(s["kind"] == "ivf" for s in vector_spaces) else "exact"),
             "vector_spaces": vector_spaces,
             "train_threshold": self._vectors.threshold,
             "n_probe": self._n_probe,  # None: each space's default_n_probe
@@ -958,8 +986,11 @@ class EmbeddedStore(MemoryStore):
                 ("events", "events"),
                 ("edges", "edges"),
                 ("committed_batches", "batches"),
+                ("message_vectors", "message_vectors"),
             ):
                 counts[name] = conn.execute(f"SELECT COUNT(*) FROM {table}{where}", params).fetchone()[0]
+            edge_where = (" WHERE" if agent_id is None else where + " AND") + " kind = 'recall_log'"
+            counts["recall_log_edges"] = conn.execute(f"SELECT COUNT(*) FROM edges{edge_where}", params).fetchone()[0]
             core_where = (" WHERE" if agent_id is None else where + " AND") + " block_id != ?"
             counts["core_blocks"] = conn.execute(
                 f"SELECT COUNT(*) FROM core_memory{core_where}", (*params, SUMMARY_BLOCK_ID)
@@ -1037,6 +1068,26 @@ def _insert_messages(conn: sqlite3.Connection, batch: Sequence[StoredMessage], l
     return added
 
 
+def _insert_events(conn: sqlite3.Connection, events: Sequence[MemoryEvent], now: float) -> None:
+    """Audit rows riding with another write; a replay finds them by event id and adds nothing."""
+    conn.executemany(
+        "INSERT OR IGNORE INTO events (event_id, agent_id, kind, payload, created_at, actor, "
+        "idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                e.event_id,
+                e.agent_id,
+                e.kind,
+                rows.dumps(dict(e.payload)),
+                e.created_at or now,
+                e.actor,
+                e.idempotency_key,
+            )
+            for e in events
+        ],
+    )
+
+
 def _link_chunk(conn: sqlite3.Connection, c: ArchivalChunk, now: float) -> None:
     """``derived_from`` edges between this chunk and its neighbours, whichever came first."""
     neighbours = conn.execute(
@@ -1059,4 +1110,3 @@ def _delete_node_edges(conn: sqlite3.Connection, nodes: Sequence[NodeRef]) -> No
     pairs = [(n.collection, n.key) for n in nodes]
     conn.executemany("DELETE FROM edges WHERE src_coll = ? AND src_key = ?", pairs)
     conn.executemany("DELETE FROM edges WHERE dst_coll = ? AND dst_key = ?", pairs)
-

@@ -33,6 +33,16 @@ _FILTER_COLUMNS = (
 )
 
 
+@dataclass
+class FilterTally:
+    """Candidates the post-filters judged during one search, and how many they dropped (metrics).
+    Only this agent's chunks of the page's corpus count: other agents' vectors share the index,
+    and their drop says nothing about the filters."""
+
+    judged: int = 0
+    dropped: int = 0
+
+
 @dataclass(frozen=True)
 class _Keep:
     """What a candidate must satisfy besides being near."""
@@ -42,6 +52,7 @@ class _Keep:
     now: float
     bound: int
     exclude: frozenset[int]
+    tally: FilterTally
 
 
 class ArchivalRanker:
@@ -61,11 +72,14 @@ class ArchivalRanker:
         *,
         bound: int | None = None,
         exclude: frozenset[int] = frozenset(),
+        tally: FilterTally | None = None,
     ) -> tuple[Ranked, int]:
         """Best ``wanted`` (archival.id, score) among ids up to ``bound`` and not in
         ``exclude``; with the newest chunk id, the ``bound`` for later pages."""
         newest = self._db.query("read archival bound", "SELECT COALESCE(MAX(id), 0) FROM archival")[0][0]
-        keep = _Keep(agent_id, filters, self._clock(), newest if bound is None else bound, exclude)
+        keep = _Keep(
+            agent_id, filters, self._clock(), newest if bound is None else bound, exclude, tally or FilterTally()
+        )
         ranked: Ranked = []
         for key in spaces:
             ranked += self._rank_space(key, query, wanted, n_probe, keep)
@@ -73,9 +87,7 @@ class ArchivalRanker:
         ranked.sort(key=lambda h: (-h[1] if higher_is_better else h[1], h[0]))
         return ranked[:wanted], int(newest)
 
-    def _rank_space(
-        self, key: SpaceKey, query: Vectors, wanted: int, n_probe: int | None, keep: _Keep
-    ) -> Ranked:
+    def _rank_space(self, key: SpaceKey, query: Vectors, wanted: int, n_probe: int | None, keep: _Keep) -> Ranked:
         verdict: dict[int, bool] = {}
         survivors: Ranked = []
         total = self._vectors.refresh(key).ntotal
@@ -99,7 +111,10 @@ class ArchivalRanker:
                 [*part, keep.agent_id],
             )
             for row in found:
-                verdict[row["id"]] = keep.filters.matches(rows.chunk(row, with_embedding=False), keep.now)
+                kept = keep.filters.matches(rows.chunk(row, with_embedding=False), keep.now)
+                verdict[row["id"]] = kept
+                keep.tally.judged += 1
+                keep.tally.dropped += not kept
 
     def hydrate(self, agent_id: str, ids: Sequence[int]) -> dict[int, ArchivalChunk]:
         out: dict[int, ArchivalChunk] = {}

@@ -79,8 +79,7 @@ class TextIndexer:
                 (hwm, BATCH_ROWS),
             ).fetchall()
             deleted = [
-                int(r[0])
-                for r in conn.execute("SELECT id FROM text_index_deletes ORDER BY id LIMIT ?", (BATCH_ROWS,))
+                int(r[0]) for r in conn.execute("SELECT id FROM text_index_deletes ORDER BY id LIMIT ?", (BATCH_ROWS,))
             ]
         if not rows and not deleted:
             return False
@@ -103,9 +102,7 @@ class TextIndexer:
         with self._lock:
             writer = self._index.try_writer(wait_s)
             if writer is None:
-                raise StoreUnavailableError(
-                    "another process is writing the text index; retry the rebuild later"
-                )
+                raise StoreUnavailableError("another process is writing the text index; retry the rebuild later")
             try:
                 with self._db.write("reset the text index mark") as conn:
                     meta_set(conn, META_TEXT_HWM, 0)

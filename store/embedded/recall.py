@@ -50,8 +50,7 @@ class RecallRanker:
             pending_deletes = conn.execute("SELECT COUNT(*) FROM text_index_deletes").fetchone()[0]
             tail = (
                 conn.execute(
-                    "SELECT id, content FROM messages WHERE agent_id = ? AND id > ? AND id <= ?"
-                    f"{time_sql} ORDER BY id",
+                    f"SELECT id, content FROM messages WHERE agent_id = ? AND id > ? AND id <= ?{time_sql} ORDER BY id",
                     [agent_id, hwm, top, *time_params],
                 ).fetchall()
                 if terms and top > hwm
@@ -84,9 +83,7 @@ class RecallRanker:
         ranked.sort(key=lambda hit: (-hit[1], hit[0]))
         return ranked[:n], newest
 
-    def _score_tail(
-        self, terms: list[str], tail: list[tuple[int, str]], live_docs: int, live_terms: int
-    ) -> Ranked:
+    def _score_tail(self, terms: list[str], tail: list[tuple[int, str]], live_docs: int, live_terms: int) -> Ranked:
         if not tail:
             return []
         analysed = [(row_id, analyze(content)) for row_id, content in tail]

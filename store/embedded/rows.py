@@ -16,9 +16,7 @@ from store.types import (
     Summary,
 )
 
-MESSAGE_COLUMNS = (
-    "id, agent_id, message_id, seq, role, content, tokens, created_at, name, metadata, expires_at"
-)
+MESSAGE_COLUMNS = "id, agent_id, message_id, seq, role, content, tokens, created_at, name, metadata, expires_at"
 CORE_COLUMNS = "agent_id, block_id, role, content, tokens, pinned, rev, updated_at, metadata, batch_id"
 ARCHIVAL_COLUMNS = (
     "id, agent_id, doc_id, chunk_index, embedding_version, metric, embedding, text, model_id, "

@@ -81,14 +81,22 @@ class Snapshots:
         if issued + self._ttl_s < self._clock():
             raise paging.expired_cursor(self._ttl_s)
         rest, _ = rank(max(self._max_results - len(seen), 1), corpus, frozenset(seen))
-        return self._store(kind, agent_id, fingerprint, rest, limit)
+        return self._store(kind, agent_id, fingerprint, rest, limit, base=len(seen))
 
     def _store(
-        self, kind: str, agent_id: str, fingerprint: str, ranked: Sequence[tuple[int, float]], limit: int
+        self,
+        kind: str,
+        agent_id: str,
+        fingerprint: str,
+        ranked: Sequence[tuple[int, float]],
+        limit: int,
+        *,
+        base: int = 0,
     ) -> Slice:
-        """First slice of ``ranked``; the rest is stored only when there is a next page."""
+        """First slice of ``ranked``; the rest is stored only when there is a next page.
+        ``base``: items of this search on pages before ``ranked``'s first item."""
         if len(ranked) <= limit:
-            return Slice(list(ranked), None)
+            return Slice(list(ranked), None, base)
         snapshot_id = secrets.token_hex(16)
         now = self._clock()
         with self._db.write("store a search cursor") as conn:
@@ -108,13 +116,19 @@ class Snapshots:
                 ),
             )
         return paging.cut(
-            ranked, 0, limit, secret=self._secret, kind=kind, snapshot_id=snapshot_id, fingerprint=fingerprint
+            ranked,
+            0,
+            limit,
+            secret=self._secret,
+            kind=kind,
+            snapshot_id=snapshot_id,
+            fingerprint=fingerprint,
+            base=base,
         )
 
-    def _read(
-        self, kind: str, agent_id: str, fingerprint: str, payload: dict[str, object], limit: int
-    ) -> Slice:
+    def _read(self, kind: str, agent_id: str, fingerprint: str, payload: dict[str, object], limit: int) -> Slice:
         snapshot_id, offset = paging.snapshot_position(payload)
+        base = paging.snapshot_base(payload)
         rows = self._db.query(
             "read a search cursor",
             "SELECT agent_id, kind, items, expires_at FROM cursors WHERE id = ?",
@@ -125,7 +139,14 @@ class Snapshots:
         )
         ranked: Ranked = [(int(i), float(s)) for i, s in json.loads(stored["items"])]
         return paging.cut(
-            ranked, offset, limit, secret=self._secret, kind=kind, snapshot_id=snapshot_id, fingerprint=fingerprint
+            ranked,
+            offset,
+            limit,
+            secret=self._secret,
+            kind=kind,
+            snapshot_id=snapshot_id,
+            fingerprint=fingerprint,
+            base=base,
         )
 
     def _cursor(self, payload: dict[str, object]) -> str:

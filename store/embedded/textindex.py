@@ -94,9 +94,7 @@ class TextIndex:
     def _marker_ok(self) -> bool:
         try:
             marker = json.loads((self.directory / _MARKER).read_text())
-            return bool(
-                marker.get("schema") == TEXT_SCHEMA_VERSION and tantivy.Index.exists(str(self.directory))
-            )
+            return bool(marker.get("schema") == TEXT_SCHEMA_VERSION and tantivy.Index.exists(str(self.directory)))
         except (OSError, ValueError):
             return False
 
@@ -177,9 +175,7 @@ class TextIndex:
             return []
         row_ids = searcher.fast_field_values("row_id", [addr for _, addr in result.hits])
         return [
-            (int(rid), float(score))
-            for (score, _), rid in zip(result.hits, row_ids, strict=True)
-            if rid is not None
+            (int(rid), float(score)) for (score, _), rid in zip(result.hits, row_ids, strict=True) if rid is not None
         ]
 
     # --- writing ---------------------------------------------------------------------------
@@ -212,9 +208,7 @@ class TextIndex:
         Idempotent: running it twice over the same rows leaves one copy of each.
         """
         writer.delete_documents_by_query(
-            tantivy.Query.range_query(
-                SCHEMA, "row_id", tantivy.FieldType.Unsigned, above, None, include_lower=False
-            )
+            tantivy.Query.range_query(SCHEMA, "row_id", tantivy.FieldType.Unsigned, above, None, include_lower=False)
         )
         for d in docs:
             doc = tantivy.Document()

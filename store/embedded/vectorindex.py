@@ -87,9 +87,7 @@ class VectorIndex:
 
     @classmethod
     def exact(cls, key: SpaceKey) -> VectorIndex:
-        flat = (
-            faiss.IndexFlatIP(key.dimension) if key.metric == "cosine" else faiss.IndexFlatL2(key.dimension)
-        )
+        flat = faiss.IndexFlatIP(key.dimension) if key.metric == "cosine" else faiss.IndexFlatL2(key.dimension)
         return cls(key, faiss.IndexIDMap2(flat), n_lists=None, hwm=0)
 
     @classmethod
@@ -205,9 +203,7 @@ class VectorIndexes:
     def threshold(self) -> int:
         return self._threshold
 
-    def search(
-        self, key: SpaceKey, query: Vectors, k: int, n_probe: int | None
-    ) -> tuple[list[tuple[int, float]], int]:
+    def search(self, key: SpaceKey, query: Vectors, k: int, n_probe: int | None) -> tuple[list[tuple[int, float]], int]:
         """(hits, vectors in the index) after catching up with SQLite."""
         with self._lock, _faiss_errors(key):
             index = self._current(key)

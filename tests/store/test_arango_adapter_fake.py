@@ -27,7 +27,7 @@ from arango.exceptions import (
 from arango.request import Request
 from arango.response import Response
 
-from store.arango import names
+from store.arango import documents, names
 from store.arango.adapter import ArangoStore, order_traversal
 from store.arango.client import Connection
 from store.errors import (
@@ -35,6 +35,7 @@ from store.errors import (
     InjectedFailure,
     NotFoundError,
     RevConflictError,
+    StoreError,
     StoreUnavailableError,
     StoreValidationError,
 )
@@ -482,3 +483,110 @@ def test_vector_index_is_created_lazily_then_used_with_exact_fallback(
     page = store.search_archival("a", [1.0, 0.5], k=2)
     assert page.items == [] and seen == ["ann", "exact"]
     assert store.vector_index_state("cosine", 2) == "exact"
+
+
+class FakeClient:
+    """An ArangoClient look-alike: ``db()`` hands out a fake handle per user (the ro user's
+    refuses writes), and records who opened what."""
+
+    def __init__(self, hosts: str, http_client: Any = None, request_timeout: Any = None) -> None:
+        self.hosts = [hosts]
+        self.data: Store = {}
+        self.opened: dict[str, FakeDB] = {}
+
+    def db(self, name: str, username: str = "", password: str = "", verify: bool = False) -> FakeDB:
+        handle = FakeDB(self.data, read_only=username == "vcm_ro")
+        self.opened[f"{username}:{password}"] = handle
+        return handle
+
+    def close(self) -> None:
+        pass
+
+
+def test_from_url_opens_separate_users_and_reads_go_through_the_read_only_one() -> None:
+    clients: list[FakeClient] = []
+
+    def factory(**kw: Any) -> FakeClient:
+        clients.append(FakeClient(**kw))
+        return clients[-1]
+
+    store = ArangoStore.from_url(
+        "arango+unix:///run/arangodb/arangod.sock/vcm",
+        username="vcm_rw",
+        password="rw-secret",
+        ro_username="vcm_ro",
+        ro_password="ro-secret",
+        client_factory=factory,
+        guard=False,
+    )
+    rw, ro = clients[0].opened["vcm_rw:rw-secret"], clients[0].opened["vcm_ro:ro-secret"]
+    rw.queries.clear()
+    store.spool_messages([msg("a", 1)])
+    writes = len(rw.queries)
+    store.search_recall("a", "hello")
+    store.query_events("a", actor="cli")
+    store.get_messages("a", ["m1"])
+    store.count_messages("a")
+    with pytest.raises(NotFoundError):
+        store.get_core("a", "persona")
+
+    assert writes > 0 and len(rw.queries) == writes  # the reads added nothing on the read-write handle
+    assert any("memory_events" in q for q, _ in ro.queries) and any("FOR id IN @ids" in q for q, _ in ro.queries)
+
+
+def test_uds_only_refuses_a_tcp_url_before_connecting() -> None:
+    def factory(**kw: Any) -> FakeClient:
+        raise AssertionError("no client may be built for a refused URL")
+
+    for url in ("arango+http://db:8529/vcm", "arango+https://db/vcm"):
+        with pytest.raises(StoreError) as refused:
+            ArangoStore.from_url(url, username="u", password="p", uds_only=True, client_factory=factory)
+        assert refused.value.code == "CONFIG_ERROR" and "uds_only" in refused.value.message
+    opened = ArangoStore.from_url(
+        "arango+unix:///run/arangodb/arangod.sock",
+        username="u",
+        password="p",
+        uds_only=True,
+        client_factory=lambda **kw: FakeClient(**kw),
+        guard=False,
+    )
+    assert opened.backend == "arango"
+
+
+class OldServerDB(FakeDB):
+    def version(self) -> str:
+        return "3.12.3"
+
+    def options(self) -> dict[str, Any]:
+        return {"vector-index": True}
+
+
+class OldServerClient(FakeClient):
+    def db(self, name: str, username: str = "", password: str = "", verify: bool = False) -> FakeDB:
+        return OldServerDB(self.data)
+
+
+def test_the_guard_runs_when_the_adapter_starts() -> None:
+    with pytest.raises(StoreError) as refused:
+        ArangoStore.from_url(
+            "arango+unix:///run/guard-test/arangod.sock",
+            username="u",
+            password="p",
+            client_factory=lambda **kw: OldServerClient(**kw),
+        )
+    assert refused.value.code == "CONFIG_ERROR" and "3.12.4" in refused.value.message
+
+
+def test_spool_writes_its_audit_rows_in_the_same_transaction(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+    from store.types import MemoryEvent
+
+    store, rw, faults = world
+    rows = [MemoryEvent("a", "append", {"message_id": f"m{i}"}, event_id=f"a:append:m{i}") for i in (1, 2)]
+    rw.log.clear()
+    assert store.spool_messages([msg("a", 1), msg("a", 2)], events=rows) == 2
+    assert rw.log == [f"begin {sorted([names.MESSAGES, names.EVENTS])}", "commit"]
+    assert set(rw.data[names.EVENTS]) == {documents.event_key("a:append:m1"), documents.event_key("a:append:m2")}
+    faults.armed.add("spool_messages.before_commit")
+    with pytest.raises(InjectedFailure):
+        store.spool_messages([msg("a", 3)], events=[MemoryEvent("a", "append", {}, event_id="a:append:m3")])
+    assert documents.event_key("a:append:m3") not in rw.data[names.EVENTS]

@@ -119,6 +119,13 @@ def test_recall_search_names_its_analyzer_and_merges_the_unindexed_tail() -> Non
     assert "dark" not in text
 
 
+def test_recall_positions_read_seq_of_the_agents_messages_by_id() -> None:
+    q = aql.recall_positions("a", ["k1", "k2"])
+    assert q.bind_vars == {"agent_id": "a", "ids": [f"{names.MESSAGES}/k1", f"{names.MESSAGES}/k2"]}
+    assert "DOCUMENT(id)" in q.text and "d.agent_id == @agent_id" in q.text
+    assert "seq: d.seq" in q.text
+
+
 def test_recall_without_time_window_binds_none() -> None:
     q = aql.recall_search("a", "hello", fetch=3)
     assert "since" not in q.bind_vars and "until" not in q.bind_vars
@@ -133,7 +140,7 @@ def test_user_strings_never_reach_query_text(evil: str) -> None:
             filters=aql.parse_filters({"doc_id": evil, "source": evil, "topic": evil}), embedding_version=evil
         ),
         aql.archival_document(evil, evil),
-        aql.events_page(evil, [evil], since=1.0, after=(1.0, evil), limit=5),
+        aql.events_page(evil, [evil], since=1.0, after=(1.0, evil), limit=5, actor=evil, idempotency_key=evil),
         aql.traverse(f"messages/{evil}", ["cites"], max_depth=2, direction="any"),
         aql.count_messages(evil),
         aql.list_core(evil),
@@ -141,6 +148,7 @@ def test_user_strings_never_reach_query_text(evil: str) -> None:
         aql.documents([f"messages/{evil}"], evil),
         aql.insert_ignore(names.MESSAGES, [{"_key": "k", "content": evil}]),
         aql.stats(evil),
+        aql.recall_positions(evil, [evil]),
     ]
     for q in queries:
         assert evil not in q.text
@@ -204,6 +212,23 @@ def test_events_page_is_keyset_ordered() -> None:
     assert q.bind_vars["after_t"] == 7.0 and q.bind_vars["after_k"] == "k"
 
 
+def test_events_page_filters_are_bound_not_spliced() -> None:
+    q = aql.events_page(None, None, since=1.0, until=9.0, actor="cli", idempotency_key="k", after=None, limit=5)
+    assert q.text == (
+        "FOR e IN memory_events\n"
+        "  FILTER e.created_at >= @since\n"
+        "  FILTER e.created_at < @until\n"
+        "  FILTER e.actor == @actor\n"
+        "  FILTER e.idempotency_key == @idempotency_key\n"
+        "  SORT e.created_at ASC, e._key ASC\n"
+        "  LIMIT @limit\n"
+        "  RETURN e"
+    )
+    assert q.bind_vars == {"limit": 5, "since": 1.0, "until": 9.0, "actor": "cli", "idempotency_key": "k"}
+    bare = aql.events_page(None, None, since=None, after=None, limit=5)
+    assert "@until" not in bare.text and "@actor" not in bare.text and "@idempotency_key" not in bare.text
+
+
 def test_expire_is_strict_and_batched() -> None:
     q = aql.expire_messages(50.0, 100)
     assert "d.expires_at != null AND d.expires_at < @now" in q.text
@@ -212,5 +237,20 @@ def test_expire_is_strict_and_batched() -> None:
 
 def test_stats_report_the_port_keys() -> None:
     for q in (aql.stats(None), aql.stats("a")):
-        for key in ("messages", "archival_chunks", "events", "edges", "committed_batches", "core_blocks"):
+        for key in (
+            "messages",
+            "archival_chunks",
+            "events",
+            "edges",
+            "committed_batches",
+            "core_blocks",
+            "recall_log_edges",
+            "message_vectors",
+        ):
             assert f"{key}:" in q.text
+
+
+def test_message_vector_keys_reads_one_version_of_one_agent() -> None:
+    q = aql.message_vector_keys("a", ["a:m1", "a:m2"], "v1")
+    assert "FILTER d._key IN @keys AND d.agent_id == @agent_id AND d.recall_emb_version == @version" in q.text
+    assert q.bind_vars == {"keys": ["a:m1", "a:m2"], "agent_id": "a", "version": "v1"}

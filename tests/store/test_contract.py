@@ -227,6 +227,7 @@ def test_commit_eviction_applies_everything(store: MemoryStore) -> None:
     events = store.query_events(A, ["evict"]).items
     assert len(events) == 1
     assert {"reason": "flush", "drift": 0.93}.items() <= dict(events[0].payload).items()
+    assert store.stats(A)["recall_log_edges"] == 3
 
 
 def test_commit_eviction_replay_changes_nothing(store: MemoryStore) -> None:
@@ -563,6 +564,80 @@ def test_events_query_oldest_first_with_filters_and_all_agents(store: MemoryStor
     assert [e.payload["i"] for e in recent.items] == [3, 4, 5]
 
 
+def test_events_query_filters_by_actor_window_and_key(store: MemoryStore) -> None:
+    for i in range(6):
+        store.append_event(
+            MemoryEvent(
+                A,
+                "core_write",
+                {"i": i},
+                event_id=f"f{i}",
+                created_at=100.0 + i,
+                actor="cli" if i % 2 else "api:agent:agent-a",
+                idempotency_key=f"k{i % 3}",
+            )
+        )
+
+    by_actor = store.query_events(A, actor="cli")
+    window = store.query_events(A, since=101.0, until=104.0)
+    by_key = store.query_events(A, idempotency_key="k1")
+    combined = store.query_events(A, ["core_write"], actor="cli", idempotency_key="k1", since=100.0, until=106.0)
+
+    assert [e.payload["i"] for e in by_actor.items] == [1, 3, 5]
+    assert [e.payload["i"] for e in window.items] == [1, 2, 3]  # since inclusive, until exclusive
+    assert [e.payload["i"] for e in by_key.items] == [1, 4]
+    assert [e.payload["i"] for e in combined.items] == [1]
+    assert store.query_events(A, actor="nobody").items == []
+    with pytest.raises(StoreValidationError):
+        store.query_events(A, since=5.0, until=5.0)
+    with pytest.raises(StoreValidationError):
+        store.query_events(A, actor="")
+
+
+def test_spool_writes_its_audit_rows_once_in_the_same_call(store: MemoryStore) -> None:
+    batch = [msg(A, i) for i in range(3)]
+    rows = [
+        MemoryEvent(A, "append", {"message_id": m.message_id}, event_id=f"{A}:append:{m.message_id}", actor="cli")
+        for m in batch
+    ]
+
+    assert store.spool_messages(batch, events=rows) == 3
+    assert store.spool_messages(batch, events=rows) == 0  # replay: no second row either
+
+    found = store.query_events(A, ["append"]).items
+    assert [e.payload["message_id"] for e in found] == [m.message_id for m in batch]
+    assert {e.actor for e in found} == {"cli"}
+    with pytest.raises(StoreValidationError):  # an audit row riding along needs its own id
+        store.spool_messages([msg(A, 7)], events=[MemoryEvent(A, "append", {})])
+    assert store.get_messages(A, ["m0007"]) == []  # refused whole: the message was not written
+
+
+def test_spool_audit_rows_roll_back_with_the_messages(store: MemoryStore, faults: FaultSwitch) -> None:
+    row = MemoryEvent(A, "append", {"message_id": "m0001"}, event_id=f"{A}:append:m0001")
+    faults.armed.add("spool_messages.before_commit")
+    with pytest.raises(InjectedFailure):
+        store.spool_messages([msg(A, 1)], events=[row])
+    faults.armed.clear()
+
+    assert store.query_events(A, ["append"]).items == []
+    assert store.get_messages(A, ["m0001"]) == []
+
+
+def test_commit_eviction_records_actor_and_its_extra_rows(store: MemoryStore) -> None:
+    batch = [msg(A, 0), msg(A, 1)]
+    rows = [
+        MemoryEvent(A, "append", {"message_id": m.message_id}, event_id=f"{A}:append:{m.message_id}") for m in batch
+    ]
+    commit = replace(eviction(A, 1, batch, None), actor="worker:evict_batch", events=rows)
+
+    store.commit_eviction(commit)
+    store.commit_eviction(commit)  # replay
+
+    evict = store.query_events(A, ["evict"]).items
+    assert [e.actor for e in evict] == ["worker:evict_batch"]
+    assert len(store.query_events(A, ["append"]).items) == 2
+
+
 def test_events_cursor_pages_without_repeats(store: MemoryStore) -> None:
     for i in range(7):
         store.append_event(MemoryEvent(A, "append", {"i": i}, event_id=f"e{i}", created_at=100.0 + i))
@@ -656,7 +731,12 @@ def test_health_and_stats(store: MemoryStore) -> None:
     assert health.ok and health.backend
     assert (stats_a["messages"], stats_a["core_blocks"], stats_a["archival_chunks"]) == (3, 1, 2)
     assert (stats_a["events"], stats_a["edges"], stats_a["committed_batches"]) == (1, 1, 0)
+    assert (stats_a["recall_log_edges"], stats_a["message_vectors"]) == (0, 0)
     assert stats_all["messages"] == 4
+
+    store.put_message_vectors(A, [("m0000", [1.0, 0.0]), ("m0001", [0.0, 1.0])], "v1")
+    assert store.stats(A)["message_vectors"] == 2
+    assert store.stats(B)["message_vectors"] == 0
 
 
 # --- bad input changes nothing -------------------------------------------------------------

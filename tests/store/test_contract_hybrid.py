@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from store.errors import StoreValidationError
-from store.fusion import rrf
+from store.fusion import hybrid
 from store.port import MemoryStore
 from tests.store.factories import msg
 
@@ -30,6 +30,9 @@ def test_put_message_vectors_is_idempotent_and_skips_unknown_messages(store: Mem
     store.spool_messages([msg(A, 0, "alpha"), msg(A, 1, "beta")])
     assert store.put_message_vectors(A, [("m0000", axis(0)), ("m0001", axis(1)), ("m0099", axis(2))], V) == 2
     assert store.put_message_vectors(A, [("m0000", axis(3)), ("m0001", axis(1))], V) == 0
+    assert store.message_vector_ids(A, ["m0000", "m0001", "m0099"], V) == {"m0000", "m0001"}
+    assert store.message_vector_ids(A, ["m0000"], "other-version") == set()
+    assert store.message_vector_ids("someone-else", ["m0000"], V) == set()
     assert store.put_message_vectors(A, [], V) == 0
     # The first write stays: m0000 still answers to axis 0.
     hits = store.search_recall_hybrid(A, "anything", axis(0), mode="vector", limit=1).items
@@ -72,17 +75,42 @@ def test_hybrid_fuses_text_and_vector_ranks(store: MemoryStore) -> None:
         A, [("m0000", axis(2)), ("m0001", axis(0)), ("m0002", axis(0, tilt=0.6)), ("m0003", [0.5, 0.0, 0.0, 0.9])], V
     )
 
-    text = ids(store.search_recall_hybrid(A, "budget", axis(0), mode="text"))
-    vector = ids(store.search_recall_hybrid(A, "budget", axis(0), mode="vector"))
-    hybrid = store.search_recall_hybrid(A, "budget", axis(0), mode="hybrid")
+    text_page = store.search_recall_hybrid(A, "budget", axis(0), mode="text")
+    vector_page = store.search_recall_hybrid(A, "budget", axis(0), mode="vector")
+    fused = store.search_recall_hybrid(A, "budget", axis(0), mode="hybrid")
 
-    assert set(text) == {"m0000", "m0002"}
-    assert vector == ["m0001", "m0002", "m0003", "m0000"]
-    assert ids(hybrid)[0] == "m0002"  # found by both
-    assert set(ids(hybrid)) == {"m0000", "m0001", "m0002", "m0003"}
-    expected = dict(rrf([text, vector]))
-    assert [h.score for h in hybrid.items] == pytest.approx([expected[i] for i in ids(hybrid)])
+    assert set(ids(text_page)) == {"m0000", "m0002"}
+    assert ids(vector_page) == ["m0001", "m0002", "m0003", "m0000"]
+    assert ids(fused)[0] == "m0002"  # found by both
+    assert set(ids(fused)) == {"m0000", "m0001", "m0002", "m0003"}
+    # Min-max convex fusion of the two lists' scores, then neighbour spreading by seq.
+    expected = dict(
+        hybrid(
+            [(h.message.message_id, h.score) for h in text_page.items],
+            [(h.message.message_id, h.score) for h in vector_page.items],
+            {f"m{i:04d}": i for i in range(4)},
+        )
+    )
+    assert [h.score for h in fused.items] == pytest.approx([expected[i] for i in ids(fused)])
     assert ids(store.search_recall_hybrid(A, "budget", None, mode="text")) == ids(store.search_recall(A, "budget"))
+
+
+def test_hybrid_lifts_the_neighbour_of_a_strong_match(store: MemoryStore) -> None:
+    store.spool_messages(
+        [
+            msg(A, 0, "where did you put the passport"),
+            msg(A, 1, "in the blue drawer, under the maps"),  # the answer: no query word
+            msg(A, 5, "the drawer is stuck again"),
+            msg(A, 9, "a passport photo booth"),
+        ]
+    )
+    store.put_message_vectors(
+        A, [("m0000", axis(0)), ("m0001", axis(1)), ("m0005", [0.1, 1.0, 0.0, 0.0]), ("m0009", axis(0, tilt=1.0))], V
+    )
+    ranked = ids(store.search_recall_hybrid(A, "passport", axis(0), mode="hybrid"))
+    # m0005 is a little closer to the query than m0001, but m0001 follows the best match.
+    assert ranked[0] == "m0000"
+    assert ranked.index("m0001") < ranked.index("m0005")
 
 
 def test_messages_without_vectors_are_found_by_text_only(store: MemoryStore) -> None:

@@ -10,7 +10,17 @@ import pytest
 
 from store.arango import aql
 from store.errors import StoreValidationError
-from store.fusion import check_mode, cosine_top, rrf, unit_vector, unit_vectors
+from store.fusion import (
+    check_mode,
+    convex,
+    cosine_top,
+    hybrid,
+    minmax,
+    rrf,
+    spread_to_neighbours,
+    unit_vector,
+    unit_vectors,
+)
 
 
 def test_rrf_sums_reciprocal_ranks() -> None:
@@ -108,3 +118,51 @@ def test_recall_vector_exact_and_put_and_versions() -> None:
     assert put.bind_vars["items"] == [{"key": "k1", "vector": [1.0, 0.0]}]
     versions = aql.recall_vector_versions("agent-a")
     assert "COLLECT version = d.recall_emb_version" in versions.text and "SORT n DESC" in versions.text
+
+
+def test_minmax_maps_each_list_onto_zero_one() -> None:
+    assert minmax([("a", 4.0), ("b", 2.0), ("c", 1.0), ("a", 0.0)]) == pytest.approx({"a": 1.0, "b": 1 / 3, "c": 0.0})
+    assert minmax([("a", 0.3), ("b", 0.3)]) == {"a": 1.0, "b": 1.0}
+    assert minmax([]) == {}
+    assert minmax([("a", 4.0), ("b", 1.0), ("c", -1.0)], floor=0.0) == {"a": 1.0, "b": 0.25, "c": 0.0}
+
+
+def test_convex_weighs_normalised_scores_and_missing_items_get_zero() -> None:
+    text = [("a", 10.0), ("b", 5.0), ("c", 2.5)]
+    vector = [("c", 0.9), ("b", 0.5), ("d", 0.1)]
+    fused = convex(text, vector, text_weight=0.25)
+    # BM25 over its best score (floor 0), cosine min-max over its list.
+    assert fused == pytest.approx({"a": 0.25, "b": 0.25 * 0.5 + 0.75 * 0.5, "c": 0.25 * 0.25 + 0.75, "d": 0.0})
+    assert list(fused) == ["a", "b", "c", "d"]  # first appearance, text first
+    with pytest.raises(ValueError):
+        convex(text, vector, text_weight=1.5)
+
+
+def test_spread_adds_a_share_of_the_better_adjacent_score() -> None:
+    scores = {"a": 1.0, "b": 0.0, "c": 0.4, "far": 0.8, "loose": 0.5}
+    seq = {"a": 10, "b": 11, "c": 12, "far": 20, "gone": 21}
+    spread = spread_to_neighbours(scores, seq, weight=0.5, reach=1)
+    # b sits between a and c and takes half of a's score; a and c each see only b; "far" has
+    # no scored neighbour (21 is not scored); "loose" has no position and keeps its score.
+    assert spread == pytest.approx({"a": 1.0, "b": 0.5, "c": 0.4, "far": 0.8, "loose": 0.5})
+    # Two turns away, the weight counts squared: a and c now see each other.
+    two = spread_to_neighbours(scores, seq, weight=0.5, reach=2)
+    assert two == pytest.approx({"a": 1.1, "b": 0.5, "c": 0.65, "far": 0.8, "loose": 0.5})
+    assert spread_to_neighbours(scores, seq, weight=0.0) == scores
+    assert spread_to_neighbours(scores, seq, reach=0) == scores
+    with pytest.raises(ValueError):
+        spread_to_neighbours(scores, seq, weight=-1.0)
+    with pytest.raises(ValueError):
+        spread_to_neighbours(scores, seq, reach=-1)
+
+
+def test_hybrid_lifts_the_turn_next_to_a_strong_match_above_weak_ones() -> None:
+    # "answer" matches nothing itself, but follows the best keyword match.
+    text = [("question", 8.0), ("other", 2.0), ("noise", 1.0)]
+    vector = [("question", 0.6), ("noise", 0.5), ("answer", 0.45), ("other", 0.1)]
+    seq = {"question": 1, "answer": 2, "other": 7, "noise": 12}
+    ranked = [i for i, _ in hybrid(text, vector, seq)]
+    assert ranked[0] == "question"
+    assert ranked.index("answer") < ranked.index("other")
+    flat = [i for i, _ in hybrid(text, vector, seq, neighbour_weight=0.0)]
+    assert flat.index("answer") > flat.index("noise")
