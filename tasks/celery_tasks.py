@@ -96,9 +96,12 @@ def spool(self: VcmTask, agent_id: str, message_ids: list[str]) -> dict[str, Any
             message_ids,
             ttl_s=deps.settings.maintenance.recall_ttl_s,
             faults=deps.faults,
+            vectorizer=deps.vectorizer,
         )
         return outcome.as_dict()
-    except Exception as exc:  # spooling is idempotent
+    except Exception as exc:  # spooling and embedding are idempotent
+        # The messages are written before they are embedded: a failed embedding loses nothing,
+        # and the retry embeds what is still in Redis.
         return dict(self.retry_or_give_up(exc, agent_id, message_ids))
 
 

@@ -15,6 +15,7 @@ from hotpath.settings import Settings
 from hotpath.state import HotState
 from store.port import MemoryStore
 from tasks.faults import NO_FAULTS, Faults
+from tasks.message_vectors import Vectorizer
 from tasks.summarize import Draft, Embed, Params, Request
 
 
@@ -32,3 +33,5 @@ class Deps:
     summarizer: Summarizer
     faults: Faults = field(default=NO_FAULTS)
     clock: Callable[[], float] = time.time
+    # Embeds spooled messages for vector recall; None: recall has BM25 only.
+    vectorizer: Vectorizer | None = None

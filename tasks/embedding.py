@@ -45,7 +45,11 @@ class Embedder:
         if not model:
             self.model_id = "sentence-transformers/all-MiniLM-L6-v2"
         self.batch_size = batch_size
-        self.dimension = int(self.model.get_embedding_dimension())  # type: ignore[attr-defined]
+        # Both are None only for models without a fixed output size or window, which cannot embed here.
+        dimension = self.model.get_embedding_dimension()
+        if dimension is None or self.model.max_seq_length is None:
+            raise ValueError(f"embedding model {source!r} reports no output dimension or window")
+        self.dimension = int(dimension)
         self.max_tokens = int(self.model.max_seq_length)
 
     @property

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from hotpath import audit, footprint, metrics
 from hotpath.budget import Budget
 from hotpath.errors import NotFound
 from hotpath.types import Message
@@ -33,11 +34,12 @@ from store.types import EvictionCommit, MemoryEvent, Summary
 from tasks import drift
 from tasks.deps import Deps
 from tasks.selection import Vectors
-from tasks.spool import stored_message
+from tasks.spool import append_event, backfill_vectors, stored_message
 from tasks.summarize import Draft, Embed, Params, Request, Turn
 
 log = logging.getLogger(__name__)
 
+ACTOR = audit.worker("evict_batch")
 Outcome = Literal["committed", "replayed", "absent", "deferred", "dead_lettered"]
 
 
@@ -86,15 +88,44 @@ def evict_batch(deps: Deps, agent_id: str, batch_id: int) -> EvictOutcome:
                     "method": draft.method,
                     "drift": round(draft.score, 4),
                     "resummarized": check.retried,
+                    "footprint": footprint.eviction_committed(
+                        [m.tokens for m in messages],
+                        summary_rev_before=previous.rev if previous is not None else None,
+                        summary_tokens_after=draft.tokens,
+                        summary_chars=len(draft.text),
+                    ),
                 },
+                actor=ACTOR,
+                # Messages the spool has not stored yet get their append rows here (same ids).
+                events=[append_event(agent_id, m) for m in messages],
             )
         )
         text = draft.text
         if result.replayed:  # a concurrent delivery committed it first: finish with its summary
             stored = store.get_summary(agent_id)
             text = stored.text if stored is not None else text
+        else:  # counted with the commit, so a retried or replayed delivery adds nothing
+            metrics.eviction_committed(len(messages))
+            metrics.drift(check.first_score, check.retry_score)
         faults.point("evict.after_commit")
-        return _finish(deps, agent_id, batch_id, text, "replayed" if result.replayed else "committed", draft.score)
+        outcome = _finish(deps, agent_id, batch_id, text, "replayed" if result.replayed else "committed", draft.score)
+    _backfill(deps, agent_id, messages)
+    return outcome
+
+
+def _backfill(deps: Deps, agent_id: str, messages: Sequence[Message]) -> None:
+    """Vectors for batch messages the spool did not embed, after the finish so the summary lands
+    first. Vectors are an index: a failure here is logged, never fails a committed eviction (text
+    recall still finds the messages)."""
+    if deps.vectorizer is None:
+        return
+    try:
+        filled = backfill_vectors(deps.hot, deps.store, agent_id, messages, deps.vectorizer)
+    except Exception:  # any failure of the model or the store: the eviction itself is done
+        log.warning("could not embed batch messages of %s for vector recall", agent_id, exc_info=True)
+        return
+    if filled:
+        log.info("embedded %d batch messages of %s the spool had not reached", filled, agent_id)
 
 
 def summarize(
@@ -129,11 +160,13 @@ def _record_drift(deps: Deps, agent_id: str, batch_id: int, check: drift.DriftCh
         "kept_score": round(check.draft.score, 4),
         "threshold": deps.settings.drift.threshold,
     }
-    deps.store.append_event(MemoryEvent(agent_id, "summarize", payload, event_id=f"{agent_id}:summarize:{batch_id}"))
+    deps.store.append_event(
+        MemoryEvent(agent_id, "summarize", payload, event_id=f"{agent_id}:summarize:{batch_id}", actor=ACTOR)
+    )
     if check.alarm:
         log.warning("summary drift stays below threshold for %s batch %s: %s", agent_id, batch_id, payload)
         deps.store.append_event(
-            MemoryEvent(agent_id, "drift_alarm", payload, event_id=f"{agent_id}:drift_alarm:{batch_id}")
+            MemoryEvent(agent_id, "drift_alarm", payload, event_id=f"{agent_id}:drift_alarm:{batch_id}", actor=ACTOR)
         )
 
 
@@ -146,6 +179,11 @@ def _finish(
         return EvictOutcome("absent", agent_id, batch_id)
     if finished.pressure_message_id:  # the new summary crossed warning: that notice is recall too
         deps.dispatcher.spool(agent_id, [finished.pressure_message_id])
+    if not finished.replayed:
+        if finished.pressure_message_id:
+            metrics.warning()
+        if finished.batch is not None:
+            metrics.flush("threshold")
     # The head of the pending batches, if any, was deferred while this one ran (or was just begun
     # by the new summary pushing past flush): it is its turn now.
     pending = deps.hot.pending_batches(agent_id)
@@ -163,6 +201,7 @@ def dead_letter(deps: Deps, agent_id: str, batch_id: int, *, reason: str, attemp
             "dead_letter",
             {"task": "evict_batch", "batch_id": batch_id, "reason": reason[:2000], "attempts": attempts},
             event_id=f"{agent_id}:dead_letter:{batch_id}:{delivery}",
+            actor=ACTOR,
         )
     )
     log.error("eviction batch %s of %s dead-lettered after %s attempts: %s", batch_id, agent_id, attempts, reason)

@@ -1,9 +1,10 @@
 """Fault injection points of the cold path, for tests. Production runs with no rules (a no-op).
 
 Tasks call :meth:`Faults.point` at named steps (``evict.before_summarize``,
-``evict.after_summarize``, ``evict.after_commit``, ``spool.before_write``) and hand
-:meth:`Faults.store_hook` to the store, whose own points (``commit_eviction.after_recall_append``,
-``commit_eviction.before_commit``, ...) then obey the same rules. A rule makes a point raise
+``evict.after_summarize``, ``evict.after_commit``, ``spool.before_write``,
+``spool.before_embed``) and hand :meth:`Faults.store_hook` to the store, whose own points
+(``commit_eviction.after_recall_append``, ``commit_eviction.before_commit``, ...) then obey
+the same rules. A rule makes a point raise
 :class:`store.errors.InjectedFailure` or sleep, for agents whose id starts with a prefix, a
 number of times. In-process tests build rules directly; worker subprocesses read them from the
 ``VCM_TEST_FAULTS`` environment variable (a JSON list of rule objects).

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import weakref
@@ -29,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from hotpath import audit, footprint
 from hotpath.errors import IdempotencyMismatch, ValidationError, VcmError
 from hotpath.settings import Settings, get_settings
 from store.errors import StoreError
@@ -38,6 +40,7 @@ from tasks.embedding import Embedder
 from tasks.late_chunking import MODES, DocumentPlan, LateChunker, Mode, Vectors
 
 MAX_ID_CHARS = 512  # the store's limit on identifiers
+log = logging.getLogger(__name__)
 RESERVED_METADATA_KEY = "vcm"  # chunk metadata written by ingestion itself lives under this key
 COMPLIANCE_EVENT = "compliance_violation"
 _BINARY_SNIFF_BYTES = 8192
@@ -321,8 +324,27 @@ def _compliance_event(job: _Job) -> MemoryEvent:
             "chunks": len(job.plan.chunks),
         },
         event_id=f"compliance-{key}",
-        actor="ingest",
+        actor=audit.worker("ingest"),
     )
+
+
+def _audit_ingest(store: MemoryStore, job: _Job, result: IngestResult, actor: str) -> None:
+    """The audit row of a file ingested outside the service (``vcm ingest``); the service
+    records its own ingestions. Best effort: the chunks are already stored."""
+    counts = {"chunks": result.chunks, "written": result.written, "tokens": result.tokens}
+    try:
+        store.append_event(
+            audit.event(
+                job.agent_id,
+                "archival_ingest",
+                footprint.ingest(job.plan.text, counts),
+                actor=actor,
+                event_id=f"{job.agent_id}:ingest:{job.doc_id}:{job.version}"[:500],
+                details={"doc_id": job.doc_id, "source": job.source, "embedding_version": job.version},
+            )
+        )
+    except StoreError:
+        log.exception("could not record the archival_ingest event of %s", job.doc_id)
 
 
 def _finish(store: MemoryStore, job: _Job, vectors: Vectors | None, model_id: str) -> IngestResult:
@@ -503,6 +525,7 @@ def ingest_paths(
     settings: Settings | None = None,
     metadata: Mapping[str, Any] | None = None,
     progress: ProgressCallback | None = None,
+    actor: str = audit.CLI,
 ) -> BatchReport:
     """Ingest files and folders (see :func:`discover`); unchanged files are skipped, bad ones reported.
 
@@ -528,6 +551,8 @@ def ingest_paths(
         outcomes = _embed_and_finish(store, chunker, [j for _, j in pending])
         for (name, _), (job, result) in zip(pending, outcomes, strict=True):
             if isinstance(result, IngestResult):
+                if result.written:
+                    _audit_ingest(store, job, result, actor)
                 record(PathOutcome(name, "unchanged" if result.skipped else "ingested", job.doc_id, result))
             else:
                 record(PathOutcome(name, "failed", job.doc_id, error=result.to_dict()))

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hotpath import audit, footprint
 from hotpath.errors import NotFound
 from store.types import MemoryEvent
 from tasks.deps import Deps
@@ -95,14 +96,28 @@ def reconcile_spool(deps: Deps, *, older_than: float) -> int:
         stored = {m.message_id for m in deps.store.get_messages(agent, [m.id for m in fifo])}
         missing = [m.id for m in fifo if m.id not in stored]
         if missing:
-            outcome = spool_messages(
-                deps.hot, deps.store, agent, missing, ttl_s=deps.settings.maintenance.recall_ttl_s
-            )
+            outcome = spool_messages(deps.hot, deps.store, agent, missing, ttl_s=deps.settings.maintenance.recall_ttl_s)
             written += outcome.written
             log.warning("spooled %s messages of %s that the write-behind missed", outcome.written, agent)
     return written
 
 
 def expire(deps: Deps) -> int:
-    """Delete recall messages past their TTL."""
-    return deps.store.expire(deps.clock())
+    """Delete recall messages past their TTL, and record the sweep when it deleted any. The
+    store reports one count for all agents, so the row belongs to no single agent
+    (``agent_id`` ``*``)."""
+    now = deps.clock()
+    removed = deps.store.expire(now)
+    if removed:
+        deps.store.append_event(
+            audit.event(
+                audit.ALL_AGENTS,
+                "expire",
+                footprint.expiry(removed, now),
+                actor=audit.worker("expire"),
+                event_id=f"expire:{now:.6f}",
+                created_at=now,
+                details={"removed": removed, "retention_s": deps.settings.maintenance.recall_ttl_s},
+            )
+        )
+    return removed

@@ -16,16 +16,20 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from hotpath.connection import connect
 from hotpath.dispatch import Dispatcher, RecordingDispatcher
-from hotpath.settings import Settings, get_settings
+from hotpath.metered_store import metered
+from hotpath.settings import EmbeddingSettings, Settings, get_settings
 from hotpath.state import HotState
-from store import open_store
+from store import MemoryStore, open_store
 from tasks.deps import Deps, Summarizer
 from tasks.embedding import get_embedder
 from tasks.faults import Faults
+from tasks.late_chunking import LateChunker
+from tasks.message_vectors import MessageVectorizer, Turn, Vectorizer
+from tasks.message_vectors import Vectors as MessageVectors
 from tasks.selection import Vectors
 from tasks.summarize import extractive
 
@@ -64,11 +68,56 @@ class LazyEmbed:
             embedding = embedding.model_copy(update={"threads": threads})
         self._settings = embedding
 
+    @property
+    def settings(self) -> EmbeddingSettings:
+        return self._settings
+
     def warm(self) -> None:
         get_embedder(self._settings)
 
     def __call__(self, texts: Sequence[str]) -> Vectors:
         return get_embedder(self._settings).encode(texts)
+
+
+class LazyVectorizer:
+    """The process's message vectorizer (settings' ``[recall]``), its model loaded on first use,
+    so a worker that never spools never loads it."""
+
+    def __init__(self, settings: Settings, threads: int = 0) -> None:
+        self._embed = LazyEmbed(settings, threads)
+        self._recall = settings.recall
+        self._built: MessageVectorizer | None = None
+        self._lock = threading.Lock()
+
+    def _vectorizer(self) -> MessageVectorizer:
+        with self._lock:
+            if self._built is None:
+                chunker = LateChunker(get_embedder(self._embed.settings))
+                recall = self._recall
+                self._built = MessageVectorizer(
+                    chunker, mode=recall.context_mode, context=recall.context_turns, after=recall.context_after
+                )
+            return self._built
+
+    @property
+    def version(self) -> str:
+        return self._vectorizer().version
+
+    @property
+    def context(self) -> int:
+        return self._vectorizer().context
+
+    @property
+    def after(self) -> int:
+        return self._vectorizer().after
+
+    def embed(self, history: Sequence[Turn], targets: Sequence[Turn]) -> list[MessageVectors | None]:
+        return self._vectorizer().embed(history, targets)
+
+
+def build_vectorizer(settings: Settings, threads: int = 0) -> Vectorizer | None:
+    """Message vectors for recall, unless ``[recall] vectors`` is off."""
+    return LazyVectorizer(settings, threads) if settings.recall.vectors else None
 
 
 def build_summarizer(settings: Settings) -> Summarizer:
@@ -108,6 +157,31 @@ def configure(
             _providers.embed_threads = embed_threads
 
 
+def store_options(settings: Settings) -> dict[str, Any]:
+    """Adapter options from settings: the ArangoDB users (passwords from the environment only,
+    see ``hotpath.settings``), the UDS-only rule, and the server-side TTL index when recall
+    retention is on. The embedded adapter takes none of these."""
+    if not settings.store_url.startswith("arango"):
+        return {}
+    s = settings.store
+    options: dict[str, Any] = {
+        "uds_only": s.uds_only,
+        "retention": bool(settings.maintenance.recall_ttl_s and s.server_ttl_index),
+    }
+    if s.username:
+        options["username"] = s.username
+    if s.password.get_secret_value():
+        options["password"] = s.password.get_secret_value()
+    if s.ro_username:
+        options["ro_username"] = s.ro_username
+        options["ro_password"] = s.ro_password.get_secret_value()
+    return options
+
+
+def open_configured_store(settings: Settings, **extra: Any) -> MemoryStore:
+    return open_store(settings.store_url, **store_options(settings), **extra)
+
+
 def build(settings: Settings) -> Deps:
     """Fresh dependencies from settings (the store opened, the embedder not yet loaded)."""
     faults = Faults.from_env(os.environ)
@@ -123,12 +197,13 @@ def build(settings: Settings) -> Deps:
     return Deps(
         settings=settings,
         hot=HotState(connect(settings.redis_url), settings),
-        store=open_store(settings.store_url, **options),
+        store=metered(open_configured_store(settings, **options)),
         dispatcher=dispatcher,
         embed=LazyEmbed(settings, _providers.embed_threads),
         summarizer=build_summarizer(settings),
         faults=faults,
         clock=time.time,
+        vectorizer=build_vectorizer(settings, _providers.embed_threads),
     )
 
 

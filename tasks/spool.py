@@ -6,16 +6,17 @@ with its eviction batch, which committed it to the store first, so it is skipped
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hotpath import audit, footprint
 from hotpath.state import HotState
 from hotpath.types import Message
 from store.port import MemoryStore
-from store.types import StoredMessage
+from store.types import MemoryEvent, StoredMessage
 from tasks.faults import NO_FAULTS, Faults
-from tasks.message_vectors import MessageVectorizer, Turn, message_text
+from tasks.message_vectors import Turn, Vectorizer, message_text, ready_targets
 
 # Hot-path fields with no StoredMessage column travel in metadata under this key.
 VCM_METADATA = "_vcm"
@@ -50,6 +51,22 @@ def stored_message(agent_id: str, message: Message, *, ttl_s: int = 0) -> Stored
     )
 
 
+def append_event(agent_id: str, message: Message) -> MemoryEvent:
+    """The audit row of one append, written with the message by the spool or the eviction
+    commit, whichever stores it first (same event id). Its actor and idempotency key travelled
+    with the message in Redis; vcm's own notices (memory pressure) have neither."""
+    return audit.event(
+        agent_id,
+        "append",
+        footprint.append(message.content, message.tokens, role=message.role, pinned=message.pinned),
+        actor=message.actor or audit.SYSTEM,
+        event_id=f"{agent_id}:append:{message.id}",
+        idempotency_key=message.idempotency_key,
+        created_at=message.created_at,
+        details={"message_id": message.id, "seq": message.seq, "kind": message.kind},
+    )
+
+
 @dataclass(frozen=True)
 class SpoolOutcome:
     asked: int
@@ -72,30 +89,88 @@ def spool_messages(
     *,
     ttl_s: int = 0,
     faults: Faults = NO_FAULTS,
-    vectorizer: MessageVectorizer | None = None,
+    vectorizer: Vectorizer | None = None,
 ) -> SpoolOutcome:
-    """Write the messages still in Redis to the store; with a ``vectorizer``, also embed them (in
-    the context of the turns before them still in the agent's window) for vector recall. Both
-    writes are idempotent, so a retried spool re-embeds at worst and stores nothing twice."""
+    """Write the messages still in Redis to the store; with a ``vectorizer``, also embed them for
+    vector recall (see :func:`embed_messages`). Both writes are idempotent, so a retried spool
+    re-embeds at worst and stores nothing twice."""
     messages = hot.get_messages(agent_id, list(dict.fromkeys(message_ids)))
     faults.point("spool.before_write", agent_id)
-    written = store.spool_messages([stored_message(agent_id, m, ttl_s=ttl_s) for m in messages]) if messages else 0
+    written = (
+        store.spool_messages(
+            [stored_message(agent_id, m, ttl_s=ttl_s) for m in messages],
+            events=[append_event(agent_id, m) for m in messages],
+        )
+        if messages
+        else 0
+    )
     if vectorizer is None:
         return SpoolOutcome(len(message_ids), len(messages), written)
+    # Written before embedded: an embedding failure raises with the messages already stored,
+    # and the caller's retry embeds them (while they are still in Redis).
+    faults.point("spool.before_embed", agent_id)
     embedded = embed_messages(hot, store, agent_id, messages, vectorizer)
     return SpoolOutcome(len(message_ids), len(messages), written, embedded)
 
 
 def embed_messages(
-    hot: HotState, store: MemoryStore, agent_id: str, messages: Sequence[Message], vectorizer: MessageVectorizer
+    hot: HotState, store: MemoryStore, agent_id: str, messages: Sequence[Message], vectorizer: Vectorizer
 ) -> int:
-    """Embed spooled messages with text (context: the agent's window, read once) and store the
-    vectors under the vectorizer's version. Returns how many were new."""
-    targets = [m for m in messages if m.content.strip()]
+    """Embed messages for vector recall, in the context of the agent's window (read once), and
+    store the vectors under the vectorizer's version. Returns how many were new.
+
+    With turns *after* a message as context (``vectorizer.after``), a message is embedded once
+    that many turns have followed it: spooling a message embeds the one ``after`` places before
+    it. The newest ``after`` messages wait for their followers (they are in the context window
+    meanwhile, and text search finds them); a message evicted before its followers arrive is
+    embedded by its eviction (:func:`backfill_vectors`)."""
+    spooled = [m for m in messages if m.content.strip()]
+    if not spooled:
+        return 0
+    window = hot.snapshot(agent_id).fifo if vectorizer.context or vectorizer.after else []
+    # The spooled messages count as context too (one may have left the FIFO with a batch).
+    by_seq = _by_seq([*window, *spooled])
+    ready = ready_targets(_turns(by_seq.values()), _turns(spooled), vectorizer.after)
+    return _embed(store, agent_id, [by_seq[t.seq] for t in ready], by_seq.values(), vectorizer)
+
+
+def backfill_vectors(
+    hot: HotState, store: MemoryStore, agent_id: str, messages: Sequence[Message], vectorizer: Vectorizer
+) -> int:
+    """Embed the messages of an eviction batch that carry no vector yet, with the batch and the
+    FIFO after it as context. The spool embeds a message only once its followers are spooled
+    while it is still in Redis; when the spool queue lags behind evictions (or the window is
+    small) a message leaves first, and without this it would stay out of vector recall for good.
+    Call it after the batch is committed (vectors attach to stored messages only)."""
+    candidates = [m for m in messages if m.content.strip()]
+    if not candidates:
+        return 0
+    have = store.message_vector_ids(agent_id, [m.id for m in candidates], vectorizer.version)
+    missing = [m for m in candidates if m.id not in have]
+    if not missing:
+        return 0
+    window = hot.snapshot(agent_id).fifo if vectorizer.after else []
+    return _embed(store, agent_id, missing, _by_seq([*candidates, *window]).values(), vectorizer)
+
+
+def _by_seq(messages: Iterable[Message]) -> dict[int, Message]:
+    return {m.seq: m for m in messages if m.content.strip()}
+
+
+def _turns(messages: Iterable[Message]) -> list[Turn]:
+    return [Turn(m.seq, message_text(m.content, m.name)) for m in messages]
+
+
+def _embed(
+    store: MemoryStore,
+    agent_id: str,
+    targets: Sequence[Message],
+    context: Iterable[Message],
+    vectorizer: Vectorizer,
+) -> int:
+    """Embed ``targets`` with ``context`` around them and store the vectors; how many were new."""
     if not targets:
         return 0
-    window = hot.snapshot(agent_id).fifo if vectorizer.context else []
-    history = [Turn(m.seq, message_text(m.content, m.name)) for m in window if m.content.strip()]
-    vectors = vectorizer.embed(history, [Turn(m.seq, message_text(m.content, m.name)) for m in targets])
+    vectors = vectorizer.embed(_turns(context), _turns(targets))
     pairs = [(m.id, [float(x) for x in v]) for m, v in zip(targets, vectors, strict=True) if v is not None]
     return store.put_message_vectors(agent_id, pairs, vectorizer.version) if pairs else 0

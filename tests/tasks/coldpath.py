@@ -21,6 +21,7 @@ from hotpath.types import AppendResult
 from store import open_store
 from tasks.deps import Deps
 from tasks.faults import Faults
+from tasks.message_vectors import Turn, Vectorizer
 from tasks.selection import Vectors
 from tasks.summarize import extractive
 
@@ -39,6 +40,18 @@ def word_embed(texts: Sequence[str]) -> Vectors:
     return out
 
 
+class WordVectorizer:
+    """Message vectors from :func:`word_embed`, each message alone (no model)."""
+
+    version = "word-hash:single:v1"
+    context = 0
+    after = 0
+
+    def embed(self, history: Sequence[Turn], targets: Sequence[Turn]) -> list[Vectors | None]:
+        rows = word_embed([t.text for t in targets])
+        return [row if t.text.strip() else None for t, row in zip(targets, rows, strict=True)]
+
+
 def small_settings(**overrides: object) -> Settings:
     return load_settings(overrides={"models": {MODEL: 512}, **overrides}, environ={})
 
@@ -50,6 +63,7 @@ def make_deps(
     client: redis.Redis | None = None,
     faults: Faults | None = None,
     dispatcher: Dispatcher | None = None,
+    vectorizer: Vectorizer | None = None,
 ) -> Deps:
     settings = settings or small_settings()
     faults = faults or Faults()
@@ -61,6 +75,7 @@ def make_deps(
         embed=word_embed,
         summarizer=extractive,
         faults=faults,
+        vectorizer=vectorizer,
     )
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.message_vectors import SEPARATOR, Turn, context_turns, message_text, plan_in_context
+from tasks.message_vectors import (
+    SEPARATOR,
+    Turn,
+    context_turns,
+    later_turns,
+    message_text,
+    plan_in_context,
+    ready_targets,
+)
 
 
 def word_tokens(text: str) -> tuple[list[int], list[tuple[int, int]]]:
@@ -69,3 +77,39 @@ def test_plan_of_a_target_longer_than_the_window_has_no_context() -> None:
 def test_plan_of_an_empty_target_is_none(target: str) -> None:
     ids, offsets = word_tokens(SEPARATOR.join(["ctx", target]))
     assert plan_in_context(["ctx"], target, ids, offsets, max_window=8) is None
+
+
+def test_later_turns_are_the_n_after_the_target_in_seq_order() -> None:
+    history = [Turn(9, "i"), Turn(7, "g"), Turn(2, "b"), Turn(8, "h"), Turn(7, "g")]
+    assert later_turns(history, Turn(6, "f"), 2) == ["g", "h"]
+    assert later_turns(history, Turn(9, "i"), 2) == []
+    assert later_turns(history, Turn(6, "f"), 0) == []
+
+
+def test_ready_targets_are_the_turns_whose_followers_have_arrived() -> None:
+    window = [Turn(i, str(i)) for i in (4, 5, 6, 7)]
+    spooled = [Turn(8, "8"), Turn(9, "9")]
+    # 8 completes 6's two followers (7, 8), 9 completes 7's; 4 and 5 were done before.
+    assert [t.seq for t in ready_targets(window, spooled, 2)] == [6, 7]
+    # Too early in the window: the turn two places back is not there (evicted or never was).
+    assert ready_targets([Turn(1, "1")], [Turn(2, "2")], 2) == []
+    assert ready_targets(window, spooled, 0) == spooled
+
+
+def test_plan_reads_turns_after_the_target_and_splits_the_room_between_sides() -> None:
+    context = ["a1 a2 a3 a4 a5 a6"]
+    target = "t1 t2"
+    after = ["b1 b2 b3 b4 b5 b6"]
+    ids, offsets = word_tokens(SEPARATOR.join([*context, target, *after]))
+    plan = plan_in_context(context, target, ids, offsets, max_window=6, after=after)
+    assert plan is not None
+    (chunk,) = plan.chunks
+    assert plan.chunk_text(chunk) == target
+    kept = [plan.text[a:b] for a, b in plan.offsets]
+    assert kept == ["a5", "a6", "t1", "t2", "b1", "b2"]  # two context tokens each side
+    # A side with less to give leaves the rest of the room to the other.
+    short = ["b1"]
+    ids, offsets = word_tokens(SEPARATOR.join([*context, target, *short]))
+    plan = plan_in_context(context, target, ids, offsets, max_window=6, after=short)
+    assert plan is not None
+    assert [plan.text[a:b] for a, b in plan.offsets] == ["a4", "a5", "a6", "t1", "t2", "b1"]

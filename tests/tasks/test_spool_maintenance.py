@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -11,8 +11,19 @@ from hotpath.dispatch import RecordingDispatcher
 from hotpath.types import Message
 from tasks import evict, maintenance
 from tasks.deps import Deps
+from tasks.message_vectors import Turn
+from tasks.selection import Vectors
 from tasks.spool import VCM_METADATA, spool_messages, stored_message
-from tests.tasks.coldpath import MODEL, appended_ids, converse, make_deps, small_settings
+from tests.tasks.coldpath import (
+    DIM,
+    MODEL,
+    WordVectorizer,
+    appended_ids,
+    converse,
+    make_deps,
+    small_settings,
+    word_embed,
+)
 
 AGENT = "agent-s"
 
@@ -56,6 +67,38 @@ def test_spool_is_idempotent_and_skips_messages_gone_with_their_batch(deps: Deps
     late = spool_messages(deps.hot, deps.store, AGENT, evicted)
     assert late.found == 0 and late.written == 0  # committed by the eviction instead
     assert {m.message_id for m in deps.store.get_messages(AGENT, evicted)} == set(evicted)
+
+
+class TwoSided(WordVectorizer):
+    """Records what it was asked to embed, with which turns around it."""
+
+    version = "word-hash:late1+2:v1"
+    context = 1
+    after = 2
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, list[int]]] = []
+
+    def embed(self, history: Sequence[Turn], targets: Sequence[Turn]) -> list[Vectors | None]:
+        seqs = sorted({t.seq for t in [*history, *targets]})
+        self.asked += [(t.seq, seqs) for t in targets]
+        return super().embed(history, targets)
+
+
+def test_a_message_is_embedded_once_the_turns_after_it_have_arrived(deps: Deps) -> None:
+    vectorizer = TwoSided()
+    ids: list[str] = []
+    for i in range(5):
+        new = appended_ids(converse(deps.hot, AGENT, 1, start=i))
+        ids += new
+        spool_messages(deps.hot, deps.store, AGENT, new, vectorizer=vectorizer)
+    # Messages 1..3 have two followers each; 4 and 5 wait for theirs.
+    assert [seq for seq, _ in vectorizer.asked] == [1, 2, 3]
+    assert all(set(range(1, seq + 3)) <= set(seen) for seq, seen in vectorizer.asked)
+    hits = deps.store.search_recall_hybrid(AGENT, "x", [1.0] * DIM, mode="vector", limit=10).items
+    assert sorted(h.message.seq for h in hits) == [1, 2, 3]
+    again = spool_messages(deps.hot, deps.store, AGENT, ids[-1:], vectorizer=vectorizer)
+    assert again.embedded == 0  # a retried spool stores nothing twice
 
 
 def test_heads_and_stuck_are_pure_decisions() -> None:
@@ -106,3 +149,68 @@ def test_expire_deletes_recall_past_its_ttl(tmp_path: Path) -> None:
     assert maintenance.expire(d) == 0
     d.clock = lambda: created + 61
     assert maintenance.expire(d) == 3 and d.store.count_messages(AGENT) == 0
+
+
+def test_expired_recall_vanishes_from_text_and_vector_search_and_the_rest_stays(tmp_path: Path) -> None:
+    d = make_deps(tmp_path, settings=small_settings(maintenance={"recall_ttl_s": 60}))
+    d.hot.create_agent(AGENT, model=MODEL)
+    old = [d.hot.append(AGENT, "user", f"the otter swims in river {i}").message_id for i in range(3)]
+    spool_messages(d.hot, d.store, AGENT, old, ttl_s=60)  # retention on: these expire
+    kept = [d.hot.append(AGENT, "user", f"the otter sleeps in den {i}").message_id for i in range(2)]
+    spool_messages(d.hot, d.store, AGENT, kept, ttl_s=0)  # written while retention was off: kept
+    stored = d.store.get_messages(AGENT, old + kept)
+    d.store.put_message_vectors(AGENT, [(m.message_id, word_embed([m.content])[0]) for m in stored], "w64")
+    query = [float(x) for x in word_embed(["otter river"])[0]]
+
+    def found(mode: str) -> set[str]:
+        page = d.store.search_recall_hybrid(AGENT, "otter", query, limit=20, mode=mode, embedding_version="w64")
+        return {h.message.message_id for h in page.items}
+
+    assert found("text") == found("vector") == set(old + kept)
+    created = max(m.created_at for m in stored)
+    d.clock = lambda: created + 61
+
+    assert maintenance.expire(d) == 3
+    assert found("text") == found("vector") == set(kept)
+    assert {h.message.message_id for h in d.store.search_recall(AGENT, "river").items} == set()
+    (row,) = d.store.query_events("*", ["expire"]).items
+    assert row.actor == "worker:expire"
+    assert row.payload["footprint"] == {"op": "expire", "messages": -3, "before": created + 61}
+    d.store.close()
+
+
+def test_eviction_embeds_the_batch_messages_the_spool_never_reached(tmp_path: Path) -> None:
+    # The spool lagged: the batch is committed by the eviction before any spool ran.
+    vectorizer = TwoSided()
+    d = make_deps(tmp_path / "lag", vectorizer=vectorizer)
+    d.hot.create_agent(AGENT, model=MODEL, system_prompt="You are a careful assistant.")
+    i = 0
+    while not d.hot.pending_batches(AGENT):
+        converse(d.hot, AGENT, 1, start=i)
+        i += 1
+    batch = d.hot.batch_message_ids(AGENT)[1]
+    assert evict.evict_batch(d, AGENT, 1).outcome == "committed"
+
+    assert d.store.message_vector_ids(AGENT, batch, vectorizer.version) == set(batch)
+    # The batch's last messages were read with the FIFO turns after them as context.
+    last_seq = max(seq for seq, _ in vectorizer.asked)
+    assert any(s > last_seq for s in dict(vectorizer.asked)[last_seq])
+    asked = len(vectorizer.asked)
+    assert evict.evict_batch(d, AGENT, 1).outcome == "absent" and len(vectorizer.asked) == asked
+    d.store.close()
+
+
+def test_a_failing_model_never_fails_a_committed_eviction(tmp_path: Path) -> None:
+    class Broken(WordVectorizer):
+        def embed(self, history: Sequence[Turn], targets: Sequence[Turn]) -> list[Vectors | None]:
+            raise RuntimeError("model fell over")
+
+    d = make_deps(tmp_path / "broken", vectorizer=Broken())
+    d.hot.create_agent(AGENT, model=MODEL)
+    i = 0
+    while not d.hot.pending_batches(AGENT):
+        converse(d.hot, AGENT, 1, start=i)
+        i += 1
+    assert evict.evict_batch(d, AGENT, 1).outcome == "committed"
+    assert d.store.committed_batches(AGENT) == [1] and d.hot.pending_batches(AGENT) == []
+    d.store.close()
