@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hotpath import audit
 from hotpath.chains import HeartbeatOutcome
 from hotpath.chat import ChatClient, ChatError, Completion, ToolCall
 from hotpath.executor import ToolExecutor
@@ -61,7 +62,7 @@ class AgentLoop:
         model: str | None = None,
         max_steps: int | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
-        actor: str = "agent",
+        actor: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> None:
         """``model`` is the name sent to the endpoint (default: the agent's model). Create agents
@@ -73,8 +74,11 @@ class AgentLoop:
         # The first step plus every heartbeat the governor can allow, plus one for the closing answer.
         self.max_steps = max_steps or service.settings.heartbeat.max_depth + 2
         self.tools = list(tools) if tools is not None else tool_schemas()
-        self.actor = actor
+        self.actor = actor  # None: audited as agent:<id> (hotpath.audit)
         self.options = dict(options or {})
+
+    def _actor(self, agent_id: str) -> str:
+        return self.actor or audit.agent(agent_id)
 
     def run_turn(self, agent_id: str, user_message: str, *, name: str | None = None) -> TurnResult:
         model = self.model or self.service.agent(agent_id).model
@@ -92,7 +96,7 @@ class AgentLoop:
                 final = completion.content
                 if not completion.tool_calls:
                     if final and final.strip():
-                        self.service.append(agent_id, "assistant", final, actor=self.actor)
+                        self.service.append(agent_id, "assistant", final, actor=self._actor(agent_id))
                     return self._end(agent_id, "answer", final, steps, depth, done, chain_open)
                 outcome = self._run_calls(agent_id, completion, done)
                 chain_open = outcome.run
@@ -103,30 +107,34 @@ class AgentLoop:
             return self._end(agent_id, "max_steps", final, steps, depth, done, chain_open)
         except BaseException:
             if chain_open:  # an aborted turn must not leave its chain to the next one
-                self.executor.govern(agent_id, False, actor=self.actor)
+                self.executor.govern(agent_id, False, actor=self._actor(agent_id))
             raise
 
     def _run_calls(self, agent_id: str, completion: Completion, done: list[ToolResult]) -> HeartbeatOutcome:
         calls = completion.tool_calls
         self.service.append(
-            agent_id, "assistant", completion.content or "", tool_calls=[c.wire() for c in calls], actor=self.actor
+            agent_id,
+            "assistant",
+            completion.content or "",
+            tool_calls=[c.wire() for c in calls],
+            actor=self._actor(agent_id),
         )
         single = len(calls) == 1
         step: list[ToolResult] = []
         for call in calls:
             result = self._execute(agent_id, call, govern=single)
             self.service.append(
-                agent_id, "tool", str(result.message["content"]), tool_call_id=call.id, actor=self.actor
+                agent_id, "tool", str(result.message["content"]), tool_call_id=call.id, actor=self._actor(agent_id)
             )
             step.append(result)
         done.extend(step)
         if single:
             return step[0].heartbeat
-        return self.executor.govern(agent_id, any(r.heartbeat.requested for r in step), actor=self.actor)
+        return self.executor.govern(agent_id, any(r.heartbeat.requested for r in step), actor=self._actor(agent_id))
 
     def _execute(self, agent_id: str, call: ToolCall, *, govern: bool) -> ToolResult:
         return self.executor.execute(
-            agent_id, call.name, call.arguments, tool_call_id=call.id, actor=self.actor, govern=govern
+            agent_id, call.name, call.arguments, tool_call_id=call.id, actor=self._actor(agent_id), govern=govern
         )
 
     def _end(
@@ -141,7 +149,7 @@ class AgentLoop:
     ) -> TurnResult:
         ended: EndReason | None = None
         if chain_open:
-            ended = self.executor.govern(agent_id, False, actor=self.actor).ended
+            ended = self.executor.govern(agent_id, False, actor=self._actor(agent_id)).ended
         return TurnResult(final, steps, stop, ended, depth, done)
 
 

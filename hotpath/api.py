@@ -24,10 +24,11 @@ POST    /v1/agents/{id}/archival                     agent   ingest a document
 POST    /v1/agents/{id}/archival/search              agent   vector search (k, filters, cursor)
 GET     /v1/tools                                    any     the LLM tool schemas
 POST    /v1/agents/{id}/tools/{name}                 agent   run one tool call through the executor
-GET     /v1/agents/{id}/events                       agent   audit events (kinds, since, limit, cursor)
+GET     /v1/agents/{id}/events                       agent   audit events (kinds, since, until, actor, key, cursor)
 GET     /v1/events                                   admin   audit events of every agent
+GET     /v1/report                                   admin   Conveyance figure per agent and overall
 GET     /healthz (and /health)                       nobody  Redis and store health
-GET     /metrics                                     nobody  Prometheus exposition
+GET     /metrics                                     nobody  Prometheus exposition (admin with [metrics] require_admin)
 ======  ===========================================  ======  ==========================================
 
 "agent" means that agent's own token or the admin token (see :mod:`hotpath.auth`); errors are coded
@@ -41,13 +42,14 @@ local aliases (``Agent``, ``Admin``), which FastAPI can only resolve when they a
 import hashlib
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from hotpath import api_errors, keys, tools, validation
+from hotpath import api_errors, keys, metrics, tools, validation
 from hotpath.api_models import (
     AgentCreate,
     AgentCreated,
@@ -77,6 +79,7 @@ from hotpath.api_models import (
     RecallHitOut,
     RecallNote,
     RecallPage,
+    ReportOut,
     TokenOut,
     ToolCall,
     ToolCallOut,
@@ -84,6 +87,8 @@ from hotpath.api_models import (
 )
 from hotpath.auth import Principal, TokenAuthority, admin_digest
 from hotpath.errors import IdempotencyMismatch, NotFound, OutOfOrder, RevConflict, ValidationError
+from hotpath.metrics_state import StateCollector
+from hotpath.report import build_report
 from hotpath.service import MemoryService
 from hotpath.settings import Settings
 
@@ -150,14 +155,24 @@ def create_app(service: MemoryService, executor: ToolRunner | None, *, settings:
     app.include_router(_memory_routes(service, authority, settings))
     app.include_router(_tool_routes(service, executor, authority))
     app.include_router(_probe_routes(service))
-    # Another issue adds vcm's own metrics; the exposition endpoint is already here. A route, not
-    # a mount: a mount answers GET /metrics with a redirect to /metrics/.
-    app.add_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
+    # A route, not a mount: a mount answers GET /metrics with a redirect to /metrics/.
+    app.add_route("/metrics", _metrics_route(service, authority, settings), methods=["GET"], include_in_schema=False)
     return app
 
 
-def _metrics(_: Request) -> Response:
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+def _metrics_route(
+    service: MemoryService, authority: TokenAuthority, settings: Settings
+) -> Callable[[Request], Response]:
+    """Prometheus exposition: this process's vcm_* families (every process's, summed, under
+    PROMETHEUS_MULTIPROC_DIR) and the state read at scrape time (:mod:`hotpath.metrics_state`)."""
+    registry = metrics.registry(StateCollector(service.hot.redis, service.store))
+
+    def exposition(request: Request) -> Response:
+        if settings.metrics.require_admin:
+            authority.principal(request.headers.get("authorization")).require_admin()
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return exposition
 
 
 # --- auth dependencies ------------------------------------------------------------------------------
@@ -272,6 +287,17 @@ def _agent_routes(service: MemoryService, authority: TokenAuthority) -> APIRoute
         assert token is not None  # replace=True always writes
         return TokenOut(agent_id=agent_id, token=token)
 
+    @router.get("/report", response_model=ReportOut, responses=_ERRORS, tags=["admin"])
+    def conveyance_report(
+        who: Admin,
+        agent_id: Annotated[list[str] | None, Query(description="only these agents (repeat)")] = None,
+        since: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+    ) -> ReportOut:
+        """The Conveyance figure per agent and overall (see docs/operations.md)."""
+        for one in agent_id or ():
+            validation.agent_id(one)
+        return ReportOut.model_validate(build_report(service, agent_id, since=since).as_dict())
+
     return router
 
 
@@ -354,6 +380,7 @@ def _memory_routes(service: MemoryService, authority: TokenAuthority, settings: 
                 metadata=body.metadata,
                 idempotency_key=_one_key(idem, body.idempotency_key),
                 actor=who.actor,
+                justification=body.justification,
             )
         except RevConflict as exc:
             if from_header:
@@ -406,14 +433,19 @@ def _memory_routes(service: MemoryService, authority: TokenAuthority, settings: 
         agent_id: AgentId,
         who: Agent,
         query: Annotated[str, Query(description="search text")],
-        mode: Annotated[str, Query(pattern="^(text|vector|hybrid)$")] = "text",
+        mode: Annotated[str, Query(pattern="^(text|vector|hybrid)$")] = "hybrid",
         limit: Annotated[int, Query(ge=1, le=1000)] = 10,
         cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
         since: Annotated[float | None, Query(allow_inf_nan=False, description="unix time, inclusive")] = None,
         until: Annotated[float | None, Query(allow_inf_nan=False, description="unix time, exclusive")] = None,
     ) -> RecallPage:
         res = service.search_recall(agent_id, query, limit=limit, cursor=cursor, since=since, until=until, mode=mode)
-        items = [RecallHitOut(message=MessageOut.of(h.message), score=h.score) for h in res.page.items]
+        items = [
+            RecallHitOut(
+                message=MessageOut.of(h.message), score=h.score, **service.taint.scan(h.message.content).fields()
+            )
+            for h in res.page.items
+        ]
         return RecallPage(items=items, next_cursor=res.page.next_cursor, mode=res.mode)
 
     @router.post("/archival", response_model=IngestOut, responses=_WRITE_ERRORS)
@@ -441,18 +473,12 @@ def _memory_routes(service: MemoryService, authority: TokenAuthority, settings: 
     @router.post("/archival/search", response_model=ArchivalPage, responses=_ERRORS)
     def search_archival(agent_id: AgentId, body: ArchivalSearch, who: Agent) -> ArchivalPage:
         page = service.search_archival(agent_id, body.query, k=body.k, filters=body.filters, cursor=body.cursor)
-        return ArchivalPage(items=[ArchivalHitOut.of(h) for h in page.items], next_cursor=page.next_cursor)
+        items = [ArchivalHitOut.of(h, service.taint.scan(h.chunk.text).fields()) for h in page.items]
+        return ArchivalPage(items=items, next_cursor=page.next_cursor)
 
     @router.get("/events", response_model=EventPage, responses=_ERRORS)
-    def agent_events(
-        agent_id: AgentId,
-        who: Agent,
-        kinds: Annotated[list[str] | None, Query(description="only these kinds (repeat the parameter)")] = None,
-        since: Annotated[float | None, Query(allow_inf_nan=False)] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        cursor: str | None = None,
-    ) -> EventPage:
-        return _events(service, agent_id, kinds, since, limit, cursor)
+    def agent_events(agent_id: AgentId, who: Agent, f: Annotated[EventFilter, Depends(_event_filter)]) -> EventPage:
+        return _events(service, agent_id, f)
 
     return router
 
@@ -467,15 +493,42 @@ def _precondition_failed(exc: RevConflict) -> Response:
     return api_errors.error_response(str(exc.code), exc.message, 412, **exc.details)
 
 
-def _events(
-    service: MemoryService,
-    agent_id: str | None,
-    kinds: list[str] | None,
-    since: float | None,
-    limit: int,
-    cursor: str | None,
-) -> EventPage:
-    page = service.events(agent_id, kinds, since=since, limit=limit, cursor=cursor)
+@dataclass(frozen=True)
+class EventFilter:
+    """The audit-log filters both event routes take."""
+
+    kinds: list[str] | None
+    since: float | None
+    until: float | None
+    actor: str | None
+    idempotency_key: str | None
+    limit: int
+    cursor: str | None
+
+
+def _event_filter(
+    kinds: Annotated[list[str] | None, Query(description="only these kinds (repeat the parameter)")] = None,
+    since: Annotated[float | None, Query(allow_inf_nan=False, description="unix seconds, inclusive")] = None,
+    until: Annotated[float | None, Query(allow_inf_nan=False, description="unix seconds, exclusive")] = None,
+    actor: Annotated[str | None, Query(max_length=200, description="e.g. api:agent:<id>, cli, worker:spool")] = None,
+    idempotency_key: Annotated[str | None, Query(max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: str | None = None,
+) -> EventFilter:
+    return EventFilter(kinds, since, until, actor, idempotency_key, limit, cursor)
+
+
+def _events(service: MemoryService, agent_id: str | None, f: EventFilter) -> EventPage:
+    page = service.events(
+        agent_id,
+        f.kinds,
+        since=f.since,
+        until=f.until,
+        actor=f.actor,
+        idempotency_key=f.idempotency_key,
+        limit=f.limit,
+        cursor=f.cursor,
+    )
     return EventPage(items=[EventOut.of(e) for e in page.items], next_cursor=page.next_cursor)
 
 
@@ -517,15 +570,12 @@ def _tool_routes(service: MemoryService, executor: ToolRunner | None, authority:
     @router.get("/events", response_model=EventPage, responses=_ERRORS, tags=["admin"])
     def all_events(
         who: Annotated[Principal, Depends(admin)],
+        f: Annotated[EventFilter, Depends(_event_filter)],
         agent_id: Annotated[str | None, Query(description="only this agent")] = None,
-        kinds: Annotated[list[str] | None, Query(description="only these kinds (repeat the parameter)")] = None,
-        since: Annotated[float | None, Query(allow_inf_nan=False)] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        cursor: str | None = None,
     ) -> EventPage:
         if agent_id is not None:
             validation.agent_id(agent_id)
-        return _events(service, agent_id, kinds, since, limit, cursor)
+        return _events(service, agent_id, f)
 
     return router
 

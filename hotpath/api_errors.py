@@ -42,6 +42,7 @@ STATUS: dict[str, int] = {
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.CONFLICT: 409,
+    ErrorCode.TAINTED_CONTENT: 422,
     ErrorCode.CONFIG_ERROR: 500,
     INTERNAL_ERROR: 500,
 }

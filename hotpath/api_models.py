@@ -93,6 +93,11 @@ class BlockPut(RequestBody):
         None, alias="_rev", description="the block's current _rev (or send If-Match); omit to create"
     )
     idempotency_key: str | None = IDEMPOTENCY_FIELD
+    justification: str | None = Field(
+        None,
+        max_length=2000,
+        description="why content that reads like instructions to the model (TAINTED_CONTENT) belongs in the block",
+    )
 
 
 class RecallNote(RequestBody):
@@ -256,7 +261,7 @@ class BlockOut(BaseModel):
             content=block.content,
             tokens=block.tokens,
             pinned=block.pinned,
-            _rev=block.rev,
+            rev=block.rev,
             updated_at=block.updated_at,
             metadata=dict(block.metadata),
         )
@@ -283,7 +288,7 @@ class BlockWriteOut(BaseModel):
     def of(cls, res: BlockResult) -> BlockWriteOut:
         return cls(
             block_id=res.block_id,
-            _rev=res.rev,
+            rev=res.rev,
             tokens=res.tokens,
             total=res.total,
             action=res.action,
@@ -328,6 +333,8 @@ class MessageOut(BaseModel):
 class RecallHitOut(BaseModel):
     message: MessageOut
     score: float
+    tainted: bool = Field(False, description="the text reads like instructions to the model (hotpath.poisoning)")
+    taint_reasons: list[str] = Field(default_factory=list)
 
 
 class RecallPage(BaseModel):
@@ -349,11 +356,14 @@ class ArchivalHitOut(BaseModel):
     model_id: str
     created_at: float
     valid_until: float | None
+    tainted: bool = False
+    taint_reasons: list[str] = Field(default_factory=list)
 
     @classmethod
-    def of(cls, hit: ArchivalHit) -> ArchivalHitOut:
+    def of(cls, hit: ArchivalHit, taint: Mapping[str, Any] | None = None) -> ArchivalHitOut:
         c = hit.chunk
         return cls(
+            **dict(taint or {}),
             doc_id=c.doc_id,
             chunk_index=c.chunk_index,
             text=c.text,
@@ -435,3 +445,22 @@ class HealthOut(BaseModel):
     ok: bool
     redis: ComponentHealth
     store: ComponentHealth
+
+
+class Figure(BaseModel):
+    conveyance: float = Field(description="C = (W*R*H/T) * Ctx^alpha; 0 when zeroed_by is not empty")
+    zeroed_by: list[str]
+    factors: dict[str, float] = Field(description="W, R, H, T, Ctx and Ctx's parts L, I, A, G")
+    signals: dict[str, int]
+
+
+class AgentFigure(Figure):
+    message_vectors: int
+
+
+class ReportOut(BaseModel):
+    generated_at: float
+    alpha: float
+    overall: Figure
+    unreachable: dict[str, str]
+    agents: dict[str, AgentFigure]

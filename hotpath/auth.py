@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import redis
 from pydantic import SecretStr
 
-from hotpath import keys, validation
+from hotpath import audit, keys, validation
 from hotpath.errors import ConfigError, NotFound, Unauthorized
 from hotpath.settings import Settings
 
@@ -104,7 +104,7 @@ class Principal:
     @property
     def actor(self) -> str:
         """The ``actor`` recorded on the audit events this caller's writes produce."""
-        return "admin" if self.admin else "agent"
+        return audit.API_ADMIN if self.admin else audit.api_agent(self.agent_id or "?")
 
     def authorize(self, agent_id: str) -> None:
         if self.admin or self.agent_id == agent_id:

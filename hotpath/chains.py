@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-from hotpath import keys, lua
+from hotpath import keys, lua, metrics
 from hotpath.heartbeat import ChainState, EndReason, HeartbeatDecision, decide
 from hotpath.settings import HeartbeatSettings
 
@@ -172,7 +172,11 @@ class HeartbeatGovernor:
                 )
                 if status != "ok":
                     continue  # another call decided first; decide again on what it wrote
-            return outcome_of(decision, requested), end_of(before, decision, now)
+            end = end_of(before, decision, now)
+            if end is not None:  # counted once: only the decision whose state was written gets here
+                metrics.chain_end(end.reason, end.depth, end.duration_s, chain=bool(end.chain_id))
+            return outcome_of(decision, requested), end
         log.warning("heartbeat state of %s kept changing under %d attempts; refusing", agent_id, self.max_attempts)
+        metrics.chain_end("rate_limited", 0, 0.0, chain=False)
         wait = math.ceil(1000 / self.settings.rate_per_s)
         return HeartbeatOutcome(requested, False, 0, None, "rate_limited", wait), None

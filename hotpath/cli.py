@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from hotpath import conversation, demo
 from hotpath.cli_commands import add_commands
 from hotpath.errors import VcmError
+from hotpath.report import build_report
+from hotpath.report import render as render_report
 from hotpath.settings import get_settings
 from store.errors import StoreError
 
@@ -32,6 +34,7 @@ def _demo(args: argparse.Namespace) -> int:
     with running_service(settings) as service:
         report = demo.run(service, conv, model=args.model, recall_at_k=recall_at_k, limit=args.limit)
         gauges = service.context(report.agent_id).gauges.as_dict()
+        conveyance = build_report(service, [report.agent_id])
     print(
         f"\n{len(report.appended)} messages appended, {report.warnings} pressure warnings, "
         f"{report.evictions} evictions, {report.summary_versions} summary versions"
@@ -41,7 +44,8 @@ def _demo(args: argparse.Namespace) -> int:
         f"recall: {report.recall_at_10:.1%} of evidence turns found in the top 10 over {report.questions} "
         f"questions (search_recall)"
     )
-    print(f"done in {report.seconds:.0f} s")
+    print(f"done in {report.seconds:.0f} s\n")
+    print(render_report(conveyance))
     acct = report.accounting
     ok = acct.get("unaccounted", 1) == 0 and acct.get("pending_eviction", 1) == 0
     if not ok:

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from hotpath.errors import NotFound, ValidationError
@@ -122,7 +123,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         if args.archival:
             print(json.dumps(client.search_archival(args.agent, args.query, k=args.limit), indent=2))
         else:
-            print(json.dumps(client.search_recall(args.agent, args.query, limit=args.limit), indent=2))
+            print(json.dumps(client.search_recall(args.agent, args.query, mode=args.mode, limit=args.limit), indent=2))
         return 0
     with _service(args) as service:
         if args.archival:
@@ -160,17 +161,78 @@ def cmd_context(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_when(value: str) -> float:
+    """``--since``/``--until``: unix seconds, an ISO 8601 time (UTC unless it says), or an age
+    such as ``90s``, ``15m``, ``2h``, ``7d`` (that long before now)."""
+    text = value.strip()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text[-1:] in units and text[:-1].replace(".", "", 1).isdigit():
+            return time.time() - float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a time: use unix seconds, ISO 8601 (2026-01-31T12:00) or an age (15m, 2h, 7d)"
+        ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
 def cmd_events(args: argparse.Namespace) -> int:
     kinds = args.kind or None
+    filters = {"since": args.since, "until": args.until, "actor": args.actor, "idempotency_key": args.key}
     if args.api:
-        print(json.dumps(_client(args).events(args.agent, kinds=kinds, limit=args.limit), indent=2))
+        client = _client(args)
+        if args.agent:
+            found = client.events(args.agent, kinds=kinds, limit=args.limit, **filters)
+        else:
+            found = client.all_events(kinds=kinds, limit=args.limit, **filters)
+        print(json.dumps(found, indent=2))
         return 0
     with _service(args) as service:
-        page = service.events(args.agent, kinds, limit=args.limit)
+        page = service.events(args.agent, kinds, limit=args.limit, **filters)
         for e in page.items:
+            if args.json:
+                print(json.dumps(event_json(e), default=str))
+                continue
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.created_at))
-            print(f"{when}  {e.kind:<18} {e.actor:<10} {json.dumps(dict(e.payload), default=str)[:120]}")
+            key = f" key={e.idempotency_key}" if e.idempotency_key else ""
+            print(
+                f"{when}  {e.agent_id:<12} {e.kind:<16} {e.actor:<24}{key}  "
+                f"{json.dumps(dict(e.payload), default=str)[:160]}"
+            )
     return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    since = time.time() - args.since_hours * 3600 if args.since_hours else None
+    if args.api:
+        print(json.dumps(_client(args).report(args.agent or None, since=since), indent=2))
+        return 0
+    from hotpath.report import build_report, render
+    from workers.wiring import build_service
+
+    # Reads only: no worker needed. Embedded mode keeps hot state in this process, so a separate
+    # `vcm report` sees no agents there; `vcm demo` prints the report of its own run.
+    service = build_service(get_settings())
+    report = build_report(service, args.agent or None, since=since)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else render(report))
+    return 0 if not report.unreachable else 1
+
+
+def event_json(e: Any) -> dict[str, Any]:
+    return {
+        "event_id": e.event_id,
+        "agent_id": e.agent_id,
+        "kind": e.kind,
+        "created_at": e.created_at,
+        "actor": e.actor,
+        "idempotency_key": e.idempotency_key,
+        "payload": dict(e.payload),
+    }
 
 
 def doctor_checks(settings: Settings, *, strict: bool) -> list[tuple[str, bool, str]]:
@@ -194,27 +256,37 @@ def doctor_checks(settings: Settings, *, strict: bool) -> list[tuple[str, bool, 
     def broker() -> str:
         if settings.broker_url.startswith("memory://"):
             return "memory:// (in-process worker)"
-        from kombu import Connection
+        from kombu.connection import Connection
 
-        with Connection(settings.broker_url, connect_timeout=3) as conn:
+        with Connection(settings.broker_url, connect_timeout=3) as conn:  # type: ignore[no-untyped-call]
             conn.ensure_connection(max_retries=1)
         return settings.broker_url.split("@")[-1]
 
     check("broker", broker)
 
-    def store() -> str:
-        from store import open_store
+    guard: list[tuple[str, bool, str]] = []
 
-        s = open_store(settings.store_url)
+    def store() -> str:
+        from tasks.runtime import open_configured_store
+
+        s = open_configured_store(settings)
         try:
             h = s.health()
             if not h.ok:
                 raise RuntimeError(f"unhealthy: {dict(h.details)}")
+            report = getattr(s, "guard_report", None)
+            if report is not None:
+                guard.append(("arango guard", True, guard_summary(report)))
             return f"{h.backend} ok"
         finally:
             s.close()
 
     check("store", store)
+    if settings.store_url.startswith("arango") and not guard:
+        # The adapter runs the guard when it opens; a refused server fails the store check with
+        # the guard's own message.
+        guard.append(("arango guard", False, "not run: the store did not open (see the store check)"))
+    results += guard
 
     def model() -> str:
         from tasks.embedding import get_embedder
@@ -224,15 +296,61 @@ def doctor_checks(settings: Settings, *, strict: bool) -> list[tuple[str, bool, 
 
     check("embedding model", model)
     if settings.store_url.startswith("arango"):
-        unix = settings.store_url.startswith("arango+unix")
-        results.append(
-            (
-                "arango transport",
-                unix or not strict,
-                "Unix domain socket" if unix else "TCP (use arango+unix:// for UDS-only deployments)",
-            )
-        )
-    return results
+        results.append(transport_check(settings, strict=strict))
+        results.append(users_check(settings, strict=strict))
+    secrets = secret_values(settings)
+    return [(name, ok, redact(detail, secrets)) for name, ok, detail in results]
+
+
+def transport_check(settings: Settings, *, strict: bool) -> tuple[str, bool, str]:
+    """The UDS guard: a TCP store endpoint fails when ``store.uds_only`` is set or ``--strict``."""
+    unix = settings.store_url.startswith("arango+unix")
+    if unix:
+        return "arango transport", True, "Unix domain socket"
+    if settings.store.uds_only:
+        return "arango transport", False, "TCP endpoint in use but store.uds_only is set: use arango+unix://"
+    return "arango transport", not strict, "TCP (use arango+unix:// for UDS-only deployments)"
+
+
+def users_check(settings: Settings, *, strict: bool) -> tuple[str, bool, str]:
+    """Reads should go through a read-only user; ``--strict`` fails when they do not."""
+    from urllib.parse import urlsplit
+
+    rw = settings.store.username or urlsplit(settings.store_url).username or "?"
+    ro = settings.store.ro_username
+    if ro and ro != rw:
+        return "arango users", True, f"writes as {rw}, reads as {ro} (read-only)"
+    return "arango users", not strict, f"reads use the read-write user {rw}: set store.ro_username and its password"
+
+
+def guard_summary(report: Any) -> str:
+    """One line from a :class:`store.arango.guard.GuardReport` (non-fatal problems included)."""
+    state = {True: "on", False: "off", None: "unknown"}[report.vector_index]
+    line = f"ArangoDB {report.version}, vector index {state} (by {report.detected_by})"
+    notes = [p.message for p in report.problems if not p.fatal]
+    return line + ("; " + "; ".join(notes) if notes else "")
+
+
+def secret_values(settings: Settings) -> list[str]:
+    """Every secret the settings hold, so that no report prints one."""
+    from urllib.parse import urlsplit
+
+    values = [
+        settings.store.password.get_secret_value(),
+        settings.store.ro_password.get_secret_value(),
+        settings.api.admin_token.get_secret_value(),
+    ]
+    for url in (settings.redis_url, settings.broker_url, settings.store_url, settings.worker.result_backend):
+        password = urlsplit(url).password
+        if password:
+            values.append(password)
+    return [v for v in values if v]
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -268,7 +386,7 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("search", help="search an agent's recall (default) or archival memory")
     p.add_argument("--agent", required=True)
     p.add_argument("--archival", action="store_true")
-    p.add_argument("--mode", default="text", choices=["text", "vector", "hybrid"])
+    p.add_argument("--mode", default="hybrid", choices=["text", "vector", "hybrid"], help="recall search mode")
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("query")
     api_opts(p)
@@ -280,12 +398,24 @@ def add_commands(sub: Any) -> None:
     api_opts(p)
     p.set_defaults(func=cmd_context)
 
-    p = sub.add_parser("events", help="show an agent's memory events (audit log)")
+    p = sub.add_parser("events", help="show memory events (audit log), of one agent or all")
     p.add_argument("--agent")
     p.add_argument("--kind", action="append")
+    p.add_argument("--actor", help="only this actor, e.g. api:agent:a1, cli, worker:spool")
+    p.add_argument("--since", type=parse_when, help="unix seconds, ISO 8601, or an age (15m, 2h, 7d)")
+    p.add_argument("--until", type=parse_when, help="exclusive; same forms as --since")
+    p.add_argument("--key", help="only events of this idempotency key")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--limit", type=int, default=50)
     api_opts(p)
     p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("report", help="the Conveyance figure per agent and overall (see docs/operations.md)")
+    p.add_argument("--agent", action="append", help="only these agents (repeat); default all")
+    p.add_argument("--since-hours", type=float, help="only events of the last H hours")
+    p.add_argument("--json", action="store_true")
+    api_opts(p)
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("doctor", help="check Redis, broker, store, model and the ArangoDB guards")
     p.add_argument("--strict", action="store_true", help="also fail on a TCP ArangoDB endpoint")

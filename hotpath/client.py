@@ -252,7 +252,7 @@ class _Operations(Generic[R]):
         agent_id: str,
         query: str,
         *,
-        mode: str = "text",
+        mode: str = "hybrid",
         limit: int = 10,
         cursor: str | None = None,
         since: float | None = None,
@@ -323,10 +323,23 @@ class _Operations(Generic[R]):
         *,
         kinds: Sequence[str] | None = None,
         since: float | None = None,
+        until: float | None = None,
+        actor: str | None = None,
+        idempotency_key: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> R:
-        params = _clean({"kinds": list(kinds) if kinds else None, "since": since, "limit": limit, "cursor": cursor})
+        params = _clean(
+            {
+                "kinds": list(kinds) if kinds else None,
+                "since": since,
+                "until": until,
+                "actor": actor,
+                "idempotency_key": idempotency_key,
+                "limit": limit,
+                "cursor": cursor,
+            }
+        )
         return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/events", params=params))
 
     def all_events(
@@ -335,6 +348,9 @@ class _Operations(Generic[R]):
         agent_id: str | None = None,
         kinds: Sequence[str] | None = None,
         since: float | None = None,
+        until: float | None = None,
+        actor: str | None = None,
+        idempotency_key: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> R:
@@ -344,11 +360,19 @@ class _Operations(Generic[R]):
                 "agent_id": agent_id,
                 "kinds": list(kinds) if kinds else None,
                 "since": since,
+                "until": until,
+                "actor": actor,
+                "idempotency_key": idempotency_key,
                 "limit": limit,
                 "cursor": cursor,
             }
         )
         return self._send(Call("GET", "/v1/events", params=params))
+
+    def report(self, agent_ids: Sequence[str] | None = None, *, since: float | None = None) -> R:
+        """Admin only: the Conveyance report (``vcm report --json``'s document)."""
+        params = _clean({"agent_id": list(agent_ids) if agent_ids else None, "since": since})
+        return self._send(Call("GET", "/v1/report", params=params))
 
     def health(self) -> R:
         """``{"ok": ..., "redis": ..., "store": ...}``; an unhealthy server answers too (503)."""

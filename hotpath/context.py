@@ -25,9 +25,7 @@ def assemble(snap: Snapshot) -> AssembledContext:
     # The system part's stored count also covers the tool schemas and reply priming.
     per_message: list[int] = [snap.counter("system")]
     for block in snap.blocks:
-        messages.append(
-            {"role": "system", "content": render.block(block.id, block.role, block.content, block.pinned)}
-        )
+        messages.append({"role": "system", "content": render.block(block.id, block.role, block.content, block.pinned)})
         per_message.append(block.tokens)
     if snap.summary_text or snap.summary_tokens:
         messages.append({"role": "system", "content": render.summary(snap.summary_text)})

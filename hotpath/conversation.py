@@ -126,19 +126,33 @@ _SMALL_TALK = [
 # (fact statement by the speaker, question, answer) — slots filled from the pools below.
 _FACTS = [
     ("My sister {sib} just adopted a {breed} named {pet}.", "What is the name of {sib}'s {breed}?", "{pet}"),
-    ("I finally booked the trip: I'm flying to {city} on the {day} for a conference.",
-     "Which city is {a} flying to for a conference?", "{city}"),
+    (
+        "I finally booked the trip: I'm flying to {city} on the {day} for a conference.",
+        "Which city is {a} flying to for a conference?",
+        "{city}",
+    ),
     ("Big news, I got the job at {company} as a {role}!", "Which company hired {a}?", "{company}"),
-    ("I started learning the {instrument}; my teacher is called {teacher}.",
-     "Who teaches {a} the {instrument}?", "{teacher}"),
-    ("Our new apartment is on {street}, number {number}.", "What is the house number of {a}'s new apartment?",
-     "{number}"),
-    ("I ran the {city2} half marathon in {minutes} minutes!", "How long did {a} take for the {city2} half marathon?",
-     "{minutes} minutes"),
-    ("My favourite dish lately is {dish}, I cook it every Sunday.", "Which dish does {a} cook every Sunday?",
-     "{dish}"),
-    ("The project code name at work is {codename}, it's top secret.", "What is the code name of {a}'s project?",
-     "{codename}"),
+    (
+        "I started learning the {instrument}; my teacher is called {teacher}.",
+        "Who teaches {a} the {instrument}?",
+        "{teacher}",
+    ),
+    (
+        "Our new apartment is on {street}, number {number}.",
+        "What is the house number of {a}'s new apartment?",
+        "{number}",
+    ),
+    (
+        "I ran the {city2} half marathon in {minutes} minutes!",
+        "How long did {a} take for the {city2} half marathon?",
+        "{minutes} minutes",
+    ),
+    ("My favourite dish lately is {dish}, I cook it every Sunday.", "Which dish does {a} cook every Sunday?", "{dish}"),
+    (
+        "The project code name at work is {codename}, it's top secret.",
+        "What is the code name of {a}'s project?",
+        "{codename}",
+    ),
 ]
 _POOLS: dict[str, list[str]] = {
     "sib": ["Clara", "Ines", "Rosa", "Lena"],

@@ -12,7 +12,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
+from hotpath import audit
 from hotpath.conversation import Conversation
 from hotpath.service import MemoryService
 
@@ -55,7 +57,10 @@ def run(
     a, b = conv.speakers
     agent_id = agent_id or f"demo-{conv.sample_id}-{int(time.time())}"
     info = service.create_agent(
-        agent_id, model=model, system_prompt=f"You are {b}'s assistant in a long conversation with {a}."
+        agent_id,
+        model=model,
+        system_prompt=f"You are {b}'s assistant in a long conversation with {a}.",
+        actor=audit.CLI,
     )
     report = DemoReport(agent_id)
     warm = getattr(service.embed, "warm", None)
@@ -73,6 +78,7 @@ def run(
             turn.content,
             metadata={"dia_id": turn.dia_id, "session": turn.session, "date_time": turn.date_time},
             idempotency_key=f"{conv.sample_id}:{turn.dia_id}",
+            actor=audit.CLI,
         )
         report.appended.append(res.message_id)
         if res.pressure_message_id:
@@ -89,7 +95,7 @@ def run(
             )
             if pace:
                 # Let the cold path commit this batch before going on, so the summary's evolution shows.
-                _wait_for(lambda bid=res.batch.id: bid not in service.hot.pending_batches(agent_id), 60.0)
+                _wait_for(partial(_committed, service, agent_id, res.batch.id), 60.0)
         text, tokens, rev, batch_id = service.hot.summary(agent_id)
         if rev != last_rev:
             last_rev = rev
@@ -110,6 +116,10 @@ def run(
     report.recall_at_10 = sum(scores) / len(scores) if scores else 1.0
     report.seconds = time.monotonic() - start
     return report
+
+
+def _committed(service: MemoryService, agent_id: str, batch_id: int) -> bool:
+    return batch_id not in service.hot.pending_batches(agent_id)
 
 
 def _wait_for(done: Callable[[], bool], timeout_s: float) -> bool:

@@ -10,6 +10,7 @@
     ├── RateLimited                   RATE_LIMITED
     ├── Unauthorized                  UNAUTHORIZED
     ├── OutOfOrder                    CONFLICT           an eviction batch finished before its predecessor
+    ├── TaintedContent                TAINTED_CONTENT    instruction-like text into a working block, unjustified
     └── ConfigError                   CONFIG_ERROR       invalid settings, raised at start
 
 Errors raised by the store (store.errors.StoreError) keep their own tree and codes; callers map
@@ -69,6 +70,12 @@ class Unauthorized(VcmError):
 
 class OutOfOrder(VcmError):
     code = ErrorCode.CONFLICT
+
+
+class TaintedContent(VcmError):
+    """Text that reads like instructions to the model, promoted without a justification."""
+
+    code = ErrorCode.TAINTED_CONTENT
 
 
 class ConfigError(VcmError):

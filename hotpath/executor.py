@@ -30,7 +30,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 
-from hotpath import keys, paging, results, validation
+from hotpath import audit, keys, paging, results, validation
 from hotpath.chains import NOT_GOVERNED, ChainEnd, HeartbeatGovernor, HeartbeatOutcome
 from hotpath.errors import IdempotencyMismatch, ValidationError, VcmError
 from hotpath.results import ToolResult
@@ -106,12 +106,17 @@ class ToolExecutor:
         arguments: Mapping[str, Any] | str,
         *,
         tool_call_id: str | None = None,
-        actor: str = "agent",
+        actor: str | None = None,
         govern: bool = True,
     ) -> ToolResult:
         """Run one tool call. ``govern=False`` leaves the heartbeat decision to the caller (an agent
-        loop with several calls in one step governs the step once, with :meth:`govern`)."""
+        loop with several calls in one step governs the step once, with :meth:`govern`).
+
+        ``actor`` names the caller (default ``agent:<id>``); the writes the tool does are audited
+        as ``<actor>/tool:<name>`` (:mod:`hotpath.audit`)."""
         call_id = tool_call_id or "call_" + uuid.uuid4().hex[:24]
+        caller = actor or audit.agent(agent_id)
+        actor = audit.tool(caller, name) if name in self._handlers else caller
         try:
             info = self.service.agent(agent_id)
         except (VcmError, StoreError) as exc:  # no agent: nothing to govern either
@@ -145,9 +150,10 @@ class ToolExecutor:
             payload = {**reply.report(outcome, end), **payload}
         return self._result(name, call_id, payload, outcome, counter)
 
-    def govern(self, agent_id: str, requested: bool, *, actor: str = "agent") -> HeartbeatOutcome:
+    def govern(self, agent_id: str, requested: bool, *, actor: str | None = None) -> HeartbeatOutcome:
         """Decide one heartbeat request for an agent (records the chain end, if any)."""
-        return self._govern(agent_id, requested, self.service.hot.gauges(agent_id).free, actor)[0]
+        caller = actor or audit.agent(agent_id)
+        return self._govern(agent_id, requested, self.service.hot.gauges(agent_id).free, caller)[0]
 
     def _govern(
         self, agent_id: str, requested: bool, free_tokens: int, actor: str, note: str | None = None
@@ -239,6 +245,7 @@ class ToolExecutor:
             metadata={"justification": justification} if justification else None,
             idempotency_key=key,
             actor=call.actor,
+            justification=justification or None,
         )
         body = {"block_id": res.block_id, "_rev": res.rev, "tokens": res.tokens, "action": res.action}
         return _Reply(_replayed(body | _batch(res.batch), res.replayed))
@@ -328,7 +335,7 @@ class ToolExecutor:
             cost=lambda hit: call.counter.text(paging.dumps(results.recall_item(hit))),
             budget=budget,
         )
-        rendered = [results.recall_item(c.item) for c in cands]
+        rendered = [results.recall_item(c.item) | self._taint(c.item.message.content) for c in cands]
         extra_fields = {"mode": used[-1] if used else mode}
         body = self._page("recall", rendered, [c.after for c in cands], start, budget, bound, call, extra_fields)
         reply = _Reply(body)
@@ -347,23 +354,30 @@ class ToolExecutor:
         in_context = {m.id for m in self.service.hot.snapshot(agent).fifo}
         appended: list[str] = []
         skipped: list[str] = []
+        tainted: list[str] = []
         for m in messages:
             if m.message_id in in_context:
                 skipped.append(m.message_id)
                 continue
+            verdict = self.service.taint.scan(m.content)
+            meta: dict[str, Any] = {"kind": "rehydrated", "recalled_id": m.message_id}
+            if verdict.tainted:
+                meta["taint_reasons"] = list(verdict.reasons)
+                tainted.append(m.message_id)
             try:
                 self.service.append(
                     agent,
                     "system",
-                    results.recalled_text(m.message_id, m.role, m.created_at, m.content),
-                    metadata={"kind": "rehydrated", "recalled_id": m.message_id},
+                    results.recalled_text(m.message_id, m.role, m.created_at, m.content, tainted=verdict.tainted),
+                    metadata=meta,
                     idempotency_key=f"rehydrate:{m.message_id}",
                     actor=call.actor,
                 )
             except VcmError as exc:
-                return {"rehydrated": appended, "already_in_context": skipped, "rehydrate_error": exc.to_dict()}
+                out = {"rehydrated": appended, "already_in_context": skipped, "rehydrate_error": exc.to_dict()}
+                return out | ({"tainted": tainted} if tainted else {})
             appended.append(m.message_id)
-        return {"rehydrated": appended, "already_in_context": skipped}
+        return {"rehydrated": appended, "already_in_context": skipped} | ({"tainted": tainted} if tainted else {})
 
     def _search_archival(self, call: _Call) -> _Reply:
         a, agent = call.args, call.agent.agent_id
@@ -384,8 +398,13 @@ class ToolExecutor:
             cost=lambda hit: call.counter.text(paging.dumps(results.archival_item(hit))),
             budget=budget,
         )
-        rendered = [results.archival_item(c.item) for c in cands]
+        rendered = [results.archival_item(c.item) | self._taint(c.item.chunk.text) for c in cands]
         return _Reply(self._page("archival", rendered, [c.after for c in cands], start, budget, bound, call))
+
+    def _taint(self, text: str) -> dict[str, Any]:
+        """``tainted``/``taint_reasons`` for retrieved text that reads like instructions; the
+        model sees the mark next to the text, and store_core refuses it without a justification."""
+        return self.service.taint.scan(text).fields()
 
     # --- paging helpers -------------------------------------------------------------------------------
     def _page_budget(self, agent_id: str) -> int | dict[str, Any]:

@@ -231,6 +231,12 @@ local function idem_store(idem_key, fp, ttl, result)
   end
 end
 
+-- The part counters as hotpath.types.Gauges orders them, for the caller's metrics.
+local function gauges_json(m)
+  return '[' .. m.window .. ',' .. m.max .. ',' .. m.system .. ',' .. m.working .. ',' .. m.summary
+    .. ',' .. m.ph .. ',' .. m.fifo .. ',' .. (m.pinned_blocks + m.pinned_fifo) .. ']'
+end
+
 local function batch_json(b)
   if not b then return 'null' end
   if #b.message_ids == 0 then b.message_ids = nil end
@@ -285,7 +291,8 @@ local batch, pressure_id = carry_out(m, d, get, ARGV[8], ARGV[9])
 local result = '{"message_id":"' .. id .. '","seq":' .. seq .. ',"tokens":' .. tokens
   .. ',"total":' .. d.total .. ',"action":"' .. d.action .. '","target_unreachable":'
   .. tostring(d.unreachable == true) .. ',"pressure_message_id":'
-  .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch) .. '}'
+  .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch)
+  .. ',"gauges":' .. gauges_json(m) .. '}'
 idem_store(idem, ARGV[3], ARGV[4], result)
 return {'ok', result}
 """
@@ -349,7 +356,9 @@ local result = '{"block_id":' .. cjson.encode(block_id) .. ',"rev":' .. (rev and
   .. '","deleted":' .. tostring(deleting) .. ',"pressure_message_id":'
   .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch) .. '}'
 idem_store(idem, ARGV[3], ARGV[4], result)
-return {'ok', result}
+-- The block as it was, for the caller's audit footprint: read here, under the rev check, instead
+-- of in a second round trip. Not part of the stored result (a replay writes no audit row).
+return {'ok', result, old_raw or ''}
 """
 )
 

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hotpath import validation
+from hotpath import audit, footprint, metrics, poisoning, validation
 from hotpath.context import AssembledContext, assemble
 from hotpath.dispatch import Dispatcher
-from hotpath.errors import IdempotencyMismatch, ValidationError
+from hotpath.errors import IdempotencyMismatch, TaintedContent, ValidationError
 from hotpath.state import HotState
 from hotpath.types import AgentInfo, AppendResult, BatchInfo, Block, BlockResult
 from store.port import MemoryStore
@@ -69,6 +69,7 @@ class MemoryService:
         self.ingest = ingest
         self.clock = clock
         self.settings = hot.settings
+        self.taint = poisoning.Filter.of(self.settings.poisoning)
 
     # --- agents -----------------------------------------------------------------------------
     def create_agent(
@@ -87,6 +88,7 @@ class MemoryService:
             {"model": info.model, "window": info.window},
             actor,
             event_id=f"{agent_id}:created",
+            change={"op": "agent_create", "window": info.window, "system_chars": len(system_prompt)},
         )
         return info
 
@@ -121,12 +123,18 @@ class MemoryService:
             tool_call_id=tool_call_id,
             tool_calls=tool_calls,
             idempotency_key=idempotency_key,
+            actor=actor,
         )
         if res.replayed:
             return res
+        # The append's audit row is written by the spool task with the message (tasks.spool),
+        # so the hot path stays one Redis round trip.
+        if res.gauges is not None:
+            metrics.context(agent_id, res.gauges, per_agent=self.settings.metrics.per_agent)
         ids = [res.message_id] + ([res.pressure_message_id] if res.pressure_message_id else [])
         self.dispatcher.spool(agent_id, ids)
         if res.action == "warning":
+            metrics.warning()
             self._event(
                 agent_id,
                 "memory_pressure",
@@ -136,6 +144,7 @@ class MemoryService:
             )
         if res.batch is not None:
             self._batch_begun(agent_id, res.batch, res.total, res.target_unreachable, actor)
+            metrics.flush("threshold")
         return res
 
     def evict(
@@ -143,13 +152,30 @@ class MemoryService:
     ) -> tuple[int, BatchInfo | None]:
         total, batch = self.hot.evict_oldest(agent_id, count, idempotency_key=idempotency_key)
         if batch is not None:
-            self._batch_begun(agent_id, batch, total, False, actor)
+            self._batch_begun(agent_id, batch, total, False, actor, idempotency_key)
+            metrics.flush("request")
         return total, batch
 
-    def _batch_begun(self, agent_id: str, batch: BatchInfo, total: int, unreachable: bool, actor: str) -> None:
+    def _batch_begun(
+        self,
+        agent_id: str,
+        batch: BatchInfo,
+        total: int,
+        unreachable: bool,
+        actor: str,
+        idempotency_key: str | None = None,
+    ) -> None:
         self.dispatcher.evict(agent_id, batch.id)
         payload = {"batch_id": batch.id, "messages": batch.count, "tokens": batch.tokens, "total_after": total}
-        self._event(agent_id, "flush", payload, actor, event_id=f"{agent_id}:flush:{batch.id}")
+        self._event(
+            agent_id,
+            "flush",
+            payload,
+            actor,
+            event_id=f"{agent_id}:flush:{batch.id}",
+            idempotency_key=idempotency_key,
+            change=footprint.eviction_begun(batch.count, batch.tokens, total),
+        )
         if unreachable:
             # The unevictable parts (system, blocks, pinned, summary) alone exceed the target.
             self._event(agent_id, "target_unreachable", payload, actor, event_id=f"{agent_id}:unreachable:{batch.id}")
@@ -171,8 +197,18 @@ class MemoryService:
             return existing[0]
         _, seq = self.hot.reserve_message_id(agent_id)
         tokens = self.hot.counter(info.model).message(content)
+        now = self.clock()
+        ttl = self.settings.maintenance.recall_ttl_s  # notes are recall like any message: same retention
         msg = StoredMessage(
-            agent_id, message_id, seq, role, content, tokens, self.clock(), metadata={"kind": "recall_note"}
+            agent_id,
+            message_id,
+            seq,
+            role,
+            content,
+            tokens,
+            now,
+            metadata={"kind": "recall_note"},
+            expires_at=now + ttl if ttl else None,
         )
         self.store.spool_messages([msg])
         self._event(
@@ -182,6 +218,7 @@ class MemoryService:
             actor,
             event_id=f"{agent_id}:recall:{message_id}",
             idempotency_key=idempotency_key,
+            change=footprint.recall_note(content, tokens, role=role),
         )
         return self.store.get_messages(agent_id, [message_id])[0]
 
@@ -198,7 +235,28 @@ class MemoryService:
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         actor: str = "system",
+        justification: str | None = None,
     ) -> BlockResult:
+        """Create or edit a working block. Content that reads like instructions to the model
+        (:mod:`hotpath.poisoning`) is refused with TAINTED_CONTENT unless a ``justification`` says
+        why it belongs there; the justification is kept in the audit row.
+
+        The check runs on the content itself at put time, whatever its source: retrieved text
+        copied into a block is caught however it travelled, and no per-agent state can be
+        bypassed or go stale.
+        """
+        reason = (justification or "").strip() if isinstance(justification, str) else ""
+        if justification is not None and not isinstance(justification, str):
+            raise ValidationError("justification must be a string", field="justification")
+        verdict = self.taint.scan(content) if isinstance(content, str) else poisoning.CLEAN
+        if verdict.tainted and not reason:
+            raise TaintedContent(
+                "this content looks like instructions to the model (possible memory poisoning: "
+                f"{', '.join(verdict.reasons)}); it is not promoted into a working block without a "
+                "justification saying why it belongs there",
+                field="justification",
+                reasons=list(verdict.reasons),
+            )
         res = self.hot.put_block(
             agent_id,
             block_id,
@@ -210,22 +268,39 @@ class MemoryService:
             idempotency_key=idempotency_key,
         )
         if not res.replayed:
+            before = res.previous
+            details: dict[str, Any] = {
+                "block_id": block_id,
+                "rev": res.rev,
+                "tokens": res.tokens,
+                "pinned": pinned,
+                "previous_rev": expected_rev,
+            }
+            if verdict.tainted:
+                details["tainted"] = list(verdict.reasons)
+            if reason:
+                details["justification"] = reason[:1000]
             self._event(
                 agent_id,
                 "core_write",
-                {
-                    "block_id": block_id,
-                    "rev": res.rev,
-                    "tokens": res.tokens,
-                    "pinned": pinned,
-                    "previous_rev": expected_rev,
-                },
+                details,
                 actor,
                 event_id=f"{agent_id}:core:{block_id}:{res.rev}",
                 idempotency_key=idempotency_key,
+                change=footprint.block(
+                    before.content if before is not None else None,
+                    content,
+                    before_rev=before.rev if before is not None else None,
+                    after_rev=res.rev,
+                    tokens_before=before.tokens if before is not None else 0,
+                    tokens_after=res.tokens,
+                ),
             )
+            if res.action == "warning":
+                metrics.warning()
             if res.batch is not None:
-                self._batch_begun(agent_id, res.batch, res.total, False, actor)
+                self._batch_begun(agent_id, res.batch, res.total, False, actor, idempotency_key)
+                metrics.flush("threshold")
         return res
 
     def delete_block(
@@ -239,6 +314,7 @@ class MemoryService:
     ) -> BlockResult:
         res = self.hot.delete_block(agent_id, block_id, expected_rev, idempotency_key=idempotency_key)
         if not res.replayed:
+            before = res.previous
             self._event(
                 agent_id,
                 "core_delete",
@@ -246,6 +322,14 @@ class MemoryService:
                 actor,
                 event_id=f"{agent_id}:core:{block_id}:del:{expected_rev}",
                 idempotency_key=idempotency_key,
+                change=footprint.block(
+                    before.content if before is not None else "",
+                    None,
+                    before_rev=expected_rev,
+                    after_rev=None,
+                    tokens_before=before.tokens if before is not None else 0,
+                    tokens_after=0,
+                ),
             )
         return res
 
@@ -257,7 +341,9 @@ class MemoryService:
 
     # --- context ------------------------------------------------------------------------------
     def context(self, agent_id: str) -> AssembledContext:
-        return assemble(self.hot.snapshot(agent_id))
+        assembled = assemble(self.hot.snapshot(agent_id))
+        metrics.context(agent_id, assembled.gauges, per_agent=self.settings.metrics.per_agent)
+        return assembled
 
     # --- search -------------------------------------------------------------------------------
     def search_recall(
@@ -269,13 +355,15 @@ class MemoryService:
         cursor: str | None = None,
         since: float | None = None,
         until: float | None = None,
-        mode: str = "text",
+        mode: str = "hybrid",
     ) -> RecallResult:
+        """Hybrid (BM25 + message vectors) by default; text when this process has no embedder or
+        messages get no vectors (``[recall] vectors`` off). The result says which mode ran."""
         self.hot.agent(agent_id)
         query = validation.text(query, "query", 10_000)
         if mode not in ("text", "vector", "hybrid"):
             raise ValidationError("mode must be text, vector or hybrid", field="mode")
-        if mode != "text" and self.embed is not None:
+        if mode != "text" and self.embed is not None and self.settings.recall.vectors:
             vector = [float(x) for x in self.embed([query])[0]]
             page = self.store.search_recall_hybrid(
                 agent_id, query, vector, limit=limit, cursor=cursor, since=since, until=until, mode=mode
@@ -309,6 +397,7 @@ class MemoryService:
         source: str = "",
         metadata: Mapping[str, Any] | None = None,
         actor: str = "system",
+        idempotency_key: str | None = None,
     ) -> Mapping[str, Any]:
         self.hot.agent(agent_id)
         text = validation.text(text, "text", 5_000_000)
@@ -323,6 +412,8 @@ class MemoryService:
             {"doc_id": doc, **dict(result)},
             actor,
             event_id=f"{agent_id}:ingest:{doc}:{hashlib.sha256(text.encode()).hexdigest()[:12]}",
+            idempotency_key=idempotency_key,
+            change=footprint.ingest(text, result),
         )
         return {"doc_id": doc, **dict(result)}
 
@@ -333,10 +424,22 @@ class MemoryService:
         kinds: Sequence[str] | None = None,
         *,
         since: float | None = None,
+        until: float | None = None,
+        actor: str | None = None,
+        idempotency_key: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[MemoryEvent]:
-        return self.store.query_events(agent_id, kinds, since=since, limit=limit, cursor=cursor)
+        return self.store.query_events(
+            agent_id,
+            kinds,
+            since=since,
+            until=until,
+            actor=actor,
+            idempotency_key=idempotency_key,
+            limit=limit,
+            cursor=cursor,
+        )
 
     def record_event(
         self, agent_id: str, kind: str, payload: Mapping[str, Any], *, event_id: str, actor: str = "system"
@@ -354,17 +457,19 @@ class MemoryService:
         *,
         event_id: str,
         idempotency_key: str | None = None,
+        change: footprint.Footprint | None = None,
     ) -> None:
         try:
             self.store.append_event(
-                MemoryEvent(
+                audit.event(
                     agent_id,
                     kind,
-                    dict(payload),
-                    event_id=event_id,
-                    created_at=self.clock(),
+                    change,
                     actor=actor,
+                    event_id=event_id,
                     idempotency_key=idempotency_key,
+                    created_at=self.clock(),
+                    details=payload,
                 )
             )
         except Exception:  # the write it describes already happened; an audit gap must not fail it

@@ -9,13 +9,15 @@ from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Self
+from urllib.parse import urlsplit, urlunsplit
 
+import vcm_config
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from hotpath.errors import ConfigError
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "default.toml"
+DEFAULT_CONFIG = vcm_config.path("default.toml")
 ENV_PREFIX = "VCM_"
 ENV_NESTED = "__"
 # Variables under the prefix that are not settings: the config path and test-only knobs.
@@ -46,9 +48,7 @@ class BudgetSettings(BaseModel):
     @model_validator(mode="after")
     def _ordered(self) -> Self:
         if not self.target < self.warning < self.flush:
-            raise ValueError(
-                f"need target < warning < flush, got {self.target} / {self.warning} / {self.flush}"
-            )
+            raise ValueError(f"need target < warning < flush, got {self.target} / {self.warning} / {self.flush}")
         if self.pinned_cap + self.summary_cap >= self.target:
             # Otherwise a flush could never bring occupancy down to target.
             raise ValueError(
@@ -119,6 +119,22 @@ class IngestSettings(BaseModel):
     batch_documents: int = Field(16, ge=1, le=10_000)
 
 
+class RecallSettings(BaseModel):
+    """Message vectors for vector and hybrid recall search (issue 7)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Embed every spooled message on the cold path; off: recall search has BM25 only.
+    vectors: bool = True
+    # "late": a message is read between its neighbouring turns (late chunking), so "Sure, see
+    # you then!" carries what it answers; "single": the message alone (for comparison).
+    context_mode: Literal["late", "single"] = "late"
+    # Turns before a message read as its context (late mode).
+    context_turns: int = Field(3, ge=0, le=64)
+    # Turns after it: the message is embedded once they have arrived (0: at once, before-only).
+    context_after: int = Field(3, ge=0, le=64)
+
+
 class WorkerSettings(BaseModel):
     """Celery reliability knobs (see ``workers/config.py`` for why each matters)."""
 
@@ -140,6 +156,10 @@ class WorkerSettings(BaseModel):
     dispatch_retries: int = Field(2, ge=0, le=10)
     metrics_port: int = Field(0, ge=0, le=65535)
     preload_embedder: bool = True
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "result_backend" and isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _limits(self) -> Self:
@@ -220,6 +240,61 @@ class ApiSettings(BaseModel):
         return value
 
 
+class MetricsSettings(BaseModel):
+    """vcm's Prometheus metrics (``GET /metrics`` on the API, ``[worker] metrics_port`` on workers)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Token gauges per agent (label ``agent``). Off for deployments with many agents: each agent is
+    # one more series per part; vcm_context_occupancy_ratio still shows the fleet without labels.
+    per_agent: bool = True
+    # Whether GET /metrics on the API needs the admin token (Prometheus then sends it as a bearer
+    # token: ``authorization.credentials_file``). Off by default, like the probes: the endpoint
+    # shows counts and token gauges, no content, and scrapers usually run inside the network.
+    require_admin: bool = False
+
+
+class PoisoningSettings(BaseModel):
+    """The memory-poisoning filter on retrieved text (:mod:`hotpath.poisoning`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    # Names of built-in patterns to switch off (see hotpath/poisoning.py for the list).
+    disable: list[str] = Field(default_factory=list)
+    # More patterns: name -> regular expression (matched case-insensitively).
+    extra: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _compiles(self) -> Self:
+        from hotpath.poisoning import patterns  # pure; imported here to keep settings import-light
+
+        patterns(self.disable, self.extra)
+        return self
+
+
+class StoreSettings(BaseModel):
+    """Credentials and transport rules of the store (the ArangoDB adapter; see docs/operations.md).
+
+    Passwords come only from the environment (``VCM_STORE__PASSWORD``,
+    ``VCM_STORE__RO_PASSWORD``): a config file that holds one is refused at start.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Refuse TCP: only arango+unix:// may be opened (the adapter and `vcm doctor --strict` check).
+    uds_only: bool = False
+    # Read-write user: writes and schema bootstrap. "" = the user in store_url.
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    # Read-only user: searches, gets, event queries. "" = reads use the read-write user.
+    ro_username: str = ""
+    ro_password: SecretStr = SecretStr("")
+    # Create the TTL index on messages.expires_at so the server deletes expired recall itself
+    # (used when maintenance.recall_ttl_s > 0; the beat's expire task runs either way).
+    server_ttl_index: bool = True
+
+
 def _check_url(value: str, schemes: tuple[str, ...], name: str) -> str:
     if value and not value.startswith(schemes):
         raise ValueError(f"{name} must start with one of {', '.join(schemes)}")
@@ -245,8 +320,12 @@ class Settings(BaseModel):
     summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    recall: RecallSettings = Field(default_factory=RecallSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    poisoning: PoisoningSettings = Field(default_factory=PoisoningSettings)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -267,6 +346,11 @@ class Settings(BaseModel):
             # be delivered twice (celery.md 1.3).
             raise ValueError("maintenance.sweep_grace_s must stay below worker.visibility_timeout_s")
         return self
+
+    def __repr_args__(self) -> Any:
+        # URLs may carry a password from the environment; reprs end up in logs and tracebacks.
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name in URL_SETTINGS and isinstance(value, str) else value
 
     def window_for(self, model: str) -> int:
         try:
@@ -298,6 +382,52 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}", setting=str(path)) from None
 
 
+# Secrets that must come from the environment, never from a config file on disk.
+SECRET_SETTINGS = ("store.password", "store.ro_password", "api.admin_token")
+# URLs whose userinfo must carry no password in a config file (put it in the environment instead).
+URL_SETTINGS = ("redis_url", "broker_url", "store_url", "worker.result_backend")
+
+
+def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def secrets_in_file(data: Mapping[str, Any]) -> list[str]:
+    """Settings of a config file that hold a secret (names only, never values)."""
+    found = [name for name in SECRET_SETTINGS if _lookup(data, name) not in (None, "")]
+    for name in URL_SETTINGS:
+        value = _lookup(data, name)
+        if isinstance(value, str) and urlsplit(value).password:
+            found.append(name)
+    return found
+
+
+def redact_url(url: str) -> str:
+    """``scheme://user:secret@host`` -> ``scheme://user:***@host``; other URLs unchanged."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _refuse_secrets(data: Mapping[str, Any], path: Path) -> None:
+    found = secrets_in_file(data)
+    if found:
+        env = ", ".join(ENV_PREFIX + n.upper().replace(".", ENV_NESTED) for n in found)
+        raise ConfigError(
+            f"config file {path} holds a secret in {', '.join(found)}: secrets come only from the "
+            f"environment ({env}); remove it from the file",
+            setting=found[0],
+        )
+
+
 def _describe(exc: PydanticValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -327,15 +457,16 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def load_settings(
-    overrides: Mapping[str, Any] | None = None, *, environ: Mapping[str, str] | None = None
-) -> Settings:
+def load_settings(overrides: Mapping[str, Any] | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
     """Defaults TOML < ``VCM_CONFIG`` file < ``VCM_*`` environment < explicit overrides."""
     env = os.environ if environ is None else environ
     data = _read_toml(DEFAULT_CONFIG)
+    _refuse_secrets(data, DEFAULT_CONFIG)
     extra = env.get(ENV_PREFIX + "CONFIG")
     if extra:
-        data = _deep_merge(data, _read_toml(Path(extra)))
+        own = _read_toml(Path(extra))
+        _refuse_secrets(own, Path(extra))
+        data = _deep_merge(data, own)
     data = _deep_merge(data, _env_values(env))
     if overrides:
         data = _deep_merge(data, dict(overrides))

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -62,6 +62,14 @@ def _num(value: float) -> str:
     return repr(round(value, 6))
 
 
+def _text(value: bytes | str | None) -> str:
+    """A reply of the client (made with ``decode_responses=True``) as ``str``; bytes only reach here
+    from a client made without it, which the typing of redis-py cannot rule out."""
+    if value is None:
+        return ""
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
 def _reply(raw: Sequence[str]) -> tuple[dict[str, Any], bool]:
     status, body = raw[0], raw[1]
     data = json.loads(body)
@@ -93,9 +101,7 @@ class Snapshot:
 class HotState:
     """The hot path's Redis state for all agents. Thread-safe; one per process is enough."""
 
-    def __init__(
-        self, client: redis.Redis, settings: Settings, *, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, client: redis.Redis, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self.redis = client
         self.settings = settings
         self.clock = clock
@@ -176,10 +182,11 @@ class HotState:
         vals = self.redis.hmget(keys.key(agent_id, keys.META), ["model", "window", "max", "system"])
         if vals[0] is None:
             raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
-        return AgentInfo(agent_id, vals[0], int(vals[1]), int(vals[2]), int(vals[3]))
+        model, window, max_tokens, system = (_text(v) for v in vals)
+        return AgentInfo(agent_id, model, int(window), int(max_tokens), int(system))
 
     def agents(self) -> list[str]:
-        return sorted(self.redis.smembers(keys.AGENTS))
+        return sorted(_text(a) for a in self.redis.smembers(keys.AGENTS))
 
     def _model(self, agent_id: str) -> str:
         model = self._models.get(agent_id)
@@ -201,8 +208,12 @@ class HotState:
         tool_calls: Sequence[Mapping[str, Any]] | None = None,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        actor: str | None = None,
     ) -> AppendResult:
-        """Count, admit and append one message; begins an eviction batch when crossing flush."""
+        """Count, admit and append one message; begins an eviction batch when crossing flush.
+
+        ``actor`` and ``idempotency_key`` travel with the stored message so the cold path, which
+        spools it, can write its audit row without the hot path paying for a store write."""
         validation.agent_id(agent_id)
         validation.role(role)
         # An assistant message that only calls tools has no text; it still belongs in the context.
@@ -229,6 +240,11 @@ class HotState:
         now = self.clock()
         body["created_at"] = round(now, 6)
         body["kind"] = "message"
+        # After the fingerprint: the same keyed write from another caller is still a replay.
+        if actor:
+            body["actor"] = actor
+        if idempotency_key:
+            body["idempotency_key"] = idempotency_key
         raw = self._append(
             keys=[
                 keys.key(agent_id, keys.META),
@@ -261,6 +277,7 @@ class HotState:
             pressure_message_id=data.get("pressure_message_id"),
             target_unreachable=bool(data.get("target_unreachable")),
             replayed=replayed,
+            gauges=Gauges(*(int(v) for v in data["gauges"])) if "gauges" in data else None,
         )
 
     # --- working blocks -------------------------------------------------------------------
@@ -359,6 +376,7 @@ class HotState:
             batch=BatchInfo.from_json(data.get("batch")),
             pressure_message_id=data.get("pressure_message_id"),
             replayed=replayed,
+            previous=Block.from_json(json.loads(raw[2])) if len(raw) > 2 and raw[2] else None,
         )
 
     def get_block(self, agent_id: str, block_id: str) -> Block:
@@ -377,7 +395,9 @@ class HotState:
 
     # --- eviction batches -----------------------------------------------------------------
     def pending_batches(self, agent_id: str) -> list[int]:
-        return [int(b) for b in self.redis.zrange(keys.key(agent_id, keys.BATCHES), 0, -1)]
+        # Without withscores, ZRANGE replies members only; redis-py's return type cannot say so.
+        members = cast(list[str], self.redis.zrange(keys.key(agent_id, keys.BATCHES), 0, -1))
+        return [int(_text(b)) for b in members]
 
     def read_batch(self, agent_id: str, batch_id: int) -> list[Message]:
         """The messages of a pending batch, oldest first (step 2 reads these)."""
@@ -391,7 +411,7 @@ class HotState:
         """(text, tokens, rev, last batch id folded in)."""
         data = self.redis.hgetall(keys.key(agent_id, keys.SUMMARY))
         return (
-            data.get("text", ""),
+            _text(data.get("text", "")),
             int(data.get("tokens", 0)),
             int(data.get("rev", 0)),
             int(data.get("batch_id", 0)),
@@ -435,7 +455,9 @@ class HotState:
             replayed=replayed,
         )
 
-    def evict_oldest(self, agent_id: str, count: int, *, idempotency_key: str | None = None) -> tuple[int, BatchInfo | None]:
+    def evict_oldest(
+        self, agent_id: str, count: int, *, idempotency_key: str | None = None
+    ) -> tuple[int, BatchInfo | None]:
         """Begin a batch of the oldest ``count`` unpinned messages now (the ``evict_fifo`` tool).
 
         Returns the new total and the batch (None when nothing was evictable).
@@ -521,7 +543,7 @@ class HotState:
         """Pending batches and their message ids (for audits and property tests)."""
         out: dict[int, list[str]] = {}
         for bid in self.pending_batches(agent_id):
-            out[bid] = self.redis.lrange(keys.evicting(agent_id, bid), 0, -1)
+            out[bid] = [_text(m) for m in self.redis.lrange(keys.evicting(agent_id, bid), 0, -1)]
         return out
 
     def get_messages(self, agent_id: str, message_ids: Sequence[str]) -> list[Message]:

@@ -156,5 +156,5 @@ def tool_schemas() -> list[dict[str, Any]]:
 def schema_of(name: str) -> dict[str, Any]:
     for tool in _TOOLS:
         if tool["function"]["name"] == name:
-            return copy.deepcopy(tool["function"]["parameters"])  # type: ignore[no-any-return]
+            return copy.deepcopy(tool["function"]["parameters"])
     raise KeyError(name)

@@ -27,6 +27,8 @@ class Message:
     tool_calls: Sequence[Mapping[str, Any]] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     kind: str = "message"  # "message" | "pressure" (vcm's memory-pressure notice)
+    actor: str | None = None  # who appended it (audit); None for vcm's own messages
+    idempotency_key: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Message:
@@ -43,6 +45,8 @@ class Message:
             tool_calls=data.get("tool_calls") or None,
             metadata=data.get("metadata") or {},
             kind=data.get("kind", "message"),
+            actor=data.get("actor"),
+            idempotency_key=data.get("idempotency_key"),
         )
 
     def chat(self) -> dict[str, Any]:
@@ -119,6 +123,7 @@ class AppendResult:
     pressure_message_id: str | None
     target_unreachable: bool
     replayed: bool = False
+    gauges: Gauges | None = None  # the main context right after this append (None: not reported)
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,8 @@ class BlockResult:
     batch: BatchInfo | None
     pressure_message_id: str | None
     replayed: bool = False
+    # The block before this write (None when it did not exist or on a replay), for the audit row.
+    previous: Block | None = None
 
 
 @dataclass(frozen=True)

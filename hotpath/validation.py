@@ -20,8 +20,7 @@ MAX_METADATA_BYTES = 16_384
 def agent_id(value: Any) -> str:
     if not isinstance(value, str) or not AGENT_ID.match(value):
         raise ValidationError(
-            "agent_id must be 1-128 characters of letters, digits, '_', '.', '-' "
-            "(starting with a letter or digit)",
+            "agent_id must be 1-128 characters of letters, digits, '_', '.', '-' (starting with a letter or digit)",
             field="agent_id",
         )
     return value
@@ -29,9 +28,7 @@ def agent_id(value: Any) -> str:
 
 def block_id(value: Any) -> str:
     if not isinstance(value, str) or not BLOCK_ID.match(value):
-        raise ValidationError(
-            "block_id must be 1-64 characters of letters, digits, '_', '.', '-'", field="block_id"
-        )
+        raise ValidationError("block_id must be 1-64 characters of letters, digits, '_', '.', '-'", field="block_id")
     return value
 
 

@@ -20,10 +20,10 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hotpath.settings import load_settings  # noqa: E402
-from hotpath.state import HotState  # noqa: E402
+from hotpath.settings import load_settings
+from hotpath.state import HotState
 
-WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jolly vexing bards".split()
+WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jolly vexing bards".split()  # noqa: SIM905
 
 
 def message(i: int, tokens: int = 100) -> str:

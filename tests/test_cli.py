@@ -102,6 +102,17 @@ def test_serve_context_search_and_events_through_the_cli(tmp_path: Path, server:
     assert "441" in found.stdout
     events = _vcm(tmp_path, "events", "--agent", "cli1", "--api", server, "--token", token)
     assert events.returncode == 0 and "agent_created" in events.stdout
+    # The appends' audit rows come from the real spool task (in-process Celery worker).
+    args = ("events", "--agent", "cli1", "--kind", "append", "--actor", "api:agent:cli1", "--since", "1h")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rows = json.loads(_vcm(tmp_path, *args, "--api", server, "--token", token).stdout)["items"]
+        if len(rows) == 3:
+            break
+        time.sleep(1)
+    assert sorted(r["idempotency_key"] for r in rows) == ["k0", "k1", "k2"]
+    assert all(r["payload"]["footprint"]["op"] == "append" for r in rows)
+    assert "locker" not in json.dumps(rows)
 
 
 @pytest.mark.slow
@@ -187,3 +198,17 @@ def test_render_context_shows_gauges_and_messages() -> None:
     text = render_context(data)
     assert "398 of 1000 tokens (40%)" in text and "502 free" in text
     assert "hello there" in text and "fifo" in text
+
+
+def test_events_time_arguments() -> None:
+    import argparse
+    from datetime import UTC, datetime
+
+    from hotpath.cli_commands import parse_when
+
+    assert parse_when("1700000000.5") == 1700000000.5
+    assert parse_when("2026-01-31T12:00") == datetime(2026, 1, 31, 12, tzinfo=UTC).timestamp()
+    assert parse_when("2026-01-31T12:00+01:00") == datetime(2026, 1, 31, 11, tzinfo=UTC).timestamp()
+    assert abs(parse_when("2h") - (time.time() - 7200)) < 60
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_when("yesterday")

@@ -1,12 +1,13 @@
-"""vcm's own worker metrics (Prometheus, ``vcm_`` prefix). Per-task rates, runtimes and worker
-liveness come from Flower's ``/metrics`` (built from task events); these count what events
-cannot tell: dead letters, redriven batches, failed dispatches.
+"""The workers' metrics endpoint and multi-process setup. The families themselves (dead letters,
+sweeper re-drives, dispatch failures and the cold path's evictions, drift and store errors) are
+defined with all of vcm's in :mod:`hotpath.metrics`; per-task rates, runtimes and worker liveness
+come from Flower's ``/metrics`` (built from task events).
 
 Multi-process: prefork children each count in their own memory. Set ``PROMETHEUS_MULTIPROC_DIR``
 (an empty directory, wiped at worker start) in the worker's environment so that the parent's
 endpoint (``[worker] metrics_port``) sums all children; with ``-P solo`` or ``threads`` one
-process counts everything and no directory is needed. Counters only, so no gauge aggregation
-mode is involved.
+process counts everything and no directory is needed. Gauges carry their aggregation mode where
+they are defined.
 """
 
 from __future__ import annotations
@@ -18,27 +19,17 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, start_http_server
 from prometheus_client import multiprocess as prom_multiprocess
+from prometheus_client import start_http_server
 
+from hotpath import metrics
+from hotpath.metrics import DEAD_LETTERS, DISPATCH_FAILURES, MULTIPROC_ENV, REDRIVEN, RESPOOLED
 from tasks import names
 
 log = logging.getLogger(__name__)
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-DEAD_LETTERS = Counter(
-    "vcm_dead_letters", "Task runs given up after their retries or delivery cap (batches stay in Redis)", ["task"]
-)
-REDRIVEN = Counter("vcm_sweeper_redriven_batches", "Eviction batches the sweeper dispatched again")
-RESPOOLED = Counter("vcm_sweeper_respooled_messages", "Messages the sweeper spooled that the write-behind missed")
-DISPATCH_FAILURES = Counter(
-    "vcm_dispatch_failures", "Hot-path dispatches the broker refused (the sweeper catches up)", ["kind"]
-)
 for _task in (names.EVICT, names.SPOOL):
     DEAD_LETTERS.labels(task=_task)
-for _kind in ("evict", "spool"):
-    DISPATCH_FAILURES.labels(kind=_kind)
 
 
 def observe(task_name: str, retval: Any) -> None:
@@ -71,10 +62,9 @@ def process_exited(pid: int) -> None:
 
 def serve(port: int, addr: str = "0.0.0.0") -> WSGIServer:
     """Expose /metrics on ``port`` (all children summed in multiprocess mode); returns the server."""
-    registry: CollectorRegistry = REGISTRY
-    if os.environ.get(MULTIPROC_ENV):
-        registry = CollectorRegistry()
-        prom_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    server, _ = start_http_server(port, addr=addr, registry=registry)
+    server, _ = start_http_server(port, addr=addr, registry=metrics.registry())
     log.info("vcm worker metrics on %s:%s/metrics", addr, port)
     return server
+
+
+__all__ = ["DEAD_LETTERS", "DISPATCH_FAILURES", "MULTIPROC_ENV", "REDRIVEN", "RESPOOLED", "observe", "serve"]

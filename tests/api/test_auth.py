@@ -40,6 +40,7 @@ ADMIN_ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/v1/agents", None),
     ("POST", "/v1/agents/alice/token", None),
     ("GET", "/v1/events", None),
+    ("GET", "/v1/report", None),
 ]
 EVERY_V1 = [(m, "/v1/agents/alice" + p, b, q) for m, p, b, q in AGENT_ROUTES] + [
     (m, p, b, None) for m, p, b in ADMIN_ROUTES

@@ -20,7 +20,7 @@ from hotpath.settings import Settings
 from tasks import names, runtime
 from tasks.deps import Deps
 from tasks.faults import Faults, Rule
-from tests.tasks.coldpath import MODEL, make_deps, small_settings
+from tests.tasks.coldpath import MODEL, WordVectorizer, make_deps, small_settings, word_embed
 from tests.workers.traffic import Traffic, assert_exactly_once, settled, wait_until
 from workers.app import create_app
 from workers.dispatch import CeleryDispatcher
@@ -57,7 +57,7 @@ def start(tmp_path: Path, faults: Faults, deliveries: runtime.DeliveryLog | None
     settings = fast_settings(tmp_path)
     app = create_app(settings)
     dispatcher = CeleryDispatcher(app)
-    deps = make_deps(tmp_path, settings=settings, faults=faults, dispatcher=dispatcher)
+    deps = make_deps(tmp_path, settings=settings, faults=faults, dispatcher=dispatcher, vectorizer=WordVectorizer())
     runtime.install(deps, deliveries or runtime.LocalDeliveryLog())
     try:
         with embedded_worker(app):
@@ -77,6 +77,7 @@ POINTS = [
 RULES = [
     *(Rule(point, agent_prefix=f"f{i}-", times=2) for i, point in enumerate(POINTS)),
     Rule("spool.before_write", agent_prefix="f", times=1),
+    Rule("spool.before_embed", agent_prefix="v-", times=1),
     Rule("evict.before_summarize", agent_prefix="doomed-"),
     Rule("evict.before_summarize", agent_prefix="p-", action="sleep"),  # counts calls only
 ]
@@ -125,6 +126,21 @@ def test_failures_at_each_step_are_retried_to_the_same_end_state(cold: Cold, poi
     assert faults.fired("spool.before_write", t.agent_id) == 1
     assert_exactly_once(cold.deps.hot, cold.deps.store, t.agent_id, t.message_ids)
     assert cold.deps.store.query_events(t.agent_id, ["dead_letter"]).items == []
+
+
+def test_spooled_messages_are_embedded_and_a_failed_embedding_is_retried(cold: Cold) -> None:
+    t = cold.traffic("v")
+    t.send(6)  # fits the window: every message stays in Redis for the retry
+    store = cold.deps.store
+    query = [float(x) for x in word_embed([t.message_ids[0]])[0]]
+
+    def embedded() -> set[str]:
+        page = store.search_recall_hybrid(t.agent_id, "x", query, mode="vector", limit=100)
+        return {h.message.message_id for h in page.items}
+
+    wait_until(lambda: embedded() == set(t.message_ids), 30, "every message embedded")
+    assert cold.deps.faults.fired("spool.before_embed", t.agent_id) == 1  # failed once, after the write
+    assert store.count_messages(t.agent_id) == len(t.message_ids)
 
 
 def test_exhausted_retries_dead_letter_the_batch_and_keep_it(cold: Cold) -> None:

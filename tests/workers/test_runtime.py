@@ -87,3 +87,18 @@ def test_llm_summarizer_is_chosen_by_settings(tmp_path: Path) -> None:
         tmp_path, summarizer={"kind": "llm", "llm_url": "http://127.0.0.1:9/v1", "llm_model": "m"}
     )
     assert isinstance(runtime.build_summarizer(settings), LlmSummarizer)
+
+
+def test_message_vectors_follow_recall_settings_and_load_the_model_lazily(tmp_path: Path) -> None:
+    deps = runtime.build(embedded(tmp_path, recall={"context_mode": "late", "context_turns": 3}))
+    try:
+        vectorizer = deps.vectorizer
+        assert isinstance(vectorizer, runtime.LazyVectorizer)
+        assert vectorizer._built is None  # nothing loaded until a spool needs it
+    finally:
+        deps.store.close()
+    off = runtime.build(embedded(tmp_path / "off", recall={"vectors": False}))
+    try:
+        assert off.vectorizer is None
+    finally:
+        off.store.close()
