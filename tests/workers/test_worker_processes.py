@@ -24,12 +24,15 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
+from prometheus_client import multiprocess as prom_multiprocess
+from prometheus_client.parser import text_string_to_metric_families
 
 from hotpath.settings import Settings, load_settings
 from hotpath.state import HotState
@@ -38,7 +41,7 @@ from store.port import MemoryStore
 from tasks import names
 from tasks.faults import ENV as FAULTS_ENV
 from tests.tasks.coldpath import MODEL
-from tests.workers.traffic import Traffic, assert_exactly_once, settled, wait_until
+from tests.workers.traffic import Traffic, all_message_ids, assert_exactly_once, settled, wait_until
 from workers.app import create_app
 from workers.deliveries import PREFIX as DELIVERIES
 from workers.dispatch import CeleryDispatcher
@@ -63,6 +66,9 @@ RULES = [
     {"point": "spool.before_write", "agent_prefix": "f", "times": 1},
     {"point": "evict.before_summarize", "agent_prefix": "doomed-"},
     {"point": "spool.before_write", "agent_prefix": "child-", "action": "sleep", "seconds": 1.5},
+    # slow enough that two prefork children each take some of these evictions, which then fail
+    {"point": "evict.before_summarize", "agent_prefix": "slowdoom-", "action": "sleep", "seconds": 0.3},
+    {"point": "evict.before_summarize", "agent_prefix": "slowdoom-"},
     *({"point": p, "agent_prefix": f"{k}-", "action": "sleep", "seconds": 0.25} for k, p in KILL_POINTS.items()),
 ]
 CONFIG = """
@@ -166,15 +172,17 @@ class Fleet:
     starts: int = 0
     agents: list[str] = field(default_factory=list)
 
-    def spawn(self, queues: str, pool: str = "solo", **env: str) -> Worker:
+    def spawn(
+        self, queues: str, pool: str = "solo", *, concurrency: int = 1, env: Mapping[str, str] | None = None
+    ) -> Worker:
         self.starts += 1
         name = f"vcmtest{self.starts}-{os.getpid()}@{socket.gethostname()}"
         log = self.tmp / f"worker-{self.starts}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [CELERY, "-A", "workers.app", "worker", "-P", pool, "-c", "1", "-Q", queues, "--loglevel=WARNING",
-                 "-n", name, "--without-mingle", "--without-gossip"],
-                cwd=ROOT, env=self.env | env, stdout=out, stderr=subprocess.STDOUT,
+                [CELERY, "-A", "workers.app", "worker", "-P", pool, "-c", str(concurrency), "-Q", queues,
+                 "--loglevel=WARNING", "-n", name, "--without-mingle", "--without-gossip"],
+                cwd=ROOT, env=self.env | dict(env or {}), stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         return Worker(proc, name, log, pool)
 
@@ -310,6 +318,21 @@ def test_failures_at_every_step_are_retried_by_the_worker(fleet: Fleet) -> None:
         fleet.drain(t)
         assert_exactly_once(fleet.hot, fleet.store, t.agent_id, t.message_ids)
         assert fleet.store.query_events(t.agent_id, ["dead_letter"]).items == []
+    # The spool tasks embedded the messages with the real model, between their neighbouring turns
+    # ([recall] defaults).
+    t = runs[0]
+    after = load_settings(environ={}).recall.context_after  # the newest wait for their followers
+    window = [m.id for m in fleet.hot.snapshot(t.agent_id).fifo if m.content.strip()][: -after or None]
+    probe = [1.0] * 384  # any direction: vector mode returns every message that has a vector
+
+    def embedded() -> set[str]:
+        page = fleet.store.search_recall_hybrid(t.agent_id, "x", probe, mode="vector", limit=1000)
+        return {h.message.message_id for h in page.items}
+
+    # (This 512-token window evicts a message within a few turns, often before the spools of
+    # its followers ran: those get no vector. With real windows a message outlives them.)
+    wait_until(lambda: set(window) <= embedded(), 30, "the window's messages embedded")
+    assert window and set(embedded()) <= set(all_message_ids(fleet.hot, t.agent_id))
     log = fleet.log_text()
     for i, t in enumerate(runs):
         pattern = rf"tasks\.evict_batch\('{t.agent_id}', \d+\) failed .*injected failure at {POINTS[i]}"
@@ -387,19 +410,28 @@ def test_a_pool_child_killed_mid_task_is_retried_by_its_parent(fleet: Fleet) -> 
     # Roomy time limits: a busy test machine must not make the pool kill its child first.
     limits = {"VCM_WORKER__TASK_TIME_LIMIT_S": "20", "VCM_WORKER__TASK_SOFT_TIME_LIMIT_S": "19"}
     limits["VCM_WORKER__VISIBILITY_TIMEOUT_S"] = "30"
-    worker = fleet.spawn("vcm-child", pool="prefork", VCM_WORKER__PRELOAD_EMBEDDER="false", **limits)
+    # A broker prefix of its own: the fleet's workers restore unacked messages older than their
+    # 5 s visibility timeout, and would redeliver this retry while it loads the embedder.
+    own = fleet.settings.worker.broker_prefix + "child:"
+    limits["VCM_WORKER__BROKER_PREFIX"] = own
+    app = create_app(fleet.settings.model_copy(update={"worker": fleet.settings.worker.model_copy(update={"broker_prefix": own})}))
+    worker = fleet.spawn("vcm-child", pool="prefork", env={"VCM_WORKER__PRELOAD_EMBEDDER": "false", **limits})
+
+    def unacked() -> list[str]:
+        return list(fleet.broker.hgetall(f"{own}unacked").values())
+
     try:
         fleet.wait_warm(worker)  # the child reports warm once its dependencies are built
         [child] = _children(worker.proc.pid)
         t = fleet.traffic("child")  # this agent's spools sleep 1.5 s before writing
         ids = [fleet.hot.append(t.agent_id, "user", f"note {i}").message_id for i in range(3)]
-        result = fleet.dispatcher.app.send_task(names.SPOOL, args=[t.agent_id, ids], queue="vcm-child")
-        prefix = f"{fleet.settings.worker.broker_prefix}{DELIVERIES}{result.id}"
+        result = app.send_task(names.SPOOL, args=[t.agent_id, ids], queue="vcm-child")
+        prefix = f"{own}{DELIVERIES}{result.id}"
         wait_until(lambda: fleet.broker.exists(f"{prefix}:0") == 1, 30, "the child started the task")
         os.kill(child, signal.SIGKILL)
         wait_until(lambda: fleet.broker.exists(f"{prefix}:1") == 1 or worker.dead(), 30, f"retried ({worker.log})")
         assert not worker.dead()
-        wait_until(lambda: not any(result.id in raw for raw in fleet.unacked()), 30, f"retry done ({worker.log})")
+        wait_until(lambda: not any(result.id in raw for raw in unacked()), 30, f"retry done ({worker.log})")
         # one delivery of attempt 0 (the killed one), then attempt 1: a retry, not a redelivery
         counts = [fleet.broker.get(f"{prefix}:{n}") for n in (0, 1)]
         assert counts == ["1", "1"], worker.text()[-3000:]
@@ -408,3 +440,68 @@ def test_a_pool_child_killed_mid_task_is_retried_by_its_parent(fleet: Fleet) -> 
     finally:
         worker.proc.terminate()
         worker.proc.wait(20)
+
+
+def test_prefork_children_count_into_the_parents_metrics_endpoint(fleet: Fleet) -> None:
+    """Two prefork children dead-letter evictions; the parent, which runs no task, serves their
+    sum on [worker] metrics_port through PROMETHEUS_MULTIPROC_DIR."""
+    port = _free_port()
+    directory = fleet.tmp / "prometheus"
+    directory.mkdir()  # as compose/start-worker does: prometheus-client needs it at import
+    worker = fleet.spawn(
+        "vcm-metrics",
+        pool="prefork",
+        concurrency=2,
+        env={
+            "PROMETHEUS_MULTIPROC_DIR": str(directory),
+            "VCM_WORKER__METRICS_PORT": str(port),
+            "VCM_WORKER__PRELOAD_EMBEDDER": "false",
+        },
+    )
+    try:
+        fleet.wait_warm(worker)
+        runs = [fleet.traffic("slowdoom") for _ in range(4)]
+        for t in runs:
+            for i in range(3):
+                fleet.hot.append(t.agent_id, "user", f"note {i}")
+            assert fleet.hot.evict_oldest(t.agent_id, 2)[1] is not None  # batch 1, not dispatched
+            fleet.dispatcher.app.send_task(names.EVICT, args=[t.agent_id, 1], queue="vcm-metrics")
+
+        def dead_lettered() -> bool:
+            return all(fleet.store.query_events(t.agent_id, ["dead_letter"]).items for t in runs)
+
+        wait_until(dead_lettered, 60, f"every eviction dead-lettered ({worker.log})")
+
+        def counted() -> float:
+            families = text_string_to_metric_families(_get(f"http://127.0.0.1:{port}/metrics"))
+            return sum(
+                s.value
+                for f in families
+                for s in f.samples
+                if s.name == "vcm_dead_letters_total" and s.labels == {"task": names.EVICT}
+            )
+
+        wait_until(lambda: counted() == len(runs), 10, "the parent's endpoint reports every dead letter")
+        per_child = _per_process(directory, "vcm_dead_letters_total")
+        assert sum(per_child.values()) == len(runs)
+        assert worker.proc.pid not in per_child  # the parent ran nothing: the counts are the children's
+        assert len(per_child) == 2, f"expected both children to dead-letter some: {per_child}"
+    finally:
+        worker.proc.terminate()
+        worker.proc.wait(20)
+
+
+def _per_process(directory: Path, sample: str) -> dict[int, float]:
+    """Each process's own counts of ``sample``, read from its counter file alone."""
+    out: dict[int, float] = {}
+    for path in directory.glob("counter_*.db"):
+        pid = int(path.stem.removeprefix("counter_"))
+        alone = directory.parent / f"alone-{pid}"
+        alone.mkdir(exist_ok=True)
+        shutil.copy(path, alone / path.name)
+        registry = CollectorRegistry()
+        prom_multiprocess.MultiProcessCollector(registry, path=str(alone))  # type: ignore[no-untyped-call]
+        total = sum(s.value for f in registry.collect() for s in f.samples if s.name == sample)
+        if total:
+            out[pid] = total
+    return out
