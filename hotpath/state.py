@@ -556,6 +556,26 @@ class HotState:
         raws = self.redis.hmget(keys.key(agent_id, keys.MESSAGES), list(message_ids))
         return [Message.from_json(json.loads(r)) for r in raws if r is not None]
 
+    def fifo_near(
+        self, agent_id: str, message_ids: Sequence[str], *, before: int, after: int, head: int = 0
+    ) -> list[Message]:
+        """FIFO messages up to ``before`` places before and ``after`` places after any of
+        ``message_ids``, and the ``head`` oldest ones, oldest first.
+
+        The cold path's context reads: the FIFO's entries are short ids, its messages can fill a
+        128k window, so this reads the ids and fetches only the messages it keeps, where a
+        :meth:`snapshot` would fetch them all. A message that leaves the FIFO in between is
+        skipped (it is then in a pending batch or the store)."""
+        validation.agent_id(agent_id)
+        entries = self.redis.lrange(keys.key(agent_id, keys.FIFO), 0, -1)
+        ids = [_text(e).split(":", 2)[2] for e in entries]
+        wanted = set(message_ids)
+        keep = set(range(min(max(head, 0), len(ids))))
+        for i, message_id in enumerate(ids):
+            if message_id in wanted:
+                keep.update(range(max(0, i - max(before, 0)), min(len(ids), i + max(after, 0) + 1)))
+        return self.get_messages(agent_id, [ids[i] for i in sorted(keep)])
+
     def agents_with_pending_batches(self) -> dict[str, list[int]]:
         """For the sweeper: every agent's pending batch ids (scans the agents set)."""
         out: dict[str, list[int]] = {}

@@ -127,7 +127,12 @@ def embed_messages(
     spooled = [m for m in messages if m.content.strip()]
     if not spooled:
         return 0
-    window = hot.snapshot(agent_id).fifo if vectorizer.context or vectorizer.after else []
+    reach = _reach(vectorizer.context + vectorizer.after)
+    window = (
+        hot.fifo_near(agent_id, [m.id for m in spooled], before=reach, after=0, head=_reach(vectorizer.after))
+        if reach
+        else []
+    )
     # The spooled messages count as context too (one may have left the FIFO with a batch).
     by_seq = _by_seq([*window, *spooled])
     ready = ready_targets(_turns(by_seq.values()), _turns(spooled), vectorizer.after)
@@ -149,8 +154,15 @@ def backfill_vectors(
     missing = [m for m in candidates if m.id not in have]
     if not missing:
         return 0
-    window = hot.snapshot(agent_id).fifo if vectorizer.after else []
+    # The batch has left the FIFO: the turns after it are the FIFO's oldest.
+    window = hot.fifo_near(agent_id, [], before=0, after=0, head=_reach(vectorizer.after)) if vectorizer.after else []
     return _embed(store, agent_id, missing, _by_seq([*candidates, *window]).values(), vectorizer)
+
+
+def _reach(turns: int) -> int:
+    """FIFO places to read for ``turns`` turns of context: empty messages (tool calls) are no
+    turns, so read twice as many and a few more; 0 when no context is wanted."""
+    return 2 * turns + 8 if turns > 0 else 0
 
 
 def _by_seq(messages: Iterable[Message]) -> dict[int, Message]:

@@ -258,3 +258,22 @@ def test_evict_oldest_on_request(hot: HotState, agent: str) -> None:
         hot.evict_oldest(agent, 0)
     hot.finish_eviction(agent, batch.id, "three notes")
     assert hot.pending_batches(agent) == []
+
+
+def test_fifo_near_reads_only_the_neighbourhood(hot: HotState, agent: str) -> None:
+    ids = [hot.append(agent, "user", f"turn {i}").message_id for i in range(12)]
+    near = hot.fifo_near(agent, [ids[6], ids[9]], before=2, after=1)
+    assert [m.id for m in near] == [ids[4], ids[5], ids[6], ids[7], ids[8], ids[9], ids[10]]
+    assert [m.content for m in near][:2] == ["turn 4", "turn 5"]
+    assert [m.id for m in hot.fifo_near(agent, [], before=3, after=3, head=2)] == ids[:2]
+    # edges clip; an id not in the FIFO anchors nothing
+    assert [m.id for m in hot.fifo_near(agent, [ids[0], "nope"], before=5, after=0)] == ids[:1]
+    assert [m.id for m in hot.fifo_near(agent, [ids[11]], before=0, after=4)] == ids[11:]
+    # evicted messages leave the FIFO: the head is the oldest message still in it
+    hot.evict_oldest(agent, 3)
+    assert [m.id for m in hot.fifo_near(agent, [], before=0, after=0, head=1)] == [ids[3]]
+
+
+def test_fifo_near_validates_the_agent(hot: HotState) -> None:
+    with pytest.raises(ValidationError):
+        hot.fifo_near("bad agent id!", [], before=1, after=1)

@@ -414,7 +414,8 @@ def test_a_pool_child_killed_mid_task_is_retried_by_its_parent(fleet: Fleet) -> 
     # 5 s visibility timeout, and would redeliver this retry while it loads the embedder.
     own = fleet.settings.worker.broker_prefix + "child:"
     limits["VCM_WORKER__BROKER_PREFIX"] = own
-    app = create_app(fleet.settings.model_copy(update={"worker": fleet.settings.worker.model_copy(update={"broker_prefix": own})}))
+    worker_settings = fleet.settings.worker.model_copy(update={"broker_prefix": own})
+    app = create_app(fleet.settings.model_copy(update={"worker": worker_settings}))
     worker = fleet.spawn("vcm-child", pool="prefork", env={"VCM_WORKER__PRELOAD_EMBEDDER": "false", **limits})
 
     def unacked() -> list[str]:
