@@ -17,7 +17,7 @@ lists in order (text first), so a fused ranking is deterministic and stable acro
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -76,16 +76,30 @@ def minmax(scored: Sequence[tuple[K, float]], *, floor: float | None = None) -> 
 
 
 def convex(
-    text: Sequence[tuple[K, float]], vector: Sequence[tuple[K, float]], *, text_weight: float = TEXT_WEIGHT
+    text: Sequence[tuple[K, float]],
+    vector: Sequence[tuple[K, float]],
+    *,
+    text_weight: float = TEXT_WEIGHT,
+    unembedded: Collection[K] = (),
 ) -> dict[K, float]:
     """``w * text + (1 - w) * vector`` of normalised scores, in first-appearance order (text
     first); an item missing from a list gets 0 from it. BM25 is scaled by its best score (its
     floor is 0, what every non-matching message scores: the weakest match is still a match);
-    cosine, which has no such floor, is min-max scaled over its list."""
+    cosine, which has no such floor, is min-max scaled over its list.
+
+    An item in ``unembedded`` has no vector to score (not embedded yet, its embedding failed, or
+    it predates the current embedding version): its vector score is unknown, not 0, so it takes
+    its text score for both parts. Otherwise a keyword match without a vector would lose to every
+    embedded message, and partial coverage would bury exactly the messages vectors cannot find;
+    with no vectors at all, hybrid scores are the normalised text scores."""
     if not 0.0 <= text_weight <= 1.0:
         raise ValueError("text_weight must be within [0, 1]")
     t, v = minmax(text, floor=0.0), minmax(vector)
-    return {i: text_weight * t.get(i, 0.0) + (1.0 - text_weight) * v.get(i, 0.0) for i in {**t, **v}}
+    missing = set(unembedded)
+    return {
+        i: t.get(i, 0.0) if i in missing else text_weight * t.get(i, 0.0) + (1.0 - text_weight) * v.get(i, 0.0)
+        for i in {**t, **v}
+    }
 
 
 def spread_to_neighbours(
@@ -122,10 +136,12 @@ def hybrid(
     text_weight: float = TEXT_WEIGHT,
     neighbour_weight: float = NEIGHBOUR_WEIGHT,
     reach: int = NEIGHBOUR_REACH,
+    unembedded: Collection[K] = (),
 ) -> list[tuple[K, float]]:
-    """Hybrid recall's ranking: :func:`convex` fusion, then :func:`spread_to_neighbours`; best
-    first, ties by first appearance (text first)."""
-    fused = convex(text, vector, text_weight=text_weight)
+    """Hybrid recall's ranking: :func:`convex` fusion (``unembedded``: the text hits that have no
+    vector), then :func:`spread_to_neighbours`; best first, ties by first appearance (text
+    first)."""
+    fused = convex(text, vector, text_weight=text_weight, unembedded=unembedded)
     fused = spread_to_neighbours(fused, seq, weight=neighbour_weight, reach=reach)
     order = {item: i for i, item in enumerate(fused)}
     return sorted(fused.items(), key=lambda kv: (-kv[1], order[kv[0]]))

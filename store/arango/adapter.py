@@ -631,12 +631,20 @@ class ArangoStore(MemoryStore):
                 keys = sorted({k for k, _ in text} | {k for k, _ in vec})
                 rows = self._run(self._ro, aql.recall_positions(agent_id, keys), "search_recall") if keys else []
                 seq = {str(r["key"]): int(r["seq"]) for r in rows}
-                ranked = fusion.hybrid(text, vec, seq)[:depth]
+                ranked = fusion.hybrid(text, vec, seq, unembedded=self._unembedded(agent_id, text, version))[:depth]
             part = self._snapshots.first("recall-" + mode, agent_id, key, ranked, limit)
         ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
         found = {d["_key"]: d for d in self._run(self._ro, aql.documents(ids, agent_id), "search_recall")}
         hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in part.items if k in found]
         return Page(hits, part.next_cursor)
+
+    def _unembedded(self, agent_id: str, text: Ranked, version: str | None) -> set[str]:
+        """The text hits that carry no recall vector of ``version``."""
+        hits = {k for k, _ in text}
+        if version is None or not hits:
+            return hits
+        q = aql.message_vector_keys(agent_id, sorted(hits), version)
+        return hits - {str(k) for k in self._run(self._ro, q, "search_recall")}
 
     def _main_vector_version(self, agent_id: str, dimension: int) -> str | None:
         versions = self._run(self._ro, aql.recall_vector_versions(agent_id), "search_recall")

@@ -553,7 +553,9 @@ class EmbeddedStore(MemoryStore):
             text, newest = self._recall.rank(agent_id, terms, depth, since=since, until=until, bound=bound)
             top = newest if bound is None else min(newest, bound)
             vec = self._vector_rank(agent_id, version, q, since, until, top, depth)
-            fused = fusion.hybrid(text, vec, self._seqs(agent_id, {i for i, _ in text} | {i for i, _ in vec}))
+            seqs = self._seqs(agent_id, {i for i, _ in text} | {i for i, _ in vec})
+            unembedded = {i for i, _ in text} - self._embedded_rows(agent_id, version, [i for i, _ in text])
+            fused = fusion.hybrid(text, vec, seqs, unembedded=unembedded)
             return [h for h in fused if h[0] not in exclude][:n], top
 
         part = self._snapshots.page("recall-" + mode, agent_id, key, limit, cursor, rank)
@@ -605,6 +607,23 @@ class EmbeddedStore(MemoryStore):
             )
         matrix = np.frombuffer(b"".join(r[2] for r in found), dtype="<f4").reshape(len(found), -1)
         return fusion.cosine_top(query, [int(r[0]) for r in found], matrix.astype(np.float32), n)
+
+    def _embedded_rows(self, agent_id: str, version: str | None, ids: Sequence[int]) -> set[int]:
+        """Which of these message rows carry a vector of ``version``."""
+        if version is None:
+            return set()
+        out: set[int] = set()
+        for part in chunked(sorted(set(ids))):
+            marks = ",".join("?" * len(part))
+            for (row_id,) in self._db.query(
+                "read recall hit vectors",
+                "SELECT m.id FROM messages m JOIN message_vectors v "
+                "ON v.agent_id = m.agent_id AND v.message_id = m.message_id "
+                f"WHERE m.agent_id = ? AND v.embedding_version = ? AND m.id IN ({marks})",
+                [agent_id, version, *part],
+            ):
+                out.add(int(row_id))
+        return out
 
     def _seqs(self, agent_id: str, ids: Iterable[int]) -> dict[int, int]:
         """The conversation position (``seq``) of each of these messages of the agent."""

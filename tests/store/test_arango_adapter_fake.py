@@ -590,3 +590,25 @@ def test_spool_writes_its_audit_rows_in_the_same_transaction(world: tuple[Arango
     with pytest.raises(InjectedFailure):
         store.spool_messages([msg("a", 3)], events=[MemoryEvent("a", "append", {}, event_id="a:append:m3")])
     assert documents.event_key("a:append:m3") not in rw.data[names.EVENTS]
+
+
+def test_hybrid_asks_which_text_hits_have_vectors_through_the_read_only_handle(
+    world: tuple[ArangoStore, FakeDB, Faults],
+) -> None:
+    store, rw, _ = world
+    asked: list[dict[str, Any]] = []
+
+    def answers(query: str, bind: dict[str, Any]) -> list[Any] | None:
+        if "RETURN d._key" in query and "version" in bind:
+            asked.append(bind)
+            return ["k1"]
+        return None
+
+    cast(FakeDB, store._ro).on_query = answers
+    text = [("k0", 3.0), ("k1", 2.0), ("k2", 1.0)]
+    assert store._unembedded("a", text, "v1") == {"k0", "k2"}
+    assert asked == [{"keys": ["k0", "k1", "k2"], "agent_id": "a", "version": "v1"}]
+    # no vector version: every hit is unembedded, and nothing is asked
+    assert store._unembedded("a", text, None) == {"k0", "k1", "k2"}
+    assert store._unembedded("a", [], "v1") == set() and len(asked) == 1
+    assert rw.queries == []

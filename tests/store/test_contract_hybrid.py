@@ -121,6 +121,45 @@ def test_messages_without_vectors_are_found_by_text_only(store: MemoryStore) -> 
     assert ids(store.search_recall_hybrid("agent-none", "zebra", axis(1), mode="vector")) == []
 
 
+def test_a_text_hit_without_a_vector_is_not_buried_by_embedded_ones(store: MemoryStore) -> None:
+    """Partial vector coverage (a message not embedded yet, or a failed embedding): the text hit
+    with no vector keeps its text score for the vector part instead of 0."""
+    store.spool_messages(
+        [
+            msg(A, 0, "the zebra crossing near the school"),  # keyword match, no vector
+            msg(A, 10, "zebra zebra"),  # keyword match with a vector
+            *(msg(A, n, f"unrelated note {n}") for n in (20, 30, 40)),  # vector-only matches
+            msg(A, 50, "far away"),
+        ]
+    )
+    vectors = [("m0010", axis(0)), *((f"m{n:04d}", axis(0, tilt=0.05)) for n in (20, 30, 40))]
+    store.put_message_vectors(A, [*vectors, ("m0050", axis(2))], V)
+
+    def scored(vector: list[float] | None, mode: str) -> list[tuple[str, float]]:
+        page = store.search_recall_hybrid(A, "zebra", vector, mode=mode)
+        return [(h.message.message_id, h.score) for h in page.items]
+
+    text, vec = scored(None, "text"), scored(axis(0), "vector")
+    fused = store.search_recall_hybrid(A, "zebra", axis(0), limit=20)
+
+    assert "m0000" in dict(text) and "m0000" not in dict(vec)
+    seq = {f"m{n:04d}": n for n in (0, 10, 20, 30, 40, 50)}
+    expected = dict(hybrid(text, vec, seq, unembedded={"m0000"}))
+    assert [h.score for h in fused.items] == pytest.approx([expected[i] for i in ids(fused)])
+    # its fused score is its normalised text score, not half of it
+    assert expected["m0000"] == pytest.approx(dict(text)["m0000"] / max(s for _, s in text))
+
+
+def test_hybrid_without_any_vectors_ranks_as_text_does(store: MemoryStore) -> None:
+    # turns far apart, so neighbour spreading has nothing to add
+    texts = ["red apple", "apple apple pie", "green pear", "apple"]
+    store.spool_messages([msg(B, 10 * n, t) for n, t in enumerate(texts)])
+    text = store.search_recall_hybrid(B, "apple", None, mode="text").items
+    fused = store.search_recall_hybrid(B, "apple", axis(0), mode="hybrid").items
+    assert [h.message.message_id for h in fused] == [h.message.message_id for h in text]
+    assert [h.score for h in fused] == pytest.approx([h.score / text[0].score for h in text])
+
+
 def test_hybrid_time_window(store: MemoryStore) -> None:
     store.spool_messages([msg(A, i, "apple pie", created_at=1000.0 + i) for i in range(10)])
     store.put_message_vectors(A, [(f"m{i:04d}", axis(i)) for i in range(10)], V)
