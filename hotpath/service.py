@@ -60,12 +60,17 @@ class MemoryService:
         *,
         embed: Embed | None = None,
         ingest: Ingest | None = None,
+        recall_version: Callable[[], str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.hot = hot
         self.store = store
         self.dispatcher = dispatcher
         self.embed = embed
+        # The version the workers embed messages under (model and context mode): recall compares
+        # query vectors only with those. Without it the store picks the agent's most used version,
+        # which after a model change belongs to the old model.
+        self.recall_version = recall_version
         self.ingest = ingest
         self.clock = clock
         self.settings = hot.settings
@@ -365,8 +370,17 @@ class MemoryService:
             raise ValidationError("mode must be text, vector or hybrid", field="mode")
         if mode != "text" and self.embed is not None and self.settings.recall.vectors:
             vector = [float(x) for x in self.embed([query])[0]]
+            version = self.recall_version() if self.recall_version is not None else None
             page = self.store.search_recall_hybrid(
-                agent_id, query, vector, limit=limit, cursor=cursor, since=since, until=until, mode=mode
+                agent_id,
+                query,
+                vector,
+                limit=limit,
+                cursor=cursor,
+                since=since,
+                until=until,
+                mode=mode,
+                embedding_version=version,
             )
             return RecallResult(page, mode)
         page = self.store.search_recall(agent_id, query, limit, cursor, since=since, until=until)

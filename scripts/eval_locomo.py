@@ -124,7 +124,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     deps = Deps(settings, hot, store, None, embed, build_summarizer(settings))  # type: ignore[arg-type]
     workers = InlineWorkers(deps, vectorizer, args.spool_batch)
     deps.dispatcher = workers
-    service = MemoryService(hot, store, workers, embed=embed)
+    service = MemoryService(hot, store, workers, embed=embed, recall_version=lambda: vectorizer.version)
 
     ks = sorted(args.k)
     modes = ["text", "vector", "hybrid"] + (["vector-single", "hybrid-single"] if args.compare_single else [])
@@ -151,8 +151,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         single_version: str | None = None
         for mode in modes:
             if mode.endswith("-single") and single_version is None:
-                # Stored only now: the service ranks with an agent's most common vector version,
-                # and turn-alone vectors (every message has one) must not outvote the main ones.
+                # Stored only now, under their own version, which only these modes ask for (the
+                # service ranks with its vectorizer's version).
                 single_version = store_single_vectors(store, agent, text_of, single)
             for q in questions:
                 if mode.endswith("-single"):

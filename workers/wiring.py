@@ -26,7 +26,15 @@ def build_service(settings: Settings) -> MemoryService:
 
     deps = runtime.deps()
     ingester = _LazyIngester(deps.store, settings)
-    return MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed, ingest=ingester)
+    vectorizer = deps.vectorizer
+    return MemoryService(
+        deps.hot,
+        deps.store,
+        deps.dispatcher,
+        embed=deps.embed,
+        ingest=ingester,
+        recall_version=(lambda: vectorizer.version) if vectorizer is not None else None,
+    )
 
 
 class _LazyIngester:

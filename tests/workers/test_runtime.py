@@ -102,3 +102,23 @@ def test_message_vectors_follow_recall_settings_and_load_the_model_lazily(tmp_pa
         assert off.vectorizer is None
     finally:
         off.store.close()
+
+
+def test_the_service_searches_recall_under_the_workers_vector_version(
+    built: runtime.Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks.message_vectors import Turn
+    from workers import wiring
+
+    class Stub:
+        version, context, after = "stub-model:late6:v1", 6, 0
+
+        def embed(self, history: list[Turn], targets: list[Turn]) -> list[None]:
+            return [None for _ in targets]
+
+    monkeypatch.setattr(runtime, "deps", lambda: built)
+    monkeypatch.setattr(built, "vectorizer", Stub())
+    service = wiring.build_service(built.settings)
+    assert service.recall_version is not None and service.recall_version() == "stub-model:late6:v1"
+    monkeypatch.setattr(built, "vectorizer", None)
+    assert wiring.build_service(built.settings).recall_version is None
