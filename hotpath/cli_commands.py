@@ -361,6 +361,26 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if all(ok for _, ok, _ in checks) else 1
 
 
+def cmd_reembed(args: argparse.Namespace) -> int:
+    """Embed stored messages that lack a vector of the configured model's version (after a model
+    change, or embeddings that failed), here in this process; workers take the same job as the
+    task ``tasks.reembed_messages`` (ingest queue)."""
+    from tasks import runtime
+    from tasks.reembed import reembed_agent
+
+    deps = runtime.deps()
+    if deps.vectorizer is None:
+        raise ValidationError("[recall] vectors is off: there is nothing to embed", field="recall.vectors")
+    agents = args.agent or deps.hot.agents()
+    if not agents:
+        print("no agents in the hot state; name them with --agent", file=sys.stderr)
+        return 1
+    for agent_id in agents:
+        outcome = reembed_agent(deps.store, agent_id, deps.vectorizer, page=args.page)
+        print(json.dumps(outcome.as_dict()))
+    return 0
+
+
 def add_commands(sub: Any) -> None:
     def api_opts(p: argparse.ArgumentParser) -> None:
         p.add_argument("--api", default=os.environ.get("VCM_API_URL"), help="talk to a running `vcm serve` at this URL")
@@ -416,6 +436,11 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     api_opts(p)
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("reembed", help="embed stored messages lacking a vector of the current model (after a change)")
+    p.add_argument("--agent", action="append", help="only these agents (repeat); default: every agent in Redis")
+    p.add_argument("--page", type=int, default=200, help="messages read per store query")
+    p.set_defaults(func=cmd_reembed)
 
     p = sub.add_parser("doctor", help="check Redis, broker, store, model and the ArangoDB guards")
     p.add_argument("--strict", action="store_true", help="also fail on a TCP ArangoDB endpoint")

@@ -81,6 +81,9 @@ class MeteredStore(MemoryStore):
     def get_messages(self, agent_id: str, message_ids: Sequence[str]) -> list[StoredMessage]:
         return self._call("get_messages", self.inner.get_messages, agent_id, message_ids)
 
+    def list_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 100) -> list[StoredMessage]:
+        return self._call("list_messages", self.inner.list_messages, agent_id, after_seq=after_seq, limit=limit)
+
     def count_messages(self, agent_id: str) -> int:
         return self._call("count_messages", self.inner.count_messages, agent_id)
 

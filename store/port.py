@@ -97,6 +97,12 @@ class MemoryStore(abc.ABC):
     def count_messages(self, agent_id: str) -> int: ...
 
     @abc.abstractmethod
+    def list_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 100) -> list[StoredMessage]:
+        """The agent's stored messages with ``seq`` above ``after_seq``, in ``seq`` order, at most
+        ``limit``: pages through a whole conversation (re-embedding after a model change,
+        export). The next page starts after the last ``seq`` returned."""
+
+    @abc.abstractmethod
     def commit_eviction(self, commit: EvictionCommit) -> EvictionResult:
         """Atomically: ensure the batch's messages exist, add `recall_log` edges from the summary
         to them, replace the summary (rev check), append the `evict` event (actor
@@ -127,7 +133,8 @@ class MemoryStore(abc.ABC):
         """Store an embedding per (message_id, vector) for vector recall; idempotent by
         (agent, message, version): the first write stays; a message not in the store is skipped
         (spool first). Vectors are stored unit length; one version has one dimension (the
-        ArangoDB adapter keeps one version per message). Returns how many were new."""
+        ArangoDB adapter keeps one version per message: a new version replaces an older one).
+        Returns how many were new."""
 
     @abc.abstractmethod
     def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:

@@ -54,6 +54,13 @@ def limit(name: str, value: Any, maximum: int = MAX_LIMIT) -> int:
     return value
 
 
+def after_seq(value: Any) -> int:
+    """A ``seq`` to page after: an integer from -1 (before the first message) up."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise StoreValidationError("after_seq must be an integer >= -1", field="after_seq", value=repr(value))
+    return value
+
+
 def finite(name: str, value: Any, *, optional: bool = False) -> float | None:
     if value is None and optional:
         return None

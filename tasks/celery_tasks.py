@@ -22,9 +22,9 @@ from typing import Any
 
 from celery import Task, shared_task
 
-from tasks import evict, maintenance, runtime
+from tasks import evict, maintenance, reembed, runtime
 from tasks.backoff import delay_s
-from tasks.names import DEAD_LETTER, EVICT, EXPIRE, SPOOL, SWEEP, SWEEP_CONFIRM
+from tasks.names import DEAD_LETTER, EVICT, EXPIRE, REEMBED, SPOOL, SWEEP, SWEEP_CONFIRM
 from tasks.spool import spool_messages
 
 log = logging.getLogger(__name__)
@@ -135,3 +135,32 @@ def record_dead_letter(
     except Exception as exc:
         return dict(self.retry_or_give_up(exc, agent_id, batch_id, reason, attempts, delivery))
     return {"outcome": "recorded", "agent_id": agent_id, "batch_id": batch_id}
+
+
+# New vectors per task run: a few minutes of CPU, well inside the task time limit; the task
+# sends itself again for the rest, so a long conversation never runs into the limit.
+REEMBED_PER_RUN = 2000
+
+
+@shared_task(bind=True, base=VcmTask, name=REEMBED)
+def reembed_messages(self: VcmTask, agent_id: str, after_seq: int = -1) -> dict[str, Any]:
+    """Embed the agent's stored messages that lack a vector of this worker's version (after a
+    model change, or embeddings that failed). Resumable: a retry skips what is embedded."""
+    deps = runtime.deps()
+    if deps.vectorizer is None:
+        return {"outcome": "skipped", "agent_id": agent_id, "reason": "[recall] vectors is off"}
+    try:
+        outcome = reembed.reembed_agent(
+            deps.store,
+            agent_id,
+            deps.vectorizer,
+            page=min(200, REEMBED_PER_RUN),
+            after_seq=after_seq,
+            max_embedded=REEMBED_PER_RUN,
+            clock=deps.clock,
+        )
+    except Exception as exc:
+        return dict(self.retry_or_give_up(exc, agent_id, after_seq))
+    if not outcome.done:
+        self.apply_async(args=[agent_id, outcome.next_after_seq])
+    return outcome.as_dict()

@@ -11,7 +11,9 @@ EXPIRE = "tasks.expire_recall"
 DEAD_LETTER = "tasks.record_dead_letter"
 # Archival ingestion (tasks/ingest.py) registers under this name; it runs on the ingest queue.
 INGEST = "tasks.ingest_archival"
+# Embeds stored messages lacking a vector of the current version (tasks/reembed.py), ingest queue.
+REEMBED = "tasks.reembed_messages"
 
 # Tasks that take the shared retry policy (backoff, max_retries, delivery cap) from the worker
 # settings; a task subclassing tasks.celery_tasks.VcmTask should be listed here.
-RETRIED = (EVICT, SPOOL, SWEEP, SWEEP_CONFIRM, EXPIRE, DEAD_LETTER, INGEST)
+RETRIED = (EVICT, SPOOL, SWEEP, SWEEP_CONFIRM, EXPIRE, DEAD_LETTER, INGEST, REEMBED)

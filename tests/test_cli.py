@@ -212,3 +212,29 @@ def test_events_time_arguments() -> None:
     assert abs(parse_when("2h") - (time.time() - 7200)) < 60
     with pytest.raises(argparse.ArgumentTypeError):
         parse_when("yesterday")
+
+
+@pytest.mark.slow
+def test_reembed_embeds_stored_messages_lacking_a_current_vector(tmp_path: Path) -> None:
+    """A model change leaves stored messages with old vectors only; `vcm reembed` embeds them with
+    the configured model (the bundled MiniLM here), once."""
+    from store import open_store
+    from store.types import StoredMessage
+
+    store = open_store(f"sqlite:///{tmp_path}/vcm.db")
+    texts = ["Priya ran the Porto half marathon.", "", "Clara adopted a beagle named Biscuit.", "Nice!"]
+    ids = [f"m{i}" for i in range(len(texts))]
+    store.spool_messages([StoredMessage("re1", f"m{i}", i + 1, "user", t, 8, 1.7e9 + i) for i, t in enumerate(texts)])
+    store.put_message_vectors("re1", [(m, [1.0, 0.0, 0.0]) for m in ids if m != "m1"], "old-model:v1")
+    try:
+        first = _vcm(tmp_path, "reembed", "--agent", "re1")
+        assert first.returncode == 0, first.stderr
+        out = json.loads(first.stdout)
+        assert (out["agent_id"], out["scanned"], out["embedded"]) == ("re1", 4, 3)  # the empty one has no text
+        assert "all-MiniLM-L6-v2" in out["version"]
+        assert store.message_vector_ids("re1", ids, out["version"]) == {"m0", "m2", "m3"}
+        again = json.loads(_vcm(tmp_path, "reembed", "--agent", "re1").stdout)
+        assert again["embedded"] == 0
+        assert [e.payload["embedded"] for e in store.query_events("re1", ["reembed"]).items] == [3]
+    finally:
+        store.close()

@@ -23,6 +23,7 @@ ROUTES: dict[str, dict[str, Any]] = {
     names.DEAD_LETTER: {"queue": COLD},
     "tasks.drift*": {"queue": COLD},
     names.INGEST: {"queue": INGEST},
+    names.REEMBED: {"queue": INGEST},
     "tasks.ingest*": {"queue": INGEST},
     "tasks.embed*": {"queue": INGEST},
 }

@@ -450,6 +450,11 @@ class ArangoStore(MemoryStore):
         }
         return [found[m] for m in wanted if m in found]
 
+    def list_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 100) -> list[StoredMessage]:
+        validation.identifier("agent_id", agent_id)
+        q = aql.list_messages(agent_id, validation.after_seq(after_seq), validation.limit("limit", limit))
+        return [documents.message_from_doc(d) for d in self._run(self._ro, q, "list_messages")]
+
     def count_messages(self, agent_id: str) -> int:
         validation.identifier("agent_id", agent_id)
         rows = self._run(self._ro, aql.count_messages(agent_id), "count_messages")

@@ -536,11 +536,13 @@ RECALL_VERSION = "recall_emb_version"
 
 
 def put_message_vectors(agent_id: str, items: Sequence[tuple[str, Sequence[float]]], version: str) -> AqlQuery:
-    """Attach vectors to existing messages of the agent that have none (idempotent); ``items``
-    are (document key, unit vector). Returns one row per newly attached vector."""
+    """Attach vectors to existing messages of the agent that have none of ``version``
+    (idempotent: the first write of a version stays); a message keeps one vector, so one of a
+    new version (a model change) replaces the old. ``items`` are (document key, unit vector).
+    Returns one row per newly attached vector."""
     text = f"""FOR v IN @items
   LET d = DOCUMENT({names.MESSAGES}, v.key)
-  FILTER d != null AND d.agent_id == @agent_id AND d.{RECALL_VECTOR} == null
+  FILTER d != null AND d.agent_id == @agent_id AND (d.{RECALL_VECTOR} == null OR d.{RECALL_VERSION} != @version)
   UPDATE d WITH {{ {RECALL_VECTOR}: v.vector, {RECALL_VERSION}: @version }} IN {names.MESSAGES}
   RETURN 1"""
     bind = {
@@ -559,6 +561,16 @@ def recall_positions(agent_id: str, keys: Sequence[str]) -> AqlQuery:
   FILTER d != null AND d.agent_id == @agent_id
   RETURN { key: d._key, seq: d.seq }"""
     return AqlQuery(text, {"agent_id": agent_id, "ids": [f"{names.MESSAGES}/{k}" for k in keys]})
+
+
+def list_messages(agent_id: str, after_seq: int, limit: int) -> AqlQuery:
+    """The agent's messages after ``after_seq`` in ``seq`` order (index ``messages_agent_seq``)."""
+    text = f"""FOR d IN {names.MESSAGES}
+  FILTER d.agent_id == @agent_id AND d.seq > @after_seq
+  SORT d.seq ASC, d._key ASC
+  LIMIT @limit
+  RETURN d"""
+    return AqlQuery(text, {"agent_id": agent_id, "after_seq": after_seq, "limit": limit})
 
 
 def message_vector_keys(agent_id: str, keys: Sequence[str], version: str) -> AqlQuery:

@@ -367,6 +367,16 @@ class EmbeddedStore(MemoryStore):
                 found[row["message_id"]] = rows.message(row)
         return [found[m] for m in wanted if m in found]
 
+    def list_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 100) -> list[StoredMessage]:
+        validation.identifier("agent_id", agent_id)
+        after, n = validation.after_seq(after_seq), validation.limit("limit", limit)
+        found = self._db.query(
+            "list messages",
+            f"SELECT {rows.MESSAGE_COLUMNS} FROM messages WHERE agent_id = ? AND seq > ? ORDER BY seq, id LIMIT ?",
+            (agent_id, after, n),
+        )
+        return [rows.message(r) for r in found]
+
     def count_messages(self, agent_id: str) -> int:
         validation.identifier("agent_id", agent_id)
         found = self._db.query("count messages", "SELECT COUNT(*) FROM messages WHERE agent_id = ?", (agent_id,))

@@ -72,6 +72,7 @@ CREATE TABLE IF NOT EXISTS messages (
     UNIQUE (agent_id, message_id)
 );
 CREATE INDEX IF NOT EXISTS messages_agent_id ON messages (agent_id, id);
+CREATE INDEX IF NOT EXISTS messages_agent_seq ON messages (agent_id, seq);
 CREATE INDEX IF NOT EXISTS messages_expiry ON messages (expires_at) WHERE expires_at IS NOT NULL;
 
 -- Messages deleted after the text index saw them; drained by the index writer.

@@ -208,6 +208,17 @@ def test_get_messages_in_asked_order_without_missing(store: MemoryStore) -> None
     assert got[0] == msg(A, 3)
 
 
+def test_list_messages_pages_through_a_conversation_in_seq_order(store: MemoryStore) -> None:
+    store.spool_messages([msg(A, i) for i in (7, 2, 9, 0, 4)] + [msg(B, 3)])
+
+    first = store.list_messages(A, limit=2)
+    rest = store.list_messages(A, after_seq=first[-1].seq, limit=10)
+
+    assert [m.seq for m in first] == [0, 2] and [m.seq for m in rest] == [4, 7, 9]
+    assert first[0] == msg(A, 0)
+    assert store.list_messages(A, after_seq=9) == [] and store.list_messages("nobody") == []
+
+
 # --- eviction ------------------------------------------------------------------------------
 def test_commit_eviction_applies_everything(store: MemoryStore) -> None:
     batch = [msg(A, i) for i in range(3)]
@@ -764,6 +775,9 @@ BAD_CALLS: dict[str, Any] = {
     "empty event kind": lambda s: s.append_event(MemoryEvent(A, "", {})),
     "events limit 0": lambda s: s.query_events(A, limit=0),
     "empty agent in count": lambda s: s.count_messages(""),
+    "list limit 0": lambda s: s.list_messages(A, limit=0),
+    "list after_seq below -1": lambda s: s.list_messages(A, after_seq=-2),
+    "list after_seq not an int": lambda s: s.list_messages(A, after_seq="3"),  # type: ignore[arg-type]
     "nan expire": lambda s: s.expire(math.nan),
 }
 

@@ -40,6 +40,18 @@ def test_put_message_vectors_is_idempotent_and_skips_unknown_messages(store: Mem
     assert hits[0].score == pytest.approx(1.0, abs=1e-5)
 
 
+def test_a_new_embedding_version_can_be_put_and_searched(store: MemoryStore) -> None:
+    """A model change: messages embedded under the old version get vectors of the new one."""
+    store.spool_messages([msg(A, 0, "alpha"), msg(A, 1, "beta")])
+    store.put_message_vectors(A, [("m0000", axis(0)), ("m0001", axis(1))], V)
+
+    assert store.put_message_vectors(A, [("m0000", axis(2)), ("m0001", axis(3))], "test-v2") == 2
+    assert store.message_vector_ids(A, ["m0000", "m0001"], "test-v2") == {"m0000", "m0001"}
+    assert store.put_message_vectors(A, [("m0000", axis(1))], "test-v2") == 0  # first write of v2 stays
+    page = store.search_recall_hybrid(A, "x", axis(2), mode="vector", embedding_version="test-v2")
+    assert ids(page)[0] == "m0000" and page.items[0].score == pytest.approx(1.0, abs=1e-5)
+
+
 def test_put_message_vectors_rejects_bad_vectors(store: MemoryStore) -> None:
     store.spool_messages([msg(A, 0, "alpha"), msg(A, 1, "beta")])
     store.put_message_vectors(A, [("m0000", axis(0))], V)

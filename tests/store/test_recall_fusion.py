@@ -114,7 +114,8 @@ def test_recall_vector_exact_and_put_and_versions() -> None:
     with pytest.raises(StoreValidationError):
         aql.recall_vector_ann("agent-a", [1.0], version="v1", fetch=10, wanted=0, n_probe=1)
     put = aql.put_message_vectors("agent-a", [("k1", [1, 0])], "v1")
-    assert "d.recall_emb == null" in put.text and "UPDATE d WITH" in put.text
+    # a missing vector, or one of another version (a model change), is written; the same version stays
+    assert "(d.recall_emb == null OR d.recall_emb_version != @version)" in put.text and "UPDATE d WITH" in put.text
     assert put.bind_vars["items"] == [{"key": "k1", "vector": [1.0, 0.0]}]
     versions = aql.recall_vector_versions("agent-a")
     assert "COLLECT version = d.recall_emb_version" in versions.text and "SORT n DESC" in versions.text
@@ -166,3 +167,10 @@ def test_hybrid_lifts_the_turn_next_to_a_strong_match_above_weak_ones() -> None:
     assert ranked.index("answer") < ranked.index("other")
     flat = [i for i, _ in hybrid(text, vector, seq, neighbour_weight=0.0)]
     assert flat.index("answer") > flat.index("noise")
+
+
+def test_list_messages_pages_by_seq_on_the_agent_seq_index() -> None:
+    q = aql.list_messages("agent-a", 41, 100)
+    assert "FILTER d.agent_id == @agent_id AND d.seq > @after_seq" in q.text
+    assert q.text.index("FILTER") < q.text.index("SORT d.seq ASC") < q.text.index("LIMIT @limit")
+    assert q.bind_vars == {"agent_id": "agent-a", "after_seq": 41, "limit": 100}

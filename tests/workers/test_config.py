@@ -77,6 +77,7 @@ def test_a_visibility_timeout_below_the_longest_task_is_refused() -> None:
         (names.EXPIRE, "cold"),
         (names.DEAD_LETTER, "cold"),
         (names.INGEST, "ingest"),
+        (names.REEMBED, "ingest"),
         ("tasks.embed_chunks", "ingest"),
     ],
 )

@@ -208,3 +208,24 @@ def test_a_dead_letter_sent_by_a_parent_process_is_recorded(cold: Cold) -> None:
         9,
         "WorkerLostError: killed",
     )
+
+
+def test_reembed_task_embeds_stored_messages_in_bounded_runs(cold: Cold, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's re-embedding task, through the real (in-process) Celery worker: it stops after
+    REEMBED_PER_RUN new vectors and sends itself again for the rest."""
+    from store.types import StoredMessage
+    from tasks import celery_tasks
+
+    monkeypatch.setattr(celery_tasks, "REEMBED_PER_RUN", 4)
+    agent = f"re-{uuid.uuid4().hex[:8]}"
+    store = cold.deps.store
+    ids = [f"m{i:03d}" for i in range(11)]
+    notes = [StoredMessage(agent, m, i + 1, "user", f"note {i} on the plan", 6, 1.7e9 + i) for i, m in enumerate(ids)]
+    store.spool_messages(notes)
+    version = WordVectorizer.version
+    assert store.message_vector_ids(agent, ids, version) == set()
+
+    cold.app.send_task(names.REEMBED, args=[agent])
+    wait_until(lambda: store.message_vector_ids(agent, ids, version) == set(ids), 30, "every message embedded")
+    runs = store.query_events(agent, ["reembed"]).items
+    assert sorted(e.payload["embedded"] for e in runs) == [3, 4, 4]  # three runs of at most 4
