@@ -26,6 +26,8 @@ SUMMARY = "summary"  # hash: text, tokens, rev, batch_id
 EVICTING = "evicting:"  # list per batch: message ids, oldest first
 IDEMPOTENCY = "idem:"  # string per key: {"fp": ..., "result": ...}, with a TTL
 HEARTBEAT = "heartbeat"  # hash: v (version, for compare-and-set), s (heartbeat chain state JSON)
+# string: the sweeper found every FIFO message up to this seq in the store (reconcile watermark)
+RECONCILED = "reconciled"
 TOKEN = "token"  # string: SHA-256 (hex) of the agent's API bearer token; the token itself is never stored
 
 

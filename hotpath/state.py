@@ -556,6 +556,20 @@ class HotState:
         raws = self.redis.hmget(keys.key(agent_id, keys.MESSAGES), list(message_ids))
         return [Message.from_json(json.loads(r)) for r in raws if r is not None]
 
+    def fifo_ids(self, agent_id: str) -> list[str]:
+        """The FIFO's message ids, oldest first (its entries only: no message is read)."""
+        validation.agent_id(agent_id)
+        return [_text(e).split(":", 2)[2] for e in self.redis.lrange(keys.key(agent_id, keys.FIFO), 0, -1)]
+
+    def reconciled_seq(self, agent_id: str) -> int:
+        """The sweeper's watermark: every FIFO message up to this seq was found in the store."""
+        validation.agent_id(agent_id)
+        return int(self.redis.get(keys.key(agent_id, keys.RECONCILED)) or 0)
+
+    def set_reconciled_seq(self, agent_id: str, seq: int) -> None:
+        validation.agent_id(agent_id)
+        self.redis.set(keys.key(agent_id, keys.RECONCILED), int(seq))
+
     def fifo_near(
         self, agent_id: str, message_ids: Sequence[str], *, before: int, after: int, head: int = 0
     ) -> list[Message]:
@@ -566,9 +580,7 @@ class HotState:
         128k window, so this reads the ids and fetches only the messages it keeps, where a
         :meth:`snapshot` would fetch them all. A message that leaves the FIFO in between is
         skipped (it is then in a pending batch or the store)."""
-        validation.agent_id(agent_id)
-        entries = self.redis.lrange(keys.key(agent_id, keys.FIFO), 0, -1)
-        ids = [_text(e).split(":", 2)[2] for e in entries]
+        ids = self.fifo_ids(agent_id)
         wanted = set(message_ids)
         keep = set(range(min(max(head, 0), len(ids))))
         for i, message_id in enumerate(ids):

@@ -214,3 +214,35 @@ def test_a_failing_model_never_fails_a_committed_eviction(tmp_path: Path) -> Non
     assert evict.evict_batch(d, AGENT, 1).outcome == "committed"
     assert d.store.committed_batches(AGENT) == [1] and d.hot.pending_batches(AGENT) == []
     d.store.close()
+
+
+def test_reconcile_reads_only_messages_after_its_watermark(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = appended_ids(converse(deps.hot, AGENT, 4))
+    newest = max(m.created_at for m in deps.hot.snapshot(AGENT).fifo)
+    assert maintenance.reconcile_spool(deps, older_than=newest - 3600) == 0
+    assert deps.hot.reconciled_seq(AGENT) == 0  # nothing past its grace yet: no watermark
+    assert maintenance.reconcile_spool(deps, older_than=newest) == 4
+    assert deps.hot.reconciled_seq(AGENT) == maintenance.message_seq(ids[-1])
+
+    later = appended_ids(converse(deps.hot, AGENT, 3, start=4))
+    read: list[str] = []
+    get_messages = deps.hot.get_messages
+
+    def reading(agent: str, wanted: Sequence[str]) -> list[Message]:
+        read.extend(wanted)
+        return get_messages(agent, wanted)
+
+    monkeypatch.setattr(deps.hot, "get_messages", reading)
+    youngest = max(m.created_at for m in deps.hot.snapshot(AGENT).fifo)
+    # the first two of the new ones are due, the last is still in its grace period
+    due = sorted(m.created_at for m in deps.hot.get_messages(AGENT, later))[1]
+    assert maintenance.reconcile_spool(deps, older_than=due) == 2
+    assert read[: len(later)] == later  # the already reconciled four were not read again
+    assert deps.hot.reconciled_seq(AGENT) == maintenance.message_seq(later[1])
+    assert maintenance.reconcile_spool(deps, older_than=youngest) == 1
+    assert deps.store.count_messages(AGENT) == 7 and deps.hot.reconciled_seq(AGENT) == maintenance.message_seq(later[2])
+
+
+def test_message_seq_parses_hot_path_ids_only() -> None:
+    assert maintenance.message_seq("m17") == 17
+    assert [maintenance.message_seq(i) for i in ("x17", "m", "m1a", "17")] == [None, None, None, None]
