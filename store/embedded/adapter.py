@@ -104,7 +104,7 @@ class EmbeddedStore(MemoryStore):
             at N/39, retrained when the ideal has doubled (:mod:`store.embedded.sizing` says
             why not ArangoDB's 4·sqrt(N)).
         n_probe: IVF lists searched per query when the caller passes none. ``None`` (default)
-            uses each index's own default, max(16, nLists/100), as ArangoDB indexes carry a
+            uses each index's own default, max(16, nLists/64), as ArangoDB indexes carry a
             ``defaultNProbe``: recall@k follows the fraction of lists probed, so a fixed number
             would lose recall as the index grows (``scripts/bench_store.py`` measures it).
         train_threshold: exact search until a space holds this many vectors (at least 39 per

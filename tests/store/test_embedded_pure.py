@@ -64,7 +64,7 @@ def test_auto_n_lists_follows_sqrt_n_capped_by_39_per_list() -> None:
 def test_default_n_probe_follows_the_lists_and_training_samples_are_bounded() -> None:
     assert sizing.default_n_probe(4) == 4  # never more than there are lists
     assert sizing.default_n_probe(1000) == 16
-    assert sizing.default_n_probe(2236) == 23  # 1% of the lists, rounded up
+    assert sizing.default_n_probe(2236) == 35  # 1/64 of the lists, rounded up
     assert sizing.training_sample_size(5_000_000, 2236) == 2236 * 256
     assert sizing.training_sample_size(10_000, 100) == 10_000
 
