@@ -564,10 +564,12 @@ def recall_positions(agent_id: str, keys: Sequence[str]) -> AqlQuery:
 
 
 def list_messages(agent_id: str, after_seq: int, limit: int) -> AqlQuery:
-    """The agent's messages after ``after_seq`` in ``seq`` order (index ``messages_agent_seq``)."""
+    """The agent's messages after ``after_seq`` in ``seq`` order. Sorted on ``seq`` alone (unique
+    per agent), so the persistent index ``messages_agent_seq`` serves filter, sort and limit
+    without sorting the agent's whole log."""
     text = f"""FOR d IN {names.MESSAGES}
   FILTER d.agent_id == @agent_id AND d.seq > @after_seq
-  SORT d.seq ASC, d._key ASC
+  SORT d.seq ASC
   LIMIT @limit
   RETURN d"""
     return AqlQuery(text, {"agent_id": agent_id, "after_seq": after_seq, "limit": limit})

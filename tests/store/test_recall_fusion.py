@@ -172,5 +172,5 @@ def test_hybrid_lifts_the_turn_next_to_a_strong_match_above_weak_ones() -> None:
 def test_list_messages_pages_by_seq_on_the_agent_seq_index() -> None:
     q = aql.list_messages("agent-a", 41, 100)
     assert "FILTER d.agent_id == @agent_id AND d.seq > @after_seq" in q.text
-    assert q.text.index("FILTER") < q.text.index("SORT d.seq ASC") < q.text.index("LIMIT @limit")
+    assert q.text.index("FILTER") < q.text.index("SORT d.seq ASC\n") < q.text.index("LIMIT @limit")
     assert q.bind_vars == {"agent_id": "agent-a", "after_seq": 41, "limit": 100}
