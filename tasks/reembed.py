@@ -22,6 +22,7 @@ from hotpath import audit
 from store.port import MemoryStore
 from store.types import StoredMessage
 from tasks.message_vectors import Turn, Vectorizer, message_text
+from tasks.spool import embed_into_store
 
 ACTOR = audit.worker("reembed")
 
@@ -113,13 +114,9 @@ def _embed_missing(
     if not ready:
         return 0
     have = store.message_vector_ids(agent_id, [m.message_id for m in ready], vectorizer.version)
-    targets = [m for m in ready if m.message_id not in have]
-    if not targets:
-        return 0
-    vectors = vectorizer.embed(_turns(context), _turns(targets))
-    pairs = [(m.message_id, [float(x) for x in v]) for m, v in zip(targets, vectors, strict=True) if v is not None]
-    return store.put_message_vectors(agent_id, pairs, vectorizer.version) if pairs else 0
+    targets = [(m.message_id, _turn(m)) for m in ready if m.message_id not in have]
+    return embed_into_store(store, agent_id, targets, [_turn(m) for m in context], vectorizer)
 
 
-def _turns(messages: list[StoredMessage]) -> list[Turn]:
-    return [Turn(m.seq, message_text(m.content, m.name)) for m in messages]
+def _turn(message: StoredMessage) -> Turn:
+    return Turn(message.seq, message_text(message.content, message.name))

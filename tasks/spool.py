@@ -181,8 +181,23 @@ def _embed(
     vectorizer: Vectorizer,
 ) -> int:
     """Embed ``targets`` with ``context`` around them and store the vectors; how many were new."""
+    return embed_into_store(
+        store, agent_id, [(m.id, t) for m, t in zip(targets, _turns(targets), strict=True)], _turns(context), vectorizer
+    )
+
+
+def embed_into_store(
+    store: MemoryStore,
+    agent_id: str,
+    targets: Sequence[tuple[str, Turn]],
+    context: Sequence[Turn],
+    vectorizer: Vectorizer,
+) -> int:
+    """Embed the ``(message id, turn)`` targets with ``context`` around them and store the
+    vectors under the vectorizer's version; how many were new. Shared by the spool, the eviction
+    backfill and re-embedding (:mod:`tasks.reembed`)."""
     if not targets:
         return 0
-    vectors = vectorizer.embed(_turns(context), _turns(targets))
-    pairs = [(m.id, [float(x) for x in v]) for m, v in zip(targets, vectors, strict=True) if v is not None]
+    vectors = vectorizer.embed(context, [t for _, t in targets])
+    pairs = [(mid, [float(x) for x in v]) for (mid, _), v in zip(targets, vectors, strict=True) if v is not None]
     return store.put_message_vectors(agent_id, pairs, vectorizer.version) if pairs else 0
