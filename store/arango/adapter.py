@@ -633,23 +633,22 @@ class ArangoStore(MemoryStore):
                 ranked: Ranked = vec
             else:
                 text = self._rank_recall(agent_id, query, depth, since, until)
-                keys = sorted({k for k, _ in text} | {k for k, _ in vec})
-                rows = self._run(self._ro, aql.recall_positions(agent_id, keys), "search_recall") if keys else []
-                seq = {str(r["key"]): int(r["seq"]) for r in rows}
-                ranked = fusion.hybrid(text, vec, seq, unembedded=self._unembedded(agent_id, text, version))[:depth]
+                seq, embedded = self._positions(agent_id, {k for k, _ in text} | {k for k, _ in vec}, version)
+                unembedded = {k for k, _ in text} - embedded
+                ranked = fusion.hybrid(text, vec, seq, unembedded=unembedded)[:depth]
             part = self._snapshots.first("recall-" + mode, agent_id, key, ranked, limit)
         ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
         found = {d["_key"]: d for d in self._run(self._ro, aql.documents(ids, agent_id), "search_recall")}
         hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in part.items if k in found]
         return Page(hits, part.next_cursor)
 
-    def _unembedded(self, agent_id: str, text: Ranked, version: str | None) -> set[str]:
-        """The text hits that carry no recall vector of ``version``."""
-        hits = {k for k, _ in text}
-        if version is None or not hits:
-            return hits
-        q = aql.message_vector_keys(agent_id, sorted(hits), version)
-        return hits - {str(k) for k in self._run(self._ro, q, "search_recall")}
+    def _positions(self, agent_id: str, keys: set[str], version: str | None) -> tuple[dict[str, int], set[str]]:
+        """Each hit's ``seq``, and which hits carry a recall vector of ``version``: one query."""
+        if not keys:
+            return {}, set()
+        rows = self._run(self._ro, aql.recall_positions(agent_id, sorted(keys), version), "search_recall")
+        seq = {str(r["key"]): int(r["seq"]) for r in rows}
+        return seq, {str(r["key"]) for r in rows if r.get("embedded")}
 
     def _main_vector_version(self, agent_id: str, dimension: int) -> str | None:
         versions = self._run(self._ro, aql.recall_vector_versions(agent_id), "search_recall")

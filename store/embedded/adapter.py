@@ -522,16 +522,16 @@ class EmbeddedStore(MemoryStore):
         validation.identifier("agent_id", agent_id)
         ids = list(dict.fromkeys(str(m) for m in message_ids))
         found: set[str] = set()
-        # SQLite caps bound parameters per statement; 500 ids a query stays well inside it.
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            rows = self._db.query(
-                "read message vector ids",
-                "SELECT message_id FROM message_vectors WHERE agent_id = ? AND embedding_version = ? "
-                f"AND message_id IN ({','.join('?' * len(part))})",
-                (agent_id, embedding_version, *part),
+        for part in chunked(ids):
+            found.update(
+                str(r[0])
+                for r in self._db.query(
+                    "read message vector ids",
+                    "SELECT message_id FROM message_vectors WHERE agent_id = ? AND embedding_version = ? "
+                    f"AND message_id IN ({','.join('?' * len(part))})",
+                    (agent_id, embedding_version, *part),
+                )
             )
-            found.update(str(r[0]) for r in rows)
         return found
 
     def search_recall_hybrid(
@@ -563,9 +563,8 @@ class EmbeddedStore(MemoryStore):
             text, newest = self._recall.rank(agent_id, terms, depth, since=since, until=until, bound=bound)
             top = newest if bound is None else min(newest, bound)
             vec = self._vector_rank(agent_id, version, q, since, until, top, depth)
-            seqs = self._seqs(agent_id, {i for i, _ in text} | {i for i, _ in vec})
-            unembedded = {i for i, _ in text} - self._embedded_rows(agent_id, version, [i for i, _ in text])
-            fused = fusion.hybrid(text, vec, seqs, unembedded=unembedded)
+            seqs, embedded = self._positions(agent_id, {i for i, _ in text} | {i for i, _ in vec}, version)
+            fused = fusion.hybrid(text, vec, seqs, unembedded={i for i, _ in text} - embedded)
             return [h for h in fused if h[0] not in exclude][:n], top
 
         part = self._snapshots.page("recall-" + mode, agent_id, key, limit, cursor, rank)
@@ -618,35 +617,24 @@ class EmbeddedStore(MemoryStore):
         matrix = np.frombuffer(b"".join(r[2] for r in found), dtype="<f4").reshape(len(found), -1)
         return fusion.cosine_top(query, [int(r[0]) for r in found], matrix.astype(np.float32), n)
 
-    def _embedded_rows(self, agent_id: str, version: str | None, ids: Sequence[int]) -> set[int]:
-        """Which of these message rows carry a vector of ``version``."""
-        if version is None:
-            return set()
-        out: set[int] = set()
-        for part in chunked(sorted(set(ids))):
-            marks = ",".join("?" * len(part))
-            for (row_id,) in self._db.query(
-                "read recall hit vectors",
-                "SELECT m.id FROM messages m JOIN message_vectors v "
-                "ON v.agent_id = m.agent_id AND v.message_id = m.message_id "
-                f"WHERE m.agent_id = ? AND v.embedding_version = ? AND m.id IN ({marks})",
-                [agent_id, version, *part],
-            ):
-                out.add(int(row_id))
-        return out
-
-    def _seqs(self, agent_id: str, ids: Iterable[int]) -> dict[int, int]:
-        """The conversation position (``seq``) of each of these messages of the agent."""
-        out: dict[int, int] = {}
+    def _positions(self, agent_id: str, ids: Iterable[int], version: str | None) -> tuple[dict[int, int], set[int]]:
+        """The conversation position (``seq``) of each of these messages of the agent, and which
+        of them carry a vector of ``version`` (hybrid scores a missing one by the text score)."""
+        seqs: dict[int, int] = {}
+        embedded: set[int] = set()
         for part in chunked(sorted(ids)):
             marks = ",".join("?" * len(part))
-            for row_id, seq in self._db.query(
+            for row_id, seq, has_vector in self._db.query(
                 "read recall hit positions",
-                f"SELECT id, seq FROM messages WHERE agent_id = ? AND id IN ({marks})",
-                [agent_id, *part],
+                "SELECT m.id, m.seq, v.message_id IS NOT NULL FROM messages m LEFT JOIN message_vectors v "
+                "ON v.agent_id = m.agent_id AND v.message_id = m.message_id AND v.embedding_version = ? "
+                f"WHERE m.agent_id = ? AND m.id IN ({marks})",
+                [version, agent_id, *part],
             ):
-                out[int(row_id)] = int(seq)
-        return out
+                seqs[int(row_id)] = int(seq)
+                if has_vector:
+                    embedded.add(int(row_id))
+        return seqs, embedded
 
     def _hydrate_messages(self, agent_id: str, ids: Sequence[int]) -> dict[int, StoredMessage]:
         out: dict[int, StoredMessage] = {}

@@ -258,9 +258,7 @@ def msg(agent: str, i: int, content: str = "hello") -> StoredMessage:
 
 
 def commit(agent: str, batch: int, n: int, rev: str | None) -> EvictionCommit:
-    return EvictionCommit(
-        agent, batch, [msg(agent, i) for i in range(n)], "summary", 7, rev, {"why": "flush"}
-    )
+    return EvictionCommit(agent, batch, [msg(agent, i) for i in range(n)], "summary", 7, rev, {"why": "flush"})
 
 
 def test_bootstrap_creates_every_collection_view_and_graph(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
@@ -297,9 +295,7 @@ def test_commit_eviction_replay_is_a_no_op(world: tuple[ArangoStore, FakeDB, Fau
 
 
 @pytest.mark.parametrize("point", ["commit_eviction.after_recall_append", "commit_eviction.before_commit"])
-def test_commit_eviction_fault_aborts_and_leaves_nothing(
-    world: tuple[ArangoStore, FakeDB, Faults], point: str
-) -> None:
+def test_commit_eviction_fault_aborts_and_leaves_nothing(world: tuple[ArangoStore, FakeDB, Faults], point: str) -> None:
     store, rw, faults = world
     faults.armed.add(point)
     with pytest.raises(InjectedFailure):
@@ -599,16 +595,20 @@ def test_hybrid_asks_which_text_hits_have_vectors_through_the_read_only_handle(
     asked: list[dict[str, Any]] = []
 
     def answers(query: str, bind: dict[str, Any]) -> list[Any] | None:
-        if "RETURN d._key" in query and "version" in bind:
+        if "seq: d.seq" in query:
             asked.append(bind)
-            return ["k1"]
+            embedded = "version" in bind
+            return [
+                {"key": k.split("/")[1], "seq": i, "embedded": embedded and k.endswith("k1")}
+                for i, k in enumerate(bind["ids"])
+            ]
         return None
 
     cast(FakeDB, store._ro).on_query = answers
-    text = [("k0", 3.0), ("k1", 2.0), ("k2", 1.0)]
-    assert store._unembedded("a", text, "v1") == {"k0", "k2"}
-    assert asked == [{"keys": ["k0", "k1", "k2"], "agent_id": "a", "version": "v1"}]
-    # no vector version: every hit is unembedded, and nothing is asked
-    assert store._unembedded("a", text, None) == {"k0", "k1", "k2"}
-    assert store._unembedded("a", [], "v1") == set() and len(asked) == 1
+    seq, embedded = store._positions("a", {"k0", "k1", "k2"}, "v1")
+    assert {"k0", "k1", "k2"} - embedded == {"k0", "k2"} and seq == {"k0": 0, "k1": 1, "k2": 2}
+    assert asked == [{"agent_id": "a", "ids": [f"{names.MESSAGES}/k{i}" for i in range(3)], "version": "v1"}]
+    # no vector version: every hit is unembedded (one query for the positions still)
+    assert store._positions("a", {"k0", "k1", "k2"}, None)[1] == set()
+    assert store._positions("a", set(), "v1") == ({}, set()) and len(asked) == 2
     assert rw.queries == []

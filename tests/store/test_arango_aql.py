@@ -124,6 +124,9 @@ def test_recall_positions_read_seq_of_the_agents_messages_by_id() -> None:
     assert q.bind_vars == {"agent_id": "a", "ids": [f"{names.MESSAGES}/k1", f"{names.MESSAGES}/k2"]}
     assert "DOCUMENT(id)" in q.text and "d.agent_id == @agent_id" in q.text
     assert "seq: d.seq" in q.text
+    with_version = aql.recall_positions("a", ["k1"], "v1")
+    assert "embedded: d.recall_emb_version == @version" in with_version.text
+    assert with_version.bind_vars["version"] == "v1"
 
 
 def test_recall_without_time_window_binds_none() -> None:
