@@ -70,6 +70,11 @@ def _text(value: bytes | str | None) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
+def _entry_id(entry: bytes | str) -> str:
+    """The message id of a FIFO entry (``<tokens>:<pinned>:<id>``, see :mod:`hotpath.keys`)."""
+    return _text(entry).split(":", 2)[2]
+
+
 def _reply(raw: Sequence[str]) -> tuple[dict[str, Any], bool]:
     status, body = raw[0], raw[1]
     data = json.loads(body)
@@ -522,7 +527,7 @@ class HotState:
         meta, system, fifo, msgs, blocks, summary, ph = pipe.execute()
         if not meta:
             raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
-        messages = [Message.from_json(json.loads(msgs[e.split(":", 2)[2]])) for e in fifo]
+        messages = [Message.from_json(json.loads(msgs[_entry_id(e)])) for e in fifo]
         placeholders = []
         for bid, value in ph.items():
             count, tokens = value.split("|")
@@ -559,7 +564,7 @@ class HotState:
     def fifo_ids(self, agent_id: str) -> list[str]:
         """The FIFO's message ids, oldest first (its entries only: no message is read)."""
         validation.agent_id(agent_id)
-        return [_text(e).split(":", 2)[2] for e in self.redis.lrange(keys.key(agent_id, keys.FIFO), 0, -1)]
+        return [_entry_id(e) for e in self.redis.lrange(keys.key(agent_id, keys.FIFO), 0, -1)]
 
     def reconciled_seq(self, agent_id: str) -> int:
         """The sweeper's watermark: every FIFO message up to this seq was found in the store."""
