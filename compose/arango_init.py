@@ -2,7 +2,7 @@
 
 Run once per ``docker compose up`` by the ``arangodb-init`` service (``compose/start-init``), from
 the vcm image, over the Unix socket, as ``root``. It uses vcm's own connection code
-(:mod:`store.arango.client`), so it reaches the server exactly as the API and workers will.
+(:mod:`vcm.store.arango.client`), so it reaches the server exactly as the API and workers will.
 
 Environment::
 
@@ -40,9 +40,9 @@ from typing import Any
 
 from arango.exceptions import DatabaseCreateError
 
-from store.arango.client import Connection, connect, parse_url
-from store.arango.errors import DUPLICATE_NAME, ArangoConfigError, is_error, translated
-from store.errors import StoreError, StoreUnavailableError
+from vcm.errors import StoreUnavailable, VcmError
+from vcm.store.arango.client import Connection, connect, parse_url
+from vcm.store.arango.errors import DUPLICATE_NAME, ArangoConfigError, is_error, translated
 
 ROOT_USER = "root"
 SYSTEM_DATABASE = "_system"
@@ -129,7 +129,7 @@ def connect_root(
     while True:
         try:
             return connect(cfg.socket_url, username=ROOT_USER, password=cfg.root_password, database=SYSTEM_DATABASE)
-        except StoreUnavailableError as exc:
+        except StoreUnavailable as exc:
             if exc.details.get("http_status") in (401, 403) or clock() >= deadline:
                 raise
             log(f"ArangoDB not answering yet ({exc.message}); retrying")
@@ -171,7 +171,7 @@ def verify(conn: Connection, cfg: InitConfig) -> None:
         with translated("init.verify"):
             got = sys_db.permission(user.name, cfg.database)
         if got != user.grant:
-            raise StoreUnavailableError(f"user {user.name} has {got!r} on {cfg.database}, expected {user.grant!r}")
+            raise StoreUnavailable(f"user {user.name} has {got!r} on {cfg.database}, expected {user.grant!r}")
     check = connect(
         cfg.socket_url,
         username=cfg.rw.name,
@@ -195,7 +195,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         return 2
     try:
         conn = connect_root(cfg)
-    except StoreError as exc:
+    except VcmError as exc:
         hint = ""
         if exc.details.get("http_status") == 401:
             hint = " (ARANGO_ROOT_PASSWORD is applied only when the arango_data volume is first created)"
@@ -205,7 +205,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         for line in bootstrap(conn.rw, cfg):
             log(line)
         verify(conn, cfg)
-    except StoreError as exc:
+    except VcmError as exc:
         log(f"failed: {exc.message}")
         return 1
     finally:

@@ -1,4 +1,4 @@
-"""vcm's shipped configuration files, importable as ``vcm_config`` once vcm is installed."""
+"""vcm's shipped configuration files, importable as ``vcm.config`` once vcm is installed."""
 
 from pathlib import Path
 

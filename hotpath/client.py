@@ -1,15 +1,15 @@
-"""Python client of the vcm HTTP API (:mod:`hotpath.api`): :class:`VcmClient` (sync) and
+"""Python client of the vcm HTTP API (:mod:`vcm.api.app`): :class:`VcmClient` (sync) and
 :class:`AsyncVcmClient`, one method per route, over httpx.
 
 Every method returns the route's JSON body as a dict. An error response is raised as the
-:mod:`hotpath.errors` class of its code (``RevConflict`` for ``REV_CONFLICT`` with ``current_rev``
+:mod:`vcm.errors` class of its code (``RevConflict`` for ``REV_CONFLICT`` with ``current_rev``
 in ``.details``, ``TokenBudgetExceeded`` with ``required_headroom``, ...), so code written against
-the in-process :class:`~hotpath.service.MemoryService` catches the same exceptions::
+the in-process :class:`~vcm.service.MemoryService` catches the same exceptions::
 
-    VcmError
-    ├── (the hot path's classes, by code)
+    VcmError                the root; raised itself for a code this client does not know, or a
+    │                       reply that is not vcm's JSON (``.code`` ``HTTP_<status>``)
     ├── StoreUnavailable    STORE_UNAVAILABLE (503): Redis or the store is down; retry later
-    └── ApiError            any other code (INTERNAL_ERROR, or a reply that is not vcm's JSON)
+    └── ...                 one class per code, as the server raises them
 
 Transport failures (connection refused, timeouts) are httpx's own exceptions. Pass ``transport``
 to route requests anywhere (``httpx.ASGITransport(app)``, ``httpx.MockTransport``) in tests.
@@ -17,6 +17,8 @@ to route requests anywhere (``httpx.ASGITransport(app)``, ``httpx.MockTransport`
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -24,74 +26,29 @@ from urllib.parse import quote
 
 import httpx
 
-from hotpath.errors import (
-    IdempotencyMismatch,
-    NotFound,
-    OutOfOrder,
-    PinLimitExceeded,
-    RateLimited,
-    RevConflict,
-    TokenBudgetExceeded,
-    Unauthorized,
-    ValidationError,
-    VcmError,
-)
-from hotpath.tools import tool_schemas
-from store.errors import ErrorCode
+from vcm.errors import ErrorCode, VcmError, from_payload
+from vcm.tools.schemas import tool_schemas
 
 R = TypeVar("R")
 Json = dict[str, Any]
 
 
-class StoreUnavailable(VcmError):
-    code = ErrorCode.STORE_UNAVAILABLE
-
-
-class ApiError(VcmError):
-    """An error reply with no class of its own; ``.code`` is the reply's code as text."""
-
-    def __init__(self, message: str, *, code: str, status: int, **details: Any) -> None:
-        super().__init__(message, **details)
-        # INTERNAL_ERROR and codes newer than this client are not ErrorCode members.
-        self.code = code  # type: ignore[assignment]
-        self.status = status
-
-
-ERRORS: dict[str, type[VcmError]] = {
-    ErrorCode.VALIDATION_ERROR: ValidationError,
-    ErrorCode.NOT_FOUND: NotFound,
-    ErrorCode.REV_CONFLICT: RevConflict,
-    ErrorCode.IDEMPOTENCY_MISMATCH: IdempotencyMismatch,
-    ErrorCode.TOKEN_BUDGET_EXCEEDED: TokenBudgetExceeded,
-    ErrorCode.PIN_LIMIT_EXCEEDED: PinLimitExceeded,
-    ErrorCode.RATE_LIMITED: RateLimited,
-    ErrorCode.UNAUTHORIZED: Unauthorized,
-    ErrorCode.STORE_UNAVAILABLE: StoreUnavailable,
-    ErrorCode.CONFLICT: OutOfOrder,
-}
-
-
 def error_from(response: httpx.Response) -> VcmError:
-    """The exception an error reply stands for."""
+    """The exception an error reply stands for: the class of its code from :mod:`vcm.errors`."""
     try:
-        body = response.json()
-        error = dict(body["error"])
-        code, message = str(error.pop("code")), str(error.pop("message"))
+        error = dict(response.json()["error"])
+        if not isinstance(error.get("code"), str) or not isinstance(error.get("message"), str):
+            raise TypeError
     except (ValueError, KeyError, TypeError):
-        return ApiError(
-            f"HTTP {response.status_code} without a vcm error body",
-            code=f"HTTP_{response.status_code}",
-            status=response.status_code,
-        )
-    if code == ErrorCode.RATE_LIMITED and "retry_after_s" not in error:
+        unknown = VcmError(f"HTTP {response.status_code} without a vcm error body")
+        unknown.code, unknown.status = f"HTTP_{response.status_code}", response.status_code
+        return unknown
+    if error["code"] == ErrorCode.RATE_LIMITED and "retry_after_s" not in error:
         try:
             error["retry_after_s"] = float(response.headers.get("Retry-After", "1"))
         except ValueError:
             error["retry_after_s"] = 1.0
-    cls = ERRORS.get(code)
-    if cls is None:
-        return ApiError(message, code=code, status=response.status_code, **error)
-    return cls(message, **error)
+    return from_payload(error, response.status_code)
 
 
 def _decode(response: httpx.Response, ok: Sequence[int]) -> Json:
@@ -99,7 +56,9 @@ def _decode(response: httpx.Response, ok: Sequence[int]) -> Json:
         raise error_from(response)
     data = response.json()
     if not isinstance(data, dict):
-        raise ApiError("the reply is not a JSON object", code="BAD_REPLY", status=response.status_code)
+        bad = VcmError("the reply is not a JSON object")
+        bad.code, bad.status = "BAD_REPLY", response.status_code
+        raise bad
     return data
 
 
@@ -285,6 +244,10 @@ class _Operations(Generic[R]):
             Call("POST", f"/v1/agents/{_seg(agent_id)}/archival", json=body, headers=_idem(idempotency_key))
         )
 
+    def ingest_job(self, agent_id: str, job_id: str) -> R:
+        """An ingestion job (``ingest_archival`` returns it queued): status, progress, result or error."""
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/archival/jobs/{_seg(job_id)}"))
+
     def search_archival(
         self,
         agent_id: str,
@@ -387,6 +350,12 @@ def _http_kwargs(call: Call) -> dict[str, Any]:
     }
 
 
+def _finished(job: Json) -> Json:
+    if job["status"] == "failed":
+        raise from_payload(job.get("error") or {"code": "INTERNAL_ERROR", "message": "ingestion failed"})
+    return job
+
+
 class VcmClient(_Operations[Json]):
     """Synchronous client. ``token`` is an agent's token or the admin token."""
 
@@ -408,6 +377,17 @@ class VcmClient(_Operations[Json]):
     def _send(self, call: Call) -> Json:
         response = self._http.request(call.method, call.path, **_http_kwargs(call))
         return _decode(response, call.ok)
+
+    def wait_for_ingest(self, agent_id: str, job_id: str, *, timeout: float = 300.0, poll: float = 0.25) -> Json:
+        """Poll an ingestion job until it is done (its job) or failed (raises its coded error)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.ingest_job(agent_id, job_id)
+            if job["status"] in ("done", "failed"):
+                return _finished(job)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"ingestion job {job_id} still {job['status']} after {timeout} s")
+            time.sleep(poll)
 
     def close(self) -> None:
         self._http.close()
@@ -441,6 +421,17 @@ class AsyncVcmClient(_Operations[Awaitable[Json]]):
         response = await self._http.request(call.method, call.path, **_http_kwargs(call))
         return _decode(response, call.ok)
 
+    async def wait_for_ingest(self, agent_id: str, job_id: str, *, timeout: float = 300.0, poll: float = 0.25) -> Json:
+        """Poll an ingestion job until it is done (its job) or failed (raises its coded error)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = await self.ingest_job(agent_id, job_id)
+            if job["status"] in ("done", "failed"):
+                return _finished(job)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"ingestion job {job_id} still {job['status']} after {timeout} s")
+            await asyncio.sleep(poll)
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
@@ -451,4 +442,4 @@ class AsyncVcmClient(_Operations[Awaitable[Json]]):
         await self.aclose()
 
 
-__all__ = ["ERRORS", "ApiError", "AsyncVcmClient", "StoreUnavailable", "VcmClient", "error_from", "tool_schemas"]
+__all__ = ["AsyncVcmClient", "VcmClient", "error_from", "tool_schemas"]

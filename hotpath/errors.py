@@ -1,36 +1,67 @@
-"""The hot path's exception tree. Every error carries a stable code (see store.errors.ErrorCode)::
+"""vcm's one exception tree: every error that reaches a caller, in every layer and in the client.
 
-    VcmError                          (base)
-    ├── ValidationError               VALIDATION_ERROR   bad input; nothing changed
-    ├── NotFound                      NOT_FOUND          unknown agent / block / batch
-    ├── TokenBudgetExceeded           TOKEN_BUDGET_EXCEEDED  carries required_headroom
-    ├── PinLimitExceeded              PIN_LIMIT_EXCEEDED     carries pinned, cap
-    ├── RevConflict                   REV_CONFLICT       carries current_rev
-    ├── IdempotencyMismatch           IDEMPOTENCY_MISMATCH
-    ├── RateLimited                   RATE_LIMITED
-    ├── Unauthorized                  UNAUTHORIZED
-    ├── OutOfOrder                    CONFLICT           an eviction batch finished before its predecessor
-    ├── TaintedContent                TAINTED_CONTENT    instruction-like text into a working block, unjustified
-    └── ConfigError                   CONFIG_ERROR       invalid settings, raised at start
+Each class stands for one stable code and carries the HTTP status that code answers with; the
+API renders ``{"error": {"code", "message", ...details}}`` from it and the client raises the same
+class again from that body (:func:`from_payload`), so in-process and remote callers catch the
+same exceptions::
 
-Errors raised by the store (store.errors.StoreError) keep their own tree and codes; callers map
-both through :func:`error_payload`.
+    VcmError                    (root; also what the client raises for a code it does not know)
+    ├── ValidationError         VALIDATION_ERROR       422  bad input; nothing changed
+    ├── NotFound                NOT_FOUND              404  unknown agent / block / batch / document
+    ├── TokenBudgetExceeded     TOKEN_BUDGET_EXCEEDED  422  carries required_headroom
+    ├── PinLimitExceeded        PIN_LIMIT_EXCEEDED     422  carries pinned, cap
+    ├── RevConflict             REV_CONFLICT           409  optimistic lock lost; carries current_rev
+    ├── IdempotencyMismatch     IDEMPOTENCY_MISMATCH   422  same key, different request
+    ├── RateLimited             RATE_LIMITED           429  carries retry_after_s
+    ├── Unauthorized            UNAUTHORIZED           401
+    ├── Conflict                CONFLICT               409  the request clashes with current state
+    │                                                       (an agent that exists, a batch finished
+    │                                                       before its predecessor)
+    ├── TaintedContent          TAINTED_CONTENT        422  instruction-like text promoted unjustified
+    ├── ConfigError             CONFIG_ERROR           500  invalid settings, raised at start
+    ├── StoreUnavailable        STORE_UNAVAILABLE      503  backend down / transaction aborted
+    │   └── InjectedFailure                                 raised by test fault hooks only
+    └── InternalError           INTERNAL_ERROR         500  a server bug; the body says nothing more
+
+This module imports nothing from vcm: the client SDK depends on it alone.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, ClassVar
 
-from store.errors import ErrorCode, StoreError
+
+class ErrorCode(StrEnum):
+    TOKEN_BUDGET_EXCEEDED = "TOKEN_BUDGET_EXCEEDED"
+    PIN_LIMIT_EXCEEDED = "PIN_LIMIT_EXCEEDED"
+    REV_CONFLICT = "REV_CONFLICT"
+    IDEMPOTENCY_MISMATCH = "IDEMPOTENCY_MISMATCH"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    NOT_FOUND = "NOT_FOUND"
+    RATE_LIMITED = "RATE_LIMITED"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    CONFIG_ERROR = "CONFIG_ERROR"
+    CONFLICT = "CONFLICT"
+    TAINTED_CONTENT = "TAINTED_CONTENT"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
 class VcmError(Exception):
-    code: ErrorCode = ErrorCode.VALIDATION_ERROR
+    """The root. ``code`` and ``http_status`` are per class; an instance built for a code this
+    version does not know (a newer server's) carries that code and status itself."""
+
+    code: str = ErrorCode.INTERNAL_ERROR
+    http_status: ClassVar[int] = 500
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
+        # The HTTP status: the class's, unless a reply with a code unknown here said otherwise.
+        self.status: int = self.http_status
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": str(self.code), "message": self.message, **self.details}
@@ -38,50 +69,115 @@ class VcmError(Exception):
 
 class ValidationError(VcmError):
     code = ErrorCode.VALIDATION_ERROR
+    http_status = 422
 
 
 class NotFound(VcmError):
     code = ErrorCode.NOT_FOUND
+    http_status = 404
 
 
 class TokenBudgetExceeded(VcmError):
+    # 422, not 413: the request may be small; it is the window that has no room for it.
     code = ErrorCode.TOKEN_BUDGET_EXCEEDED
+    http_status = 422
 
 
 class PinLimitExceeded(VcmError):
     code = ErrorCode.PIN_LIMIT_EXCEEDED
+    http_status = 422
 
 
 class RevConflict(VcmError):
     code = ErrorCode.REV_CONFLICT
+    http_status = 409
 
 
 class IdempotencyMismatch(VcmError):
+    # 422 as in the IETF Idempotency-Key draft: the key is being reused for a different request.
     code = ErrorCode.IDEMPOTENCY_MISMATCH
+    http_status = 422
 
 
 class RateLimited(VcmError):
     code = ErrorCode.RATE_LIMITED
+    http_status = 429
 
 
 class Unauthorized(VcmError):
     code = ErrorCode.UNAUTHORIZED
+    http_status = 401
 
 
-class OutOfOrder(VcmError):
+class Conflict(VcmError):
     code = ErrorCode.CONFLICT
+    http_status = 409
 
 
 class TaintedContent(VcmError):
     """Text that reads like instructions to the model, promoted without a justification."""
 
     code = ErrorCode.TAINTED_CONTENT
+    http_status = 422
 
 
 class ConfigError(VcmError):
     code = ErrorCode.CONFIG_ERROR
+    http_status = 500
 
 
-def error_payload(exc: VcmError | StoreError) -> dict[str, Any]:
+class StoreUnavailable(VcmError):
+    code = ErrorCode.STORE_UNAVAILABLE
+    http_status = 503
+
+
+class InjectedFailure(StoreUnavailable):
+    """Raised by a fault hook in tests; behaves like a backend failure mid-operation."""
+
+
+class InternalError(VcmError):
+    code = ErrorCode.INTERNAL_ERROR
+    http_status = 500
+
+
+def _by_code() -> dict[str, type[VcmError]]:
+    table: dict[str, type[VcmError]] = {}
+    pending: list[type[VcmError]] = list(VcmError.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if "code" in vars(cls):  # a class that names its own code, not a refinement such as InjectedFailure
+            assert cls.code not in table, f"two classes for {cls.code}"
+            table[cls.code] = cls
+    return table
+
+
+ERRORS: dict[str, type[VcmError]] = _by_code()
+"""The class of each stable code: the one lookup table of the API, the client and the hot state."""
+
+STATUS: dict[str, int] = {code: cls.http_status for code, cls in ERRORS.items()}
+
+
+def error_class(code: str) -> type[VcmError]:
+    """The class of ``code``; the root for a code this version does not know."""
+    return ERRORS.get(code, VcmError)
+
+
+def from_payload(error: Mapping[str, Any], status: int | None = None) -> VcmError:
+    """The exception an error body (``{"code", "message", ...details}``) stands for."""
+    code = str(error.get("code", ErrorCode.INTERNAL_ERROR))
+    message = str(error.get("message", code))
+    details = {k: v for k, v in error.items() if k not in ("code", "message")}
+    cls = ERRORS.get(code)
+    if cls is not None:
+        return cls(message, **details)
+    exc = VcmError(message, **details)
+    exc.code = code
+    if status is not None:
+        exc.status = status
+    return exc
+
+
+def error_payload(exc: VcmError) -> dict[str, Any]:
     """The JSON body / system-message payload for a coded error."""
     return exc.to_dict()

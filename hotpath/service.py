@@ -1,50 +1,70 @@
 """The memory service: one façade over the hot state, the store and the cold-path seams.
 
-The HTTP API, the tool executor, the Python client (in-process) and the CLI all go through it.
-Its collaborators are ports, wired by process entry points: a :class:`~hotpath.dispatch.Dispatcher`
-for cold-path work, an ``embed`` function for query vectors, an ``ingest`` function for archival
-documents. Nothing here imports Celery or the embedding model.
+The HTTP API, the tool executor, the agent loop and the CLI all go through it; they do not
+reach into the hot state or the store. It owns what every entry point must do the same way:
+
+* **idempotency**: one record format, kept by the hot state (:meth:`HotState.claim` and the Lua
+  mutations), one namespace per agent, checked and recorded atomically;
+* **taint marking** of retrieved text (:mod:`vcm.poisoning`): :meth:`mark` and the marks on
+  search results, and the refusal of tainted text into working blocks;
+* **cursor secrets**: the key of the MACs on result cursors (:meth:`cursor_secret`).
+
+Its collaborators are ports, wired by process entry points: a :class:`~vcm.dispatch.Dispatcher`
+for cold-path work (spooling, evictions, archival ingestion jobs) and an ``embed`` function for
+query vectors. Nothing here imports Celery or the embedding model.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
-from hotpath import audit, footprint, metrics, poisoning, validation
-from hotpath.context import AssembledContext, assemble
-from hotpath.dispatch import Dispatcher
-from hotpath.errors import IdempotencyMismatch, TaintedContent, ValidationError
-from hotpath.state import HotState
-from hotpath.types import AgentInfo, AppendResult, BatchInfo, Block, BlockResult
-from store.port import MemoryStore
-from store.types import ArchivalHit, MemoryEvent, Page, RecallHit, StoredMessage
+from vcm import poisoning, validation
+from vcm.dispatch import Dispatcher
+from vcm.errors import IdempotencyMismatch, StoreUnavailable, TaintedContent, ValidationError, VcmError
+from vcm.hot.context import AssembledContext, assemble
+from vcm.hot.jobs import IngestJob
+from vcm.hot.state import HotState
+from vcm.hot.tokens import TokenCounter
+from vcm.obs import audit, footprint, metrics
+from vcm.store.port import MemoryStore
+from vcm.store.types import ArchivalHit, MemoryEvent, Page, RecallHit, StoredMessage
+from vcm.types import AgentInfo, AppendResult, BatchInfo, Block, BlockResult, Gauges, IngestRequest
 
 log = logging.getLogger(__name__)
 
 Embed = Callable[[Sequence[str]], Any]  # texts -> array of unit vectors (n, dim)
 
 
-class Ingest(Protocol):
-    def __call__(
-        self,
-        agent_id: str,
-        doc_id: str,
-        text: str,
-        *,
-        source: str,
-        metadata: Mapping[str, Any],
-    ) -> Mapping[str, Any]: ...
-
-
 @dataclass(frozen=True)
 class RecallResult:
     page: Page[RecallHit]
     mode: str
+    # ``tainted`` / ``taint_reasons`` of each hit, in page order (see MemoryService.mark).
+    marks: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ArchivalResult:
+    page: Page[ArchivalHit]
+    marks: list[dict[str, Any]] = field(default_factory=list)
+
+
+def ingest_job_id(agent_id: str, doc_id: str, text: str, source: str, metadata: Mapping[str, Any]) -> str:
+    """The same document (content, id, source, metadata) always maps to the same job."""
+    canonical = json.dumps(
+        [agent_id, doc_id, hashlib.sha256(text.encode("utf-8")).hexdigest(), source, dict(metadata)],
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+        default=str,
+    )
+    return "ing-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:24]
 
 
 def doc_id_for(text: str) -> str:
@@ -59,7 +79,6 @@ class MemoryService:
         dispatcher: Dispatcher,
         *,
         embed: Embed | None = None,
-        ingest: Ingest | None = None,
         recall_version: Callable[[], str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -71,10 +90,10 @@ class MemoryService:
         # query vectors only with those. Without it the store picks the agent's most used version,
         # which after a model change belongs to the old model.
         self.recall_version = recall_version
-        self.ingest = ingest
         self.clock = clock
         self.settings = hot.settings
-        self.taint = poisoning.Filter.of(self.settings.poisoning)
+        self._taint = poisoning.Filter.of(self.settings.poisoning)
+        self._cursor_secret: bytes | None = None
 
     # --- agents -----------------------------------------------------------------------------
     def create_agent(
@@ -132,7 +151,7 @@ class MemoryService:
         )
         if res.replayed:
             return res
-        # The append's audit row is written by the spool task with the message (tasks.spool),
+        # The append's audit row is written by the spool task with the message (vcm.tasks.spool),
         # so the hot path stays one Redis round trip.
         if res.gauges is not None:
             metrics.context(agent_id, res.gauges, per_agent=self.settings.metrics.per_agent)
@@ -188,18 +207,29 @@ class MemoryService:
     def write_recall(
         self, agent_id: str, content: str, *, role: str = "assistant", idempotency_key: str, actor: str = "system"
     ) -> StoredMessage:
-        """A note straight into recall memory, never into the context window."""
+        """A note straight into recall memory, never into the context window.
+
+        The key is claimed before anything is written (one atomic check-and-record in the hot
+        state), so two concurrent notes under one key cannot both succeed: the second gets the
+        first's note, or IDEMPOTENCY_MISMATCH when its text differs."""
         validation.role(role)
         content = validation.text(content, "content", self.settings.budget.max_content_chars)
         validation.idempotency_key(idempotency_key)
         info = self.hot.agent(agent_id)
         # The id comes from the idempotency key, so the store's idempotent spool dedupes retries.
         message_id = "r" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
+        request = {"role": role, "content_sha256": hashlib.sha256(content.encode("utf-8")).hexdigest()}
+        claimed, replayed = self.hot.claim(
+            agent_id, idempotency_key, "write_recall", request, {"message_id": message_id}
+        )
+        message_id = str(claimed["message_id"])
         existing = self.store.get_messages(agent_id, [message_id])
         if existing:
+            # The claim expires after idempotency_ttl_s; the note itself does not.
             if (existing[0].role, existing[0].content) != (role, content):
                 raise IdempotencyMismatch("this idempotency key was already used for a different note")
             return existing[0]
+        # First use, or a replay whose first attempt died before its write: write it (idempotent).
         _, seq = self.hot.reserve_message_id(agent_id)
         tokens = self.hot.counter(info.model).message(content)
         now = self.clock()
@@ -219,7 +249,7 @@ class MemoryService:
         self._event(
             agent_id,
             "recall_write",
-            {"message_id": message_id, "tokens": tokens},
+            {"message_id": message_id, "tokens": tokens, **({"replayed": True} if replayed else {})},
             actor,
             event_id=f"{agent_id}:recall:{message_id}",
             idempotency_key=idempotency_key,
@@ -243,7 +273,7 @@ class MemoryService:
         justification: str | None = None,
     ) -> BlockResult:
         """Create or edit a working block. Content that reads like instructions to the model
-        (:mod:`hotpath.poisoning`) is refused with TAINTED_CONTENT unless a ``justification`` says
+        (:mod:`vcm.poisoning`) is refused with TAINTED_CONTENT unless a ``justification`` says
         why it belongs there; the justification is kept in the audit row.
 
         The check runs on the content itself at put time, whatever its source: retrieved text
@@ -253,7 +283,7 @@ class MemoryService:
         reason = (justification or "").strip() if isinstance(justification, str) else ""
         if justification is not None and not isinstance(justification, str):
             raise ValidationError("justification must be a string", field="justification")
-        verdict = self.taint.scan(content) if isinstance(content, str) else poisoning.CLEAN
+        verdict = self._taint.scan(content) if isinstance(content, str) else poisoning.CLEAN
         if verdict.tainted and not reason:
             raise TaintedContent(
                 "this content looks like instructions to the model (possible memory poisoning: "
@@ -382,9 +412,9 @@ class MemoryService:
                 mode=mode,
                 embedding_version=version,
             )
-            return RecallResult(page, mode)
+            return RecallResult(page, mode, [self.mark(h.message.content) for h in page.items])
         page = self.store.search_recall(agent_id, query, limit, cursor, since=since, until=until)
-        return RecallResult(page, "text")
+        return RecallResult(page, "text", [self.mark(h.message.content) for h in page.items])
 
     def search_archival(
         self,
@@ -394,13 +424,14 @@ class MemoryService:
         k: int = 10,
         filters: Mapping[str, Any] | None = None,
         cursor: str | None = None,
-    ) -> Page[ArchivalHit]:
+    ) -> ArchivalResult:
         self.hot.agent(agent_id)
         query = validation.text(query, "query", 10_000)
         if self.embed is None:
             raise ValidationError("archival search needs an embedding model; none is configured", field="query")
         vector = [float(x) for x in self.embed([query])[0]]
-        return self.store.search_archival(agent_id, vector, k, filters=filters, cursor=cursor)
+        page = self.store.search_archival(agent_id, vector, k, filters=filters, cursor=cursor)
+        return ArchivalResult(page, [self.mark(h.chunk.text) for h in page.items])
 
     def ingest_archival(
         self,
@@ -412,24 +443,105 @@ class MemoryService:
         metadata: Mapping[str, Any] | None = None,
         actor: str = "system",
         idempotency_key: str | None = None,
-    ) -> Mapping[str, Any]:
+    ) -> IngestJob:
+        """Queue a document for archival memory; returns its job at once (poll :meth:`ingest_job`).
+
+        Idempotent twice over: the same document always maps to the same job (queued once; a
+        failed job is queued again), and an idempotency key reused for a different document
+        answers IDEMPOTENCY_MISMATCH without queueing anything."""
         self.hot.agent(agent_id)
         text = validation.text(text, "text", 5_000_000)
         meta = validation.metadata(metadata)
-        if self.ingest is None:
-            raise ValidationError("archival ingestion is not configured in this process", field="text")
-        doc = doc_id or doc_id_for(text)
-        result = self.ingest(agent_id, doc, text, source=source, metadata=meta)
-        self._event(
-            agent_id,
-            "archival_ingest",
-            {"doc_id": doc, **dict(result)},
-            actor,
-            event_id=f"{agent_id}:ingest:{doc}:{hashlib.sha256(text.encode()).hexdigest()[:12]}",
-            idempotency_key=idempotency_key,
-            change=footprint.ingest(text, result),
-        )
-        return {"doc_id": doc, **dict(result)}
+        if not isinstance(source, str) or len(source) > 1000:
+            raise ValidationError("source must be a string of at most 1000 characters", field="source")
+        doc = validation.doc_id(doc_id) if doc_id is not None else doc_id_for(text)
+        job_id = ingest_job_id(agent_id, doc, text, source, meta)
+        if idempotency_key is not None:
+            request = {
+                "doc_id": doc_id,
+                "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                "source": source,
+                "metadata": meta,
+            }
+            self.hot.claim(agent_id, idempotency_key, "ingest_archival", request, {"job_id": job_id})
+        job, opened = self.hot.jobs.open(agent_id, job_id, doc, self.clock())
+        if not opened:
+            return job
+        try:
+            self.dispatcher.ingest(
+                IngestRequest(agent_id, job_id, doc, text, source, meta, actor=actor, idempotency_key=idempotency_key)
+            )
+        except VcmError as exc:
+            self.hot.jobs.failed(agent_id, job_id, exc.to_dict(), self.clock())
+            raise
+        except Exception as exc:  # the document is nowhere else: the caller must hear of it
+            self.hot.jobs.failed(agent_id, job_id, {"code": "STORE_UNAVAILABLE", "message": str(exc)}, self.clock())
+            raise StoreUnavailable("could not queue the document for ingestion; retry shortly") from exc
+        # An in-process dispatcher may have finished the job already.
+        return self.hot.jobs.get(agent_id, job_id)
+
+    def ingest_job(self, agent_id: str, job_id: str) -> IngestJob:
+        """An ingestion job's state: queued, running (with chunk progress), done or failed."""
+        self.hot.agent(agent_id)
+        if not isinstance(job_id, str) or not job_id.startswith("ing-") or len(job_id) > 64:
+            raise ValidationError("not an ingestion job id", field="job_id")
+        return self.hot.jobs.get(agent_id, job_id)
+
+    # --- what entry points read without reaching into the tiers ---------------------------------
+    def mark(self, text: str) -> dict[str, Any]:
+        """``tainted`` / ``taint_reasons`` for retrieved text that reads like instructions to the
+        model: the model sees the mark next to the text, and :meth:`put_block` refuses such text
+        without a justification."""
+        return self._taint.scan(text).fields()
+
+    def scan(self, text: str) -> poisoning.Verdict:
+        return self._taint.scan(text)
+
+    def cursor_secret(self) -> bytes:
+        """The key of the MACs on result cursors, shared by every process of the deployment."""
+        if self._cursor_secret is None:
+            self._cursor_secret = self.hot.cursor_secret()
+        return self._cursor_secret
+
+    def counter(self, model: str | None = None) -> TokenCounter:
+        """The token counter of a model (default: the settings' default model)."""
+        return self.hot.counter(model or self.settings.default_model)
+
+    def gauges(self, agent_id: str) -> Gauges:
+        return self.hot.gauges(agent_id)
+
+    def fifo_ids(self, agent_id: str) -> list[str]:
+        """The ids of the messages in the agent's FIFO, oldest first."""
+        return [m.id for m in self.hot.snapshot(agent_id).fifo]
+
+    @property
+    def redis(self) -> Any:
+        """The hot state's Redis client, for components that keep hot state of their own under
+        the same keys module (token auth, heartbeat chains, scrape-time metrics)."""
+        return self.hot.redis
+
+    def health(self) -> dict[str, Any]:
+        """Whether the hot state answers, and the store's own health report."""
+        try:
+            redis_ok = bool(self.hot.redis.ping())
+        except Exception:
+            redis_ok = False
+        try:
+            store = self.store.health()
+            store_ok, backend, details = store.ok, store.backend, dict(store.details)
+        except Exception as exc:  # any failure means "not healthy"; the probe itself must not fail
+            store_ok, backend, details = False, "unknown", {"error": type(exc).__name__}
+        return {
+            "ok": redis_ok and store_ok,
+            "redis": redis_ok,
+            "store": store_ok,
+            "store_backend": backend,
+            "store_details": details,
+        }
+
+    def stats(self, agent_id: str | None = None) -> dict[str, Any]:
+        """The store's counts and index state (one agent's, or the deployment's)."""
+        return dict(self.store.stats(agent_id))
 
     # --- events -------------------------------------------------------------------------------
     def events(

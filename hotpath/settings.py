@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit, urlunsplit
 
-import vcm_config
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from hotpath.errors import ConfigError
+from vcm import config as vcm_config
+from vcm.errors import ConfigError
 
 DEFAULT_CONFIG = vcm_config.path("default.toml")
 ENV_PREFIX = "VCM_"
@@ -255,7 +255,7 @@ class MetricsSettings(BaseModel):
 
 
 class PoisoningSettings(BaseModel):
-    """The memory-poisoning filter on retrieved text (:mod:`hotpath.poisoning`)."""
+    """The memory-poisoning filter on retrieved text (:mod:`vcm.poisoning`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -267,7 +267,7 @@ class PoisoningSettings(BaseModel):
 
     @model_validator(mode="after")
     def _compiles(self) -> Self:
-        from hotpath.poisoning import patterns  # pure; imported here to keep settings import-light
+        from vcm.poisoning import patterns  # pure; imported here to keep settings import-light
 
         patterns(self.disable, self.extra)
         return self

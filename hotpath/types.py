@@ -200,3 +200,29 @@ class Gauges:
             "free": self.free,
             "occupancy": round(self.occupancy, 4),
         }
+
+
+@dataclass(frozen=True)
+class IngestRequest:
+    """One document handed to the ``ingest`` queue: everything the worker needs, no objects."""
+
+    agent_id: str
+    job_id: str
+    doc_id: str
+    text: str
+    source: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    actor: str = "system"
+    idempotency_key: str | None = None
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "job_id": self.job_id,
+            "doc_id": self.doc_id,
+            "text": self.text,
+            "source": self.source,
+            "metadata": dict(self.metadata),
+            "actor": self.actor,
+            "idempotency_key": self.idempotency_key,
+        }

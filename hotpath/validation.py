@@ -7,12 +7,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hotpath.errors import ValidationError
-from hotpath.types import ROLES
+from vcm.errors import ValidationError
+from vcm.types import ROLES
 
 AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 BLOCK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 NAME = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+# The API model and the tool schema use the same pattern.
+DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-/]{0,199}$")
 MAX_IDEMPOTENCY_KEY = 256
 MAX_METADATA_BYTES = 16_384
 
@@ -29,6 +31,16 @@ def agent_id(value: Any) -> str:
 def block_id(value: Any) -> str:
     if not isinstance(value, str) or not BLOCK_ID.match(value):
         raise ValidationError("block_id must be 1-64 characters of letters, digits, '_', '.', '-'", field="block_id")
+    return value
+
+
+def doc_id(value: Any) -> str:
+    if not isinstance(value, str) or not DOC_ID.match(value):
+        raise ValidationError(
+            "doc_id must be 1-200 characters of letters, digits, '_', '.', ':', '-', '/' (starting with a "
+            "letter or digit)",
+            field="doc_id",
+        )
     return value
 
 

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -31,17 +30,16 @@ from typing import Any, TypeVar
 import fakeredis
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from vcm.dispatch import RecordingDispatcher
+from vcm.hot.budget import Budget
+from vcm.hot.state import HotState
+from vcm.settings import load_settings
+from vcm.store import open_store
+from vcm.tasks import evict
+from vcm.tasks.deps import Deps
+from vcm.tasks.runtime import LazyEmbed, build_summarizer
 
-from hotpath.budget import Budget  # noqa: E402
-from hotpath.dispatch import RecordingDispatcher  # noqa: E402
-from hotpath.settings import load_settings  # noqa: E402
-from hotpath.state import HotState  # noqa: E402
-from store import open_store  # noqa: E402
-from tasks import evict  # noqa: E402
-from tasks.deps import Deps  # noqa: E402
-from tasks.runtime import LazyEmbed, build_summarizer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 T = TypeVar("T")
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo_dev.json"
@@ -157,24 +155,33 @@ def main() -> None:
         "summary_drift_mean": round(statistics.mean(e.payload["drift"] for e in evicts), 4),
         "resummarized": sum(1 for e in evicts if e.payload["resummarized"]),
     }
-    print(f"evict_batch on {args.model} (window {budget.window}, summary cap {budget.summary_cap} tokens), "
-          f"{figures['messages_per_batch']} messages per batch, {len(measured)} jobs, embedder load {load_s:.1f}s, "
-          f"drift {figures['summary_drift_mean']} (re-summarised {figures['resummarized']} of {len(evicts)})")
+    print(
+        f"evict_batch on {args.model} (window {budget.window}, summary cap {budget.summary_cap} tokens), "
+        f"{figures['messages_per_batch']} messages per batch, {len(measured)} jobs, embedder load {load_s:.1f}s, "
+        f"drift {figures['summary_drift_mean']} (re-summarised {figures['resummarized']} of {len(evicts)})"
+    )
     print(f"{'phase':<18}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}{'cpu p50':>9}{'cpu p95':>9}")
     for name in names:
         row: dict[str, float] = {}
         for suffix, key in (("", "wall"), (" cpu", "cpu")):
             values = [j.get(name + suffix, 0.0) * 1000 for j in measured]
-            row |= {f"{key}_p50_ms": round(percentile(values, 0.5), 1), f"{key}_p95_ms": round(
-                percentile(values, 0.95), 1), f"{key}_max_ms": round(max(values), 1)}
+            row |= {
+                f"{key}_p50_ms": round(percentile(values, 0.5), 1),
+                f"{key}_p95_ms": round(percentile(values, 0.95), 1),
+                f"{key}_max_ms": round(max(values), 1),
+            }
         figures[name] = row
-        print(f"{name:<18}{row['wall_p50_ms']:>9}{row['wall_p95_ms']:>9}{row['wall_max_ms']:>9}"
-              f"{row['cpu_p50_ms']:>9}{row['cpu_p95_ms']:>9}")
+        print(
+            f"{name:<18}{row['wall_p50_ms']:>9}{row['wall_p95_ms']:>9}{row['wall_max_ms']:>9}"
+            f"{row['cpu_p50_ms']:>9}{row['cpu_p95_ms']:>9}"
+        )
     figures["load_average_1m"] = round(os.getloadavg()[0], 2)
     figures["cpu_count"] = os.cpu_count()
     met = figures["total"]["wall_p95_ms"] < 1000
-    print(f"target p95 < 1000 ms: {'met' if met else 'NOT met'} (wall); "
-          f"load average {figures['load_average_1m']} on {os.cpu_count()} CPUs")
+    print(
+        f"target p95 < 1000 ms: {'met' if met else 'NOT met'} (wall); "
+        f"load average {figures['load_average_1m']} on {os.cpu_count()} CPUs"
+    )
     store.close()
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")

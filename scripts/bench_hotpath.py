@@ -12,16 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hotpath.settings import load_settings
-from hotpath.state import HotState
+from vcm.hot.state import HotState
+from vcm.settings import load_settings
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jolly vexing bards".split()  # noqa: SIM905
 

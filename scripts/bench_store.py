@@ -41,13 +41,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import numpy as np
 import numpy.typing as npt
 
-from store.embedded import EmbeddedStore
-from store.types import ArchivalChunk, StoredMessage
+from vcm.store.embedded import EmbeddedStore
+from vcm.store.types import ArchivalChunk, StoredMessage
 
 F32 = npt.NDArray[np.float32]
 DIM = 384
@@ -310,8 +308,8 @@ def centre_sentences(n: int, seed: int = 5) -> list[str]:
 
 
 def real_embeddings(n: int) -> F32:
-    from hotpath.settings import EmbeddingSettings
-    from tasks.embedding import get_embedder
+    from vcm.settings import EmbeddingSettings
+    from vcm.tasks.embedding import get_embedder
 
     embedder = get_embedder(EmbeddingSettings())
     return embedder.encode(centre_sentences(n)).astype(np.float32)

@@ -28,12 +28,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hotpath.settings import ChunkingSettings, load_settings
-from tasks.embedding import get_embedder
-from tasks.late_chunking import MODES, LateChunker
-from tasks.retrieval_eval import chunk_turns, load_locomo, mean, recall_at_k, top_k
+from vcm.settings import ChunkingSettings, load_settings
+from vcm.tasks.embedding import get_embedder
+from vcm.tasks.late_chunking import MODES, LateChunker
+from vcm.tasks.retrieval_eval import chunk_turns, load_locomo, mean, recall_at_k, top_k
 
 KS = (1, 3, 5, 10)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

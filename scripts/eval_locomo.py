@@ -6,13 +6,13 @@
 Each conversation goes through vcm's own path: every turn is appended to a fresh agent through
 ``MemoryService.append`` (model ``vcm-demo-4k``: a 4k-token window, so most turns are evicted),
 with the cold path run in-process the way the workers run it: appended messages are spooled in
-batches (``tasks.spool.spool_messages`` with the ``[recall]`` vectorizer: each message embedded
+batches (``vcm.tasks.spool.spool_messages`` with the ``[recall]`` vectorizer: each message embedded
 by late chunking between the turns before and after it, once those after it have arrived) and
-eviction batches committed by ``tasks.evict`` (spool first, as the dispatcher's queue order
+eviction batches committed by ``vcm.tasks.evict`` (spool first, as the dispatcher's queue order
 does). A turn is stored as ``Speaker: text`` (an image turn adds its caption). Then every
 question goes through ``MemoryService.search_recall`` in each mode; the ``single`` rows use
 turn-alone vectors (``--compare-single``) through the store port. Metric: the LoCoMo paper's
-recall@k (see ``tasks.retrieval_eval``), per question, averaged overall and per category; a
+recall@k (see ``vcm.tasks.retrieval_eval``), per question, averaged overall and per category; a
 malformed or unknown evidence id is a miss.
 Hot state lives in an in-process fakeredis unless ``--redis URL`` is given; the store is a
 temporary embedded store. No LLM anywhere (the summarizer is the extractive one).
@@ -35,28 +35,25 @@ from typing import Any
 import fakeredis
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hotpath.service import MemoryService  # noqa: E402
-from hotpath.settings import load_settings  # noqa: E402
-from hotpath.state import HotState  # noqa: E402
-from store import open_store  # noqa: E402
-from store.port import MemoryStore  # noqa: E402
-from tasks import evict  # noqa: E402
-from tasks.deps import Deps  # noqa: E402
-from tasks.embedding import get_embedder  # noqa: E402
-from tasks.late_chunking import LateChunker  # noqa: E402
-from tasks.message_vectors import MessageVectorizer, Turn  # noqa: E402
-from tasks.retrieval_eval import (  # noqa: E402
+from vcm.hot.state import HotState
+from vcm.service import MemoryService
+from vcm.settings import load_settings
+from vcm.store import open_store
+from vcm.store.port import MemoryStore
+from vcm.tasks import evict
+from vcm.tasks.deps import Deps
+from vcm.tasks.embedding import get_embedder
+from vcm.tasks.late_chunking import LateChunker
+from vcm.tasks.message_vectors import MessageVectorizer, Turn
+from vcm.tasks.retrieval_eval import (
     aggregate,
     conversation_turns,
     load_locomo,
     recall_of_ranked_ids,
     turn_line,
 )
-from tasks.runtime import LazyEmbed, build_summarizer  # noqa: E402
-from tasks.spool import spool_messages  # noqa: E402
+from vcm.tasks.runtime import LazyEmbed, build_summarizer
+from vcm.tasks.spool import spool_messages
 
 DRAGON = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}
 CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}

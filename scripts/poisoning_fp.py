@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hotpath.poisoning import DEFAULT_PATTERNS, Filter
+from vcm.poisoning import DEFAULT_PATTERNS, Filter
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/locomo_dev.json"
 

@@ -1,8 +1,8 @@
-"""Persistence for vcm: the store port (:mod:`store.port`) and its adapters.
+"""Persistence for vcm: the store port (:mod:`vcm.store.port`) and its adapters.
 
-Pure modules both adapters share: :mod:`store.validation` (argument checks), :mod:`store.cursor`
-(cursor codec), :mod:`store.paging` (snapshot and keyset paging), :mod:`store.filters` (archival
-post-filters), :mod:`store.semantics` (ids, event payloads, idempotent replays, rev conflicts).
+Pure modules both adapters share: :mod:`vcm.store.validation` (argument checks), :mod:`vcm.store.cursor`
+(cursor codec), :mod:`vcm.store.paging` (snapshot and keyset paging), :mod:`vcm.store.filters` (archival
+post-filters), :mod:`vcm.store.semantics` (ids, event payloads, idempotent replays, rev conflicts).
 
 ``open_store(url)`` picks the adapter from the URL scheme, so mode is chosen by settings:
 
@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.port import MemoryStore
+from vcm.store.port import MemoryStore
 
 
 def open_store(url: str, **options: Any) -> MemoryStore:
     if url.startswith("arango"):
-        from store.arango.adapter import ArangoStore
+        from vcm.store.arango.adapter import ArangoStore
 
         return ArangoStore.from_url(url, **options)
-    from store.embedded.adapter import EmbeddedStore
+    from vcm.store.embedded.adapter import EmbeddedStore
 
     # SQLAlchemy's convention: sqlite:///relative.db, sqlite:////absolute.db
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from store.errors import StoreValidationError
+from vcm.errors import ValidationError
 
 CURSOR_VERSION = 1
 _MAC_BYTES = 16
@@ -65,8 +65,8 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def bad_cursor(reason: str) -> StoreValidationError:
-    return StoreValidationError(f"invalid cursor: {reason}; start the search again without one")
+def bad_cursor(reason: str) -> ValidationError:
+    return ValidationError(f"invalid cursor: {reason}; start the search again without one")
 
 
 def _mac(raw: bytes, secret: bytes) -> bytes:

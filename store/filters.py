@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.errors import StoreValidationError
-from store.types import ArchivalChunk
+from vcm.errors import ValidationError
+from vcm.store.types import ArchivalChunk
 
 CHUNK_FIELDS = ("doc_id", "source", "model_id")
 INCLUDE_STALE = "include_stale"
@@ -53,16 +53,16 @@ def parse_filters(filters: Mapping[str, Any] | None) -> ArchivalFilter:
     if filters is None:
         return ArchivalFilter()
     if not isinstance(filters, Mapping):
-        raise StoreValidationError("filters must be a mapping of field name to value")
+        raise ValidationError("filters must be a mapping of field name to value")
     chunk_fields: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
     include_stale = False
     for key, value in filters.items():
         if not isinstance(key, str) or not key:
-            raise StoreValidationError("filter keys must be non-empty strings", key=repr(key))
+            raise ValidationError("filter keys must be non-empty strings", key=repr(key))
         if key == INCLUDE_STALE:
             if not isinstance(value, bool):
-                raise StoreValidationError("filter include_stale must be true or false")
+                raise ValidationError("filter include_stale must be true or false")
             include_stale = value
             continue
         _check_json_value(key, value)
@@ -79,7 +79,7 @@ def _check_json_value(key: str, value: Any) -> None:
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise StoreValidationError(f"filter {key!r} must be a finite number", key=key)
+            raise ValidationError(f"filter {key!r} must be a finite number", key=key)
         return
     if isinstance(value, list | tuple):
         for item in value:
@@ -88,7 +88,7 @@ def _check_json_value(key: str, value: Any) -> None:
     if isinstance(value, Mapping):
         for k, item in value.items():
             if not isinstance(k, str):
-                raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key)
+                raise ValidationError(f"filter {key!r} must be a JSON value", key=key)
             _check_json_value(key, item)
         return
-    raise StoreValidationError(f"filter {key!r} must be a JSON value", key=key)
+    raise ValidationError(f"filter {key!r} must be a JSON value", key=key)

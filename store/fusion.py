@@ -23,8 +23,8 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from store import validation
-from store.errors import StoreValidationError
+from vcm.errors import ValidationError
+from vcm.store import validation
 
 K = TypeVar("K", bound=Hashable)
 
@@ -158,7 +158,7 @@ def recall_mode(mode: str) -> str:
     try:
         return check_mode(mode)
     except ValueError as exc:
-        raise StoreValidationError(str(exc), field="mode") from exc
+        raise ValidationError(str(exc), field="mode") from exc
 
 
 def vector_query(
@@ -167,7 +167,7 @@ def vector_query(
     """Arguments of a vector or hybrid recall search: its time window and the unit query vector."""
     start, end = validation.recall_search(agent_id, query, limit, since, until)
     if vector is None:
-        raise StoreValidationError(f"mode {mode} needs a query vector", field="vector")
+        raise ValidationError(f"mode {mode} needs a query vector", field="vector")
     return start, end, unit_vector(vector)
 
 
@@ -177,14 +177,14 @@ def unit_vectors(
     """Arguments of ``put_message_vectors``: ``(message_id, unit float32 vector)`` pairs (the
     first of a repeated id wins) and their common dimension (0 when empty)."""
     if not isinstance(embedding_version, str) or not embedding_version or len(embedding_version) > 128:
-        raise StoreValidationError("embedding_version must be a non-empty string (<= 128 chars)")
+        raise ValidationError("embedding_version must be a non-empty string (<= 128 chars)")
     if isinstance(vectors, str | bytes) or not isinstance(vectors, Sequence):
-        raise StoreValidationError("vectors must be a sequence of (message_id, vector)")
+        raise ValidationError("vectors must be a sequence of (message_id, vector)")
     out: dict[str, npt.NDArray[np.float32]] = {}
     dim = dimension or 0
     for item in vectors:
         if not isinstance(item, Sequence) or isinstance(item, str) or len(item) != 2:
-            raise StoreValidationError("each vector must be a (message_id, vector) pair")
+            raise ValidationError("each vector must be a (message_id, vector) pair")
         message_id, vec = item
         validation.identifier("message_id", message_id)
         unit = unit_vector(vec, dim or None)
@@ -198,14 +198,14 @@ def unit_vector(vector: object, dimension: int | None = None) -> npt.NDArray[np.
     try:
         arr = np.asarray(vector, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
-        raise StoreValidationError("a vector must be a sequence of numbers", field="vector") from exc
+        raise ValidationError("a vector must be a sequence of numbers", field="vector") from exc
     if isinstance(vector, str | bytes) or arr.size == 0 or not np.all(np.isfinite(arr)):
-        raise StoreValidationError("a vector must be finite numbers, at least one", field="vector")
+        raise ValidationError("a vector must be finite numbers, at least one", field="vector")
     if dimension is not None and arr.size != dimension:
-        raise StoreValidationError(f"vector has dimension {arr.size}, expected {dimension}", field="vector")
+        raise ValidationError(f"vector has dimension {arr.size}, expected {dimension}", field="vector")
     norm = float(np.linalg.norm(arr))
     if norm == 0.0:
-        raise StoreValidationError("a zero vector has no direction", field="vector")
+        raise ValidationError("a zero vector has no direction", field="vector")
     return (arr / norm).astype(np.float32)
 
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from store.cursor import decode_cursor, encode_cursor
-from store.errors import StoreValidationError
+from vcm.errors import ValidationError
+from vcm.store.cursor import decode_cursor, encode_cursor
 
 K = TypeVar("K")  # what a ranked item is called in the adapter: a row id or a document _key
 M = TypeVar("M", bound=Mapping[str, Any])
@@ -35,7 +35,7 @@ class Slice(Generic[K]):
 def check_fingerprint(payload: Mapping[str, Any], fingerprint: str) -> None:
     """Refuse a search cursor replayed with other arguments than the search that minted it."""
     if payload.get("f") != fingerprint:
-        raise StoreValidationError(
+        raise ValidationError(
             "invalid cursor: it belongs to a search with other arguments; "
             "repeat the original arguments or start again without a cursor"
         )
@@ -73,7 +73,7 @@ def check_snapshot(stored: M | None, *, agent_id: str, kind: str, now: float, tt
     if stored is None or float(stored.get("expires_at", 0)) < now:
         raise expired_cursor(ttl_s)
     if stored.get("agent_id") != agent_id or stored.get("kind") != kind:
-        raise StoreValidationError("invalid cursor: it belongs to another agent's search")
+        raise ValidationError("invalid cursor: it belongs to another agent's search")
     return stored
 
 
@@ -94,12 +94,12 @@ def cut(
     return Slice(list(ranked[offset:end]), next_cursor, base + offset)
 
 
-def damaged_cursor() -> StoreValidationError:
-    return StoreValidationError("invalid cursor: damaged position; start again")
+def damaged_cursor() -> ValidationError:
+    return ValidationError("invalid cursor: damaged position; start again")
 
 
-def expired_cursor(ttl_s: float) -> StoreValidationError:
-    return StoreValidationError("invalid cursor: it has expired; run the search again", ttl_s=ttl_s)
+def expired_cursor(ttl_s: float) -> ValidationError:
+    return ValidationError("invalid cursor: it has expired; run the search again", ttl_s=ttl_s)
 
 
 # --- event listings ------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def keyset_position(
     position = decode_cursor(cursor, secret, kind="events")
     after_t, after = position.get("t"), position.get(tiebreak_field)
     if position.get("f") != fingerprint:
-        raise StoreValidationError("invalid cursor: it belongs to a query with other arguments")
+        raise ValidationError("invalid cursor: it belongs to a query with other arguments")
     if not isinstance(after_t, int | float) or not isinstance(after, tiebreak_type):
         raise damaged_cursor()
     return float(after_t), after

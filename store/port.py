@@ -5,20 +5,20 @@ Contract (checked by ``tests/store/test_contract.py`` against every adapter):
 * Every write is idempotent: replaying it with the same identity (message id, batch id,
   event id, chunk identity, block idempotency key) changes nothing and returns the first result.
 * ``put_core`` / ``commit_eviction`` use optimistic locking on ``rev``; a stale rev raises
-  :class:`~store.errors.RevConflictError` and writes nothing.
+  :class:`~vcm.errors.RevConflict` and writes nothing.
 * ``commit_eviction`` is atomic: the recall append, the summary replace and the event row
   land together or not at all.
 * Search cursors are opaque and stable: paging on while new data arrives never repeats or
   skips an item of the first page's snapshot.
-* Errors are only those of :mod:`store.errors`.
+* Errors are only those of :mod:`vcm.errors`.
 
 Semantics both adapters share (the contract tests check them):
 
 * The summary is the core block ``queue_head_summary``: only ``commit_eviction`` writes it
-  (``put_core``/``delete_core`` on it raise StoreValidationError), ``list_core`` leaves it out.
-  Graph nodes are named by ``store.types.core_node/summary_node/message_node/chunk_node``;
+  (``put_core``/``delete_core`` on it raise ValidationError), ``list_core`` leaves it out.
+  Graph nodes are named by ``vcm.store.types.core_node/summary_node/message_node/chunk_node``;
   ``recall_log`` edges go from ``summary_node(agent)`` to each evicted message's node.
-* A rev check against a block that does not exist (any more) raises RevConflictError with
+* A rev check against a block that does not exist (any more) raises RevConflict with
   ``current_rev=None`` in its details.
 * Time windows: ``since`` inclusive, ``until`` exclusive.
 * Archival ``valid_until`` is freshness, not a TTL: ``expire`` never deletes chunks; searches
@@ -31,7 +31,7 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from store.types import (
+from vcm.store.types import (
     ArchivalChunk,
     ArchivalHit,
     CoreBlock,
@@ -60,7 +60,7 @@ class MemoryStore(abc.ABC):
     # --- core memory ---------------------------------------------------------------------
     @abc.abstractmethod
     def get_core(self, agent_id: str, block_id: str) -> CoreBlock:
-        """Raise NotFoundError when absent."""
+        """Raise NotFound when absent."""
 
     @abc.abstractmethod
     def list_core(self, agent_id: str) -> list[CoreBlock]: ...
@@ -70,7 +70,7 @@ class MemoryStore(abc.ABC):
         """Create (expected_rev None, block must not exist) or replace (rev must match).
 
         A replay with the same idempotency key returns the block as first written; the same key
-        with different content raises IdempotencyMismatchError.
+        with different content raises IdempotencyMismatch.
         """
 
     @abc.abstractmethod
@@ -158,7 +158,7 @@ class MemoryStore(abc.ABC):
         """``mode`` text: as :meth:`search_recall`; vector: cosine over stored message vectors of
         ``embedding_version`` (None: the version this agent has most vectors of); hybrid:
         the weighted sum of normalised BM25 and cosine scores, with a share spread to neighbouring
-        turns (:func:`store.fusion.hybrid`), score = fused score. Same
+        turns (:func:`vcm.store.fusion.hybrid`), score = fused score. Same
         time window and stable cursor paging as :meth:`search_recall`; messages without a vector
         are found by the text leg only."""
 
@@ -186,7 +186,7 @@ class MemoryStore(abc.ABC):
         ``include_stale`` (bool) keeps chunks whose ``valid_until`` has passed. Scores: cosine
         similarity (higher first) or L2 distance (lower first). ``embedding_version`` None
         searches every version of that metric and dimension; a vector whose dimension matches
-        no index of the metric (and version) raises StoreValidationError."""
+        no index of the metric (and version) raises ValidationError."""
 
     @abc.abstractmethod
     def get_archival(self, agent_id: str, doc_id: str) -> list[ArchivalChunk]: ...

@@ -13,10 +13,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from store.cursor import fingerprint
-from store.errors import IdempotencyMismatchError, RevConflictError, StoreError, StoreUnavailableError
-from store.port import FaultHook
-from store.types import CoreBlock, CoreBlockWrite, EvictionCommit, MemoryEvent, StoredMessage
+from vcm.errors import IdempotencyMismatch, RevConflict, StoreUnavailable, VcmError
+from vcm.store.cursor import fingerprint
+from vcm.store.port import FaultHook
+from vcm.store.types import CoreBlock, CoreBlockWrite, EvictionCommit, MemoryEvent, StoredMessage
 
 
 def fire_fault(hook: FaultHook | None, point: str) -> None:
@@ -25,10 +25,10 @@ def fire_fault(hook: FaultHook | None, point: str) -> None:
         return
     try:
         hook(point)
-    except StoreError:
+    except VcmError:
         raise
     except Exception as exc:
-        raise StoreUnavailableError(f"operation aborted at {point}: {exc}") from exc
+        raise StoreUnavailable(f"operation aborted at {point}: {exc}") from exc
 
 
 def distinct(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
@@ -106,7 +106,7 @@ def replayed_core_write(stored_fingerprint: Any, stored_result: Mapping[str, Any
     """The answer to a ``put_core`` whose idempotency key was seen: the first result, if the
     content is the same."""
     if stored_fingerprint != content:
-        raise IdempotencyMismatchError(
+        raise IdempotencyMismatch(
             f"idempotency key {key!r} was used for a different write; use a new key for new content",
             idempotency_key=key,
         )
@@ -114,7 +114,7 @@ def replayed_core_write(stored_fingerprint: Any, stored_result: Mapping[str, Any
 
 
 # --- optimistic locking -------------------------------------------------------------------------------
-def rev_conflict(what: str, expected: str | None, current: str | None) -> RevConflictError:
+def rev_conflict(what: str, expected: str | None, current: str | None) -> RevConflict:
     """The error of a lost optimistic lock, with a hint for each way it can be lost."""
     if current is None:
         hint = "it does not exist (any more); create it with expected_rev=None"
@@ -122,7 +122,7 @@ def rev_conflict(what: str, expected: str | None, current: str | None) -> RevCon
         hint = "it already exists; read it and pass its rev"
     else:
         hint = "it changed since you read it; read it again and retry"
-    return RevConflictError(
+    return RevConflict(
         f"revision conflict on {what}: expected {expected!r}, current {current!r}; {hint}",
         expected_rev=expected,
         current_rev=current,

@@ -1,7 +1,7 @@
 """Argument checks of the store port (pure), the same for both adapters.
 
 Both adapters run these before anything is written or sent, so bad input raises
-:class:`~store.errors.StoreValidationError`, writes nothing, and is refused alike whichever
+:class:`~vcm.errors.ValidationError`, writes nothing, and is refused alike whichever
 adapter is configured. Checks that depend on stored state (a vector space's dimension) take
 that state as an argument.
 """
@@ -17,9 +17,9 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from store.errors import StoreValidationError
-from store.filters import ArchivalFilter, parse_filters
-from store.types import (
+from vcm.errors import ValidationError
+from vcm.store.filters import ArchivalFilter, parse_filters
+from vcm.store.types import (
     EDGE_KINDS,
     SUMMARY_BLOCK_ID,
     ArchivalChunk,
@@ -42,22 +42,22 @@ NODE_COLLECTIONS = ("core_memory", "messages", "archival_docs", "memory_events")
 
 def identifier(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise StoreValidationError(f"{name} must be a non-empty string", field=name)
+        raise ValidationError(f"{name} must be a non-empty string", field=name)
     if len(value) > MAX_ID_CHARS:
-        raise StoreValidationError(f"{name} is longer than {MAX_ID_CHARS} characters", field=name)
+        raise ValidationError(f"{name} is longer than {MAX_ID_CHARS} characters", field=name)
     return value
 
 
 def limit(name: str, value: Any, maximum: int = MAX_LIMIT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise StoreValidationError(f"{name} must be an integer between 1 and {maximum}", field=name, value=repr(value))
+        raise ValidationError(f"{name} must be an integer between 1 and {maximum}", field=name, value=repr(value))
     return value
 
 
 def after_seq(value: Any) -> int:
     """A ``seq`` to page after: an integer from -1 (before the first message) up."""
     if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise StoreValidationError("after_seq must be an integer >= -1", field="after_seq", value=repr(value))
+        raise ValidationError("after_seq must be an integer >= -1", field="after_seq", value=repr(value))
     return value
 
 
@@ -65,13 +65,13 @@ def finite(name: str, value: Any, *, optional: bool = False) -> float | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise StoreValidationError(f"{name} must be a finite number", field=name)
+        raise ValidationError(f"{name} must be a finite number", field=name)
     return float(value)
 
 
 def non_negative_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StoreValidationError(f"{name} must be a non-negative integer", field=name)
+        raise ValidationError(f"{name} must be a non-negative integer", field=name)
     return value
 
 
@@ -82,22 +82,22 @@ def json_mapping(name: str, value: Any) -> str:
     back, so the ArangoDB adapter uses that to answer writes exactly as a later read would.
     """
     if not isinstance(value, Mapping):
-        raise StoreValidationError(f"{name} must be a mapping", field=name)
+        raise ValidationError(f"{name} must be a mapping", field=name)
     try:
         return json.dumps(dict(value), allow_nan=False, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise StoreValidationError(f"{name} must be JSON-serialisable: {exc}", field=name) from exc
+        raise ValidationError(f"{name} must be JSON-serialisable: {exc}", field=name) from exc
 
 
 def text(name: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise StoreValidationError(f"{name} must be a string", field=name)
+        raise ValidationError(f"{name} must be a string", field=name)
     return value
 
 
 def message(m: Any) -> StoredMessage:
     if not isinstance(m, StoredMessage):
-        raise StoreValidationError("messages must be StoredMessage instances")
+        raise ValidationError("messages must be StoredMessage instances")
     identifier("agent_id", m.agent_id)
     identifier("message_id", m.message_id)
     identifier("role", m.role)
@@ -114,20 +114,20 @@ def message(m: Any) -> StoredMessage:
 
 def messages(items: Any) -> list[StoredMessage]:
     if isinstance(items, str | bytes) or not isinstance(items, Sequence):
-        raise StoreValidationError("messages must be a sequence of StoredMessage")
+        raise ValidationError("messages must be a sequence of StoredMessage")
     return [message(m) for m in items]
 
 
 def core_write(block: Any) -> CoreBlockWrite:
     if not isinstance(block, CoreBlockWrite):
-        raise StoreValidationError("block must be a CoreBlockWrite")
+        raise ValidationError("block must be a CoreBlockWrite")
     identifier("agent_id", block.agent_id)
     block_id(block.block_id)
     identifier("role", block.role)
     text("content", block.content)
     non_negative_int("tokens", block.tokens)
     if not isinstance(block.pinned, bool):
-        raise StoreValidationError("pinned must be true or false", field="pinned")
+        raise ValidationError("pinned must be true or false", field="pinned")
     json_mapping("metadata", block.metadata)
     return block
 
@@ -135,7 +135,7 @@ def core_write(block: Any) -> CoreBlockWrite:
 def block_id(value: Any) -> str:
     identifier("block_id", value)
     if value == SUMMARY_BLOCK_ID:
-        raise StoreValidationError(
+        raise ValidationError(
             f"{SUMMARY_BLOCK_ID} is written only by commit_eviction; read it with get_summary",
             field="block_id",
         )
@@ -150,7 +150,7 @@ def rev(name: str, value: Any, *, optional: bool) -> str | None:
 
 def eviction(commit: Any) -> EvictionCommit:
     if not isinstance(commit, EvictionCommit):
-        raise StoreValidationError("commit must be an EvictionCommit")
+        raise ValidationError("commit must be an EvictionCommit")
     identifier("agent_id", commit.agent_id)
     non_negative_int("batch_id", commit.batch_id)
     text("summary_text", commit.summary_text)
@@ -161,10 +161,10 @@ def eviction(commit: Any) -> EvictionCommit:
     keyed_events(commit.events)
     batch = messages(commit.messages)
     if not batch:
-        raise StoreValidationError("an eviction batch needs at least one message")
+        raise ValidationError("an eviction batch needs at least one message")
     for m in batch:
         if m.agent_id != commit.agent_id:
-            raise StoreValidationError(
+            raise ValidationError(
                 "every message of an eviction batch must belong to the batch's agent",
                 message_id=m.message_id,
             )
@@ -173,7 +173,7 @@ def eviction(commit: Any) -> EvictionCommit:
 
 def event(e: Any) -> MemoryEvent:
     if not isinstance(e, MemoryEvent):
-        raise StoreValidationError("event must be a MemoryEvent")
+        raise ValidationError("event must be a MemoryEvent")
     identifier("agent_id", e.agent_id)
     identifier("kind", e.kind)
     identifier("actor", e.actor)
@@ -188,11 +188,9 @@ def event(e: Any) -> MemoryEvent:
 
 def node(n: Any) -> NodeRef:
     if not isinstance(n, NodeRef):
-        raise StoreValidationError("graph nodes must be NodeRef instances")
+        raise ValidationError("graph nodes must be NodeRef instances")
     if n.collection not in NODE_COLLECTIONS:
-        raise StoreValidationError(
-            f"unknown node collection {n.collection!r}; use one of {', '.join(NODE_COLLECTIONS)}"
-        )
+        raise ValidationError(f"unknown node collection {n.collection!r}; use one of {', '.join(NODE_COLLECTIONS)}")
     identifier("node key", n.key)
     return n
 
@@ -201,16 +199,16 @@ def edge_kinds(kinds: Any) -> tuple[EdgeKind, ...]:
     if kinds is None:
         return tuple(EDGE_KINDS)
     if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
-        raise StoreValidationError("kinds must be a non-empty sequence of edge kinds")
+        raise ValidationError("kinds must be a non-empty sequence of edge kinds")
     for kind in kinds:
         if kind not in EDGE_KINDS:
-            raise StoreValidationError(f"unknown edge kind {kind!r}; use one of {', '.join(EDGE_KINDS)}")
+            raise ValidationError(f"unknown edge kind {kind!r}; use one of {', '.join(EDGE_KINDS)}")
     return tuple(kinds)
 
 
 def edge(e: Any) -> Edge:
     if not isinstance(e, Edge):
-        raise StoreValidationError("edge must be an Edge")
+        raise ValidationError("edge must be an Edge")
     edge_kinds([e.kind])
     node(e.src)
     node(e.dst)
@@ -222,7 +220,7 @@ def edge(e: Any) -> Edge:
 
 def metric(value: Any) -> str:
     if value not in METRICS:
-        raise StoreValidationError(f"metric must be one of {', '.join(METRICS)}", field="metric")
+        raise ValidationError(f"metric must be one of {', '.join(METRICS)}", field="metric")
     return str(value)
 
 
@@ -234,27 +232,27 @@ def vector(name: str, values: Any, *, metric_name: str) -> npt.NDArray[np.float6
     them as float32, the ArangoDB adapter as JSON numbers.
     """
     if isinstance(values, str | bytes):
-        raise StoreValidationError(f"{name} must be a sequence of numbers", field=name)
+        raise ValidationError(f"{name} must be a sequence of numbers", field=name)
     try:
         array = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise StoreValidationError(f"{name} must be a sequence of numbers", field=name) from exc
+        raise ValidationError(f"{name} must be a sequence of numbers", field=name) from exc
     if array.ndim != 1 or array.size == 0:
-        raise StoreValidationError(f"{name} must be a non-empty flat vector", field=name)
+        raise ValidationError(f"{name} must be a non-empty flat vector", field=name)
     as32 = array.astype(np.float32)
     # One pass on the hot path (bulk ingest): NaN/inf survive the cast, overflow becomes inf.
     if not np.isfinite(as32).all():
         if not np.isfinite(array).all():
-            raise StoreValidationError(f"{name} contains NaN or infinite values", field=name)
-        raise StoreValidationError(f"{name} overflows float32", field=name)
+            raise ValidationError(f"{name} contains NaN or infinite values", field=name)
+        raise ValidationError(f"{name} overflows float32", field=name)
     if metric_name == "cosine" and not as32.any():
-        raise StoreValidationError(f"{name} is all zeros; cosine needs a direction", field=name)
+        raise ValidationError(f"{name} is all zeros; cosine needs a direction", field=name)
     return array
 
 
 def chunk(c: Any) -> tuple[ArchivalChunk, npt.NDArray[np.float64]]:
     if not isinstance(c, ArchivalChunk):
-        raise StoreValidationError("chunks must be ArchivalChunk instances")
+        raise ValidationError("chunks must be ArchivalChunk instances")
     identifier("agent_id", c.agent_id)
     identifier("doc_id", c.doc_id)
     identifier("embedding_version", c.embedding_version)
@@ -263,7 +261,7 @@ def chunk(c: Any) -> tuple[ArchivalChunk, npt.NDArray[np.float64]]:
     non_negative_int("char_start", c.char_start)
     non_negative_int("char_end", c.char_end)
     if c.char_end < c.char_start:
-        raise StoreValidationError("char_end must not be before char_start", doc_id=c.doc_id)
+        raise ValidationError("char_end must not be before char_start", doc_id=c.doc_id)
     text("text", c.text)
     text("source", c.source)
     metric(c.metric)
@@ -279,12 +277,12 @@ def recall_search(agent_id: Any, query: Any, limit_: Any, since: Any, until: Any
     identifier("agent_id", agent_id)
     text("query", query)
     if not query.strip():
-        raise StoreValidationError("query must contain at least one word", field="query")
+        raise ValidationError("query must contain at least one word", field="query")
     limit("limit", limit_)
     start = finite("since", since, optional=True)
     end = finite("until", until, optional=True)
     if start is not None and end is not None and start > end:
-        raise StoreValidationError("since must not be after until")
+        raise ValidationError("since must not be after until")
     return start, end
 
 
@@ -296,13 +294,13 @@ def chunk_batch(chunks: Any) -> tuple[list[CheckedChunk], dict[Space, int]]:
     """Arguments of ``ingest_archival``: each chunk checked, and the dimension of each space in
     the batch (one space may not mix dimensions within a call)."""
     if isinstance(chunks, str | bytes) or not isinstance(chunks, Sequence):
-        raise StoreValidationError("chunks must be a sequence of ArchivalChunk")
+        raise ValidationError("chunks must be a sequence of ArchivalChunk")
     checked = [chunk(c) for c in chunks]
     dims: dict[Space, int] = {}
     for c, vec in checked:
         space = (c.metric, c.embedding_version)
         if dims.setdefault(space, len(vec)) != len(vec):
-            raise StoreValidationError(
+            raise ValidationError(
                 f"embedding_version {c.embedding_version!r} ({c.metric}) has vectors of "
                 f"two dimensions in one call: {dims[space]} and {len(vec)}"
             )
@@ -312,7 +310,7 @@ def chunk_batch(chunks: Any) -> tuple[list[CheckedChunk], dict[Space, int]]:
 def space_dimension(metric_name: str, version: str, dimension: int, known: int | None) -> None:
     """A space keeps the dimension of its first vectors: another model needs another version."""
     if known is not None and known != dimension:
-        raise StoreValidationError(
+        raise ValidationError(
             f"embedding_version {version!r} ({metric_name}) holds {known}-d vectors, "
             f"not {dimension}-d; use a new embedding_version for another model",
             expected_dimension=known,
@@ -337,7 +335,7 @@ def matching_spaces(known: Sequence[S], dimension: int, metric_name: str, versio
     matching = [s for s in known if s.dimension == dimension]
     if known and not matching:
         dims = sorted({s.dimension for s in known})
-        raise StoreValidationError(
+        raise ValidationError(
             f"query vector has {dimension} dimensions; the {metric_name} index"
             f"{'' if version is None else f' for {version!r}'} holds {dims}",
             dimension=dimension,
@@ -379,11 +377,11 @@ def keyed_events(items: Any) -> list[MemoryEvent]:
     """Audit rows written along with other writes: each needs its own ``event_id``, which is
     what makes the write they ride with replay-safe for them too."""
     if isinstance(items, str | bytes) or not isinstance(items, Sequence):
-        raise StoreValidationError("events must be a sequence of MemoryEvent")
+        raise ValidationError("events must be a sequence of MemoryEvent")
     out = [event(e) for e in items]
     for e in out:
         if not e.event_id:
-            raise StoreValidationError("events written with other writes need an event_id", kind=e.kind)
+            raise ValidationError("events written with other writes need an event_id", kind=e.kind)
     return out
 
 
@@ -418,12 +416,12 @@ def event_listing(
     kind_list: list[str] | None = None
     if kinds is not None:
         if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
-            raise StoreValidationError("kinds must be a non-empty sequence of event kinds")
+            raise ValidationError("kinds must be a non-empty sequence of event kinds")
         kind_list = sorted({identifier("kind", k) for k in kinds})
     start = finite("since", since, optional=True)
     end = finite("until", until, optional=True)
     if start is not None and end is not None and start >= end:
-        raise StoreValidationError("since must be before until", field="since")
+        raise ValidationError("since must be before until", field="since")
     if actor is not None:
         identifier("actor", actor)
     if idempotency_key is not None:
@@ -438,5 +436,5 @@ def traversal(start: Any, kinds: Any, max_depth: Any, direction: Any) -> tuple[E
     wanted = edge_kinds(kinds)
     limit("max_depth", max_depth, MAX_DEPTH)
     if direction not in DIRECTIONS:
-        raise StoreValidationError(f"direction must be one of {', '.join(DIRECTIONS)}", field="direction")
+        raise ValidationError(f"direction must be one of {', '.join(DIRECTIONS)}", field="direction")
     return wanted

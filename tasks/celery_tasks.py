@@ -3,15 +3,15 @@
 
 Tasks take ids, never objects, and are idempotent, so a redelivery is harmless. Each task:
 
-* retries any failure with exponential backoff and full jitter (:mod:`tasks.backoff`) up to
+* retries any failure with exponential backoff and full jitter (:mod:`vcm.tasks.backoff`) up to
   ``max_retries``; then it is dead-lettered: recorded, never dropped (the eviction batch stays in
   Redis for the sweeper, a missed spool is caught by the sweeper's reconciliation);
-* counts its deliveries (:class:`tasks.runtime.DeliveryLog`): a message delivered
+* counts its deliveries (:class:`vcm.tasks.runtime.DeliveryLog`): a message delivered
   ``max_deliveries`` times without finishing (its worker killed each time) is dead-lettered
   instead of run again, so a task that crashes its worker cannot loop forever.
 
-Return values are small dicts with an ``outcome``; ``workers.metrics`` counts them.
-Retry attributes (``max_retries``, ``retry_backoff``, ...) come from ``workers.config``'s
+Return values are small dicts with an ``outcome``; ``vcm.workers.metrics`` counts them.
+Retry attributes (``max_retries``, ``retry_backoff``, ...) come from ``vcm.workers.config``'s
 ``task_annotations``; the class defaults below apply when no app sets them.
 """
 
@@ -22,10 +22,11 @@ from typing import Any
 
 from celery import Task, shared_task
 
-from tasks import evict, maintenance, reembed, runtime
-from tasks.backoff import delay_s
-from tasks.names import DEAD_LETTER, EVICT, EXPIRE, REEMBED, SPOOL, SWEEP, SWEEP_CONFIRM
-from tasks.spool import spool_messages
+from vcm.tasks import evict, ingest_job, maintenance, reembed, runtime
+from vcm.tasks.backoff import delay_s
+from vcm.tasks.names import DEAD_LETTER, EVICT, EXPIRE, INGEST, REEMBED, SPOOL, SWEEP, SWEEP_CONFIRM
+from vcm.tasks.spool import spool_messages
+from vcm.types import IngestRequest
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def spool(self: VcmTask, agent_id: str, message_ids: list[str]) -> dict[str, Any
 
 @shared_task(bind=True, base=VcmTask, name=SWEEP)
 def sweep(self: VcmTask) -> dict[str, Any]:
-    """First look of the sweeper; the second runs ``sweep_grace_s`` later (see tasks.maintenance)."""
+    """First look of the sweeper; the second runs ``sweep_grace_s`` later (see vcm.tasks.maintenance)."""
     deps = runtime.deps()
     observed = maintenance.observe(deps)
     sweep_confirm.apply_async(args=[observed], countdown=deps.settings.maintenance.sweep_grace_s)
@@ -163,4 +164,26 @@ def reembed_messages(self: VcmTask, agent_id: str, after_seq: int = -1) -> dict[
         return dict(self.retry_or_give_up(exc, agent_id, after_seq))
     if not outcome.done:
         self.apply_async(args=[agent_id, outcome.next_after_seq])
+    return outcome.as_dict()
+
+
+class IngestTask(VcmTask):
+    def give_up(self, reason: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        request = IngestRequest(**kwargs)
+        deps = runtime.deps()
+        ingest_job.give_up(deps.hot, request, reason, clock=deps.clock)
+        log.error("ingestion job %s of %s dead-lettered: %s", request.job_id, request.agent_id, reason)
+        return {"outcome": "dead_lettered", "job_id": request.job_id, "agent_id": request.agent_id, "reason": reason}
+
+
+@shared_task(bind=True, base=IngestTask, name=INGEST)
+def ingest_archival(self: IngestTask, **request: Any) -> dict[str, Any]:
+    """One archival document (keyword arguments of :class:`vcm.types.IngestRequest`): chunk,
+    embed, store, and move its job on for whoever polls it."""
+    deps = runtime.deps()
+    req = IngestRequest(**request)
+    try:
+        outcome = ingest_job.run_ingest_job(deps.hot, deps.store, runtime.ingester(deps), req, clock=deps.clock)
+    except Exception as exc:  # chunks are keyed by document and version: a retry rewrites nothing
+        return dict(self.retry_or_give_up(exc, **request))
     return outcome.as_dict()

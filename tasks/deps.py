@@ -1,4 +1,4 @@
-"""What cold-path jobs need, passed in explicitly (built per process by :mod:`tasks.runtime`).
+"""What cold-path jobs need, passed in explicitly (built per process by :mod:`vcm.tasks.runtime`).
 
 Nothing per agent lives here: every job reads the agent's state from Redis and the store.
 """
@@ -10,13 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hotpath.dispatch import Dispatcher
-from hotpath.settings import Settings
-from hotpath.state import HotState
-from store.port import MemoryStore
-from tasks.faults import NO_FAULTS, Faults
-from tasks.message_vectors import Vectorizer
-from tasks.summarize import Draft, Embed, Params, Request
+from vcm.dispatch import Dispatcher
+from vcm.hot.state import HotState
+from vcm.settings import Settings
+from vcm.store.port import MemoryStore
+from vcm.tasks.faults import NO_FAULTS, Faults
+from vcm.tasks.ingest_job import Ingest
+from vcm.tasks.message_vectors import Vectorizer
+from vcm.tasks.summarize import Draft, Embed, Params, Request
 
 
 class Summarizer(Protocol):
@@ -35,3 +36,6 @@ class Deps:
     clock: Callable[[], float] = time.time
     # Embeds spooled messages for vector recall; None: recall has BM25 only.
     vectorizer: Vectorizer | None = None
+    # Chunks, embeds and stores archival documents (ingestion jobs); None: built from `embed`'s
+    # model on the first job (vcm.tasks.runtime.ingester).
+    ingest: Ingest | None = None

@@ -18,7 +18,7 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from tasks.selection import Vectors, centroid
+from vcm.tasks.selection import Vectors, centroid
 
 
 class Scored(Protocol):

@@ -26,16 +26,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hotpath import audit, footprint, metrics
-from hotpath.budget import Budget
-from hotpath.errors import NotFound
-from hotpath.types import Message
-from store.types import EvictionCommit, MemoryEvent, Summary
-from tasks import drift
-from tasks.deps import Deps
-from tasks.selection import Vectors
-from tasks.spool import append_event, backfill_vectors, stored_message
-from tasks.summarize import Draft, Embed, Params, Request, Turn
+from vcm.errors import NotFound
+from vcm.hot.budget import Budget
+from vcm.obs import audit, footprint, metrics
+from vcm.store.types import EvictionCommit, MemoryEvent, Summary
+from vcm.tasks import drift
+from vcm.tasks.deps import Deps
+from vcm.tasks.selection import Vectors
+from vcm.tasks.spool import append_event, backfill_vectors, stored_message
+from vcm.tasks.summarize import Draft, Embed, Params, Request, Turn
+from vcm.types import Message
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Tasks call :meth:`Faults.point` at named steps (``evict.before_summarize``,
 ``spool.before_embed``) and hand :meth:`Faults.store_hook` to the store, whose own points
 (``commit_eviction.after_recall_append``, ``commit_eviction.before_commit``, ...) then obey
 the same rules. A rule makes a point raise
-:class:`store.errors.InjectedFailure` or sleep, for agents whose id starts with a prefix, a
+:class:`vcm.errors.InjectedFailure` or sleep, for agents whose id starts with a prefix, a
 number of times. In-process tests build rules directly; worker subprocesses read them from the
 ``VCM_TEST_FAULTS`` environment variable (a JSON list of rule objects).
 """
@@ -21,8 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hotpath.errors import ConfigError
-from store.errors import InjectedFailure
+from vcm.errors import ConfigError, InjectedFailure
 
 ENV = "VCM_TEST_FAULTS"
 _agent: contextvars.ContextVar[str] = contextvars.ContextVar("vcm_fault_agent", default="")

@@ -1,4 +1,4 @@
-"""Archival ingestion: documents -> late-chunked, embedded :class:`~store.types.ArchivalChunk` rows.
+"""Archival ingestion: documents -> late-chunked, embedded :class:`~vcm.store.types.ArchivalChunk` rows.
 
 :func:`ingest_document` is the plain function behind the ``tasks.ingest_archival`` Celery task;
 :func:`ingest_paths` ingests files and folders for the CLI (one document failing never stops the
@@ -8,9 +8,9 @@ before the model runs.
 
 Bad input - an empty or whitespace-only text, NUL characters or undecodable bytes (binary),
 invalid UTF-8, a document over ``ingest.max_document_bytes`` - raises
-:class:`~hotpath.errors.ValidationError` (``VALIDATION_ERROR``) and writes nothing for that
+:class:`~vcm.errors.ValidationError` (``VALIDATION_ERROR``) and writes nothing for that
 document. Re-ingesting a document under the same embedding version with different chunk
-boundaries (chunking settings changed) raises :class:`~hotpath.errors.IdempotencyMismatch`
+boundaries (chunking settings changed) raises :class:`~vcm.errors.IdempotencyMismatch`
 instead of mixing two chunkings: bump ``ingest.version_suffix``.
 
 ``naive`` mode (chunks embedded without their document) is for comparison only; every document
@@ -30,14 +30,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hotpath import audit, footprint
-from hotpath.errors import IdempotencyMismatch, ValidationError, VcmError
-from hotpath.settings import Settings, get_settings
-from store.errors import StoreError
-from store.port import MemoryStore
-from store.types import ArchivalChunk, MemoryEvent
-from tasks.embedding import Embedder
-from tasks.late_chunking import MODES, DocumentPlan, LateChunker, Mode, Vectors
+from vcm.errors import IdempotencyMismatch, ValidationError, VcmError
+from vcm.obs import audit, footprint
+from vcm.settings import Settings, get_settings
+from vcm.store.port import MemoryStore
+from vcm.store.types import ArchivalChunk, MemoryEvent
+from vcm.tasks.embedding import Embedder
+from vcm.tasks.late_chunking import MODES, DocumentPlan, LateChunker, Mode, Vectors
 
 MAX_ID_CHARS = 512  # the store's limit on identifiers
 log = logging.getLogger(__name__)
@@ -343,7 +342,7 @@ def _audit_ingest(store: MemoryStore, job: _Job, result: IngestResult, actor: st
                 details={"doc_id": job.doc_id, "source": job.source, "embedding_version": job.version},
             )
         )
-    except StoreError:
+    except VcmError:
         log.exception("could not record the archival_ingest event of %s", job.doc_id)
 
 
@@ -365,7 +364,7 @@ def _finish(store: MemoryStore, job: _Job, vectors: Vectors | None, model_id: st
 
 def _embed_and_finish(
     store: MemoryStore, chunker: LateChunker, jobs: Sequence[_Job]
-) -> Iterator[tuple[_Job, IngestResult | VcmError | StoreError]]:
+) -> Iterator[tuple[_Job, IngestResult | VcmError]]:
     """Embed the jobs that need it (late and naive each in one batched call), then write each alone."""
     vectors: dict[int, Vectors] = {}
     for mode in MODES:
@@ -376,7 +375,7 @@ def _embed_and_finish(
     for i, job in enumerate(jobs):
         try:
             yield job, _finish(store, job, vectors.get(i), chunker.embedder.model_id)
-        except (VcmError, StoreError) as exc:
+        except VcmError as exc:
             yield job, exc
 
 
@@ -393,8 +392,11 @@ def ingest_document(
     embedding_version: str | None = None,
     settings: Settings | None = None,
     valid_until: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> IngestResult:
     """Chunk, embed (late by default) and store one document; a replay writes nothing new.
+
+    ``progress(done, total)`` hears of the chunk count once planned (0 of n) and when stored.
 
     ``embedding_version`` defaults to ``"<model_id>:<mode>:<ingest.version_suffix>"``; ``mode``
     to ``ingest.mode``. Raises ValidationError (bad input), IdempotencyMismatch (stored under
@@ -416,8 +418,12 @@ def ingest_document(
         settings=cfg,
         valid_until=valid_until,
     )
+    if progress is not None:
+        progress(0, len(job.plan.chunks))
     for _, outcome in _embed_and_finish(store, chunker, [job]):
         if isinstance(outcome, IngestResult):
+            if progress is not None:
+                progress(outcome.chunks, outcome.chunks)
             return outcome
         raise outcome
     raise AssertionError("unreachable: one job gives one outcome")
@@ -426,9 +432,9 @@ def ingest_document(
 class DocumentIngester:
     """:func:`ingest_document` bound to a store, an embedder and settings.
 
-    Matches ``hotpath.service.Ingest`` - ``(agent_id, doc_id, text, *, source, metadata)`` to a
-    JSON-ready mapping - so a process entry point (or the ``tasks.ingest_archival`` Celery task)
-    wires it without knowing the model.
+    Matches :class:`vcm.tasks.ingest_job.Ingest` - ``(agent_id, doc_id, text, *, source,
+    metadata, progress)`` to a JSON-ready mapping - so the ``tasks.ingest_archival`` Celery task
+    runs it without knowing the model.
     """
 
     def __init__(self, store: MemoryStore, embedder: Embedder, settings: Settings | None = None) -> None:
@@ -437,10 +443,25 @@ class DocumentIngester:
         self.settings = settings
 
     def __call__(
-        self, agent_id: str, doc_id: str, text: str, *, source: str = "", metadata: Mapping[str, Any] | None = None
+        self,
+        agent_id: str,
+        doc_id: str,
+        text: str,
+        *,
+        source: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, Any]:
         result = ingest_document(
-            self.store, self.embedder, agent_id, doc_id, text, source=source, metadata=metadata, settings=self.settings
+            self.store,
+            self.embedder,
+            agent_id,
+            doc_id,
+            text,
+            source=source,
+            metadata=metadata,
+            settings=self.settings,
+            progress=progress,
         )
         return result.to_dict()
 
@@ -576,7 +597,7 @@ def ingest_paths(
                 settings=cfg,
                 valid_until=None,
             )
-        except (VcmError, StoreError) as exc:
+        except VcmError as exc:
             record(PathOutcome(str(path), "failed", doc_id, error=exc.to_dict()))
             continue
         pending.append((str(path), job))

@@ -1,7 +1,7 @@
 """Late chunking: chunk embeddings pooled from token embeddings of the whole document.
 
 The transformer runs once over the document (once per macro window when the document is longer
-than the model window, see :func:`tasks.chunking.plan_windows`); a chunk's embedding is the mean
+than the model window, see :func:`vcm.tasks.chunking.plan_windows`); a chunk's embedding is the mean
 of its tokens' output vectors, L2-normalised for cosine. Tokens thus carry the context of the
 text around them ("He" knows who he is), which embedding each chunk alone cannot give.
 
@@ -24,10 +24,10 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from hotpath.errors import ConfigError
-from hotpath.settings import ChunkingSettings
-from tasks.chunking import ChunkSpan, Window, plan_chunks, plan_windows, sentence_breaks
-from tasks.embedding import Embedder
+from vcm.errors import ConfigError
+from vcm.settings import ChunkingSettings
+from vcm.tasks.chunking import ChunkSpan, Window, plan_chunks, plan_windows, sentence_breaks
+from vcm.tasks.embedding import Embedder
 
 Mode = Literal["late", "naive"]
 MODES: tuple[Mode, ...] = ("late", "naive")
@@ -58,7 +58,7 @@ def pool_spans(
 
     ``outputs[i]`` holds window ``i``'s token outputs, its first ``prefix`` rows being special
     tokens; only a window's kept rows are read, so each token counts once. ``spans`` must be in
-    document order (starts and ends ascending), as :func:`~tasks.chunking.plan_chunks` gives
+    document order (starts and ends ascending), as :func:`~vcm.tasks.chunking.plan_chunks` gives
     them. Sums are taken window by window, so memory stays one window, however long the document.
     """
     if len(outputs) != len(windows):
@@ -84,7 +84,7 @@ def pool_spans(
 
 
 class LateChunker:
-    """Plans and embeds documents with one :class:`~tasks.embedding.Embedder`'s model and tokenizer."""
+    """Plans and embeds documents with one :class:`~vcm.tasks.embedding.Embedder`'s model and tokenizer."""
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder

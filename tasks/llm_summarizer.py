@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from hotpath.settings import SummarizerSettings
-from tasks import drift
-from tasks.summarize import Draft, Params, Request, candidates, extractive, fit_text
+from vcm.settings import SummarizerSettings
+from vcm.tasks import drift
+from vcm.tasks.summarize import Draft, Params, Request, candidates, extractive, fit_text
 
 log = logging.getLogger(__name__)
 

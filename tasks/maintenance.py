@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hotpath import audit, footprint
-from hotpath.errors import NotFound
-from store.types import MemoryEvent
-from tasks.deps import Deps
-from tasks.spool import spool_messages
+from vcm.errors import NotFound
+from vcm.obs import audit, footprint
+from vcm.store.types import MemoryEvent
+from vcm.tasks.deps import Deps
+from vcm.tasks.spool import spool_messages
 
 log = logging.getLogger(__name__)
 

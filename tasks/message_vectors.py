@@ -1,7 +1,7 @@
 """Message embeddings for vector recall, computed on the cold path, in conversational context.
 
 A turn alone ("Sure, see you then!") says little; the same turn read after its neighbours says
-a lot. ``late`` mode embeds each message by late chunking (:mod:`tasks.late_chunking`): the
+a lot. ``late`` mode embeds each message by late chunking (:mod:`vcm.tasks.late_chunking`): the
 model reads the preceding turns and the message as one document, and the message's vector is
 the mean of *its own* tokens' outputs, which have attended to the context. The context is
 causal (only earlier turns: later ones do not exist yet when a message is spooled) and left-
@@ -19,8 +19,8 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from tasks.chunking import ChunkSpan, plan_windows
-from tasks.late_chunking import DocumentPlan, LateChunker
+from vcm.tasks.chunking import ChunkSpan, plan_windows
+from vcm.tasks.late_chunking import DocumentPlan, LateChunker
 
 ContextMode = Literal["late", "single"]
 CONTEXT_MODES: tuple[ContextMode, ...] = ("late", "single")

@@ -15,5 +15,5 @@ INGEST = "tasks.ingest_archival"
 REEMBED = "tasks.reembed_messages"
 
 # Tasks that take the shared retry policy (backoff, max_retries, delivery cap) from the worker
-# settings; a task subclassing tasks.celery_tasks.VcmTask should be listed here.
+# settings; a task subclassing vcm.tasks.celery_tasks.VcmTask should be listed here.
 RETRIED = (EVICT, SPOOL, SWEEP, SWEEP_CONFIRM, EXPIRE, DEAD_LETTER, INGEST, REEMBED)

@@ -3,7 +3,7 @@
 The spool embeds each message once, under the vectorizer's version (model and context mode).
 After a model change every older message lacks a vector of the new version, and a message whose
 embedding failed lacks one for good: text search still finds them (hybrid recall scores a
-missing vector by the text score, see ``store.fusion.convex``), vector search cannot. This
+missing vector by the text score, see ``vcm.store.fusion.convex``), vector search cannot. This
 pages through an agent's stored conversation in ``seq`` order and embeds each message without a
 vector of the current version, with its stored neighbours as context, as the spool would have.
 
@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hotpath import audit
-from store.port import MemoryStore
-from store.types import StoredMessage
-from tasks.message_vectors import Turn, Vectorizer, message_text
-from tasks.spool import embed_into_store
+from vcm.obs import audit
+from vcm.store.port import MemoryStore
+from vcm.store.types import StoredMessage
+from vcm.tasks.message_vectors import Turn, Vectorizer, message_text
+from vcm.tasks.spool import embed_into_store
 
 ACTOR = audit.worker("reembed")
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tasks.chunking import ChunkSpan
+from vcm.tasks.chunking import ChunkSpan
 
 
 @dataclass(frozen=True)

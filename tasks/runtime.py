@@ -15,23 +15,25 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from hotpath.connection import connect
-from hotpath.dispatch import Dispatcher, RecordingDispatcher
-from hotpath.metered_store import metered
-from hotpath.settings import EmbeddingSettings, Settings, get_settings
-from hotpath.state import HotState
-from store import MemoryStore, open_store
-from tasks.deps import Deps, Summarizer
-from tasks.embedding import get_embedder
-from tasks.faults import Faults
-from tasks.late_chunking import LateChunker
-from tasks.message_vectors import MessageVectorizer, Turn, Vectorizer
-from tasks.message_vectors import Vectors as MessageVectors
-from tasks.selection import Vectors
-from tasks.summarize import extractive
+from vcm.dispatch import Dispatcher, RecordingDispatcher
+from vcm.hot.connection import connect
+from vcm.hot.state import HotState
+from vcm.obs.metered_store import metered
+from vcm.settings import EmbeddingSettings, Settings, get_settings
+from vcm.store import MemoryStore, open_store
+from vcm.tasks.deps import Deps, Summarizer
+from vcm.tasks.embedding import get_embedder
+from vcm.tasks.faults import Faults
+from vcm.tasks.ingest import DocumentIngester
+from vcm.tasks.ingest_job import Ingest, Progress
+from vcm.tasks.late_chunking import LateChunker
+from vcm.tasks.message_vectors import MessageVectorizer, Turn, Vectorizer
+from vcm.tasks.message_vectors import Vectors as MessageVectors
+from vcm.tasks.selection import Vectors
+from vcm.tasks.summarize import extractive
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,39 @@ class LazyVectorizer:
         return self._vectorizer().embed(history, targets)
 
 
+class LazyIngester:
+    """Archival ingestion with the configured model, loaded on the first document, not at start."""
+
+    def __init__(self, store: MemoryStore, settings: Settings, threads: int = 0) -> None:
+        self._store = store
+        self._settings = settings
+        self._embed = LazyEmbed(settings, threads)
+        self._built: DocumentIngester | None = None
+        self._lock = threading.Lock()
+
+    def __call__(
+        self,
+        agent_id: str,
+        doc_id: str,
+        text: str,
+        *,
+        source: str,
+        metadata: Mapping[str, Any],
+        progress: Progress | None = None,
+    ) -> Mapping[str, Any]:
+        with self._lock:
+            if self._built is None:
+                self._built = DocumentIngester(self._store, get_embedder(self._embed.settings), self._settings)
+        return self._built(agent_id, doc_id, text, source=source, metadata=metadata, progress=progress)
+
+
+def ingester(deps: Deps) -> Ingest:
+    """The ingester of these dependencies (built from settings when they carry none)."""
+    if deps.ingest is None:
+        deps.ingest = LazyIngester(deps.store, deps.settings, _providers.embed_threads)
+    return deps.ingest
+
+
 def build_vectorizer(settings: Settings, threads: int = 0) -> Vectorizer | None:
     """Message vectors for recall, unless ``[recall] vectors`` is off."""
     return LazyVectorizer(settings, threads) if settings.recall.vectors else None
@@ -122,7 +157,7 @@ def build_vectorizer(settings: Settings, threads: int = 0) -> Vectorizer | None:
 
 def build_summarizer(settings: Settings) -> Summarizer:
     if settings.summarizer.kind == "llm":
-        from tasks.llm_summarizer import LlmSummarizer
+        from vcm.tasks.llm_summarizer import LlmSummarizer
 
         return LlmSummarizer.of(settings.summarizer)
     return extractive
@@ -159,7 +194,7 @@ def configure(
 
 def store_options(settings: Settings) -> dict[str, Any]:
     """Adapter options from settings: the ArangoDB users (passwords from the environment only,
-    see ``hotpath.settings``), the UDS-only rule, and the server-side TTL index when recall
+    see ``vcm.settings``), the UDS-only rule, and the server-side TTL index when recall
     retention is on. The embedded adapter takes none of these."""
     if not settings.store_url.startswith("arango"):
         return {}

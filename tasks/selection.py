@@ -1,6 +1,6 @@
 """Which sentences a summary keeps: embedding centrality plus maximal marginal relevance. Pure.
 
-Vectors are rows of unit length (as :meth:`tasks.embedding.Embedder.encode` returns them), so a
+Vectors are rows of unit length (as :meth:`vcm.tasks.embedding.Embedder.encode` returns them), so a
 dot product is a cosine. Everything here takes plain arrays, so tests use small hand-made vectors.
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from tasks.chunking import sentence_breaks
+from vcm.tasks.chunking import sentence_breaks
 
 # A capitalised word that does not start the sentence: a name, a place, a product.
 _NAME = re.compile(r"(?<=[\s,;:(\"'])[A-Z][a-z]+(?:[-'][A-Za-z]+)?\b")

@@ -10,13 +10,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hotpath import audit, footprint
-from hotpath.state import HotState
-from hotpath.types import Message
-from store.port import MemoryStore
-from store.types import MemoryEvent, StoredMessage
-from tasks.faults import NO_FAULTS, Faults
-from tasks.message_vectors import Turn, Vectorizer, message_text, ready_targets
+from vcm.hot.state import HotState
+from vcm.obs import audit, footprint
+from vcm.store.port import MemoryStore
+from vcm.store.types import MemoryEvent, StoredMessage
+from vcm.tasks.faults import NO_FAULTS, Faults
+from vcm.tasks.message_vectors import Turn, Vectorizer, message_text, ready_targets
+from vcm.types import Message
 
 # Hot-path fields with no StoredMessage column travel in metadata under this key.
 VCM_METADATA = "_vcm"
@@ -195,7 +195,7 @@ def embed_into_store(
 ) -> int:
     """Embed the ``(message id, turn)`` targets with ``context`` around them and store the
     vectors under the vectorizer's version; how many were new. Shared by the spool, the eviction
-    backfill and re-embedding (:mod:`tasks.reembed`)."""
+    backfill and re-embedding (:mod:`vcm.tasks.reembed`)."""
     if not targets:
         return 0
     vectors = vectorizer.embed(context, [t for _, t in targets])

@@ -5,9 +5,9 @@ Pure: token counting and embedding come in as callables, so nothing here does I/
 The default is **extractive**. Candidates are the previous summary's lines and the batch's
 sentences (each prefixed with its speaker, so "who said it" survives). Each candidate's
 relevance is its embedding's cosine to the centroid of all candidates (centrality) plus a bonus
-for names, numbers and identifiers (:func:`tasks.sentences.salience`; the speakers' own names do
+for names, numbers and identifiers (:func:`vcm.tasks.sentences.salience`; the speakers' own names do
 not count), scaled down for sentences with little content ("Wow, that's awesome!",
-:func:`tasks.sentences.substance`), which are central in any chat but say nothing. Maximal marginal
+:func:`vcm.tasks.sentences.substance`), which are central in any chat but say nothing. Maximal marginal
 relevance then picks candidates until the cap is spent: first from the previous summary (up to
 ``previous_share`` of the cap, so the chain stays recursive and old facts do not vanish at the
 first eviction), then from the batch, then from whatever is left. The summary lists the kept
@@ -18,7 +18,7 @@ Embedding is the cost of a summary (about a millisecond per token on one CPU thr
 ``max_candidates`` sentences are embedded: a larger batch is first thinned without the model to
 the lexically most central and salient sentence of each of that many stretches of the
 conversation, which keeps the whole time line represented. Drift is then measured against these
-candidates (see :mod:`tasks.drift`).
+candidates (see :mod:`vcm.tasks.drift`).
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from hotpath.settings import DriftSettings, SummarizerSettings
-from hotpath.types import Message
-from tasks import drift, sentences
-from tasks.selection import (
+from vcm.settings import DriftSettings, SummarizerSettings
+from vcm.tasks import drift, sentences
+from vcm.tasks.selection import (
     Vectors,
     centrality,
     centroid,
@@ -40,6 +39,7 @@ from tasks.selection import (
     mmr_select,
     stratified_pick,
 )
+from vcm.types import Message
 
 Embed = Callable[[Sequence[str]], Vectors]
 Count = Callable[[str], int]
@@ -102,7 +102,7 @@ class Request:
 class Draft:
     text: str
     tokens: int
-    score: float  # drift similarity to the source (see tasks.drift)
+    score: float  # drift similarity to the source (see vcm.tasks.drift)
     method: str  # "extractive" | "llm" | "empty"
     lines: int
 

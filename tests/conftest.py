@@ -10,8 +10,8 @@ import fakeredis
 import pytest
 import redis
 
-from hotpath.settings import Settings, load_settings
-from hotpath.state import HotState
+from vcm.hot.state import HotState
+from vcm.settings import Settings, load_settings
 
 REDIS_URL = os.environ.get("VCM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 

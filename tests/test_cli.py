@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hotpath.cli_commands import render_context
+from vcm.cli.commands import render_context
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN = "test-admin-token-0123456789"
@@ -28,7 +28,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _vcm(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "hotpath.cli", *args],
+        [sys.executable, "-m", "vcm.cli.main", *args],
         cwd=ROOT,
         env=_env(tmp_path),
         capture_output=True,
@@ -47,7 +47,7 @@ def _free_port() -> int:
 def server(tmp_path: Path) -> Iterator[str]:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hotpath.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "vcm.cli.main", "serve", "--port", str(port)],
         cwd=ROOT,
         env=_env(tmp_path),
         stdout=subprocess.PIPE,
@@ -119,8 +119,8 @@ def test_serve_context_search_and_events_through_the_cli(tmp_path: Path, server:
 def test_ingest_then_search_archival(tmp_path: Path) -> None:
     import redis
 
-    from hotpath.settings import load_settings
-    from hotpath.state import HotState
+    from vcm.hot.state import HotState
+    from vcm.settings import load_settings
 
     url = "redis://127.0.0.1:6379/9"
     client = redis.Redis.from_url(url, decode_responses=True)
@@ -137,7 +137,7 @@ def test_ingest_then_search_archival(tmp_path: Path) -> None:
     (docs / "bad.txt").write_bytes(b"\xff\xfe\x00binary")
     env = {**_env(tmp_path), "VCM_REDIS_URL": url}
     ingest = subprocess.run(
-        [sys.executable, "-m", "hotpath.cli", "ingest", "--agent", "ing1", str(docs)],
+        [sys.executable, "-m", "vcm.cli.main", "ingest", "--agent", "ing1", str(docs)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -148,7 +148,7 @@ def test_ingest_then_search_archival(tmp_path: Path) -> None:
     report = json.loads(ingest.stdout)
     assert "bad.txt" in json.dumps(report) and "a.txt" in json.dumps(report)
     found = subprocess.run(
-        [sys.executable, "-m", "hotpath.cli", "search", "--agent", "ing1", "--archival", "what dog did Clara adopt"],
+        [sys.executable, "-m", "vcm.cli.main", "search", "--agent", "ing1", "--archival", "what dog did Clara adopt"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -161,8 +161,8 @@ def test_ingest_then_search_archival(tmp_path: Path) -> None:
 
 
 def test_doctor_reports_each_dependency(tmp_path: Path) -> None:
-    from hotpath.cli_commands import doctor_checks
-    from hotpath.settings import load_settings
+    from vcm.cli.commands import doctor_checks
+    from vcm.settings import load_settings
 
     ok = doctor_checks(load_settings({"store_url": f"sqlite:///{tmp_path}/vcm.db"}, environ={}), strict=True)
     assert {name for name, _, _ in ok} == {"redis", "broker", "store", "embedding model"}
@@ -204,7 +204,7 @@ def test_events_time_arguments() -> None:
     import argparse
     from datetime import UTC, datetime
 
-    from hotpath.cli_commands import parse_when
+    from vcm.cli.commands import parse_when
 
     assert parse_when("1700000000.5") == 1700000000.5
     assert parse_when("2026-01-31T12:00") == datetime(2026, 1, 31, 12, tzinfo=UTC).timestamp()
@@ -218,8 +218,8 @@ def test_events_time_arguments() -> None:
 def test_reembed_embeds_stored_messages_lacking_a_current_vector(tmp_path: Path) -> None:
     """A model change leaves stored messages with old vectors only; `vcm reembed` embeds them with
     the configured model (the bundled MiniLM here), once."""
-    from store import open_store
-    from store.types import StoredMessage
+    from vcm.store import open_store
+    from vcm.store.types import StoredMessage
 
     store = open_store(f"sqlite:///{tmp_path}/vcm.db")
     texts = ["Priya ran the Porto half marathon.", "", "Clara adopted a beagle named Biscuit.", "Nice!"]

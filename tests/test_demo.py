@@ -18,7 +18,7 @@ def test_vcm_demo_accounts_for_every_message(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VCM_")}
     env.update(HF_HUB_OFFLINE="1", VCM_STORE_URL=f"sqlite:///{tmp_path}/vcm.db")
     proc = subprocess.run(
-        [sys.executable, "-m", "hotpath.cli", "demo", "--limit", "140"],
+        [sys.executable, "-m", "vcm.cli.main", "demo", "--limit", "140"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
-from hotpath import cli_commands
-from hotpath.cli_commands import doctor_checks, guard_summary, transport_check
-from hotpath.errors import ConfigError
-from hotpath.settings import load_settings, redact_url
-from store.arango.guard import GuardReport, Problem
-from store.errors import ErrorCode
-from tasks.runtime import store_options
+from vcm.cli import commands as cli_commands
+from vcm.cli.commands import doctor_checks, guard_summary, transport_check
+from vcm.errors import ConfigError, ErrorCode
+from vcm.settings import load_settings, redact_url
+from vcm.store.arango.guard import GuardReport, Problem
+from vcm.tasks.runtime import store_options
 
 SECRET = "s3cr3t-Pa55word-xyz"
 TOKEN = "admin-token-0123456789-abcdef"
@@ -64,7 +63,7 @@ def test_the_same_secrets_from_the_environment_are_accepted_and_never_in_reprs()
 
 def test_doctor_output_never_contains_a_secret(monkeypatch: pytest.MonkeyPatch, capsys: Any, caplog: Any) -> None:
     stub = SimpleNamespace(model_id="stub", dimension=3, max_tokens=8)
-    monkeypatch.setattr("tasks.embedding.get_embedder", lambda _: stub)
+    monkeypatch.setattr("vcm.tasks.embedding.get_embedder", lambda _: stub)
     settings = load_settings(overrides={"store": {"uds_only": True}}, environ=secret_env())
     monkeypatch.setattr(cli_commands, "get_settings", lambda: settings)
     caplog.set_level(logging.DEBUG)
@@ -110,7 +109,7 @@ def load_tcp() -> Any:
 
 def test_doctor_reports_the_vector_index_guard(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        "tasks.embedding.get_embedder", lambda _: SimpleNamespace(model_id="m", dimension=1, max_tokens=1)
+        "vcm.tasks.embedding.get_embedder", lambda _: SimpleNamespace(model_id="m", dimension=1, max_tokens=1)
     )
     report = GuardReport("3.12.5", True, "probe", [Problem(ErrorCode.CONFIG_ERROR, "sparse unsupported", fatal=False)])
     assert guard_summary(report) == "ArangoDB 3.12.5, vector index on (by probe); sparse unsupported"

@@ -4,9 +4,9 @@ beat schedule and the in-process worker for embedded mode. No task logic lives h
 
 Entry points::
 
-    celery -A workers.app worker -Q hot -n hot@%h -P prefork -c 4      # evictions
-    celery -A workers.app worker -Q cold -n cold@%h -c 2               # spooling, maintenance
-    celery -A workers.app worker -Q ingest -n ingest@%h -c 1           # embeddings, ingestion
-    celery -A workers.app beat                                         # exactly one
+    celery -A vcm.workers.app worker -Q hot -n hot@%h -P prefork -c 4      # evictions
+    celery -A vcm.workers.app worker -Q cold -n cold@%h -c 2               # spooling, maintenance
+    celery -A vcm.workers.app worker -Q ingest -n ingest@%h -c 1           # embeddings, ingestion
+    celery -A vcm.workers.app beat                                         # exactly one
     scripts/flower                                                     # monitoring
 """

@@ -1,7 +1,7 @@
-"""The Celery app (``celery -A workers.app ...``), configured from vcm settings.
+"""The Celery app (``celery -A vcm.workers.app ...``), configured from vcm settings.
 
 Importing this module is what makes a process a vcm worker (or beat, or Flower): it wires the
-Celery dispatcher and the broker-backed delivery log into :mod:`tasks.runtime` and connects the
+Celery dispatcher and the broker-backed delivery log into :mod:`vcm.tasks.runtime` and connects the
 worker signals.
 """
 
@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from celery import Celery
 
-from hotpath.dispatch import Dispatcher
-from hotpath.settings import Settings, get_settings
-from tasks import runtime
-from workers.config import celery_settings
-from workers.deliveries import RedisDeliveryLog
-from workers.dispatch import CeleryDispatcher
+from vcm.dispatch import Dispatcher
+from vcm.settings import Settings, get_settings
+from vcm.tasks import runtime
+from vcm.workers.config import celery_settings
+from vcm.workers.deliveries import RedisDeliveryLog
+from vcm.workers.dispatch import CeleryDispatcher
 
 
 def create_app(settings: Settings) -> Celery:
-    app = Celery("vcm", include=["tasks.celery_tasks"])
+    app = Celery("vcm", include=["vcm.tasks.celery_tasks"])
     app.conf.update(celery_settings(settings))
     return app
 
@@ -41,4 +41,4 @@ def _deliveries(settings: Settings) -> runtime.DeliveryLog:
 
 runtime.configure(dispatcher=_dispatcher, deliveries=_deliveries)
 
-from workers import signals  # noqa: E402, F401  (connects the handlers)
+from vcm.workers import signals  # noqa: E402, F401  (connects the handlers)

@@ -1,4 +1,4 @@
-"""The beat schedule: periodic maintenance. Run exactly one ``celery -A workers.app beat``
+"""The beat schedule: periodic maintenance. Run exactly one ``celery -A vcm.workers.app beat``
 (several would each enqueue every entry; harmless because the tasks are idempotent, but wasteful).
 """
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hotpath.settings import Settings
-from tasks import names
+from vcm.settings import Settings
+from vcm.tasks import names
 
 
 def schedule(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -1,7 +1,7 @@
 """Per-message delivery counts kept on the Redis broker, shared by all workers.
 
 Celery has no redelivery counter (celery.md 1.2): a message whose worker dies mid-task comes back
-after the visibility timeout, again and again. ``tasks.celery_tasks.VcmTask`` asks this log how
+after the visibility timeout, again and again. ``vcm.tasks.celery_tasks.VcmTask`` asks this log how
 often the current attempt was delivered and dead-letters it past ``max_deliveries``.
 """
 

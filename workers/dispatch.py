@@ -1,4 +1,4 @@
-"""The Celery implementation of the hot path's :class:`hotpath.dispatch.Dispatcher` port.
+"""The Celery implementation of the hot path's :class:`vcm.dispatch.Dispatcher` port.
 
 Cheap on the caller's path: one publish by task name (no task module import, so the API process
 never loads the summariser or the embedder), a short bounded publish retry, and no waiting for
@@ -15,8 +15,10 @@ from typing import Any
 
 from celery import Celery
 
-from tasks import names
-from workers import metrics
+from vcm.errors import StoreUnavailable
+from vcm.tasks import names
+from vcm.types import IngestRequest
+from vcm.workers import metrics
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,16 @@ class CeleryDispatcher:
 
     def evict(self, agent_id: str, batch_id: int) -> None:
         self._send(names.EVICT, [agent_id, int(batch_id)], "evict")
+
+    def ingest(self, request: IngestRequest) -> None:
+        # The document travels in the message (it is nowhere else yet): a failed publish is the
+        # caller's to know, not the sweeper's to repair.
+        try:
+            self.app.send_task(names.INGEST, kwargs=request.as_kwargs(), retry=True, retry_policy=self._policy)
+        except Exception as exc:
+            metrics.DISPATCH_FAILURES.labels(kind="ingest").inc()
+            log.error("could not queue ingestion job %s of %s: %r", request.job_id, request.agent_id, exc)
+            raise StoreUnavailable("the ingestion queue is unavailable; retry shortly", job_id=request.job_id) from exc
 
     def _send(self, task: str, args: list[Any], kind: str) -> None:
         try:

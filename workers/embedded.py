@@ -1,7 +1,7 @@
 """The in-process worker of embedded mode: a real Celery worker in a thread, over ``memory://``.
 
 The same tasks run as in production; only the transport differs. In embedded mode the hot state
-is the process's fakeredis (``hotpath.connection.connect("")``) and the store the SQLite file, so
+is the process's fakeredis (``vcm.hot.connection.connect("")``) and the store the SQLite file, so
 the API and this worker share both::
 
     with embedded_worker():
@@ -26,8 +26,8 @@ from celery.app import trace
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
-from hotpath.errors import ConfigError
-from workers import routes
+from vcm.errors import ConfigError
+from vcm.workers import routes
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +50,18 @@ def embedded_worker(
     start_timeout_s: float = 30.0,
     stop_timeout_s: float = 30.0,
 ) -> Iterator[WorkController]:
-    """Run a worker thread for ``app`` (default: ``workers.app.app``) while the block runs."""
+    """Run a worker thread for ``app`` (default: ``vcm.workers.app.app``) while the block runs."""
     if app is None:
-        from workers.app import app as default_app
+        from vcm.workers.app import app as default_app
 
         app = default_app
     if not str(app.conf.broker_url).startswith("memory://"):
         raise ConfigError(
             f"the in-process worker needs broker_url memory://, not {app.conf.broker_url!r}; "
-            "start `celery -A workers.app worker` processes for a Redis broker",
+            "start `celery -A vcm.workers.app worker` processes for a Redis broker",
             setting="broker_url",
         )
-    import tasks.celery_tasks  # noqa: F401  (registers the tasks before the app is finalised)
+    import vcm.tasks.celery_tasks  # noqa: F401  (registers the tasks before the app is finalised)
 
     hostname = f"embedded-{os.getpid()}@{socket.gethostname()}"
     # What `celery worker` does at start: finalise the app and make it the default one, since a

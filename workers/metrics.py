@@ -1,6 +1,6 @@
 """The workers' metrics endpoint and multi-process setup. The families themselves (dead letters,
 sweeper re-drives, dispatch failures and the cold path's evictions, drift and store errors) are
-defined with all of vcm's in :mod:`hotpath.metrics`; per-task rates, runtimes and worker liveness
+defined with all of vcm's in :mod:`vcm.obs.metrics`; per-task rates, runtimes and worker liveness
 come from Flower's ``/metrics`` (built from task events).
 
 Multi-process: prefork children each count in their own memory. Set ``PROMETHEUS_MULTIPROC_DIR``
@@ -22,9 +22,9 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import multiprocess as prom_multiprocess
 from prometheus_client import start_http_server
 
-from hotpath import metrics
-from hotpath.metrics import DEAD_LETTERS, DISPATCH_FAILURES, MULTIPROC_ENV, REDRIVEN, RESPOOLED
-from tasks import names
+from vcm.obs import metrics
+from vcm.obs.metrics import DEAD_LETTERS, DISPATCH_FAILURES, MULTIPROC_ENV, REDRIVEN, RESPOOLED
+from vcm.tasks import names
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ for _task in (names.EVICT, names.SPOOL):
 
 
 def observe(task_name: str, retval: Any) -> None:
-    """Count a finished task by the outcome it returned (see tasks.celery_tasks)."""
+    """Count a finished task by the outcome it returned (see vcm.tasks.celery_tasks)."""
     if not isinstance(retval, dict):
         return
     outcome = retval.get("outcome")

@@ -25,9 +25,9 @@ from celery.signals import (
     worker_ready,
 )
 
-from hotpath.settings import get_settings
-from tasks import names, runtime
-from workers import metrics
+from vcm.settings import get_settings
+from vcm.tasks import names, runtime
+from vcm.workers import metrics
 
 log = logging.getLogger(__name__)
 

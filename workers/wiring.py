@@ -1,4 +1,4 @@
-"""Builds a running :class:`~hotpath.service.MemoryService` for a process entry point.
+"""Builds a running :class:`~vcm.service.MemoryService` for a process entry point.
 
 The CLI (``vcm serve``, ``vcm demo``, ...) is such an entry point: it may import workers. With a
 ``memory://`` broker (embedded mode) an in-process Celery worker runs the cold path in a thread
@@ -10,11 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from hotpath.service import MemoryService
-from hotpath.settings import Settings, get_settings
-from tasks import runtime
-from tasks.embedding import get_embedder
-from tasks.ingest import DocumentIngester
+from vcm.service import MemoryService
+from vcm.settings import Settings, get_settings
+from vcm.tasks import runtime
 
 
 def embedded(settings: Settings) -> bool:
@@ -22,33 +20,17 @@ def embedded(settings: Settings) -> bool:
 
 
 def build_service(settings: Settings) -> MemoryService:
-    from workers.app import app  # noqa: F401  (wires the Celery dispatcher into tasks.runtime)
+    from vcm.workers.app import app  # noqa: F401  (wires the Celery dispatcher into vcm.tasks.runtime)
 
     deps = runtime.deps()
-    ingester = _LazyIngester(deps.store, settings)
     vectorizer = deps.vectorizer
     return MemoryService(
         deps.hot,
         deps.store,
         deps.dispatcher,
         embed=deps.embed,
-        ingest=ingester,
         recall_version=(lambda: vectorizer.version) if vectorizer is not None else None,
     )
-
-
-class _LazyIngester:
-    """Loads the embedding model on the first document, not at start."""
-
-    def __init__(self, store: object, settings: Settings) -> None:
-        self._store = store
-        self._settings = settings
-        self._ingester: DocumentIngester | None = None
-
-    def __call__(self, agent_id: str, doc_id: str, text: str, *, source: str = "", metadata: object = None) -> dict:  # type: ignore[type-arg]
-        if self._ingester is None:
-            self._ingester = DocumentIngester(self._store, get_embedder(self._settings.embedding), self._settings)  # type: ignore[arg-type]
-        return self._ingester(agent_id, doc_id, text, source=source, metadata=metadata)  # type: ignore[arg-type]
 
 
 @contextmanager
@@ -59,8 +41,8 @@ def running_service(settings: Settings | None = None) -> Iterator[MemoryService]
     if not embedded(settings):
         yield service
         return
-    from workers.app import app
-    from workers.embedded import embedded_worker
+    from vcm.workers.app import app
+    from vcm.workers.embedded import embedded_worker
 
     with embedded_worker(app):
         yield service

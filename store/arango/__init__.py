@@ -2,26 +2,26 @@
 
 Modules, each small and named after what it holds:
 
-* :mod:`~store.arango.adapter` - :class:`ArangoStore`, the port implementation
-* :mod:`~store.arango.aql` - every query, as pure ``(text, bind_vars)`` builders
-* :mod:`~store.arango.schema` - ``config/arango_schema.json`` loading, idempotent bootstrap,
+* :mod:`~vcm.store.arango.adapter` - :class:`ArangoStore`, the port implementation
+* :mod:`~vcm.store.arango.aql` - every query, as pure ``(text, bind_vars)`` builders
+* :mod:`~vcm.store.arango.schema` - ``config/arango_schema.json`` loading, idempotent bootstrap,
   the lazily created vector index
-* :mod:`~store.arango.client` - URLs, the Unix-socket HTTP client, read-only/read-write handles
-* :mod:`~store.arango.guard` - refuses servers that cannot serve vcm
-* :mod:`~store.arango.eviction` - ``commit_eviction`` planning and size-cap splitting
-* :mod:`~store.arango.snapshots` - stable search cursors (stored in ``cursors``)
-* :mod:`~store.arango.keys`, :mod:`~store.arango.documents`, :mod:`~store.arango.names`,
-  :mod:`~store.arango.errors` - plumbing
+* :mod:`~vcm.store.arango.client` - URLs, the Unix-socket HTTP client, read-only/read-write handles
+* :mod:`~vcm.store.arango.guard` - refuses servers that cannot serve vcm
+* :mod:`~vcm.store.arango.eviction` - ``commit_eviction`` planning and size-cap splitting
+* :mod:`~vcm.store.arango.snapshots` - stable search cursors (stored in ``cursors``)
+* :mod:`~vcm.store.arango.keys`, :mod:`~vcm.store.arango.documents`, :mod:`~vcm.store.arango.names`,
+  :mod:`~vcm.store.arango.errors` - plumbing
 
 Argument checks, cursors, post-filters and write rules are shared with the embedded adapter
-(:mod:`store.validation`, :mod:`store.cursor`, :mod:`store.paging`, :mod:`store.filters`,
-:mod:`store.semantics`), so both refuse and answer alike.
+(:mod:`vcm.store.validation`, :mod:`vcm.store.cursor`, :mod:`vcm.store.paging`, :mod:`vcm.store.filters`,
+:mod:`vcm.store.semantics`), so both refuse and answer alike.
 
 Facts about ArangoDB behind the choices are in the shared ``reference/arangodb.md``.
 """
 
 from __future__ import annotations
 
-from store.arango.adapter import ArangoStore
+from vcm.store.arango.adapter import ArangoStore
 
 __all__ = ["ArangoStore"]

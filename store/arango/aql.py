@@ -2,7 +2,7 @@
 
 Rules that every function here keeps (``tests/store/test_arango_aql.py`` checks them):
 
-* Query text is assembled only from constants of :mod:`store.arango.names`, validated attribute
+* Query text is assembled only from constants of :mod:`vcm.store.arango.names`, validated attribute
   names (:func:`vector_attribute`) and fixed keywords. Every value a caller supplies (agent ids,
   query strings, vectors, metadata keys and values) travels as a bind variable; collections
   chosen at run time travel as ``@@collection`` bind variables.
@@ -21,13 +21,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from store import filters as filters_module
-from store.arango import names
-from store.errors import StoreValidationError
-from store.filters import CHUNK_FIELDS
-from store.filters import ArchivalFilter as ArchivalFilter  # re-exported: the type of every filters argument here
-from store.types import Metric
-from store.validation import MAX_DEPTH
+from vcm.errors import ValidationError
+from vcm.store import filters as filters_module
+from vcm.store.arango import names
+from vcm.store.filters import CHUNK_FIELDS
+from vcm.store.filters import ArchivalFilter as ArchivalFilter  # re-exported: the type of every filters argument here
+from vcm.store.types import Metric
+from vcm.store.validation import MAX_DEPTH
 
 
 class AqlQuery(NamedTuple):
@@ -47,7 +47,7 @@ MAX_DIMENSION = 65_536
 
 # --- archival filters ---------------------------------------------------------------------------
 def parse_filters(filters: Mapping[str, Any] | None) -> ArchivalFilter:
-    """The shared post-filters (:mod:`store.filters`), keys also held to :data:`SAFE_KEY`.
+    """The shared post-filters (:mod:`vcm.store.filters`), keys also held to :data:`SAFE_KEY`.
 
     The stricter key rule is this adapter's own: keys travel as bind variables anyway, but a
     key that is not an identifier is refused before it reaches a query.
@@ -55,7 +55,7 @@ def parse_filters(filters: Mapping[str, Any] | None) -> ArchivalFilter:
     if isinstance(filters, Mapping):
         for key in filters:
             if not isinstance(key, str) or not SAFE_KEY.match(key):
-                raise StoreValidationError(
+                raise ValidationError(
                     "filter keys must be identifiers (letters, digits, _ and -, at most 128)",
                     key=repr(key),
                 )
@@ -69,16 +69,16 @@ def vector_attribute(metric: Metric, dimension: int) -> str:
     dimension, so each (metric, dimension) gets its own attribute.
     """
     if metric not in ("cosine", "l2"):
-        raise StoreValidationError("metric must be 'cosine' or 'l2'", metric=str(metric))
+        raise ValidationError("metric must be 'cosine' or 'l2'", metric=str(metric))
     if not isinstance(dimension, int) or not 0 < dimension <= MAX_DIMENSION:
-        raise StoreValidationError(f"embedding dimension must be 1..{MAX_DIMENSION}")
+        raise ValidationError(f"embedding dimension must be 1..{MAX_DIMENSION}")
     attr = f"emb_{metric}_{dimension}"
     return _checked_attribute(attr)
 
 
 def _checked_attribute(attr: str) -> str:
     if not _VECTOR_ATTRIBUTE.match(attr):  # never true for vector_attribute(); defence only
-        raise StoreValidationError("invalid vector attribute", attribute=attr)
+        raise ValidationError("invalid vector attribute", attribute=attr)
     return attr
 
 
@@ -160,7 +160,7 @@ def recall_search(
     Returns one row per hit: ``{key, score, at}``, best first, at most ``fetch``.
     """
     if fetch < 1:
-        raise StoreValidationError("fetch must be positive")
+        raise ValidationError("fetch must be positive")
     view_time, scan_time, bind_time = _time_window("d", since, until)
     text = f"""LET q_terms = UNIQUE(TOKENS(@q, "{names.TEXT_ANALYZER}"))
 LET fresh_since = DATE_NOW() - @lag_ms
@@ -271,7 +271,7 @@ def purge_cursors(now: float) -> AqlQuery:
 def remove_edges_of(edge_collection: str, vertex_ids: Sequence[str]) -> AqlQuery:
     """Remove every edge touching one of the given vertices (after they were deleted)."""
     if edge_collection not in names.EDGE_COLLECTIONS:
-        raise StoreValidationError("unknown edge collection", collection=edge_collection)
+        raise ValidationError("unknown edge collection", collection=edge_collection)
     text = "FOR e IN @@edges\n  FILTER e._from IN @ids OR e._to IN @ids\n  REMOVE e IN @@edges\n  RETURN OLD._key"
     return AqlQuery(text, {"@edges": edge_collection, "ids": list(vertex_ids)})
 
@@ -287,12 +287,12 @@ def _archival_filters(
         bind["embedding_version"] = embedding_version
     for i, (name, value) in enumerate(sorted(flt.fields.items())):
         if name not in CHUNK_FIELDS:  # parse_filters() guarantees this; defence only
-            raise StoreValidationError("unknown chunk field", field=name)
+            raise ValidationError("unknown chunk field", field=name)
         lines.append(f"FILTER {var}.{name} == @fv{i}")
         bind[f"fv{i}"] = value
     for i, (key, value) in enumerate(sorted(flt.metadata.items())):
         if not SAFE_KEY.match(key):
-            raise StoreValidationError("invalid metadata key", key=key)
+            raise ValidationError("invalid metadata key", key=key)
         lines.append(f"FILTER HAS({var}.metadata, @mk{i}) AND {var}.metadata[@mk{i}] == @mv{i}")
         bind[f"mk{i}"] = key
         bind[f"mv{i}"] = value
@@ -464,12 +464,12 @@ def traverse(start_id: str, edge_collections: Sequence[str], *, max_depth: int, 
     caller rebuilds each vertex from the path's edges (``src``/``dst`` refs stored on them).
     """
     if direction not in _DIRECTIONS:
-        raise StoreValidationError("direction must be outbound, inbound or any")
+        raise ValidationError("direction must be outbound, inbound or any")
     for coll in edge_collections:
         if coll not in names.EDGE_COLLECTIONS:
-            raise StoreValidationError("unknown edge kind", kind=coll)
+            raise ValidationError("unknown edge kind", kind=coll)
     if not 1 <= max_depth <= MAX_DEPTH:
-        raise StoreValidationError(f"max_depth must be 1..{MAX_DEPTH}")
+        raise ValidationError(f"max_depth must be 1..{MAX_DEPTH}")
     text = f"""FOR v, e, p IN 1..@max_depth {_DIRECTIONS[direction]} @start GRAPH "{names.GRAPH}"
   OPTIONS {{ order: "bfs", uniqueVertices: "global", edgeCollections: @edge_collections }}
   RETURN p.edges[* RETURN {{
@@ -525,7 +525,7 @@ def vector_spaces() -> AqlQuery:
 
 def _known_collection(collection: str) -> None:
     if collection not in names.ALL_COLLECTIONS:
-        raise StoreValidationError("unknown collection", collection=collection)
+        raise ValidationError("unknown collection", collection=collection)
 
 
 # --- vector recall over messages ------------------------------------------------------------
@@ -611,7 +611,7 @@ def recall_vector_exact(
     """Exact cosine over the agent's message vectors of ``version``, best first, ties by age
     then ``_key`` (as BM25 recall). Rows ``{key, score}``."""
     if fetch < 1:
-        raise StoreValidationError("fetch must be positive")
+        raise ValidationError("fetch must be positive")
     _, scan_time, bind_time = _time_window("d", since, until)
     text = f"""FOR d IN {names.MESSAGES}
   FILTER d.agent_id == @agent_id AND d.{RECALL_VERSION} == @version{scan_time}
@@ -639,7 +639,7 @@ def recall_vector_ann(
     and LIMIT), the agent, version and time filters are applied in the outer loop and survivors
     re-scored exactly. Returns ``{candidates, hits}`` like :func:`archival_ann`."""
     if fetch < 1 or wanted < 1:
-        raise StoreValidationError("fetch and wanted must be positive")
+        raise ValidationError("fetch and wanted must be positive")
     _, scan_time, bind_time = _time_window("c", since, until)
     text = f"""LET cand = (
   FOR d IN {names.MESSAGES}

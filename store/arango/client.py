@@ -34,7 +34,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection
 from urllib3.connectionpool import HTTPConnectionPool
 
-from store.arango.errors import (
+from vcm.store.arango.errors import (
     DATABASE_NOT_FOUND,
     DUPLICATE_NAME,
     ArangoConfigError,

@@ -1,7 +1,7 @@
 """Conversions between the port's dataclasses and ArangoDB documents (pure).
 
 Every node document's ``_key`` is the vertex key of its port-level :class:`NodeRef`
-(:mod:`store.arango.keys`), so ``recall_log``/``cites``/``derived_from`` edges built from refs
+(:mod:`vcm.store.arango.keys`), so ``recall_log``/``cites``/``derived_from`` edges built from refs
 point at the real documents. Edges also carry their refs verbatim (``src``/``dst``) because the
 port allows edges between refs that have no document, and traversals must give refs back.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from store.arango import keys, names
-from store.arango.aql import vector_attribute
-from store.types import (
+from vcm.store.arango import keys, names
+from vcm.store.arango.aql import vector_attribute
+from vcm.store.types import (
     SUMMARY_BLOCK_ID,
     ArchivalChunk,
     CoreBlock,

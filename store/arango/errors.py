@@ -1,20 +1,20 @@
-"""Translation of python-arango failures into :mod:`store.errors`.
+"""Translation of python-arango failures into :mod:`vcm.errors`.
 
 The adapter lets nothing of python-arango escape: every call into the driver runs inside
 :func:`translated`, which maps::
 
-    DocumentRevisionError (HTTP 412)        -> RevConflictError     (current rev if known)
-    errorNum 1200 (write-write conflict)    -> RevConflictError
-    errorNum 1210 (unique constraint)       -> RevConflictError     (callers that expect it
+    DocumentRevisionError (HTTP 412)        -> RevConflict     (current rev if known)
+    errorNum 1200 (write-write conflict)    -> RevConflict
+    errorNum 1210 (unique constraint)       -> RevConflict     (callers that expect it
                                                                      for idempotency catch it first)
-    errorNum 1202 (document not found)      -> NotFoundError
-    HTTP 401 / 403                          -> StoreUnavailableError  (credentials or grants)
+    errorNum 1202 (document not found)      -> NotFound
+    HTTP 401 / 403                          -> StoreUnavailable  (credentials or grants)
     errorNum 1655 / HTTP 410 (trx gone),
     errorNum 32 (resource limit), HTTP 5xx,
-    any other server error                  -> StoreUnavailableError
+    any other server error                  -> StoreUnavailable
     ArangoClientError, requests errors,
     OSError (ConnectionAbortedError after the
-    driver's host retries)                  -> StoreUnavailableError
+    driver's host retries)                  -> StoreUnavailable
 
 :class:`ArangoConfigError` (``CONFIG_ERROR``) is raised by the startup guard and URL parsing.
 """
@@ -31,12 +31,12 @@ from arango.exceptions import (
     DocumentRevisionError,
 )
 
-from store.errors import (
+from vcm.errors import (
     ErrorCode,
-    NotFoundError,
-    RevConflictError,
-    StoreError,
-    StoreUnavailableError,
+    NotFound,
+    RevConflict,
+    StoreUnavailable,
+    VcmError,
 )
 
 # errorNum values (arango/errno.py; reference/arangodb.md §3.1, §4.1)
@@ -52,7 +52,7 @@ TRANSACTION_NOT_FOUND = 1655
 GRAPH_DUPLICATE = 1925
 
 
-class ArangoConfigError(StoreError):
+class ArangoConfigError(VcmError):
     """The deployment cannot serve vcm (version, startup options, URL); fix the setup."""
 
     code = ErrorCode.CONFIG_ERROR
@@ -78,14 +78,14 @@ def _server_message(exc: BaseException) -> str:
     return str(message)
 
 
-def translate(exc: BaseException, operation: str) -> StoreError:
+def translate(exc: BaseException, operation: str) -> VcmError:
     """The store error for a driver failure during ``operation`` (e.g. "put_core")."""
-    if isinstance(exc, StoreError):
+    if isinstance(exc, VcmError):
         return exc
     details: dict[str, Any] = {"operation": operation}
     if isinstance(exc, DocumentRevisionError) or (isinstance(exc, ArangoServerError) and http_status(exc) == 412):
         current = _current_rev(exc)
-        return RevConflictError(
+        return RevConflict(
             f"{operation}: the document changed since it was read; reload it and retry with its current rev",
             current_rev=current,
             **details,
@@ -94,23 +94,23 @@ def translate(exc: BaseException, operation: str) -> StoreError:
         num, status = error_num(exc), http_status(exc)
         details.update(error_num=num, http_status=status)
         if num in (CONFLICT, UNIQUE_CONSTRAINT_VIOLATED):
-            return RevConflictError(
+            return RevConflict(
                 f"{operation}: a concurrent write got there first ({_server_message(exc)}); reload and retry",
                 current_rev=None,
                 **details,
             )
         if num == DOCUMENT_NOT_FOUND:
-            return NotFoundError(f"{operation}: not found", **details)
+            return NotFound(f"{operation}: not found", **details)
         if status in (401, 403):
-            return StoreUnavailableError(
+            return StoreUnavailable(
                 f"{operation}: ArangoDB refused the credentials or the user lacks access "
                 f"({_server_message(exc)}); check the vcm users' grants on the database",
                 **details,
             )
-        return StoreUnavailableError(f"{operation}: ArangoDB failed: {_server_message(exc)}", **details)
+        return StoreUnavailable(f"{operation}: ArangoDB failed: {_server_message(exc)}", **details)
     if isinstance(exc, ArangoClientError):
-        return StoreUnavailableError(f"{operation}: ArangoDB client error: {exc}", **details)
-    return StoreUnavailableError(
+        return StoreUnavailable(f"{operation}: ArangoDB client error: {exc}", **details)
+    return StoreUnavailable(
         f"{operation}: cannot reach ArangoDB ({type(exc).__name__}: {exc}); "
         "check that the server is up and the URL is right",
         **details,
@@ -142,7 +142,7 @@ def is_driver_failure(exc: BaseException) -> bool:
 def translated(operation: str) -> Iterator[None]:
     try:
         yield
-    except StoreError:
+    except VcmError:
         raise
     except Exception as exc:
         if is_driver_failure(exc):

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from store.arango import documents, keys
-from store.errors import StoreValidationError
-from store.semantics import distinct, evict_event_id, evict_event_payload
-from store.types import Edge, EvictionCommit, StoredMessage, message_node, summary_node
+from vcm.errors import ValidationError
+from vcm.store.arango import documents, keys
+from vcm.store.semantics import distinct, evict_event_id, evict_event_payload
+from vcm.store.types import Edge, EvictionCommit, StoredMessage, message_node, summary_node
 
 DEFAULT_CAP_BYTES = 32 * 1024 * 1024
 
@@ -58,7 +58,7 @@ def size_of(doc: Any) -> int:
 
 def plan_eviction(commit: EvictionCommit, *, now: float, cap_bytes: int = DEFAULT_CAP_BYTES) -> EvictionPlan:
     if cap_bytes < 1024:
-        raise StoreValidationError("the transaction size cap must be at least 1 KiB")
+        raise ValidationError("the transaction size cap must be at least 1 KiB")
     agent = commit.agent_id
     batch = distinct(commit.messages)
     summary_ref = summary_node(agent)
@@ -83,7 +83,7 @@ def plan_eviction(commit: EvictionCommit, *, now: float, cap_bytes: int = DEFAUL
     message_bytes = [size_of(d) for d in message_docs]
     total = final_fixed + sum(message_bytes)
     if final_fixed > cap_bytes:
-        raise StoreValidationError(
+        raise ValidationError(
             f"eviction batch {commit.batch_id} is too large to commit atomically: its edges, "
             f"summary and event need ~{final_fixed} bytes, over the {cap_bytes}-byte transaction "
             "cap; evict fewer messages per batch",

@@ -34,8 +34,8 @@ from typing import Any
 
 from arango.exceptions import ArangoServerError, IndexCreateError
 
-from store.arango.errors import ArangoConfigError, translated
-from store.errors import ErrorCode
+from vcm.errors import ErrorCode
+from vcm.store.arango.errors import ArangoConfigError, translated
 
 MIN_VERSION = (3, 12, 4)
 RENAMED_OPTION_VERSION = (3, 12, 6)  # --vector-index; --experimental-vector-index before

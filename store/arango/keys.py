@@ -11,9 +11,9 @@ and ``%`` never reach a URL), joins parts with ``:`` and falls back to ``h.<sha2
 :data:`MAX_READABLE` characters. ``.`` never occurs in a readable key, so the two forms cannot
 collide.
 
-Graph vertices are addressed by :class:`~store.types.NodeRef`; the vertex ``_key`` of a ref is
+Graph vertices are addressed by :class:`~vcm.store.types.NodeRef`; the vertex ``_key`` of a ref is
 ``doc_key(ref.key)``, and every stored node document is keyed by the key of its own ref
-(:func:`store.types.message_node`, :func:`store.types.core_node`, ...), so edges and
+(:func:`vcm.store.types.message_node`, :func:`vcm.store.types.core_node`, ...), so edges and
 documents line up.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 
-from store.types import EdgeKind, NodeRef
+from vcm.store.types import EdgeKind, NodeRef
 
 MAX_READABLE = 200
 _VERBATIM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
@@ -55,7 +55,7 @@ def _digest(*parts: str) -> str:
 
 
 # --- node refs ------------------------------------------------------------------------------------
-# The port's graph addresses of stored documents (store.types: core_node, message_node, ...); a
+# The port's graph addresses of stored documents (vcm.store.types: core_node, message_node, ...); a
 # document's ``_key`` is the vertex key of its own ref, so edges and documents line up.
 def vertex_key(ref: NodeRef) -> str:
     return doc_key(ref.key)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from store.types import EDGE_KINDS, EdgeKind, NodeCollection
+from vcm.store.types import EDGE_KINDS, EdgeKind, NodeCollection
 
 CORE: Final = "core_memory"
 MESSAGES: Final = "messages"

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import vcm_config
 from arango.exceptions import (
     CollectionCreateError,
     GraphCreateError,
@@ -30,15 +29,16 @@ from arango.exceptions import (
     ViewCreateError,
 )
 
-from store.arango.aql import vector_attribute
-from store.arango.errors import (
+from vcm import config as vcm_config
+from vcm.store.arango.aql import vector_attribute
+from vcm.store.arango.errors import (
     DUPLICATE_NAME,
     GRAPH_DUPLICATE,
     ArangoConfigError,
     is_error,
     translated,
 )
-from store.types import Metric
+from vcm.store.types import Metric
 
 SCHEMA_PATH = vcm_config.path("arango_schema.json")
 

@@ -7,7 +7,7 @@ so documents written meanwhile can neither push an item onto a later page nor pu
 Re-running the ranking per page could not promise that: BM25 statistics change as messages
 arrive, and with a vector index new documents can crowd the over-fetched ANN candidates. An
 item deleted since (TTL expiry) is left out of its page. Same semantics as the embedded adapter;
-the cursor format and its checks are shared with it (:mod:`store.paging`).
+the cursor format and its checks are shared with it (:mod:`vcm.store.paging`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from store import paging
-from store.arango import names
-from store.arango.errors import translated
-from store.cursor import decode_cursor
+from vcm.store import paging
+from vcm.store.arango import names
+from vcm.store.arango.errors import translated
+from vcm.store.cursor import decode_cursor
 
 Ranked = list[tuple[str, float]]
 Slice = paging.Slice[str]

@@ -1,5 +1,5 @@
 """The embedded store adapter: SQLite + tantivy + FAISS, no services (see ``adapter``)."""
 
-from store.embedded.adapter import EmbeddedStore
+from vcm.store.embedded.adapter import EmbeddedStore
 
 __all__ = ["EmbeddedStore"]

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from store.embedded import rows, sizing
-from store.embedded.db import Database, chunked
-from store.embedded.vectorindex import SpaceKey, VectorIndexes, Vectors
-from store.filters import ArchivalFilter
-from store.types import ArchivalChunk
+from vcm.store.embedded import rows, sizing
+from vcm.store.embedded.db import Database, chunked
+from vcm.store.embedded.vectorindex import SpaceKey, VectorIndexes, Vectors
+from vcm.store.filters import ArchivalFilter
+from vcm.store.types import ArchivalChunk
 
 Ranked = list[tuple[int, float]]
 

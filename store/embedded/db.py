@@ -4,7 +4,7 @@ One connection per thread (sqlite3 connections must not be shared while in use) 
 process (a connection inherited through fork is unusable). Writers take ``BEGIN IMMEDIATE`` so
 the write lock is held from the first read of a read-check-write sequence: that, plus WAL and a
 busy timeout, is what makes optimistic-locking checks safe across threads and processes.
-Every sqlite3 error leaves this module as :class:`~store.errors.StoreUnavailableError`.
+Every sqlite3 error leaves this module as :class:`~vcm.errors.StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
-from store.embedded.schema import CONNECTION_PRAGMAS, ensure_schema
-from store.errors import StoreError, StoreUnavailableError
+from vcm.errors import StoreUnavailable, VcmError
+from vcm.store.embedded.schema import CONNECTION_PRAGMAS, ensure_schema
 
 T = TypeVar("T")
 
@@ -38,7 +38,7 @@ class Database:
 
     def conn(self) -> sqlite3.Connection:
         if self._closed:
-            raise StoreUnavailableError("the store is closed; open a new EmbeddedStore")
+            raise StoreUnavailable("the store is closed; open a new EmbeddedStore")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == os.getpid():
             return conn
@@ -60,10 +60,10 @@ class Database:
 
     @contextlib.contextmanager
     def guard(self, action: str) -> Iterator[None]:
-        """Map sqlite3 errors to StoreUnavailableError with an actionable message."""
+        """Map sqlite3 errors to StoreUnavailable with an actionable message."""
         try:
             yield
-        except StoreError:
+        except VcmError:
             raise
         except sqlite3.Error as exc:
             hint = (
@@ -71,7 +71,7 @@ class Database:
                 if "locked" in str(exc) or "busy" in str(exc)
                 else "check the database file and disk"
             )
-            raise StoreUnavailableError(f"could not {action}: {exc}; {hint}", path=self.path) from exc
+            raise StoreUnavailable(f"could not {action}: {exc}; {hint}", path=self.path) from exc
 
     @contextlib.contextmanager
     def write(self, action: str) -> Iterator[sqlite3.Connection]:
@@ -117,7 +117,7 @@ class Database:
 def meta_get(conn: sqlite3.Connection, key: str) -> str:
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
     if row is None:
-        raise StoreUnavailableError(f"database meta row {key!r} is missing; the file is damaged")
+        raise StoreUnavailable(f"database meta row {key!r} is missing; the file is damaged")
     return str(row[0])
 
 

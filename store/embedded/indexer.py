@@ -20,10 +20,10 @@ from collections.abc import Callable
 
 import tantivy
 
-from store.embedded.db import Database, meta_add, meta_int, meta_set
-from store.embedded.schema import META_TEXT_GEN, META_TEXT_HWM
-from store.embedded.textindex import TextDoc, TextIndex
-from store.errors import StoreUnavailableError
+from vcm.errors import StoreUnavailable
+from vcm.store.embedded.db import Database, meta_add, meta_int, meta_set
+from vcm.store.embedded.schema import META_TEXT_GEN, META_TEXT_HWM
+from vcm.store.embedded.textindex import TextDoc, TextIndex
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class TextIndexer:
         with self._lock:
             writer = self._index.try_writer(wait_s)
             if writer is None:
-                raise StoreUnavailableError("another process is writing the text index; retry the rebuild later")
+                raise StoreUnavailable("another process is writing the text index; retry the rebuild later")
             try:
                 with self._db.write("reset the text index mark") as conn:
                     meta_set(conn, META_TEXT_HWM, 0)

@@ -5,17 +5,17 @@ transaction, off the caller's thread, and possibly by another process). Rather t
 write wait for a ~20 ms tantivy commit (and for the one process allowed to write the index),
 a search reads the index's high-water mark and the agent's messages above it in one SQLite
 snapshot, asks tantivy only for documents at or below the mark, and scores the tail in Python
-with the same BM25 (see :mod:`store.embedded.bm25`). The tail is what the indexer has not caught
+with the same BM25 (see :mod:`vcm.store.embedded.bm25`). The tail is what the indexer has not caught
 up with yet, normally a few recent messages, so this costs one indexed SQLite range read.
 """
 
 from __future__ import annotations
 
-from store.embedded import bm25
-from store.embedded.db import Database, chunked, meta_int
-from store.embedded.schema import META_TEXT_DOCS, META_TEXT_GEN, META_TEXT_HWM, META_TEXT_TERMS
-from store.embedded.textindex import TextIndex, analyze
-from store.errors import StoreUnavailableError
+from vcm.errors import StoreUnavailable
+from vcm.store.embedded import bm25
+from vcm.store.embedded.db import Database, chunked, meta_int
+from vcm.store.embedded.schema import META_TEXT_DOCS, META_TEXT_GEN, META_TEXT_HWM, META_TEXT_TERMS
+from vcm.store.embedded.textindex import TextIndex, analyze
 
 Ranked = list[tuple[int, float]]
 
@@ -71,7 +71,7 @@ class RecallRanker:
                 until=until,
             )
         except (OSError, ValueError) as exc:
-            raise StoreUnavailableError(
+            raise StoreUnavailable(
                 f"the text index failed: {exc}; rebuild_text_index() rebuilds it from SQLite"
             ) from exc
         if exclude:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from store.types import (
+from vcm.store.types import (
     ArchivalChunk,
     CoreBlock,
     MemoryEvent,

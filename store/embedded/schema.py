@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 
-from store.errors import StoreUnavailableError
+from vcm.errors import StoreUnavailable
 
 SCHEMA_VERSION = 1
 
@@ -188,9 +188,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_SCHEMA_VERSION,)).fetchone()
         if row is not None and int(row[0]) > SCHEMA_VERSION:
-            raise StoreUnavailableError(
-                f"database schema {row[0]} is newer than this vcm ({SCHEMA_VERSION}); upgrade vcm"
-            )
+            raise StoreUnavailable(f"database schema {row[0]} is newer than this vcm ({SCHEMA_VERSION}); upgrade vcm")
         seeds = {
             META_SCHEMA_VERSION: str(SCHEMA_VERSION),
             META_CURSOR_SECRET: secrets.token_hex(32),

@@ -13,7 +13,7 @@ it. Every item of the first search's corpus therefore appears exactly once acros
 nothing written after the first page appears at all. An item deleted meanwhile (TTL) is left out
 of its page. Pages wider than ``INLINE_PAGE`` items snapshot at once, to keep cursors short.
 What a stored snapshot's cursor holds and how it is checked is shared with the ArangoDB adapter
-(:mod:`store.paging`); the inline first-page cursor is this adapter's own.
+(:mod:`vcm.store.paging`); the inline first-page cursor is this adapter's own.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import json
 import secrets
 from collections.abc import Callable, Sequence
 
-from store import paging
-from store.cursor import decode_cursor, encode_cursor
-from store.embedded.db import Database
+from vcm.store import paging
+from vcm.store.cursor import decode_cursor, encode_cursor
+from vcm.store.embedded.db import Database
 
 Ranked = list[tuple[int, float]]
 Slice = paging.Slice[int]

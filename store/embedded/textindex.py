@@ -5,7 +5,7 @@ agent id (raw term, for filtering) and ``created_at`` (fast field, for since/unt
 the content with tantivy's ``en_stem`` analyser (simple tokeniser, lowercase, English Snowball
 stemmer). Content is not stored: hits are hydrated from SQLite, the source of truth.
 
-Only one process at a time may write (tantivy's own lock file); :mod:`store.embedded.indexer`
+Only one process at a time may write (tantivy's own lock file); :mod:`vcm.store.embedded.indexer`
 decides who writes and when. This module only wraps tantivy.
 """
 

@@ -35,9 +35,9 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
-from store.embedded import sizing
-from store.embedded.db import Database, chunked
-from store.errors import StoreUnavailableError
+from vcm.errors import StoreUnavailable
+from vcm.store.embedded import sizing
+from vcm.store.embedded.db import Database, chunked
 
 log = logging.getLogger(__name__)
 
@@ -358,11 +358,11 @@ class VectorIndexes:
 
 @contextlib.contextmanager
 def _faiss_errors(key: SpaceKey) -> Iterator[None]:
-    # FAISS reports failures (allocation, training) as RuntimeError; callers only know StoreError.
+    # FAISS reports failures (allocation, training) as RuntimeError; callers only know VcmError.
     try:
         yield
     except RuntimeError as exc:
-        raise StoreUnavailableError(
+        raise StoreUnavailable(
             f"vector index {key.metric}/{key.dimension}/{key.version} failed: {exc}; "
             "rebuild_vector_indexes() rebuilds it from SQLite"
         ) from exc

@@ -20,14 +20,16 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from hotpath.api import ToolRunner, create_app
-from hotpath.dispatch import RecordingDispatcher
-from hotpath.service import MemoryService
-from hotpath.settings import Settings, load_settings
-from hotpath.state import HotState
-from store import open_store
-from store.port import MemoryStore
-from store.types import ArchivalChunk
+from vcm.api.app import ToolRunner, create_app
+from vcm.dispatch import RecordingDispatcher
+from vcm.hot.state import HotState
+from vcm.service import MemoryService
+from vcm.settings import Settings, load_settings
+from vcm.store import open_store
+from vcm.store.port import MemoryStore
+from vcm.store.types import ArchivalChunk
+from vcm.tasks.ingest_job import Progress, run_ingest_job
+from vcm.types import IngestRequest
 
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -54,7 +56,14 @@ class Ingest:
         self.store = store
 
     def __call__(
-        self, agent_id: str, doc_id: str, text: str, *, source: str, metadata: Mapping[str, Any]
+        self,
+        agent_id: str,
+        doc_id: str,
+        text: str,
+        *,
+        source: str,
+        metadata: Mapping[str, Any],
+        progress: Progress | None = None,
     ) -> Mapping[str, Any]:
         parts = [p.strip() for p in text.split("\n\n") if p.strip()]
         vectors = embed(parts)
@@ -69,6 +78,19 @@ class Ingest:
                 )
             )  # fmt: skip
         return {"chunks": len(chunks), "new": self.store.ingest_archival(chunks)}
+
+
+class IngestingDispatcher(RecordingDispatcher):
+    """Records spools and evictions; runs each archival ingestion job at once, in the caller's
+    thread, through the workers' own job runner (a stand-in for the ``ingest`` queue)."""
+
+    def __init__(self, hot: HotState, store: MemoryStore) -> None:
+        super().__init__()
+        self.hot, self.store, self.ingester = hot, store, Ingest(store)
+
+    def ingest(self, request: IngestRequest) -> None:
+        super().ingest(request)
+        run_ingest_job(self.hot, self.store, self.ingester, request, clock=time.time)
 
 
 def api_settings(**api: Any) -> Settings:
@@ -88,20 +110,23 @@ def store(tmp_path: Path) -> Iterator[MemoryStore]:
 
 
 @pytest.fixture
-def dispatcher() -> RecordingDispatcher:
-    return RecordingDispatcher()
+def hot(redis_client: redis.Redis, settings: Settings) -> HotState:
+    return HotState(redis_client, settings)
 
 
 @pytest.fixture
-def service(
-    redis_client: redis.Redis, settings: Settings, store: MemoryStore, dispatcher: RecordingDispatcher
-) -> MemoryService:
-    return MemoryService(HotState(redis_client, settings), store, dispatcher, embed=embed, ingest=Ingest(store))
+def dispatcher(hot: HotState, store: MemoryStore) -> IngestingDispatcher:
+    return IngestingDispatcher(hot, store)
+
+
+@pytest.fixture
+def service(hot: HotState, store: MemoryStore, dispatcher: IngestingDispatcher) -> MemoryService:
+    return MemoryService(hot, store, dispatcher, embed=embed)
 
 
 def executor_for(service: MemoryService) -> ToolRunner | None:
     try:
-        from hotpath.executor import ToolExecutor
+        from vcm.tools.executor import ToolExecutor
     except ImportError:  # the executor lands in another change; tool-call tests skip until then
         return None
     return ToolExecutor(service)  # type: ignore[return-value]

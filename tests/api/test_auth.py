@@ -10,13 +10,18 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from hotpath import auth, keys
-from hotpath.api import create_app
-from hotpath.dispatch import RecordingDispatcher
-from hotpath.errors import ConfigError
-from hotpath.service import MemoryService
-from hotpath.settings import load_settings
 from tests.api.conftest import ADMIN, ADMIN_TOKEN, bearer, new_agent, state
+from vcm.api import auth
+from vcm.api.app import create_app
+from vcm.dispatch import RecordingDispatcher
+from vcm.errors import ConfigError
+from vcm.hot import keys
+from vcm.service import MemoryService, doc_id_for, ingest_job_id
+from vcm.settings import load_settings
+
+BOB_DOC = "bob's secret document"
+# The job of bob's document (ingested below): the same content always maps to this id.
+BOB_JOB = ingest_job_id("bob", doc_id_for(BOB_DOC), BOB_DOC, "", {})
 
 # (method, path under /v1/agents/{id}, json body, query params): one valid request per agent route.
 AGENT_ROUTES: list[tuple[str, str, Any, dict[str, Any] | None]] = [
@@ -32,6 +37,7 @@ AGENT_ROUTES: list[tuple[str, str, Any, dict[str, Any] | None]] = [
     ("GET", "/recall", None, {"query": "secret"}),
     ("POST", "/archival", {"text": "planted document"}, None),
     ("POST", "/archival/search", {"query": "secret"}, None),
+    ("GET", f"/archival/jobs/{BOB_JOB}", None, None),
     ("POST", "/tools/fetch_core", {"arguments": {"request_heartbeat": False}}, None),
     ("GET", "/events", None, None),
 ]
@@ -65,7 +71,7 @@ def two_agents(client: TestClient) -> tuple[dict[str, str], dict[str, str], str]
     rev = client.put("/v1/agents/bob/blocks/persona", json={"content": "bob's secret"}, headers=bob).json()["_rev"]
     client.post("/v1/agents/bob/messages", json={"role": "user", "content": "bob's secret message"}, headers=bob)
     client.post("/v1/agents/bob/recall", json={"content": "bob's secret note", "idempotency_key": "n"}, headers=bob)
-    client.post("/v1/agents/bob/archival", json={"text": "bob's secret document"}, headers=bob)
+    client.post("/v1/agents/bob/archival", json={"text": BOB_DOC}, headers=bob)
     return alice, bob, rev
 
 
@@ -95,9 +101,11 @@ def test_an_agent_token_gets_nothing_of_another_agent(
     ghost = _send(client, method, "/v1/agents/ghost" + path, body, params, alice)
     ghost_admin = _send(client, method, "/v1/agents/ghost" + path, body, params, ADMIN)
     assert ghost.status_code == ghost_admin.status_code == 404
-    assert ghost.json() == ghost_admin.json() == {
-        "error": {"code": "NOT_FOUND", "message": "unknown agent 'ghost'; create it first", "agent_id": "ghost"}
-    }
+    assert (
+        ghost.json()
+        == ghost_admin.json()
+        == {"error": {"code": "NOT_FOUND", "message": "unknown agent 'ghost'; create it first", "agent_id": "ghost"}}
+    )
     assert ghost.headers.keys() == r.headers.keys()
     # The same request is valid: bob (or the admin) gets through.
     own = _send(client, method, "/v1/agents/bob" + path, body, params, bob)

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from hotpath.api import create_app
-from hotpath.dispatch import RecordingDispatcher
-from hotpath.service import MemoryService
 from tests.api.conftest import ADMIN, api_settings, new_agent, state
+from vcm.api.app import create_app
+from vcm.dispatch import RecordingDispatcher
+from vcm.service import MemoryService
 
 
 @dataclass(frozen=True)
@@ -214,9 +214,7 @@ def check(client: TestClient, service: MemoryService, dispatcher: RecordingDispa
         assert state(service, dispatcher) == before, case.name
 
 
-@pytest.mark.parametrize(
-    "cases", [MESSAGES, BLOCKS, QUERIES, WRITES], ids=["messages", "blocks", "queries", "writes"]
-)
+@pytest.mark.parametrize("cases", [MESSAGES, BLOCKS, QUERIES, WRITES], ids=["messages", "blocks", "queries", "writes"])
 def test_bad_input_is_a_coded_4xx_and_changes_nothing(
     client: TestClient,
     service: MemoryService,

@@ -8,22 +8,26 @@ import json
 import httpx
 import pytest
 
-from hotpath import client as client_module
-from hotpath.client import ApiError, AsyncVcmClient, StoreUnavailable, VcmClient, tool_schemas
-from hotpath.errors import (
+from tests.api.conftest import ADMIN_TOKEN, LiveServer, executor_for
+from vcm import client as client_module
+from vcm.client import AsyncVcmClient, VcmClient, tool_schemas
+from vcm.errors import (
+    ERRORS,
+    Conflict,
+    ErrorCode,
     IdempotencyMismatch,
+    InternalError,
     NotFound,
-    OutOfOrder,
     RateLimited,
     RevConflict,
+    StoreUnavailable,
     TokenBudgetExceeded,
     Unauthorized,
     ValidationError,
     VcmError,
 )
-from hotpath.service import MemoryService
-from hotpath.tools import tool_schemas as hotpath_tool_schemas
-from tests.api.conftest import ADMIN_TOKEN, LiveServer, executor_for
+from vcm.service import MemoryService
+from vcm.tools.schemas import tool_schemas as hotpath_tool_schemas
 
 
 def test_every_operation_over_real_http(live: LiveServer, service: MemoryService) -> None:
@@ -33,7 +37,7 @@ def test_every_operation_over_real_http(live: LiveServer, service: MemoryService
         admin.create_agent("bob")
         assert admin.agents() == {"agents": ["alice", "bob"]}
         assert admin.health()["ok"] is True
-        with pytest.raises(OutOfOrder) as conflict:
+        with pytest.raises(Conflict) as conflict:
             admin.create_agent("alice")
         assert conflict.value.code == "CONFLICT"
 
@@ -69,8 +73,11 @@ def test_every_operation_over_real_http(live: LiveServer, service: MemoryService
         assert [h["message"]["message_id"] for h in hits["items"]] == [note["message_id"]]
         assert me.search_recall("alice", "zebra", since=note["created_at"] + 10)["items"] == []
 
-        doc = me.ingest_archival("alice", "Dogs bark.\n\nCats purr.", source="pets", idempotency_key="i-1")
-        assert doc["chunks"] == 2
+        job = me.ingest_archival("alice", "Dogs bark.\n\nCats purr.", source="pets", idempotency_key="i-1")
+        assert job["job_id"].startswith("ing-") and job["status"] in ("queued", "running", "done")
+        doc = me.wait_for_ingest("alice", job["job_id"], timeout=30)
+        assert doc["status"] == "done" and doc["result"]["chunks"] == 2 and doc["chunks_done"] == 2
+        assert me.ingest_job("alice", job["job_id"]) == doc
         found = me.search_archival("alice", "cats purr", k=1, filters={"source": "pets"})
         assert found["items"][0]["text"] == "Cats purr."
         more = me.search_archival("alice", "cats purr", k=1, filters={"source": "pets"}, cursor=found["next_cursor"])
@@ -143,10 +150,10 @@ def _mock(status: int, body: object, headers: dict[str, str] | None = None) -> V
         (503, {"error": {"code": "STORE_UNAVAILABLE", "message": "down"}}, None, StoreUnavailable, "STORE_UNAVAILABLE"),
         (429, {"error": {"code": "RATE_LIMITED", "message": "slow"}}, {"Retry-After": "3"}, RateLimited,
          "RATE_LIMITED"),
-        (500, {"error": {"code": "INTERNAL_ERROR", "message": "bug"}}, None, ApiError, "INTERNAL_ERROR"),
-        (418, {"error": {"code": "TEAPOT", "message": "newer server"}}, None, ApiError, "TEAPOT"),
-        (502, b"<html>bad gateway</html>", None, ApiError, "HTTP_502"),
-        (404, {"detail": "not vcm"}, None, ApiError, "HTTP_404"),
+        (500, {"error": {"code": "INTERNAL_ERROR", "message": "bug"}}, None, InternalError, "INTERNAL_ERROR"),
+        (418, {"error": {"code": "TEAPOT", "message": "newer server"}}, None, VcmError, "TEAPOT"),
+        (502, b"<html>bad gateway</html>", None, VcmError, "HTTP_502"),
+        (404, {"detail": "not vcm"}, None, VcmError, "HTTP_404"),
     ],
 )  # fmt: skip
 def test_error_replies_become_typed_errors(
@@ -154,11 +161,28 @@ def test_error_replies_become_typed_errors(
 ) -> None:
     with _mock(status, body, headers) as c, pytest.raises(cls) as err:
         c.context("alice")
+    assert type(err.value) is cls
     assert err.value.code == code
+    assert err.value.status == status
     if cls is RateLimited:
         assert err.value.details["retry_after_s"] == 3.0
-    if isinstance(err.value, ApiError):
-        assert err.value.status == status
+
+
+@pytest.mark.parametrize("code", sorted(ErrorCode))
+def test_the_client_raises_the_class_the_server_raised(code: str) -> None:
+    # One tree, one table: what the service raises is rendered by the API's handler and comes
+    # back out of the client as the very same class with the same details and status.
+    from vcm.api.errors import coded
+
+    server_side = ERRORS[code]("what went wrong", field="x", current_rev="r7")
+    reply = coded(server_side)
+    assert reply.status_code == server_side.http_status == server_side.status
+    body = json.loads(bytes(reply.body))
+    with _mock(reply.status_code, body, dict(reply.headers)) as c, pytest.raises(VcmError) as err:
+        c.context("alice")
+    assert type(err.value) is ERRORS[code]
+    assert err.value.message == "what went wrong"
+    assert err.value.details["field"] == "x" and err.value.details["current_rev"] == "r7"
 
 
 def test_the_client_exports_the_tool_schemas() -> None:

@@ -25,12 +25,12 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.generation.modes import GenerationMode
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from hotpath.api import create_app
-from hotpath.dispatch import RecordingDispatcher
-from hotpath.service import MemoryService
-from hotpath.state import HotState
-from store import open_store
-from tests.api.conftest import ADMIN_TOKEN, Ingest, api_settings, embed, executor_for, new_agent
+from tests.api.conftest import ADMIN_TOKEN, api_settings, embed, executor_for, new_agent
+from vcm.api.app import create_app
+from vcm.dispatch import RecordingDispatcher
+from vcm.hot.state import HotState
+from vcm.service import MemoryService
+from vcm.store import open_store
 
 AGENT = "fuzz"
 # Examples per operation and mode: about 750 requests, 30 s of CPU in all.
@@ -43,7 +43,7 @@ def fuzz_app(tmp_path: Path) -> Iterator[FastAPI]:
     cfg = api_settings()
     store = open_store(str(tmp_path / "vcm.db"))
     hot = HotState(fakeredis.FakeRedis(decode_responses=True), cfg)
-    service = MemoryService(hot, store, RecordingDispatcher(), embed=embed, ingest=Ingest(store))
+    service = MemoryService(hot, store, RecordingDispatcher(), embed=embed)
     app = create_app(service, executor_for(service), settings=cfg)
     with TestClient(app) as c:
         me = new_agent(c, AGENT, model="vcm-demo-4k")
@@ -106,5 +106,5 @@ def test_no_input_makes_the_server_fail(fuzz_app: FastAPI, mode: GenerationMode)
         operation = result.ok()
         sent[f"{operation.method.upper()} {operation.path}"] = _fuzz(operation, mode)
     print(f"\nfuzz {mode}: {sum(sent.values())} requests over {sum(1 for n in sent.values() if n)} operations")
-    assert len(sent) == 21
+    assert len(sent) == 22
     assert all(sent.values()) if mode is GenerationMode.POSITIVE else sum(1 for n in sent.values() if n) >= 15

@@ -1,7 +1,7 @@
 """GET /metrics after a short scripted session: every vcm family is exposed and has moved.
 
 Real parts: the app under TestClient, the hot state on the real Redis (``VCM_TEST_REDIS_URL``),
-the embedded store in tmp_path behind :class:`~hotpath.metered_store.MeteredStore`, and the
+the embedded store in tmp_path behind :class:`~vcm.obs.metered_store.MeteredStore`, and the
 in-process Celery worker of embedded mode (``memory://``) running the real tasks. The embedder is
 the word-hash stand-in of tests/api/conftest.py, used by the service and the cold path alike.
 """
@@ -17,24 +17,24 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from hotpath.api import create_app
-from hotpath.dispatch import RecordingDispatcher
-from hotpath.executor import ToolExecutor
-from hotpath.metered_store import metered
-from hotpath.service import MemoryService
-from hotpath.settings import Settings
-from hotpath.state import HotState
-from store import open_store
-from tasks import runtime
-from tasks.deps import Deps
-from tasks.faults import Faults, Rule
-from tasks.summarize import extractive
 from tests.api.conftest import ADMIN, ADMIN_TOKEN, Ingest, api_settings, embed, new_agent
 from tests.conftest import REDIS_URL, _real_redis
 from tests.tasks.coldpath import MODEL, line, small_settings
-from workers import app as worker_app
-from workers.dispatch import CeleryDispatcher
-from workers.embedded import embedded_worker
+from vcm.api.app import create_app
+from vcm.dispatch import RecordingDispatcher
+from vcm.hot.state import HotState
+from vcm.obs.metered_store import metered
+from vcm.service import MemoryService
+from vcm.settings import Settings
+from vcm.store import open_store
+from vcm.tasks import runtime
+from vcm.tasks.deps import Deps
+from vcm.tasks.faults import Faults, Rule
+from vcm.tasks.summarize import extractive
+from vcm.tools.executor import ToolExecutor
+from vcm.workers import app as worker_app
+from vcm.workers.dispatch import CeleryDispatcher
+from vcm.workers.embedded import embedded_worker
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -95,9 +95,11 @@ def session(tmp_path: Path) -> Iterator[tuple[TestClient, Deps]]:
     store = metered(
         open_store(settings.store_url, fault_hook=faults.store_hook, train_threshold=32, n_lists=2, n_probe=2)
     )
-    deps = Deps(settings, HotState(client, settings), store, dispatcher, embed, extractive, faults)
+    deps = Deps(
+        settings, HotState(client, settings), store, dispatcher, embed, extractive, faults, ingest=Ingest(store)
+    )
     runtime.install(deps, runtime.LocalDeliveryLog())
-    service = MemoryService(deps.hot, store, dispatcher, embed=embed, ingest=Ingest(store))
+    service = MemoryService(deps.hot, store, dispatcher, embed=embed)
     api = create_app(service, ToolExecutor(service), settings=settings)
     try:
         with embedded_worker(app), TestClient(api, raise_server_exceptions=True) as http:
@@ -168,7 +170,10 @@ def test_metrics_expose_every_family_and_move_after_a_scripted_session(session: 
         json={"text": "\n\n".join(paragraphs), "metadata": {"kind": "notes"}},
         headers=talk,
     )
-    assert r.status_code == 200 and r.json()["chunks"] == 80
+    assert r.status_code == 202
+    job_url = f"/v1/agents/talker/archival/jobs/{r.json()['job_id']}"
+    wait_until(lambda: http.get(job_url, headers=talk).json()["status"] == "done", "the ingest worker's job")
+    assert http.get(job_url, headers=talk).json()["result"]["chunks"] == 80
     search = {"query": "falcon launch", "k": 3, "filters": {"kind": "notes"}}
     first = http.post("/v1/agents/talker/archival/search", json=search, headers=talk).json()
     assert first["next_cursor"]

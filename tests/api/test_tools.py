@@ -9,18 +9,17 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from hotpath.api import ToolOutcome, create_app
-from hotpath.dispatch import RecordingDispatcher
-from hotpath.errors import RateLimited
-from hotpath.service import MemoryService
-from store.errors import StoreUnavailableError
 from tests.api.conftest import api_settings, executor_for, new_agent, state
+from vcm.api.app import ToolOutcome, create_app
+from vcm.dispatch import RecordingDispatcher
+from vcm.errors import RateLimited, StoreUnavailable
+from vcm.service import MemoryService
 
 
 @pytest.fixture
 def me(client: TestClient, service: MemoryService) -> dict[str, str]:
     if executor_for(service) is None:
-        pytest.skip("hotpath.executor is not in this tree yet")
+        pytest.skip("vcm.tools.executor is not in this tree yet")
     return new_agent(client, "alice")
 
 
@@ -104,7 +103,7 @@ class _Raising:
     [
         (RateLimited("heartbeats too fast", retry_after_s=2.2), 429, "RATE_LIMITED", {"retry-after": "3"}),
         (RateLimited("heartbeats too fast"), 429, "RATE_LIMITED", {"retry-after": "1"}),
-        (StoreUnavailableError("the store is down"), 503, "STORE_UNAVAILABLE", {"retry-after": "1"}),
+        (StoreUnavailable("the store is down"), 503, "STORE_UNAVAILABLE", {"retry-after": "1"}),
         (RuntimeError("a bug with a secret inside"), 500, "INTERNAL_ERROR", {}),
     ],
 )

@@ -10,9 +10,9 @@ from types import ModuleType
 
 import pytest
 
-from store.errors import StoreUnavailableError
 from tests.compose import stack
 from tests.compose.fake_arangod import FakeArangod
+from vcm.errors import StoreUnavailable
 
 ROOT_PW = "root-7f3a9c"
 RW_PW = "rw-0b1d2e3f"
@@ -134,7 +134,7 @@ def test_an_absent_server_is_given_up_after_the_wait() -> None:
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    with pytest.raises(StoreUnavailableError):
+    with pytest.raises(StoreUnavailable):
         init.connect_root(cfg, sleep=sleep, clock=lambda: now[0])
     assert now[0] == pytest.approx(cfg.wait_s)
 

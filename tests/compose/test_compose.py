@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from hotpath.settings import load_settings
-from store.arango.client import parse_url
 from tests.compose import stack
-from workers import routes
+from vcm.settings import load_settings
+from vcm.store.arango.client import parse_url
+from vcm.workers import routes
 
 EXPECTED_SERVICES = {
     "arangodb",
@@ -117,8 +117,8 @@ def test_image_is_python_311_slim_with_cpu_torch_of_the_pinned_version_offline_a
     runs = stack.instructions("RUN")
     torch_run = [r for r in runs if '"torch==${TORCH_VERSION}"' in r]
     assert torch_run and "--index-url" in torch_run[0]
-    install = [r for r in runs if re.search(r"pip install \.", r)]
-    assert install, "vcm itself must be pip-installed (config/ ships in the wheel as vcm_config)"
+    install = [r for r in runs if re.search(r"pip install \"?\.\[server\]", r)]
+    assert install, "vcm itself must be pip-installed with its server extra (config/ ships as vcm.config)"
     assert runs.index(torch_run[0]) < runs.index(install[0]), "torch must be installed before vcm"
     copied = {src for c in stack.copies() for src in c.sources}
     assert "config" in copied
@@ -493,7 +493,7 @@ def test_docker_compose_config_refuses_a_missing_secret(compose_config: Callable
 
 
 def test_store_users_read_with_the_read_only_user_over_the_socket_only() -> None:
-    from hotpath.settings import load_settings
+    from vcm.settings import load_settings
 
     example = stack.env_example()
     for name in STORE_USERS:

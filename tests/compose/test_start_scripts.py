@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from tests.compose import stack
-from workers import routes
+from vcm.workers import routes
 
 SCRIPTS = sorted(p.name for p in stack.COMPOSE_DIR.glob("start-*"))
 EXPECTED_EXEC = {
     "start-api": ["vcm", "serve"],
-    "start-worker": ["celery", "-A", "workers.app", "worker"],
-    "start-beat": ["celery", "-A", "workers.app", "beat"],
-    "start-flower": ["celery", "-A", "workers.app", "flower"],
+    "start-worker": ["celery", "-A", "vcm.workers.app", "worker"],
+    "start-beat": ["celery", "-A", "vcm.workers.app", "beat"],
+    "start-flower": ["celery", "-A", "vcm.workers.app", "flower"],
     "start-init": ["python", "/opt/vcm/compose/arango_init.py"],
 }
 # The stand-in records its command line, environment and its shell's pid (python's parent; the

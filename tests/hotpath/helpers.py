@@ -6,9 +6,9 @@ from typing import Any
 
 import redis
 
-from hotpath import keys
-from hotpath.budget import Budget, FifoEntry, Parts
-from hotpath.state import HotState
+from vcm.hot import keys
+from vcm.hot.budget import Budget, FifoEntry, Parts
+from vcm.hot.state import HotState
 
 
 def dump(client: redis.Redis, agent_id: str) -> dict[str, Any]:

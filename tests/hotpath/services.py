@@ -10,10 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from hotpath.state import HotState
-from store.port import MemoryStore
-from store.types import ArchivalChunk
-from tasks.spool import spool_messages
+from vcm.hot.state import HotState
+from vcm.store.port import MemoryStore
+from vcm.store.types import ArchivalChunk
+from vcm.tasks.ingest_job import Ingest, Progress, run_ingest_job
+from vcm.tasks.spool import spool_messages
+from vcm.types import IngestRequest
 
 DIM = 32
 WORD = re.compile(r"\w+")
@@ -38,7 +40,14 @@ class SentenceIngest:
         self.calls = 0
 
     def __call__(
-        self, agent_id: str, doc_id: str, text: str, *, source: str, metadata: Mapping[str, Any]
+        self,
+        agent_id: str,
+        doc_id: str,
+        text: str,
+        *,
+        source: str,
+        metadata: Mapping[str, Any],
+        progress: Progress | None = None,
     ) -> Mapping[str, Any]:
         self.calls += 1
         spans = [m.span() for m in re.finditer(r"[^.!?]+[.!?]?", text) if m.group().strip()]
@@ -60,18 +69,28 @@ class SentenceIngest:
             )
             for i, (a, b) in enumerate(spans)
         ]
+        if progress is not None:
+            progress(0, len(chunks))
         written = self.store.ingest_archival(chunks)
         return {"chunks": len(chunks), "written": written}
 
 
 class SpoolingDispatcher:
-    """Spools appended messages to the store at once (the cold path's write-behind, inline);
-    records eviction batches without committing them."""
+    """Spools appended messages to the store at once (the cold path's write-behind, inline) and
+    runs archival ingestion jobs inline through the workers' own job runner; records eviction
+    batches without committing them."""
 
-    def __init__(self, hot: HotState, store: MemoryStore) -> None:
+    def __init__(self, hot: HotState, store: MemoryStore, ingest: Ingest | None = None) -> None:
         self.hot = hot
         self.store = store
+        self.ingester = ingest
         self.evictions: list[tuple[str, int]] = []
+        self.ingests: list[IngestRequest] = []
+
+    def ingest(self, request: IngestRequest) -> None:
+        self.ingests.append(request)
+        if self.ingester is not None:
+            run_ingest_job(self.hot, self.store, self.ingester, request, clock=self.hot.clock)
 
     def spool(self, agent_id: str, message_ids: Sequence[str]) -> None:
         spool_messages(self.hot, self.store, agent_id, message_ids)
@@ -100,16 +119,16 @@ class Harness:
     """A MemoryService on a real embedded store plus a ToolExecutor, with shorthands for tests."""
 
     def __init__(self, hot: HotState, path: str, *, clock: Clock | None = None, ingest: Any = None) -> None:
-        from hotpath.executor import ToolExecutor
-        from hotpath.service import MemoryService
-        from store import open_store
+        from vcm.service import MemoryService
+        from vcm.store import open_store
+        from vcm.tools.executor import ToolExecutor
 
         self.hot = hot
         self.store = open_store(path)
-        self.dispatcher = SpoolingDispatcher(hot, self.store)
         self.ingest = ingest(self.store) if ingest is not None else SentenceIngest(self.store)
+        self.dispatcher = SpoolingDispatcher(hot, self.store, self.ingest)
         self.clock = clock or Clock(step=0.5)  # 2 heartbeat requests a second: under the rate limit
-        self.service = MemoryService(hot, self.store, self.dispatcher, embed=hash_embed, ingest=self.ingest)
+        self.service = MemoryService(hot, self.store, self.dispatcher, embed=hash_embed)
         self.executor = ToolExecutor(self.service, clock=self.clock)
 
     def call(self, agent_id: str, name: str, heartbeat: bool = False, **arguments: Any) -> Any:

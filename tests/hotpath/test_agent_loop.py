@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from hotpath.agent_loop import AgentLoop, ChatClient, ChatError, wire_messages
-from hotpath.chat import endpoint
-from hotpath.state import HotState
-from hotpath.tools import tool_schemas
 from tests.hotpath.services import Harness
+from vcm.agent.chat import endpoint
+from vcm.agent.loop import AgentLoop, ChatClient, ChatError, wire_messages
+from vcm.hot.state import HotState
+from vcm.tools.schemas import tool_schemas
 
 MODEL = "vcm-small-8k"
 

@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from hotpath import footprint
-from hotpath.errors import TaintedContent
-from hotpath.settings import load_settings
-from hotpath.state import HotState
-from store.types import MemoryEvent
-from tasks import maintenance
-from tasks.deps import Deps
-from tasks.evict import evict_batch
-from tasks.summarize import extractive
 from tests.conftest import _real_redis
 from tests.hotpath.services import Clock, Harness, hash_embed
+from vcm.errors import TaintedContent
+from vcm.hot.state import HotState
+from vcm.obs import footprint
+from vcm.settings import load_settings
+from vcm.store.types import MemoryEvent
+from vcm.tasks import maintenance
+from vcm.tasks.deps import Deps
+from vcm.tasks.evict import evict_batch
+from vcm.tasks.summarize import extractive
 
 A = "audit-a1"
 SECRET = "the vault code is 4711-SECRET"  # content no audit row may hold

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hotpath.budget import Budget, FifoEntry, Parts, decide_growth, plan_eviction
-from hotpath.errors import PinLimitExceeded, TokenBudgetExceeded
-from hotpath.render import placeholder_tokens
-from hotpath.settings import BudgetSettings
+from vcm.errors import PinLimitExceeded, TokenBudgetExceeded
+from vcm.hot.budget import Budget, FifoEntry, Parts, decide_growth, plan_eviction
+from vcm.hot.render import placeholder_tokens
+from vcm.settings import BudgetSettings
 
 BUDGET = Budget.for_window(1000, BudgetSettings())
 PH = 17

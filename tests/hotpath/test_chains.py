@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from hotpath.chains import ChainState, HeartbeatGovernor, dump_state, load_state
-from hotpath.settings import load_settings
-from hotpath.state import HotState
 from tests.hotpath.services import Clock, Harness
+from vcm.hot.state import HotState
+from vcm.settings import load_settings
+from vcm.tools.chains import ChainState, HeartbeatGovernor, dump_state, load_state
 
 MODEL = "vcm-small-8k"
 SMALL = "vcm-demo-2k"

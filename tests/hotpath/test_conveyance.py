@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from hotpath.conveyance import ALPHA, Signals, conveyance, factors, overall
+from vcm.eval.conveyance import ALPHA, Signals, conveyance, factors, overall
 
 # One agent mid-conversation: everything spooled, two evictions, yielding chains, in budget.
 HEALTHY = Signals(

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from hotpath import keys, render
-from hotpath.executor import SPOOL_CHUNK_CHARS, ToolExecutor
-from hotpath.paging import PAGE_TOKENS
-from hotpath.results import ToolResult
-from hotpath.state import HotState
-from store.errors import StoreUnavailableError
 from tests.hotpath.helpers import dump
 from tests.hotpath.services import Harness
+from vcm.errors import StoreUnavailable
+from vcm.hot import keys, render
+from vcm.hot.state import HotState
+from vcm.tools.executor import SPOOL_CHUNK_CHARS, ToolExecutor
+from vcm.tools.paging import PAGE_TOKENS
+from vcm.tools.results import ToolResult
 
 MODEL = "vcm-small-8k"  # 8192-token window, max 7372
 SMALL = "vcm-demo-2k"  # 2048-token window, max/flush 1843, target 1024
@@ -186,7 +186,7 @@ def test_runtime_errors_become_payloads(h: Harness, monkeypatch: pytest.MonkeyPa
     assert missing.error is not None and missing.error["code"] == "NOT_FOUND"
 
     def down(*_: Any, **__: Any) -> Any:
-        raise StoreUnavailableError("the store is down; try again")
+        raise StoreUnavailable("the store is down; try again")
 
     monkeypatch.setattr(h.store, "search_recall", down)
     failed = h.call("a1", "search_recall", query="anything", mode="text")
@@ -481,7 +481,7 @@ class BigResultIngest:
         self.calls = 0
 
     def __call__(
-        self, agent_id: str, doc_id: str, text: str, *, source: str, metadata: Mapping[str, Any]
+        self, agent_id: str, doc_id: str, text: str, *, source: str, metadata: Mapping[str, Any], progress: Any = None
     ) -> dict[str, Any]:
         self.calls += 1
         n = int(text.split()[-1])
@@ -504,8 +504,8 @@ def test_an_oversized_output_is_spooled_to_recall_with_a_preview_and_ids(
         text = "".join(m.content for m in stored)
         assert len(ids) == math.ceil(len(text) / SPOOL_CHUNK_CHARS) and (len(ids) > 1) == (chunks > 300)
         full = json.loads(text)
-        assert full["doc_id"] == "big" and len(full["chunk_ids"]) == chunks
-        assert result.payload["preview"].startswith('{"doc_id":"big"')
+        assert full["doc_id"] == "big" and full["status"] == "done" and len(full["chunk_ids"]) == chunks
+        assert result.payload["preview"].startswith('{"job_id":"ing-')
         assert result.payload["tokens"] == h.hot.counter(MODEL).text(json.dumps(full, separators=(",", ":")))
         assert result.tokens < 300  # what enters the context is the preview
         assert all(m.id not in ids for m in h.fifo("a1"))

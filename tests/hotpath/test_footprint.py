@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hotpath import audit, footprint
+from vcm.obs import audit, footprint
 
 SECRET = "my passport number is X1234567 and I live at 12 Elm Street"
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hotpath.heartbeat import ChainState, decide
-from hotpath.settings import HeartbeatSettings
+from vcm.settings import HeartbeatSettings
+from vcm.tools.heartbeat import ChainState, decide
 
 S = HeartbeatSettings()
 

@@ -18,13 +18,13 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client import multiprocess as prom_multiprocess
 
-from hotpath import metrics
-from hotpath.metered_store import MeteredStore, metered
-from hotpath.types import Gauges
-from store import open_store
-from store.errors import NotFoundError, StoreValidationError
-from store.port import MemoryStore
-from store.types import ArchivalChunk
+from vcm.errors import NotFound, ValidationError
+from vcm.obs import metrics
+from vcm.obs.metered_store import MeteredStore, metered
+from vcm.store import open_store
+from vcm.store.port import MemoryStore
+from vcm.store.types import ArchivalChunk
+from vcm.types import Gauges
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 8
@@ -98,11 +98,11 @@ def _chunks(agent: str, n: int) -> list[ArchivalChunk]:
 
 def test_store_errors_are_counted_by_operation_and_code_and_reraised(store: MemoryStore) -> None:
     before = value("vcm_store_errors_total", operation="get_core", code="NOT_FOUND")
-    with pytest.raises(NotFoundError):
+    with pytest.raises(NotFound):
         store.get_core("agent-e", "nope")
     assert value("vcm_store_errors_total", operation="get_core", code="NOT_FOUND") == before + 1
     bad = value("vcm_store_errors_total", operation="search_archival", code="VALIDATION_ERROR")
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.search_archival("agent-e", [1.0] * DIM, 3, cursor="not-a-cursor")
     assert value("vcm_store_errors_total", operation="search_archival", code="VALIDATION_ERROR") == bad + 1
 
@@ -140,8 +140,8 @@ def test_archival_pages_report_their_depth_and_the_filter_drop_ratio(store: Memo
 # --- multi-process ---------------------------------------------------------------------------------
 _CHILD = """
 import sys
-from hotpath import metrics
-from hotpath.types import Gauges
+from vcm.obs import metrics
+from vcm.types import Gauges
 fifo = int(sys.argv[1])
 metrics.warning()
 metrics.eviction_committed(3)

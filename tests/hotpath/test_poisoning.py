@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hotpath.poisoning import DEFAULT_PATTERNS, Filter, patterns
-from hotpath.settings import load_settings
-from store.errors import ErrorCode
+from vcm.errors import ErrorCode
+from vcm.poisoning import DEFAULT_PATTERNS, Filter, patterns
+from vcm.settings import load_settings
 
 TAINT = Filter(DEFAULT_PATTERNS)
 

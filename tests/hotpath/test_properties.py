@@ -1,6 +1,6 @@
 """Property tests: random appends, pins, block edits, retries and finishes, on fakeredis and on the
 real Redis. After every step the invariants of ARCHITECTURE.md §1/§5 hold, and every Lua decision
-equals the pure policy's (hotpath.budget) on the same inputs."""
+equals the pure policy's (vcm.hot.budget) on the same inputs."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from hotpath.budget import decide_growth
-from hotpath.errors import VcmError
-from hotpath.settings import load_settings
-from hotpath.state import HotState
 from tests.conftest import REDIS_URL
 from tests.hotpath.helpers import dump, policy_view, recount
+from vcm.errors import VcmError
+from vcm.hot.budget import decide_growth
+from vcm.hot.state import HotState
+from vcm.settings import load_settings
 
 AGENT = "prop"
 SETTINGS = load_settings(environ={})
@@ -60,7 +60,7 @@ class HotPathMachine(RuleBasedStateMachine):
         new_pinned: bool = False,
     ):
         parts, fifo, budget, m = policy_view(self.hot, AGENT)
-        from hotpath.budget import FifoEntry
+        from vcm.hot.budget import FifoEntry
 
         if new_id:
             fifo = [*fifo, FifoEntry(new_id, new_tokens, new_pinned)]
@@ -171,7 +171,7 @@ class HotPathMachine(RuleBasedStateMachine):
             current = self.hot.get_block(AGENT, block)
         except VcmError:
             current = None
-        from hotpath import render
+        from vcm.hot import render
 
         tokens = self.hot.counter(self.hot.agent(AGENT).model).message(render.block(block, "working", content, pinned))
         if stale and current is not None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hotpath.state import HotState
 from tests.hotpath.services import Harness, hash_embed
+from vcm.hot.state import HotState
 
 CURRENT = "hash32:late3+3:v1"
 

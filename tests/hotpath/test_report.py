@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from hotpath.errors import NotFound
-from hotpath.report import build_report, render
-from hotpath.service import MemoryService
-from store.types import MemoryEvent
-from tasks import evict
-from tasks.deps import Deps
-from tasks.spool import spool_messages
 from tests.conftest import REDIS_URL
 from tests.tasks.coldpath import MODEL, line, make_deps, small_settings
+from vcm.errors import NotFound
+from vcm.eval.report import build_report, render
+from vcm.service import MemoryService
+from vcm.store.types import MemoryEvent
+from vcm.tasks import evict
+from vcm.tasks.deps import Deps
+from vcm.tasks.spool import spool_messages
 
 AGENT = "rep-1"
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -150,7 +150,7 @@ def test_vcm_report_cli_prints_the_table_and_json(tmp_path: Path) -> None:
     )
 
     def vcm(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "hotpath.cli", "report", *args]
+        cmd = [sys.executable, "-m", "vcm.cli.main", "report", *args]
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
     table = vcm()

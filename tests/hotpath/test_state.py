@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from hotpath import render
-from hotpath.context import assemble
-from hotpath.errors import (
+from tests.hotpath.helpers import dump, recount
+from vcm.errors import (
+    Conflict,
     IdempotencyMismatch,
     NotFound,
-    OutOfOrder,
     PinLimitExceeded,
     RevConflict,
     TokenBudgetExceeded,
     ValidationError,
 )
-from hotpath.state import HotState
-from tests.hotpath.helpers import dump, recount
+from vcm.hot import render
+from vcm.hot.context import assemble
+from vcm.hot.state import HotState
 
 MODEL = "vcm-demo-2k"  # 2048-token window: warning 1433, flush/max 1843, target 1024
 
@@ -92,7 +92,7 @@ def test_finish_installs_summary_idempotently_and_in_order(hot: HotState, agent:
     fill_until(hot, agent, "flush")
     assert hot.pending_batches(agent) == [1, 2]
     before = dump(hot.redis, agent)
-    with pytest.raises(OutOfOrder) as err:
+    with pytest.raises(Conflict) as err:
         hot.finish_eviction(agent, 2, "too early")
     assert err.value.code == "CONFLICT" and err.value.details["waiting_for"] == 1
     assert dump(hot.redis, agent) == before

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from store.embedded import EmbeddedStore
-from store.port import MemoryStore
 from tests.store.factories import FaultSwitch
+from vcm.store.embedded import EmbeddedStore
+from vcm.store.port import MemoryStore
 
 ARANGO_URL_ENV = "VCM_TEST_ARANGO_URL"
 ARANGO_SKIP_REASON = "VCM_TEST_ARANGO_URL not set: ArangoDB contract leg skipped"
@@ -33,7 +33,7 @@ def _arango(faults: FaultSwitch) -> MemoryStore:
     url = os.environ.get(ARANGO_URL_ENV)
     if not url:
         pytest.skip(ARANGO_SKIP_REASON)
-    from store.arango.adapter import ArangoStore
+    from vcm.store.arango.adapter import ArangoStore
 
     store: MemoryStore = ArangoStore.from_url(
         url,

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from store.errors import InjectedFailure
-from store.port import MemoryStore
-from store.types import (
+from vcm.errors import InjectedFailure
+from vcm.store.port import MemoryStore
+from vcm.store.types import (
     ArchivalChunk,
     EvictionCommit,
     Metric,

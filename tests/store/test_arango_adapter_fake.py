@@ -27,19 +27,19 @@ from arango.exceptions import (
 from arango.request import Request
 from arango.response import Response
 
-from store.arango import documents, names
-from store.arango.adapter import ArangoStore, order_traversal
-from store.arango.client import Connection
-from store.errors import (
-    IdempotencyMismatchError,
+from vcm.errors import (
+    IdempotencyMismatch,
     InjectedFailure,
-    NotFoundError,
-    RevConflictError,
-    StoreError,
-    StoreUnavailableError,
-    StoreValidationError,
+    NotFound,
+    RevConflict,
+    StoreUnavailable,
+    ValidationError,
+    VcmError,
 )
-from store.types import ArchivalChunk, CoreBlockWrite, EvictionCommit, NodeRef, StoredMessage
+from vcm.store.arango import documents, names
+from vcm.store.arango.adapter import ArangoStore, order_traversal
+from vcm.store.arango.client import Connection
+from vcm.store.types import ArchivalChunk, CoreBlockWrite, EvictionCommit, NodeRef, StoredMessage
 
 _revs = itertools.count(1)
 
@@ -312,12 +312,12 @@ def test_commit_eviction_stale_rev_raises_and_writes_nothing(
 ) -> None:
     store, rw, _ = world
     first = store.commit_eviction(commit("a", 1, 1, None))
-    with pytest.raises(RevConflictError) as info:
+    with pytest.raises(RevConflict) as info:
         store.commit_eviction(commit("a", 2, 1, "stale"))
     assert info.value.details["current_rev"] == first.summary_rev
     assert rw.log[-1] == "abort"
     assert len(rw.data[names.BATCHES]) == 1
-    with pytest.raises(RevConflictError):  # a first summary when one exists
+    with pytest.raises(RevConflict):  # a first summary when one exists
         store.commit_eviction(commit("a", 3, 1, None))
 
 
@@ -332,7 +332,7 @@ def test_commit_eviction_driver_error_is_translated_and_aborted(
         return None
 
     rw.on_query = boom
-    with pytest.raises(StoreUnavailableError):
+    with pytest.raises(StoreUnavailable):
         store.commit_eviction(commit("a", 1, 2, None))
     assert rw.log[-1] == "abort"
     assert rw.data.get(names.MESSAGES, {}) == {}
@@ -364,30 +364,30 @@ def test_put_core_is_idempotent_and_rev_checked(world: tuple[ArangoStore, FakeDB
     block = CoreBlockWrite("a", "persona", "system", "I help.", 3)
     first = store.put_core(block, None, "k1")
     assert store.put_core(block, None, "k1") == first  # replay, even though the rev would fail now
-    with pytest.raises(IdempotencyMismatchError):
+    with pytest.raises(IdempotencyMismatch):
         store.put_core(CoreBlockWrite("a", "persona", "system", "changed", 3), first.rev, "k1")
     second = store.put_core(CoreBlockWrite("a", "persona", "system", "v2", 3), first.rev, "k2")
     assert second.rev != first.rev and store.get_core("a", "persona").content == "v2"
-    with pytest.raises(RevConflictError):
+    with pytest.raises(RevConflict):
         store.put_core(CoreBlockWrite("a", "persona", "system", "v3", 3), first.rev, "k3")
     faults.armed.add("put_core.before_commit")
     with pytest.raises(InjectedFailure):
         store.put_core(CoreBlockWrite("a", "persona", "system", "v4", 3), second.rev, "k4")
     assert store.get_core("a", "persona").content == "v2"
     assert "k4" not in json.dumps(rw.data[names.IDEMPOTENCY])
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.put_core(CoreBlockWrite("a", "queue_head_summary", "system", "x", 1), None, "k5")
 
 
 def test_delete_core_checks_rev(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
     store, _, _ = world
     block = store.put_core(CoreBlockWrite("a", "notes", "system", "n", 1), None, "k1")
-    with pytest.raises(RevConflictError):
+    with pytest.raises(RevConflict):
         store.delete_core("a", "notes", "wrong")
     store.delete_core("a", "notes", block.rev)
-    with pytest.raises(NotFoundError):
+    with pytest.raises(NotFound):
         store.get_core("a", "notes")
-    with pytest.raises(NotFoundError):
+    with pytest.raises(NotFound):
         store.delete_core("a", "notes", block.rev)
 
 
@@ -523,7 +523,7 @@ def test_from_url_opens_separate_users_and_reads_go_through_the_read_only_one() 
     store.query_events("a", actor="cli")
     store.get_messages("a", ["m1"])
     store.count_messages("a")
-    with pytest.raises(NotFoundError):
+    with pytest.raises(NotFound):
         store.get_core("a", "persona")
 
     assert writes > 0 and len(rw.queries) == writes  # the reads added nothing on the read-write handle
@@ -535,7 +535,7 @@ def test_uds_only_refuses_a_tcp_url_before_connecting() -> None:
         raise AssertionError("no client may be built for a refused URL")
 
     for url in ("arango+http://db:8529/vcm", "arango+https://db/vcm"):
-        with pytest.raises(StoreError) as refused:
+        with pytest.raises(VcmError) as refused:
             ArangoStore.from_url(url, username="u", password="p", uds_only=True, client_factory=factory)
         assert refused.value.code == "CONFIG_ERROR" and "uds_only" in refused.value.message
     opened = ArangoStore.from_url(
@@ -563,7 +563,7 @@ class OldServerClient(FakeClient):
 
 
 def test_the_guard_runs_when_the_adapter_starts() -> None:
-    with pytest.raises(StoreError) as refused:
+    with pytest.raises(VcmError) as refused:
         ArangoStore.from_url(
             "arango+unix:///run/guard-test/arangod.sock",
             username="u",
@@ -574,7 +574,7 @@ def test_the_guard_runs_when_the_adapter_starts() -> None:
 
 
 def test_spool_writes_its_audit_rows_in_the_same_transaction(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
-    from store.types import MemoryEvent
+    from vcm.store.types import MemoryEvent
 
     store, rw, faults = world
     rows = [MemoryEvent("a", "append", {"message_id": f"m{i}"}, event_id=f"a:append:m{i}") for i in (1, 2)]

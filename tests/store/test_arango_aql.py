@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from store.arango import aql, names
-from store.errors import StoreValidationError
+from vcm.errors import ValidationError
+from vcm.store.arango import aql, names
 
 INJECTION = 'x" RETURN 1 //'
 NASTY = [INJECTION, "a` REMOVE d IN messages", "'; DROP", "@@users RETURN 1", "}} LET x = 1"]
@@ -139,9 +139,7 @@ def test_recall_without_time_window_binds_none() -> None:
 def test_user_strings_never_reach_query_text(evil: str) -> None:
     queries = [
         aql.recall_search(evil, evil, fetch=5, since=1.0, until=2.0),
-        ann(
-            filters=aql.parse_filters({"doc_id": evil, "source": evil, "topic": evil}), embedding_version=evil
-        ),
+        ann(filters=aql.parse_filters({"doc_id": evil, "source": evil, "topic": evil}), embedding_version=evil),
         aql.archival_document(evil, evil),
         aql.events_page(evil, [evil], since=1.0, after=(1.0, evil), limit=5, actor=evil, idempotency_key=evil),
         aql.traverse(f"messages/{evil}", ["cites"], max_depth=2, direction="any"),
@@ -159,36 +157,34 @@ def test_user_strings_never_reach_query_text(evil: str) -> None:
 
 
 def test_metadata_keys_must_be_identifiers() -> None:
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.parse_filters({INJECTION: 1})
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.parse_filters({"include_stale": "yes"})
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.parse_filters({"x": float("nan")})
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.parse_filters({"x": object()})
     f = aql.parse_filters({"doc_id": "d", "model_id": "m", "k-1": [1, {"a": None}]})
-    assert dict(f.fields) == {"doc_id": "d", "model_id": "m"} and dict(f.metadata) == {
-        "k-1": [1, {"a": None}]
-    }
+    assert dict(f.fields) == {"doc_id": "d", "model_id": "m"} and dict(f.metadata) == {"k-1": [1, {"a": None}]}
 
 
 def test_collections_are_constants_or_collection_bind_vars() -> None:
     q = aql.insert_ignore(names.EVENTS, [{"_key": "e"}])
     assert "INTO @@collection" in q.text and q.bind_vars["@collection"] == names.EVENTS
     assert 'OPTIONS { overwriteMode: "ignore" }' in q.text and "RETURN NEW._key" in q.text
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.insert_ignore("users", [])
     stamped = aql.insert_ignore(names.MESSAGES, [{"_key": "m"}], stamp_ingested=True)
     assert "ingested_at: DATE_NOW()" in stamped.text
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.remove_edges_of(names.MESSAGES, [])
 
 
 def test_vector_attribute_is_validated() -> None:
     assert aql.vector_attribute("cosine", 384) == "emb_cosine_384"
     for metric, dim in (("dot", 3), ("cosine", 0), ("l2", 10**6)):
-        with pytest.raises(StoreValidationError):
+        with pytest.raises(ValidationError):
             aql.vector_attribute(metric, dim)  # type: ignore[arg-type]
 
 
@@ -202,9 +198,9 @@ def test_traverse_uses_the_named_graph_breadth_first() -> None:
         "max_depth": 3,
         "edge_collections": ["recall_log", "cites"],
     }
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.traverse("x/y", ["cites"], max_depth=1, direction="sideways")  # type: ignore[arg-type]
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.traverse("x/y", ["users"], max_depth=1, direction="any")
 
 

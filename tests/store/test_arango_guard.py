@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from store.arango.errors import ArangoConfigError
-from store.arango.guard import check_server, parse_version, run_guard, vector_option
-from store.errors import ErrorCode
+from vcm.errors import ErrorCode
+from vcm.store.arango.errors import ArangoConfigError
+from vcm.store.arango.guard import check_server, parse_version, run_guard, vector_option
 
 
 def fatal(problems: list[Any]) -> list[str]:

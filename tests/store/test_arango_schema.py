@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from store.arango import names
-from store.arango.errors import ArangoConfigError
-from store.arango.schema import SCHEMA_PATH, load_schema, parse_schema, vector_state
+from vcm.store.arango import names
+from vcm.store.arango.errors import ArangoConfigError
+from vcm.store.arango.schema import SCHEMA_PATH, load_schema, parse_schema, vector_state
 
 
 @pytest.fixture(scope="module")

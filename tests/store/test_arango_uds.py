@@ -21,9 +21,9 @@ from typing import Any, cast
 
 import pytest
 
-from store.arango.client import UNIX_HOST, connect, parse_url
-from store.arango.errors import ArangoConfigError
-from store.errors import StoreUnavailableError
+from vcm.errors import StoreUnavailable
+from vcm.store.arango.client import UNIX_HOST, connect, parse_url
+from vcm.store.arango.errors import ArangoConfigError
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -142,7 +142,7 @@ def test_read_only_and_read_write_handles_use_their_own_credentials(server: _Ser
 
 
 def test_wrong_password_is_a_store_error(server: _Server) -> None:
-    with pytest.raises(StoreUnavailableError) as info:
+    with pytest.raises(StoreUnavailable) as info:
         connect(f"arango+unix://{server.server_address}/vcm", username="vcm", password="wrong")
     assert info.value.details["http_status"] == 401
 
@@ -158,10 +158,8 @@ def test_concurrent_requests_share_the_pool(server: _Server) -> None:
 
 
 def test_missing_socket_is_unavailable() -> None:
-    with pytest.raises(StoreUnavailableError):
-        connect(
-            "arango+unix:///nonexistent/dir/arangod.sock/vcm", username="u", password="p", connect_timeout=0.5
-        )
+    with pytest.raises(StoreUnavailable):
+        connect("arango+unix:///nonexistent/dir/arangod.sock/vcm", username="u", password="p", connect_timeout=0.5)
 
 
 def test_url_parsing() -> None:

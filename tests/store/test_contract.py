@@ -13,17 +13,26 @@ from typing import Any
 import numpy as np
 import pytest
 
-from store.errors import (
-    ErrorCode,
-    IdempotencyMismatchError,
-    InjectedFailure,
-    NotFoundError,
-    RevConflictError,
-    StoreError,
-    StoreValidationError,
+from tests.store.factories import (
+    FaultSwitch,
+    chunk,
+    clustered,
+    doc_nodes,
+    eviction,
+    msg,
+    snapshot,
 )
-from store.port import MemoryStore
-from store.types import (
+from vcm.errors import (
+    ErrorCode,
+    IdempotencyMismatch,
+    InjectedFailure,
+    NotFound,
+    RevConflict,
+    ValidationError,
+    VcmError,
+)
+from vcm.store.port import MemoryStore
+from vcm.store.types import (
     SUMMARY_BLOCK_ID,
     CoreBlockWrite,
     Edge,
@@ -33,15 +42,6 @@ from store.types import (
     core_node,
     message_node,
     summary_node,
-)
-from tests.store.factories import (
-    FaultSwitch,
-    chunk,
-    clustered,
-    doc_nodes,
-    eviction,
-    msg,
-    snapshot,
 )
 
 A, B = "agent-a", "agent-b"
@@ -68,7 +68,7 @@ def test_core_create_get_list(store: MemoryStore) -> None:
 
 
 def test_core_get_missing_raises_not_found(store: MemoryStore) -> None:
-    with pytest.raises(NotFoundError) as info:
+    with pytest.raises(NotFound) as info:
         store.get_core(A, "nope")
     assert info.value.code is ErrorCode.NOT_FOUND
 
@@ -76,7 +76,7 @@ def test_core_get_missing_raises_not_found(store: MemoryStore) -> None:
 def test_core_create_when_it_exists_conflicts_with_current_rev(store: MemoryStore) -> None:
     first = store.put_core(block("one"), None, key())
 
-    with pytest.raises(RevConflictError) as info:
+    with pytest.raises(RevConflict) as info:
         store.put_core(block("two"), None, key())
 
     assert info.value.details["current_rev"] == first.rev
@@ -87,7 +87,7 @@ def test_core_replace_needs_the_current_rev(store: MemoryStore) -> None:
     first = store.put_core(block("one"), None, key())
     second = store.put_core(block("two"), first.rev, key())
 
-    with pytest.raises(RevConflictError) as info:
+    with pytest.raises(RevConflict) as info:
         store.put_core(block("three"), first.rev, key())
 
     assert second.rev != first.rev
@@ -110,7 +110,7 @@ def test_core_same_key_other_content_is_a_mismatch(store: MemoryStore) -> None:
     k = key()
     first = store.put_core(block("one"), None, k)
 
-    with pytest.raises(IdempotencyMismatchError) as info:
+    with pytest.raises(IdempotencyMismatch) as info:
         store.put_core(block("other"), first.rev, k)
 
     assert info.value.code is ErrorCode.IDEMPOTENCY_MISMATCH
@@ -121,14 +121,14 @@ def test_core_delete_checks_rev(store: MemoryStore) -> None:
     first = store.put_core(block("one"), None, key())
     second = store.put_core(block("two"), first.rev, key())
 
-    with pytest.raises(RevConflictError):
+    with pytest.raises(RevConflict):
         store.delete_core(A, "persona", first.rev)
     assert store.get_core(A, "persona") == second
 
     store.delete_core(A, "persona", second.rev)
-    with pytest.raises(NotFoundError):
+    with pytest.raises(NotFound):
         store.get_core(A, "persona")
-    with pytest.raises(NotFoundError):
+    with pytest.raises(NotFound):
         store.delete_core(A, "persona", second.rev)
 
 
@@ -136,7 +136,7 @@ def test_core_rev_of_deleted_block_conflicts_and_revs_are_not_reused(store: Memo
     first = store.put_core(block("one"), None, key())
     store.delete_core(A, "persona", first.rev)
 
-    with pytest.raises(RevConflictError) as info:
+    with pytest.raises(RevConflict) as info:
         store.put_core(block("two"), first.rev, key())
     recreated = store.put_core(block("three"), None, key())
 
@@ -145,7 +145,7 @@ def test_core_rev_of_deleted_block_conflicts_and_revs_are_not_reused(store: Memo
 
 
 def test_summary_block_is_not_writable_through_put_core(store: MemoryStore) -> None:
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.put_core(block("x", SUMMARY_BLOCK_ID), None, key())
     assert store.get_summary(A) is None
 
@@ -164,7 +164,7 @@ def test_concurrent_writers_lose_no_update(store: MemoryStore) -> None:
             try:
                 store.put_core(block(str(int(current.content) + 1), "counter"), current.rev, key())
                 successes.append(1)
-            except RevConflictError:
+            except RevConflict:
                 conflicts.append(1)
             except BaseException as exc:  # any other error is a contract violation
                 unexpected.append(exc)
@@ -260,9 +260,9 @@ def test_commit_eviction_stale_summary_rev_conflicts_and_writes_nothing(store: M
     first = store.commit_eviction(eviction(A, 1, [msg(A, 0)], None))
     before = snapshot(store, [A], ["m0000", "m0001"])
 
-    with pytest.raises(RevConflictError) as info:
+    with pytest.raises(RevConflict) as info:
         store.commit_eviction(eviction(A, 2, [msg(A, 1)], None))
-    with pytest.raises(RevConflictError):
+    with pytest.raises(RevConflict):
         store.commit_eviction(eviction(A, 2, [msg(A, 1)], first.summary_rev + "x"))
 
     assert info.value.details["current_rev"] == first.summary_rev
@@ -337,7 +337,7 @@ def test_concurrent_writers_read_their_own_writes(store: MemoryStore) -> None:
 
 
 def test_commit_eviction_rejects_foreign_messages(store: MemoryStore) -> None:
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.commit_eviction(eviction(A, 1, [msg(A, 0), msg(B, 1)], None))
     assert store.get_summary(A) is None
     assert store.count_messages(A) == 0
@@ -407,11 +407,11 @@ def test_recall_cursor_bound_to_its_search(store: MemoryStore) -> None:
 
     tampered = cursor[:-3] + ("AAA" if not cursor.endswith("AAA") else "BBB")
     for bad in ("garbage", "", tampered):
-        with pytest.raises(StoreValidationError):
+        with pytest.raises(ValidationError):
             store.search_recall(A, "alpha", limit=2, cursor=bad)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.search_recall(A, "beta", limit=2, cursor=cursor)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.search_recall(B, "alpha", limit=2, cursor=cursor)
     assert len(store.search_recall(A, "alpha", limit=2, cursor=cursor).items) == 2
 
@@ -515,7 +515,7 @@ def test_archival_cursor_is_stable_while_chunks_arrive(store: MemoryStore) -> No
 
     assert len(seen) == len(set(seen)) == 60
     assert all(doc != "late" for doc, _ in seen)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.search_archival(A, points[0].tolist(), k=7, cursor="not-a-cursor")
 
 
@@ -534,7 +534,7 @@ def test_search_archival_bad_vectors(store: MemoryStore) -> None:
         lambda: store.search_archival(A, good, filters={"include_stale": "yes"}),
     ]
     for call in bad_calls:
-        with pytest.raises(StoreValidationError):
+        with pytest.raises(ValidationError):
             call()
 
 
@@ -599,9 +599,9 @@ def test_events_query_filters_by_actor_window_and_key(store: MemoryStore) -> Non
     assert [e.payload["i"] for e in by_key.items] == [1, 4]
     assert [e.payload["i"] for e in combined.items] == [1]
     assert store.query_events(A, actor="nobody").items == []
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.query_events(A, since=5.0, until=5.0)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.query_events(A, actor="")
 
 
@@ -618,7 +618,7 @@ def test_spool_writes_its_audit_rows_once_in_the_same_call(store: MemoryStore) -
     found = store.query_events(A, ["append"]).items
     assert [e.payload["message_id"] for e in found] == [m.message_id for m in batch]
     assert {e.actor for e in found} == {"cli"}
-    with pytest.raises(StoreValidationError):  # an audit row riding along needs its own id
+    with pytest.raises(ValidationError):  # an audit row riding along needs its own id
         store.spool_messages([msg(A, 7)], events=[MemoryEvent(A, "append", {})])
     assert store.get_messages(A, ["m0007"]) == []  # refused whole: the message was not written
 
@@ -661,7 +661,7 @@ def test_events_cursor_pages_without_repeats(store: MemoryStore) -> None:
         seen += [e.payload["i"] for e in page.items]
 
     assert seen == [0, 1, 2, 3, 4, 5, 6]
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.query_events(A, limit=3, cursor="bogus")
 
 
@@ -690,15 +690,15 @@ def test_graph_edges_are_idempotent_and_traversable(store: MemoryStore) -> None:
 
 def test_graph_bad_arguments(store: MemoryStore) -> None:
     node = message_node(A, "m1")
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.traverse(node, direction="sideways")
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.traverse(node, ["likes"])  # type: ignore[list-item]
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.traverse(node, max_depth=0)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.add_edge(Edge("likes", node, node, A))  # type: ignore[arg-type]
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.add_edge(Edge("cites", node, NodeRef("people", "x"), A))  # type: ignore[arg-type]
     assert store.stats(A)["edges"] == 0
 
@@ -788,7 +788,7 @@ def test_bad_input_raises_validation_error_and_changes_nothing(store: MemoryStor
     store.ingest_archival([chunk(A, "seed", 0, [0.5, 0.5, 0.5, 0.5])])  # a 4-d "v1" space
     before = snapshot(store, [A], ["m0000", "m0001", "m0005"], doc_nodes(A, "doc", 2))
 
-    with pytest.raises(StoreValidationError) as info:
+    with pytest.raises(ValidationError) as info:
         BAD_CALLS[case](store)
 
     assert info.value.code is ErrorCode.VALIDATION_ERROR
@@ -798,13 +798,13 @@ def test_bad_input_raises_validation_error_and_changes_nothing(store: MemoryStor
 
 
 def test_every_error_is_a_coded_store_error(store: MemoryStore) -> None:
-    raised: list[StoreError] = []
+    raised: list[VcmError] = []
     for call in (
         lambda: store.get_core(A, "missing"),
         lambda: store.search_recall(A, "x", limit=0),
         lambda: store.delete_core(A, "missing", "1"),
     ):
-        with pytest.raises(StoreError) as info:
+        with pytest.raises(VcmError) as info:
             call()
         raised.append(info.value)
     assert [e.to_dict()["code"] for e in raised] == ["NOT_FOUND", "VALIDATION_ERROR", "NOT_FOUND"]

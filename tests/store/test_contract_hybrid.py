@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from store.errors import StoreValidationError
-from store.fusion import hybrid
-from store.port import MemoryStore
 from tests.store.factories import msg
+from vcm.errors import ValidationError
+from vcm.store.fusion import hybrid
+from vcm.store.port import MemoryStore
 
 A, B = "agent-a", "agent-b"
 V = "test-v1"
@@ -56,9 +56,9 @@ def test_put_message_vectors_rejects_bad_vectors(store: MemoryStore) -> None:
     store.spool_messages([msg(A, 0, "alpha"), msg(A, 1, "beta")])
     store.put_message_vectors(A, [("m0000", axis(0))], V)
     for bad in ([0.0, 0.0, 0.0, 0.0], [1.0, float("nan"), 0.0, 0.0], [], "abcd", [1.0, 0.0]):
-        with pytest.raises(StoreValidationError):
+        with pytest.raises(ValidationError):
             store.put_message_vectors(A, [("m0001", bad)], V)  # type: ignore[list-item]
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.put_message_vectors(A, [("m0001", axis(0))], "")
 
 
@@ -198,18 +198,18 @@ def test_hybrid_cursor_is_stable_while_new_messages_arrive(store: MemoryStore, m
     assert len(seen) == len(set(seen)) == 25
     assert set(seen) == {f"m{i:04d}" for i in range(25)}
     assert ids(store.search_recall_hybrid(A, "meeting project", axis(0), mode=mode, limit=1))[0] >= "m0100"
-    with pytest.raises(StoreValidationError):  # a cursor belongs to its search
+    with pytest.raises(ValidationError):  # a cursor belongs to its search
         store.search_recall_hybrid(A, "meeting project", axis(1), mode=mode, limit=10, cursor=first.next_cursor)
 
 
 def test_hybrid_argument_errors(store: MemoryStore) -> None:
     store.spool_messages([msg(A, 0, "alpha")])
     store.put_message_vectors(A, [("m0000", axis(0))], V)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.search_recall_hybrid(A, "alpha", axis(0), mode="fuzzy")
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.search_recall_hybrid(A, "alpha", None, mode="hybrid")
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.search_recall_hybrid(A, "alpha", [1.0, 0.0], mode="vector")  # wrong dimension
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         store.search_recall_hybrid(A, "  ", axis(0), mode="hybrid")

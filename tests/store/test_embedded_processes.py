@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from store.embedded import EmbeddedStore
-from store.errors import RevConflictError
-from store.types import CoreBlockWrite
 from tests.store.factories import chunk, eviction, msg
+from vcm.errors import RevConflict
+from vcm.store.embedded import EmbeddedStore
+from vcm.store.types import CoreBlockWrite
 
 WORKERS = 3
 MESSAGES = 60
@@ -41,16 +41,14 @@ def _worker(db: str, worker: int) -> None:
                     uuid.uuid4().hex,
                 )
                 done += 1
-            except RevConflictError:
+            except RevConflict:
                 pass
         rev = None
         for batch in (1, 2, 3):
             rev = store.commit_eviction(
                 eviction(agent, batch, [msg(agent, 100 + batch, f"evicted kiwi{worker}e{batch}")], rev)
             ).summary_rev
-        store.ingest_archival(
-            [chunk(agent, "doc", i, [float(worker + 1), float(i + 1), 1.0]) for i in range(5)]
-        )
+        store.ingest_archival([chunk(agent, "doc", i, [float(worker + 1), float(i + 1), 1.0]) for i in range(5)])
     finally:
         store.close()
 

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from store.cursor import decode_cursor, encode_cursor, fingerprint
-from store.embedded import bm25, sizing
-from store.errors import StoreValidationError
-from store.filters import parse_filters
 from tests.store.factories import chunk
+from vcm.errors import ValidationError
+from vcm.store.cursor import decode_cursor, encode_cursor, fingerprint
+from vcm.store.embedded import bm25, sizing
+from vcm.store.filters import parse_filters
 
 SECRET = b"s" * 32
 
@@ -35,17 +35,17 @@ def test_cursor_round_trip_is_opaque_url_safe_text() -> None:
 )
 def test_cursor_rejects_damaged_text(mangle: object) -> None:
     cursor = encode_cursor({"k": "recall", "o": 1}, SECRET)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         decode_cursor(mangle(cursor), SECRET, kind="recall")  # type: ignore[operator]
 
 
 def test_cursor_rejects_other_secret_kind_and_version() -> None:
     cursor = encode_cursor({"k": "recall", "o": 1}, SECRET)
-    with pytest.raises(StoreValidationError, match="not issued by this store"):
+    with pytest.raises(ValidationError, match="not issued by this store"):
         decode_cursor(cursor, b"t" * 32, kind="recall")
-    with pytest.raises(StoreValidationError, match="different operation"):
+    with pytest.raises(ValidationError, match="different operation"):
         decode_cursor(cursor, SECRET, kind="events")
-    with pytest.raises(StoreValidationError, match="version"):
+    with pytest.raises(ValidationError, match="version"):
         decode_cursor(encode_cursor({"k": "recall", "v": 0}, SECRET), SECRET, kind="recall")
 
 
@@ -100,7 +100,7 @@ def test_filters_split_chunk_fields_metadata_and_staleness() -> None:
 
 @pytest.mark.parametrize("bad", [{"": 1}, {"x": math.nan}, {"x": object()}, {"include_stale": 1}, ["x"]])
 def test_filters_reject_bad_input(bad: object) -> None:
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         parse_filters(bad)  # type: ignore[arg-type]
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from store import open_store
-from store.embedded import EmbeddedStore
-from store.errors import ErrorCode, StoreUnavailableError, StoreValidationError
-from store.types import CoreBlockWrite, Edge, MemoryEvent, message_node, summary_node
 from tests.store.factories import FaultSwitch, chunk, eviction, msg
+from vcm.errors import ErrorCode, StoreUnavailable, ValidationError
+from vcm.store import open_store
+from vcm.store.embedded import EmbeddedStore
+from vcm.store.types import CoreBlockWrite, Edge, MemoryEvent, message_node, summary_node
 
 A = "agent-a"
 
@@ -62,7 +62,7 @@ def test_memory_store_cleans_up_its_directory() -> None:
     store.close()
 
     assert not directory.exists()
-    with pytest.raises(StoreUnavailableError):
+    with pytest.raises(StoreUnavailable):
         store.count_messages(A)
 
 
@@ -72,7 +72,7 @@ def test_busy_database_maps_to_store_unavailable(tmp_path: Path) -> None:
         blocker = sqlite3.connect(db, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
         try:
-            with pytest.raises(StoreUnavailableError) as info:
+            with pytest.raises(StoreUnavailable) as info:
                 store.put_core(CoreBlockWrite(A, "b", "system", "x", 1), None, "k")
             assert info.value.code is ErrorCode.STORE_UNAVAILABLE and "retry" in info.value.message
         finally:
@@ -87,7 +87,7 @@ def test_a_fault_hook_error_of_any_type_rolls_back(tmp_path: Path) -> None:
             raise RuntimeError("disk on fire")
 
     with EmbeddedStore(str(tmp_path / "vcm.db"), fault_hook=hook) as store:
-        with pytest.raises(StoreUnavailableError, match="disk on fire"):
+        with pytest.raises(StoreUnavailable, match="disk on fire"):
             store.put_core(CoreBlockWrite(A, "b", "system", "x", 1), None, "k")
         assert store.list_core(A) == []
 
@@ -113,7 +113,7 @@ def test_cursors_expire(tmp_path: Path) -> None:
         assert len(store.search_recall(A, "heron", limit=2, cursor=cursor).items) == 2
 
         clock.now += 31
-        with pytest.raises(StoreValidationError, match="expired"):
+        with pytest.raises(ValidationError, match="expired"):
             store.search_recall(A, "heron", limit=2, cursor=cursor)
 
 
@@ -131,7 +131,7 @@ def test_paging_depth_is_bounded_by_cursor_max_results(tmp_path: Path) -> None:
 
 def test_bad_constructor_arguments(tmp_path: Path) -> None:
     for kwargs in ({"n_probe": 0}, {"n_lists": 0}, {"train_threshold": -1}, {"cursor_ttl_s": 0.0}):
-        with pytest.raises(StoreValidationError):
+        with pytest.raises(ValidationError):
             EmbeddedStore(str(tmp_path / "vcm.db"), **kwargs)
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import tantivy
 
-from store.embedded import EmbeddedStore
-from store.errors import InjectedFailure
 from tests.store.factories import FaultSwitch, msg
+from vcm.errors import InjectedFailure
+from vcm.store.embedded import EmbeddedStore
 
 A = "agent-a"
 TOPICS = ["alpine hiking trip", "sourdough bread baking", "quarterly tax filing", "jazz piano lesson"]
@@ -164,9 +164,7 @@ def test_synchronous_indexing_when_lag_is_not_ok(tmp_path: Path) -> None:
 
 def test_expired_messages_leave_the_text_index(tmp_path: Path) -> None:
     with EmbeddedStore(str(tmp_path / "vcm.db"), text_index_lag_ok=False) as store:
-        store.spool_messages(
-            [msg(A, i, "walrus fact", expires_at=100.0 if i < 3 else None) for i in range(6)]
-        )
+        store.spool_messages([msg(A, i, "walrus fact", expires_at=100.0 if i < 3 else None) for i in range(6)])
         assert _text(store)["documents"] == 6
 
         assert store.expire(200.0) == 3
@@ -180,9 +178,7 @@ def test_expired_messages_leave_the_text_index(tmp_path: Path) -> None:
 def test_expired_but_still_indexed_messages_are_not_returned(tmp_path: Path) -> None:
     db = tmp_path / "vcm.db"
     with EmbeddedStore(str(db)) as store:
-        store.spool_messages(
-            [msg(A, i, "walrus fact", expires_at=100.0 if i < 3 else None) for i in range(6)]
-        )
+        store.spool_messages([msg(A, i, "walrus fact", expires_at=100.0 if i < 3 else None) for i in range(6)])
         assert store.flush_text_index()
         with writer_held_elsewhere(db):
             store.expire(200.0)

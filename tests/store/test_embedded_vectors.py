@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from store.embedded import EmbeddedStore
 from tests.store.factories import chunk, clustered
+from vcm.store.embedded import EmbeddedStore
 
 A = "agent-a"
 DIM = 16

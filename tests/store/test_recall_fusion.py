@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from store.arango import aql
-from store.errors import StoreValidationError
-from store.fusion import (
+from vcm.errors import ValidationError
+from vcm.store.arango import aql
+from vcm.store.fusion import (
     check_mode,
     convex,
     cosine_top,
@@ -54,15 +54,15 @@ def test_unit_vectors_normalise_and_keep_the_first_of_an_id() -> None:
     assert pairs[0][1].tolist() == pytest.approx([0.6, 0.8])
     assert unit_vectors([], "v1") == ([], 0)
     for bad in ([("m1", [1.0, 0.0]), ("m2", [1.0])], [("m1",)], "m1", [("", [1.0])]):
-        with pytest.raises(StoreValidationError):
+        with pytest.raises(ValidationError):
             unit_vectors(bad, "v1")
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         unit_vectors([("m1", [1.0, 0.0])], "v1", dimension=3)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         unit_vectors([("m1", [1.0])], None)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         unit_vector([0.0, 0.0])
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         unit_vector([float("inf")])
 
 
@@ -109,9 +109,9 @@ def test_recall_vector_exact_and_put_and_versions() -> None:
     assert "COSINE_SIMILARITY(d.recall_emb, @vector)" in q.text
     assert "SORT score DESC, d.created_at ASC, d._key ASC" in q.text and "FILTER d.created_at < @until" in q.text
     assert q.bind_vars["vector"] == [1.0, 0.0] and q.bind_vars["fetch"] == 50
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.recall_vector_exact("agent-a", [1.0], version="v1", fetch=0)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         aql.recall_vector_ann("agent-a", [1.0], version="v1", fetch=10, wanted=0, n_probe=1)
     put = aql.put_message_vectors("agent-a", [("k1", [1, 0])], "v1")
     # a missing vector, or one of another version (a model change), is written; the same version stays

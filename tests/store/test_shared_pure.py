@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from store import paging, semantics
-from store.cursor import decode_cursor, encode_cursor, vector_digest
-from store.errors import IdempotencyMismatchError, StoreUnavailableError, StoreValidationError
-from store.types import CoreBlock, CoreBlockWrite, EvictionCommit, MemoryEvent, StoredMessage
+from vcm.errors import IdempotencyMismatch, StoreUnavailable, ValidationError
+from vcm.store import paging, semantics
+from vcm.store.cursor import decode_cursor, encode_cursor, vector_digest
+from vcm.store.types import CoreBlock, CoreBlockWrite, EvictionCommit, MemoryEvent, StoredMessage
 
 SECRET = b"k" * 32
 
@@ -23,33 +23,33 @@ def test_snapshot_pages_cut_the_stored_list_and_chain_cursors() -> None:
     last = paging.cut(ranked, 4, 2, secret=SECRET, kind="recall", snapshot_id="s1", fingerprint="f")
     assert last.items == ranked[4:] and last.next_cursor is None
 
-    with pytest.raises(StoreValidationError, match="other arguments"):
+    with pytest.raises(ValidationError, match="other arguments"):
         paging.check_fingerprint(payload, "g")
-    with pytest.raises(StoreValidationError, match="damaged"):
+    with pytest.raises(ValidationError, match="damaged"):
         paging.snapshot_position({"s": "s1", "o": -1})
 
 
 def test_a_snapshot_serves_only_its_own_unexpired_search() -> None:
     stored = {"agent_id": "a", "kind": "recall", "expires_at": 100.0, "items": "[]"}
     assert paging.check_snapshot(stored, agent_id="a", kind="recall", now=50.0, ttl_s=60) is stored
-    with pytest.raises(StoreValidationError, match="expired"):
+    with pytest.raises(ValidationError, match="expired"):
         paging.check_snapshot(stored, agent_id="a", kind="recall", now=101.0, ttl_s=60)
-    with pytest.raises(StoreValidationError, match="expired"):
+    with pytest.raises(ValidationError, match="expired"):
         paging.check_snapshot(None, agent_id="a", kind="recall", now=0.0, ttl_s=60)
-    with pytest.raises(StoreValidationError, match="another agent"):
+    with pytest.raises(ValidationError, match="another agent"):
         paging.check_snapshot(stored, agent_id="b", kind="recall", now=50.0, ttl_s=60)
-    with pytest.raises(StoreValidationError, match="another agent"):
+    with pytest.raises(ValidationError, match="another agent"):
         paging.check_snapshot(stored, agent_id="a", kind="archival", now=50.0, ttl_s=60)
 
 
 def test_event_keyset_cursors_round_trip_and_refuse_other_queries() -> None:
     cursor = paging.keyset_cursor(SECRET, "f", 12.5, "s", 7)
     assert paging.keyset_position(cursor, SECRET, "f", "s", int) == (12.5, 7)
-    with pytest.raises(StoreValidationError, match="other arguments"):
+    with pytest.raises(ValidationError, match="other arguments"):
         paging.keyset_position(cursor, SECRET, "g", "s", int)
-    with pytest.raises(StoreValidationError, match="damaged"):
+    with pytest.raises(ValidationError, match="damaged"):
         paging.keyset_position(cursor, SECRET, "f", "s", str)
-    with pytest.raises(StoreValidationError):
+    with pytest.raises(ValidationError):
         paging.keyset_position(encode_cursor({"k": "recall"}, SECRET), SECRET, "f", "s", int)
 
 
@@ -87,7 +87,7 @@ def test_core_write_replays_return_the_first_result_or_refuse_new_content() -> N
     stored = semantics.core_block_to_json(block)
     assert semantics.replayed_core_write(content, stored, content, "key") == block
     other = semantics.core_write_fingerprint(CoreBlockWrite("a", "persona", "system", "bye", 1))
-    with pytest.raises(IdempotencyMismatchError):
+    with pytest.raises(IdempotencyMismatch):
         semantics.replayed_core_write(other, stored, content, "key")
 
 
@@ -104,5 +104,5 @@ def test_fault_hooks_abort_as_store_failures() -> None:
     def boom(point: str) -> None:
         raise RuntimeError(point)
 
-    with pytest.raises(StoreUnavailableError, match="aborted at here"):
+    with pytest.raises(StoreUnavailable, match="aborted at here"):
         semantics.fire_fault(boom, "here")

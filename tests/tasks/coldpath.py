@@ -14,16 +14,16 @@ import fakeredis
 import numpy as np
 import redis
 
-from hotpath.dispatch import Dispatcher, RecordingDispatcher
-from hotpath.settings import Settings, load_settings
-from hotpath.state import HotState
-from hotpath.types import AppendResult
-from store import open_store
-from tasks.deps import Deps
-from tasks.faults import Faults
-from tasks.message_vectors import Turn, Vectorizer
-from tasks.selection import Vectors
-from tasks.summarize import extractive
+from vcm.dispatch import Dispatcher, RecordingDispatcher
+from vcm.hot.state import HotState
+from vcm.settings import Settings, load_settings
+from vcm.store import open_store
+from vcm.tasks.deps import Deps
+from vcm.tasks.faults import Faults
+from vcm.tasks.message_vectors import Turn, Vectorizer
+from vcm.tasks.selection import Vectors
+from vcm.tasks.summarize import extractive
+from vcm.types import AppendResult
 
 MODEL = "vcm-test-512"
 DIM = 64

@@ -7,10 +7,9 @@ import time
 
 import pytest
 
-from hotpath.errors import ConfigError
-from store.errors import InjectedFailure
-from tasks.backoff import delay_s
-from tasks.faults import Faults, Rule
+from vcm.errors import ConfigError, InjectedFailure
+from vcm.tasks.backoff import delay_s
+from vcm.tasks.faults import Faults, Rule
 
 
 def test_backoff_grows_exponentially_under_its_cap_with_full_jitter() -> None:

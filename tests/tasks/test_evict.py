@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hotpath.dispatch import RecordingDispatcher
-from store.errors import InjectedFailure
-from tasks import evict
-from tasks.deps import Deps
-from tasks.faults import Faults, Rule
 from tests.tasks.coldpath import MODEL, appended_ids, converse, make_deps, small_settings
+from vcm.dispatch import RecordingDispatcher
+from vcm.errors import InjectedFailure
+from vcm.tasks import evict
+from vcm.tasks.deps import Deps
+from vcm.tasks.faults import Faults, Rule
 
 AGENT = "agent-1"
 
@@ -149,7 +149,6 @@ def test_dead_letter_records_an_event_and_leaves_the_batch(deps: Deps) -> None:
 def test_unknown_agent_or_batch_is_a_no_op(deps: Deps) -> None:
     assert evict.evict_batch(deps, "nobody", 1).outcome == "absent"
     assert evict.evict_batch(deps, AGENT, 99).outcome == "absent"
-
 
 
 def test_a_notice_appended_by_a_finish_is_spooled_too(deps: Deps) -> None:

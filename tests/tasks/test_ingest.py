@@ -1,4 +1,4 @@
-"""Archival ingestion (tasks.ingest) into a real embedded store with the real bundled model."""
+"""Archival ingestion (vcm.tasks.ingest) into a real embedded store with the real bundled model."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from hotpath.errors import ConfigError, IdempotencyMismatch, ValidationError
-from hotpath.settings import Settings, load_settings
-from store import open_store
-from store.port import MemoryStore
-from tasks.embedding import Embedder, get_embedder
-from tasks.ingest import (
+from vcm.errors import ConfigError, IdempotencyMismatch, ValidationError
+from vcm.settings import Settings, load_settings
+from vcm.store import open_store
+from vcm.store.port import MemoryStore
+from vcm.tasks.embedding import Embedder, get_embedder
+from vcm.tasks.ingest import (
     COMPLIANCE_EVENT,
     DocumentIngester,
     PathOutcome,

@@ -1,15 +1,15 @@
-"""Late chunking (tasks.late_chunking): pure pooling, and the real bundled MiniLM on small texts."""
+"""Late chunking (vcm.tasks.late_chunking): pure pooling, and the real bundled MiniLM on small texts."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hotpath.errors import ConfigError
-from hotpath.settings import ChunkingSettings, load_settings
-from tasks.chunking import Window, plan_windows
-from tasks.embedding import Embedder, get_embedder
-from tasks.late_chunking import DocumentPlan, LateChunker, pool_spans
+from vcm.errors import ConfigError
+from vcm.settings import ChunkingSettings, load_settings
+from vcm.tasks.chunking import Window, plan_windows
+from vcm.tasks.embedding import Embedder, get_embedder
+from vcm.tasks.late_chunking import DocumentPlan, LateChunker, pool_spans
 
 PAGE = "Larry Page grew up in Michigan and studied computer science at Stanford. He founded it in 1998."
 

@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from hotpath.settings import DriftSettings
-from tasks.llm_summarizer import LlmSummarizer
-from tasks.summarize import Draft, Params, Request, Turn, extractive
 from tests.tasks.coldpath import line, word_embed
+from vcm.settings import DriftSettings
+from vcm.tasks.llm_summarizer import LlmSummarizer
+from vcm.tasks.summarize import Draft, Params, Request, Turn, extractive
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -32,9 +32,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(500)
             self.end_headers()
             return
-        payload = b"not json" if self.mode == "garbage" else json.dumps(
-            {"choices": [{"message": {"role": "assistant", "content": self.answer}}]}
-        ).encode()
+        payload = (
+            b"not json"
+            if self.mode == "garbage"
+            else json.dumps({"choices": [{"message": {"role": "assistant", "content": self.answer}}]}).encode()
+        )
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -60,9 +62,7 @@ def count(text: str) -> int:
     return 8 + len(text.split())
 
 
-REQUEST = Request(
-    "user: Alice owns Project Falcon.", [Turn("bob", line(i)) for i in range(6)], 40, count, word_embed
-)
+REQUEST = Request("user: Alice owns Project Falcon.", [Turn("bob", line(i)) for i in range(6)], 40, count, word_embed)
 
 
 def summarize(url: str, mode: str, answer: str = "", params: Params | None = None) -> Draft:

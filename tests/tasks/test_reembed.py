@@ -1,4 +1,4 @@
-"""Re-embedding a stored conversation (tasks.reembed): the same in-context vectors the spool makes,
+"""Re-embedding a stored conversation (vcm.tasks.reembed): the same in-context vectors the spool makes,
 resumable and idempotent, on a real SQLite store."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from hotpath.state import HotState
-from store import open_store
-from store.errors import StoreValidationError
-from tasks.message_vectors import Turn, context_turns, later_turns
-from tasks.reembed import reembed_agent
-from tasks.selection import Vectors
-from tasks.spool import spool_messages
 from tests.tasks.coldpath import MODEL, small_settings, word_embed
+from vcm.errors import ValidationError
+from vcm.hot.state import HotState
+from vcm.store import open_store
+from vcm.tasks.message_vectors import Turn, context_turns, later_turns
+from vcm.tasks.reembed import reembed_agent
+from vcm.tasks.selection import Vectors
+from vcm.tasks.spool import spool_messages
 
 
 class RecordingVectorizer:
@@ -96,7 +96,7 @@ def test_an_unknown_agent_has_nothing_to_reembed_and_bad_pages_are_refused(tmp_p
     store = open_store(f"sqlite:///{tmp_path / 'vcm.db'}")
     try:
         assert reembed_agent(store, "nobody", RecordingVectorizer()).as_dict()["scanned"] == 0
-        with pytest.raises(StoreValidationError):
+        with pytest.raises(ValidationError):
             reembed_agent(store, "nobody", RecordingVectorizer(), page=0)
     finally:
         store.close()

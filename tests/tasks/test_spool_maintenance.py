@@ -7,13 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from hotpath.dispatch import RecordingDispatcher
-from hotpath.types import Message
-from tasks import evict, maintenance
-from tasks.deps import Deps
-from tasks.message_vectors import Turn
-from tasks.selection import Vectors
-from tasks.spool import VCM_METADATA, spool_messages, stored_message
 from tests.tasks.coldpath import (
     DIM,
     MODEL,
@@ -24,6 +17,13 @@ from tests.tasks.coldpath import (
     small_settings,
     word_embed,
 )
+from vcm.dispatch import RecordingDispatcher
+from vcm.tasks import evict, maintenance
+from vcm.tasks.deps import Deps
+from vcm.tasks.message_vectors import Turn
+from vcm.tasks.selection import Vectors
+from vcm.tasks.spool import VCM_METADATA, spool_messages, stored_message
+from vcm.types import Message
 
 AGENT = "agent-s"
 
@@ -43,7 +43,16 @@ def recorded(d: Deps) -> RecordingDispatcher:
 
 def test_stored_message_carries_hot_path_fields() -> None:
     m = Message(
-        "m7", 7, "tool", "42", 4, 100.0, pinned=True, name="calc", tool_call_id="c1", metadata={"k": 1},
+        "m7",
+        7,
+        "tool",
+        "42",
+        4,
+        100.0,
+        pinned=True,
+        name="calc",
+        tool_call_id="c1",
+        metadata={"k": 1},
         kind="message",
     )
     s = stored_message("a", m, ttl_s=60)

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hotpath.settings import DriftSettings
-from hotpath.types import Message
-from tasks import sentences
-from tasks.selection import Vectors
-from tasks.summarize import Params, Request, Turn, candidates, extractive, fit_text
 from tests.tasks.coldpath import line, word_embed
+from vcm.settings import DriftSettings
+from vcm.tasks import sentences
+from vcm.tasks.selection import Vectors
+from vcm.tasks.summarize import Params, Request, Turn, candidates, extractive, fit_text
+from vcm.types import Message
 
 HEADER = 8  # a stand-in for the rendered summary's framing
 

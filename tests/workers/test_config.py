@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from hotpath.errors import ConfigError
-from hotpath.settings import load_settings
-from tasks import names
-from workers import beat, config, metrics
-from workers.app import create_app
-from workers.dispatch import CeleryDispatcher
+from vcm.errors import ConfigError
+from vcm.settings import load_settings
+from vcm.tasks import names
+from vcm.workers import beat, config, metrics
+from vcm.workers.app import create_app
+from vcm.workers.dispatch import CeleryDispatcher
 
 
 def _returned_dict(function: object) -> ast.Dict:
@@ -159,7 +159,7 @@ class _Sender:
 def test_a_task_lost_with_its_process_is_counted_and_its_dead_letter_sent() -> None:
     from billiard.exceptions import WorkerLostError
 
-    from workers import signals
+    from vcm.workers import signals
 
     before = REGISTRY.get_sample_value("vcm_dead_letters_total", {"task": names.EVICT}) or 0.0
     evict = _Sender(names.EVICT)

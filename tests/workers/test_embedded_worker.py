@@ -16,15 +16,15 @@ import pytest
 from celery import Celery
 from prometheus_client import REGISTRY
 
-from hotpath.settings import Settings
-from tasks import names, runtime
-from tasks.deps import Deps
-from tasks.faults import Faults, Rule
 from tests.tasks.coldpath import MODEL, WordVectorizer, make_deps, small_settings, word_embed
 from tests.workers.traffic import Traffic, assert_exactly_once, settled, wait_until
-from workers.app import create_app
-from workers.dispatch import CeleryDispatcher
-from workers.embedded import embedded_worker
+from vcm.settings import Settings
+from vcm.tasks import names, runtime
+from vcm.tasks.deps import Deps
+from vcm.tasks.faults import Faults, Rule
+from vcm.workers.app import create_app
+from vcm.workers.dispatch import CeleryDispatcher
+from vcm.workers.embedded import embedded_worker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -213,8 +213,8 @@ def test_a_dead_letter_sent_by_a_parent_process_is_recorded(cold: Cold) -> None:
 def test_reembed_task_embeds_stored_messages_in_bounded_runs(cold: Cold, monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker's re-embedding task, through the real (in-process) Celery worker: it stops after
     REEMBED_PER_RUN new vectors and sends itself again for the rest."""
-    from store.types import StoredMessage
-    from tasks import celery_tasks
+    from vcm.store.types import StoredMessage
+    from vcm.tasks import celery_tasks
 
     monkeypatch.setattr(celery_tasks, "REEMBED_PER_RUN", 4)
     agent = f"re-{uuid.uuid4().hex[:8]}"
@@ -229,3 +229,39 @@ def test_reembed_task_embeds_stored_messages_in_bounded_runs(cold: Cold, monkeyp
     wait_until(lambda: store.message_vector_ids(agent, ids, version) == set(ids), 30, "every message embedded")
     runs = store.query_events(agent, ["reembed"]).items
     assert sorted(e.payload["embedded"] for e in runs) == [3, 4, 4]  # three runs of at most 4
+
+
+def test_an_archival_document_is_ingested_by_the_worker_as_a_job(cold: Cold, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.hotpath.services import SentenceIngest
+    from vcm.service import MemoryService
+
+    monkeypatch.setattr(cold.deps, "ingest", SentenceIngest(cold.deps.store))
+    service = MemoryService(cold.deps.hot, cold.deps.store, cold.dispatcher, embed=word_embed)
+    agent = f"ing-{uuid.uuid4().hex[:8]}"
+    service.create_agent(agent, model=MODEL)
+    job = service.ingest_archival(agent, "Falcons nest high. Otters float.", doc_id="zoo", idempotency_key="z")
+    assert job.status in ("queued", "running", "done")  # the request thread did not wait for it
+    wait_until(lambda: service.ingest_job(agent, job.job_id).status == "done", 30, "the ingest task")
+    done = service.ingest_job(agent, job.job_id)
+    assert done.result is not None and done.result["chunks"] == 2 and done.chunks_done == 2
+    assert [c.text for c in cold.deps.store.get_archival(agent, "zoo")] == ["Falcons nest high.", "Otters float."]
+
+
+def test_an_ingestion_that_keeps_failing_is_reported_failed(cold: Cold, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vcm.service import MemoryService
+
+    calls: list[str] = []
+
+    def broken(agent_id: str, doc_id: str, text: str, **_: object) -> dict[str, int]:
+        calls.append(doc_id)
+        raise RuntimeError("embedding backend crashed")
+
+    monkeypatch.setattr(cold.deps, "ingest", broken)
+    service = MemoryService(cold.deps.hot, cold.deps.store, cold.dispatcher, embed=word_embed)
+    agent = f"ing-{uuid.uuid4().hex[:8]}"
+    service.create_agent(agent, model=MODEL)
+    job = service.ingest_archival(agent, "Nothing will come of this.")
+    wait_until(lambda: service.ingest_job(agent, job.job_id).status == "failed", 30, "the dead-lettered job")
+    failed = service.ingest_job(agent, job.job_id)
+    assert failed.error is not None and "embedding backend crashed" in failed.error["message"]
+    assert len(calls) == 1 + cold.deps.settings.worker.max_retries  # every retry ran, then it gave up

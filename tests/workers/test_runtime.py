@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 import redis
 
-from hotpath.connection import connect
-from hotpath.settings import Settings
-from store.errors import StoreUnavailableError
-from store.types import EvictionCommit, StoredMessage
-from tasks import runtime
-from tasks.faults import ENV as FAULTS_ENV
-from tasks.llm_summarizer import LlmSummarizer
-from tasks.summarize import extractive
 from tests.tasks.coldpath import MODEL, small_settings
-from workers import app as worker_app
-from workers.deliveries import RedisDeliveryLog
-from workers.dispatch import CeleryDispatcher
+from vcm.errors import StoreUnavailable
+from vcm.hot.connection import connect
+from vcm.settings import Settings
+from vcm.store.types import EvictionCommit, StoredMessage
+from vcm.tasks import runtime
+from vcm.tasks.faults import ENV as FAULTS_ENV
+from vcm.tasks.llm_summarizer import LlmSummarizer
+from vcm.tasks.summarize import extractive
+from vcm.workers import app as worker_app
+from vcm.workers.deliveries import RedisDeliveryLog
+from vcm.workers.dispatch import CeleryDispatcher
 
 
 def embedded(tmp_path: Path, **overrides: object) -> Settings:
@@ -36,7 +36,7 @@ def built(tmp_path: Path) -> Iterator[runtime.Deps]:
 
 
 def test_embedded_settings_build_working_dependencies(built: runtime.Deps, tmp_path: Path) -> None:
-    assert isinstance(built.dispatcher, CeleryDispatcher)  # registered by importing workers.app
+    assert isinstance(built.dispatcher, CeleryDispatcher)  # registered by importing vcm.workers.app
     assert built.summarizer is extractive
     assert isinstance(built.embed, runtime.LazyEmbed)
     built.hot.create_agent("rt-agent", model=MODEL)
@@ -49,7 +49,7 @@ def test_faults_from_the_environment_reach_the_store(tmp_path: Path, monkeypatch
     deps = runtime.build(embedded(tmp_path))
     try:
         message = StoredMessage("x1", "m1", 1, "user", "hi", 2, 1.0)
-        with deps.faults.scope("x1"), pytest.raises(StoreUnavailableError):
+        with deps.faults.scope("x1"), pytest.raises(StoreUnavailable):
             deps.store.commit_eviction(EvictionCommit("x1", 1, [message], "sum", 3, None))
         assert deps.store.committed_batches("x1") == []
     finally:
@@ -83,9 +83,7 @@ def test_redis_delivery_log_counts_each_attempt_separately() -> None:
 
 
 def test_llm_summarizer_is_chosen_by_settings(tmp_path: Path) -> None:
-    settings = embedded(
-        tmp_path, summarizer={"kind": "llm", "llm_url": "http://127.0.0.1:9/v1", "llm_model": "m"}
-    )
+    settings = embedded(tmp_path, summarizer={"kind": "llm", "llm_url": "http://127.0.0.1:9/v1", "llm_model": "m"})
     assert isinstance(runtime.build_summarizer(settings), LlmSummarizer)
 
 
@@ -107,8 +105,8 @@ def test_message_vectors_follow_recall_settings_and_load_the_model_lazily(tmp_pa
 def test_the_service_searches_recall_under_the_workers_vector_version(
     built: runtime.Deps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tasks.message_vectors import Turn
-    from workers import wiring
+    from vcm.tasks.message_vectors import Turn
+    from vcm.workers import wiring
 
     class Stub:
         version, context, after = "stub-model:late6:v1", 6, 0

@@ -34,18 +34,18 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import multiprocess as prom_multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
-from hotpath.settings import Settings, load_settings
-from hotpath.state import HotState
-from store import open_store
-from store.port import MemoryStore
-from tasks import names
-from tasks.faults import ENV as FAULTS_ENV
 from tests.tasks.coldpath import MODEL
 from tests.workers.traffic import Traffic, all_message_ids, assert_exactly_once, settled, wait_until
-from workers.app import create_app
-from workers.deliveries import PREFIX as DELIVERIES
-from workers.dispatch import CeleryDispatcher
-from workers.signals import WARM_MESSAGE
+from vcm.hot.state import HotState
+from vcm.settings import Settings, load_settings
+from vcm.store import open_store
+from vcm.store.port import MemoryStore
+from vcm.tasks import names
+from vcm.tasks.faults import ENV as FAULTS_ENV
+from vcm.workers.app import create_app
+from vcm.workers.deliveries import PREFIX as DELIVERIES
+from vcm.workers.dispatch import CeleryDispatcher
+from vcm.workers.signals import WARM_MESSAGE
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.timeout(240)]
 
@@ -180,7 +180,7 @@ class Fleet:
         log = self.tmp / f"worker-{self.starts}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [CELERY, "-A", "workers.app", "worker", "-P", pool, "-c", str(concurrency), "-Q", queues,
+                [CELERY, "-A", "vcm.workers.app", "worker", "-P", pool, "-c", str(concurrency), "-Q", queues,
                  "--loglevel=WARNING", "-n", name, "--without-mingle", "--without-gossip"],
                 cwd=ROOT, env=self.env | dict(env or {}), stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
@@ -253,9 +253,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
     tmp = tmp_path_factory.mktemp("fleet")
     prefix = f"vcmtest-{uuid.uuid4().hex[:8]}:"
     config = tmp / "vcm.toml"
-    config.write_text(
-        CONFIG.format(broker=redis_url, hot=redis_url, store=tmp / "vcm.db", model=MODEL, prefix=prefix)
-    )
+    config.write_text(CONFIG.format(broker=redis_url, hot=redis_url, store=tmp / "vcm.db", model=MODEL, prefix=prefix))
     env = {k: v for k, v in os.environ.items() if not k.startswith("VCM_")}
     env |= {"VCM_CONFIG": str(config), FAULTS_ENV: json.dumps(RULES), "PYTHONPATH": str(ROOT)}
     settings = load_settings(environ={"VCM_CONFIG": str(config)})
@@ -298,6 +296,7 @@ def test_sigkill_mid_task_loses_and_duplicates_nothing(fleet: Fleet, scenario: s
         def in_flight() -> bool:
             return bool(set(fleet.store.committed_batches(agent)) & set(fleet.hot.pending_batches(agent)))
     else:
+
         def in_flight() -> bool:
             return any(agent in raw and names.EVICT in raw for raw in fleet.unacked())
 
@@ -369,7 +368,7 @@ def test_flower_lists_the_worker(fleet: Fleet) -> None:
     env = fleet.env | {"FLOWER_UNAUTHENTICATED_API": "true"}
     with log.open("wb") as out:
         flower = subprocess.Popen(
-            [CELERY, "-A", "workers.app", "flower", f"--port={port}", "--address=127.0.0.1"],
+            [CELERY, "-A", "vcm.workers.app", "flower", f"--port={port}", "--address=127.0.0.1"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     worker = fleet.ensure().name

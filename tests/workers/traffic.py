@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hotpath.dispatch import Dispatcher
-from hotpath.state import HotState
-from store.port import MemoryStore
 from tests.tasks.coldpath import line
+from vcm.dispatch import Dispatcher
+from vcm.hot.state import HotState
+from vcm.store.port import MemoryStore
 
 
 @dataclass

@@ -1,0 +1,211 @@
+"""A small agent loop: inference over the assembled context, tool calls through the executor,
+heartbeats through the governor.
+
+One turn: the user message is appended to the FIFO; then, per step, the assembled context and
+the tool schemas go to the chat endpoint. An answer without tool calls ends the turn. Tool calls
+are appended (the assistant message, then each tool result) so the context stays true, run
+through :class:`~vcm.tools.executor.ToolExecutor`, and their ``request_heartbeat`` decides whether
+inference runs again: one governor decision per step, however many calls the step made. The turn
+ends when the governor ends the chain (depth, duration, tokens, rate), when the model stops
+asking, or at ``max_steps`` (a safety net above the governor's depth). A chain still open when
+the turn ends is closed (recorded as ``explicit_yield``: the agent side stopped asking), so no
+chain leaks into the next turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from vcm.agent.chat import ChatClient, ChatError, Completion, ToolCall
+from vcm.obs import audit
+from vcm.service import MemoryService
+from vcm.tools.chains import HeartbeatOutcome
+from vcm.tools.executor import ToolExecutor
+from vcm.tools.heartbeat import EndReason
+from vcm.tools.results import ToolResult
+from vcm.tools.schemas import tool_schemas
+
+__all__ = ["AgentLoop", "ChatClient", "ChatError", "TurnResult", "wire_messages"]
+
+Stop = Literal["answer", "yield", "heartbeat_end", "max_steps"]
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    final: str | None  # the model's last text (None when it only called tools)
+    steps: int  # inference calls made
+    stop: Stop  # why the turn ended
+    heartbeat_end: EndReason | None  # how the heartbeat chain ended, if one ran
+    depth: int  # heartbeats run in this turn
+    tool_results: list[ToolResult] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "final": self.final,
+            "steps": self.steps,
+            "stop": self.stop,
+            "heartbeat_end": self.heartbeat_end,
+            "depth": self.depth,
+            "tool_results": [r.as_dict() for r in self.tool_results],
+        }
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        service: MemoryService,
+        executor: ToolExecutor,
+        client: ChatClient,
+        *,
+        model: str | None = None,
+        max_steps: int | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        actor: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``model`` is the name sent to the endpoint (default: the agent's model). Create agents
+        with ``tools=tool_schemas()`` so their budget counts the schemas this loop sends."""
+        self.service = service
+        self.executor = executor
+        self.client = client
+        self.model = model
+        # The first step plus every heartbeat the governor can allow, plus one for the closing answer.
+        self.max_steps = max_steps or service.settings.heartbeat.max_depth + 2
+        self.tools = list(tools) if tools is not None else tool_schemas()
+        self.actor = actor  # None: audited as agent:<id> (vcm.obs.audit)
+        self.options = dict(options or {})
+
+    def _actor(self, agent_id: str) -> str:
+        return self.actor or audit.agent(agent_id)
+
+    def run_turn(self, agent_id: str, user_message: str, *, name: str | None = None) -> TurnResult:
+        model = self.model or self.service.agent(agent_id).model
+        self.service.append(agent_id, "user", user_message, name=name, actor="user")
+        done: list[ToolResult] = []
+        steps, depth, chain_open = 0, 0, False
+        final: str | None = None
+        try:
+            while steps < self.max_steps:
+                context = self.service.context(agent_id)
+                completion = self.client.complete(
+                    model=model, messages=wire_messages(context.messages), tools=self.tools, **self.options
+                )
+                steps += 1
+                final = completion.content
+                if not completion.tool_calls:
+                    if final and final.strip():
+                        self.service.append(agent_id, "assistant", final, actor=self._actor(agent_id))
+                    return self._end(agent_id, "answer", final, steps, depth, done, chain_open)
+                outcome = self._run_calls(agent_id, completion, done)
+                chain_open = outcome.run
+                if not outcome.run:
+                    stop: Stop = "heartbeat_end" if outcome.ended else "yield"
+                    return TurnResult(final, steps, stop, outcome.ended, depth, done)
+                depth = outcome.depth
+            return self._end(agent_id, "max_steps", final, steps, depth, done, chain_open)
+        except BaseException:
+            if chain_open:  # an aborted turn must not leave its chain to the next one
+                self.executor.govern(agent_id, False, actor=self._actor(agent_id))
+            raise
+
+    def _run_calls(self, agent_id: str, completion: Completion, done: list[ToolResult]) -> HeartbeatOutcome:
+        calls = completion.tool_calls
+        self.service.append(
+            agent_id,
+            "assistant",
+            completion.content or "",
+            tool_calls=[c.wire() for c in calls],
+            actor=self._actor(agent_id),
+        )
+        single = len(calls) == 1
+        step: list[ToolResult] = []
+        for call in calls:
+            result = self._execute(agent_id, call, govern=single)
+            self.service.append(
+                agent_id, "tool", str(result.message["content"]), tool_call_id=call.id, actor=self._actor(agent_id)
+            )
+            step.append(result)
+        done.extend(step)
+        if single:
+            return step[0].heartbeat
+        return self.executor.govern(agent_id, any(r.heartbeat.requested for r in step), actor=self._actor(agent_id))
+
+    def _execute(self, agent_id: str, call: ToolCall, *, govern: bool) -> ToolResult:
+        return self.executor.execute(
+            agent_id, call.name, call.arguments, tool_call_id=call.id, actor=self._actor(agent_id), govern=govern
+        )
+
+    def _end(
+        self,
+        agent_id: str,
+        stop: Stop,
+        final: str | None,
+        steps: int,
+        depth: int,
+        done: list[ToolResult],
+        chain_open: bool,
+    ) -> TurnResult:
+        ended: EndReason | None = None
+        if chain_open:
+            ended = self.executor.govern(agent_id, False, actor=self._actor(agent_id)).ended
+        return TurnResult(final, steps, stop, ended, depth, done)
+
+
+def wire_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The context as a chat-completions request must hold it. Pure.
+
+    The FIFO is true to what happened, but eviction and vcm's own notices can break the pairing
+    the API insists on (every tool message right after the assistant message that called it,
+    every call answered): a memory-pressure notice may land between a call and its result, an
+    eviction may take a call but leave its result. Notices are moved after the results, orphaned
+    results become system notes, unanswered calls are dropped from their assistant message.
+    """
+    out: list[dict[str, Any]] = []
+    deferred: list[dict[str, Any]] = []
+    pending: set[str] = set()
+    caller = -1  # index in `out` of the assistant message whose calls are pending
+
+    def settle() -> None:
+        nonlocal caller
+        if pending and caller >= 0:
+            msg = out[caller]
+            kept = [c for c in msg.get("tool_calls", []) if c.get("id") not in pending]
+            if kept:
+                msg["tool_calls"] = kept
+            else:
+                msg.pop("tool_calls", None)
+                if not str(msg.get("content") or "").strip():
+                    msg["content"] = "[vcm] (tool calls whose results are no longer in context)"
+        pending.clear()
+        caller = -1
+        out.extend(deferred)
+        deferred.clear()
+
+    for original in messages:
+        m = dict(original)
+        role = m.get("role")
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if call_id in pending:
+                out.append(m)
+                pending.discard(str(call_id))
+                if not pending:
+                    settle()
+            else:
+                note = {"role": "system", "content": f"[vcm] Result of an earlier tool call:\n{m.get('content', '')}"}
+                (deferred if pending else out).append(note)
+            continue
+        if pending and role == "system":
+            deferred.append(m)
+            continue
+        settle()
+        out.append(m)
+        calls = m.get("tool_calls")
+        if role == "assistant" and calls:
+            m["tool_calls"] = [dict(c) for c in calls]
+            pending.update(str(c.get("id")) for c in calls)
+            caller = len(out) - 1
+    settle()
+    return out

@@ -1,0 +1,164 @@
+"""Bearer tokens of the HTTP API: one admin token, one token per agent.
+
+* The **admin token** comes only from settings (``[api] admin_token``, i.e. the secret
+  ``VCM_API__ADMIN_TOKEN``). Empty means "generate one at start": :func:`with_admin_token` makes
+  one and hands it to the caller (``vcm serve`` prints it once, to stderr); :func:`admin_digest`
+  refuses to go on without one, so no app ever runs unauthenticated.
+* An **agent token** is ``vcm_<base64url(agent id)>.<43 random characters>`` (256 bits). It is
+  shown once, when issued, and Redis keeps only its SHA-256 under the agent's hash tag
+  (``vcm:{<agent>}:token``). The agent id inside the token says which single hash to compare
+  against, so verification is one GET; the comparison is constant time. SHA-256 without a salt
+  or a slow KDF is enough because the secret is random and long, not a password.
+
+A token authorises its own agent only. :meth:`Principal.authorize` answers a request for any other
+agent with the same ``NOT_FOUND`` an admin gets for an agent that does not exist, so a token never
+reveals whether another agent exists. Secrets never appear in messages, reprs or logs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass, field
+
+import redis
+from pydantic import SecretStr
+
+from vcm import validation
+from vcm.errors import ConfigError, NotFound, Unauthorized
+from vcm.hot import keys
+from vcm.obs import audit
+from vcm.settings import Settings
+
+AGENT_TOKEN_PREFIX = "vcm_"
+_SECRET_BYTES = 32
+# A digest no token hashes to, compared against when the agent has no token, so that unknown and
+# known agents take the same path through the comparison.
+_NO_DIGEST = "0" * 64
+MAX_TOKEN_CHARS = 512
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_admin_token() -> str:
+    return "vcm_admin_" + secrets.token_urlsafe(_SECRET_BYTES)
+
+
+def with_admin_token(settings: Settings) -> tuple[Settings, str | None]:
+    """Settings that carry an admin token, and the token when it was generated just now.
+
+    The caller shows a generated token to the operator once (``vcm serve`` prints it to stderr);
+    it is never logged.
+    """
+    if settings.api.admin_token.get_secret_value():
+        return settings, None
+    token = new_admin_token()
+    api = settings.api.model_copy(update={"admin_token": SecretStr(token)})
+    return settings.model_copy(update={"api": api}), token
+
+
+def admin_digest(settings: Settings) -> str:
+    secret = settings.api.admin_token.get_secret_value()
+    if not secret:
+        raise ConfigError(
+            "api.admin_token is empty: set VCM_API__ADMIN_TOKEN, or start with `vcm serve`, which "
+            "generates one and prints it once",
+            setting="api.admin_token",
+        )
+    return digest(secret)
+
+
+def agent_of(token: str) -> str | None:
+    """The agent id an agent token names, or None when it is not shaped like one."""
+    if not token.startswith(AGENT_TOKEN_PREFIX) or token.count(".") != 1:
+        return None
+    encoded = token[len(AGENT_TOKEN_PREFIX) :].split(".", 1)[0]
+    try:
+        raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        agent_id = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    return agent_id if validation.AGENT_ID.match(agent_id) else None
+
+
+def _agent_token(agent_id: str) -> str:
+    encoded = base64.urlsafe_b64encode(agent_id.encode("utf-8")).decode("ascii").rstrip("=")
+    return f"{AGENT_TOKEN_PREFIX}{encoded}.{secrets.token_urlsafe(_SECRET_BYTES)}"
+
+
+def not_found(agent_id: str) -> NotFound:
+    # Same text as vcm.hot.state.HotState.agent, so "not yours" and "does not exist" read alike.
+    return NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request comes from: the admin, or exactly one agent."""
+
+    agent_id: str | None
+    admin: bool = False
+
+    @property
+    def actor(self) -> str:
+        """The ``actor`` recorded on the audit events this caller's writes produce."""
+        return audit.API_ADMIN if self.admin else audit.api_agent(self.agent_id or "?")
+
+    def authorize(self, agent_id: str) -> None:
+        if self.admin or self.agent_id == agent_id:
+            return
+        raise not_found(agent_id)
+
+    def require_admin(self) -> None:
+        if not self.admin:
+            raise Unauthorized("this operation needs the admin token")
+
+
+@dataclass
+class TokenAuthority:
+    """Issues agent tokens and turns an ``Authorization`` header into a :class:`Principal`."""
+
+    redis: redis.Redis
+    admin_sha256: str = field(repr=False)
+
+    def issue(self, agent_id: str, *, replace: bool) -> str | None:
+        """A new token for the agent; None when it has one and ``replace`` is false.
+
+        Without ``replace`` the write is SET NX, so two racing creations cannot both get a token.
+        """
+        token = _agent_token(agent_id)
+        stored = self.redis.set(keys.key(agent_id, keys.TOKEN), digest(token), nx=not replace)
+        return token if stored else None
+
+    def has_token(self, agent_id: str) -> bool:
+        return bool(self.redis.exists(keys.key(agent_id, keys.TOKEN)))
+
+    def principal(self, authorization: str | None) -> Principal:
+        token = _bearer(authorization)
+        presented = digest(token)
+        if hmac.compare_digest(presented, self.admin_sha256):
+            return Principal(None, admin=True)
+        agent_id = agent_of(token)
+        if agent_id is None:
+            raise Unauthorized("invalid bearer token")
+        stored = self.redis.get(keys.key(agent_id, keys.TOKEN))
+        if isinstance(stored, bytes):
+            stored = stored.decode("ascii", "replace")
+        expected = stored if isinstance(stored, str) and len(stored) == len(_NO_DIGEST) else _NO_DIGEST
+        if not hmac.compare_digest(presented, expected):
+            raise Unauthorized("invalid bearer token")
+        return Principal(agent_id)
+
+
+def _bearer(authorization: str | None) -> str:
+    if not authorization:
+        raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or len(token) > MAX_TOKEN_CHARS:
+        raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
+    return token

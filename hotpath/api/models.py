@@ -1,0 +1,475 @@
+"""Request and response bodies of the HTTP API (they are also its OpenAPI documentation).
+
+Request bodies are strict (``"true"`` is not a boolean, ``"5"`` not a number) and closed (an unknown
+field is an error, so a typo never silently drops a setting). Lengths, roles and ids are checked by
+:mod:`vcm.validation` behind the service, so the limits live in one place; here a body is only
+refused for what no layer below can represent: lone UTF-16 surrogates and non-finite numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vcm.hot.context import AssembledContext
+from vcm.store.types import ArchivalHit, MemoryEvent, StoredMessage
+from vcm.types import AgentInfo, BatchInfo, Block, BlockResult
+
+MAX_JSON_DEPTH = 64
+IDEMPOTENCY_FIELD = Field(
+    None,
+    description="Same as the Idempotency-Key header: a retry with the same key returns the first result.",
+)
+
+
+def _representable(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` cannot be stored and sent on (None when it can)."""
+    if depth > MAX_JSON_DEPTH:
+        return f"nested deeper than {MAX_JSON_DEPTH} levels"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "contains text that is not valid UTF-8 (a lone surrogate)"
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return "contains NaN or Infinity, which JSON cannot carry"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            why = _representable(key, depth + 1) or _representable(item, depth + 1)
+            if why:
+                return why
+    elif isinstance(value, list | tuple):
+        for item in value:
+            why = _representable(item, depth + 1)
+            if why:
+                return why
+    return None
+
+
+class RequestBody(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_safe(cls, data: Any) -> Any:
+        why = _representable(data)
+        if why:
+            raise ValueError(f"the body {why}")
+        return data
+
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class AgentCreate(RequestBody):
+    agent_id: str = Field(description="1-128 of letters, digits, '_', '.', '-'")
+    model: str | None = Field(None, description="a model from the server's [models]; default: default_model")
+    system_prompt: str = ""
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="tool schemas counted into the window")
+    vcm_tools: bool = Field(False, description="also count vcm's own tool schemas (GET /v1/tools)")
+
+
+class MessageIn(RequestBody):
+    role: Role
+    content: str
+    name: str | None = None
+    pinned: bool = False
+    metadata: dict[str, Any] | None = None
+    tool_call_id: str | None = Field(None, max_length=256)
+    tool_calls: list[dict[str, Any]] | None = None
+    idempotency_key: str | None = IDEMPOTENCY_FIELD
+
+
+class BlockPut(RequestBody):
+    content: str
+    role: str = "working"
+    pinned: bool = False
+    metadata: dict[str, Any] | None = None
+    rev: str | None = Field(
+        None, alias="_rev", description="the block's current _rev (or send If-Match); omit to create"
+    )
+    idempotency_key: str | None = IDEMPOTENCY_FIELD
+    justification: str | None = Field(
+        None,
+        max_length=2000,
+        description="why content that reads like instructions to the model (TAINTED_CONTENT) belongs in the block",
+    )
+
+
+class RecallNote(RequestBody):
+    content: str
+    role: Role = "assistant"
+    idempotency_key: str | None = Field(None, description="required here or as the Idempotency-Key header")
+
+
+class EvictIn(RequestBody):
+    count: int = Field(ge=1, le=10_000)
+    idempotency_key: str | None = IDEMPOTENCY_FIELD
+
+
+class ArchivalSearch(RequestBody):
+    query: str
+    k: int = Field(10, ge=1, le=1000)
+    filters: dict[str, Any] | None = Field(None, description="equalities on doc_id, source or metadata keys")
+    cursor: str | None = None
+
+
+class ArchivalIngest(RequestBody):
+    text: str
+    doc_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-/]{0,199}$")
+    source: str = Field("", max_length=2048)
+    metadata: dict[str, Any] | None = None
+    idempotency_key: str | None = IDEMPOTENCY_FIELD
+
+
+class ToolCall(RequestBody):
+    arguments: dict[str, Any] = Field(default_factory=dict, description="the tool's arguments (its JSON schema)")
+    tool_call_id: str | None = Field(None, max_length=256)
+
+
+# --- responses --------------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+class AgentOut(BaseModel):
+    agent_id: str
+    model: str
+    window: int
+    max_tokens: int
+    system_tokens: int
+
+    @classmethod
+    def of(cls, info: AgentInfo) -> AgentOut:
+        return cls(
+            agent_id=info.agent_id,
+            model=info.model,
+            window=info.window,
+            max_tokens=info.max_tokens,
+            system_tokens=info.system_tokens,
+        )
+
+
+class AgentCreated(BaseModel):
+    agent: AgentOut
+    token: str = Field(description="the agent's bearer token; shown only now, stored only as a hash")
+
+
+class AgentList(BaseModel):
+    agents: list[str]
+
+
+class TokenOut(BaseModel):
+    agent_id: str
+    token: str
+
+
+class BatchOut(BaseModel):
+    id: int
+    count: int
+    tokens: int
+    placeholder: int
+    message_ids: list[str]
+
+    @classmethod
+    def of(cls, batch: BatchInfo | None) -> BatchOut | None:
+        if batch is None:
+            return None
+        return cls(
+            id=batch.id,
+            count=batch.count,
+            tokens=batch.tokens,
+            placeholder=batch.placeholder,
+            message_ids=list(batch.message_ids),
+        )
+
+
+class AppendOut(BaseModel):
+    message_id: str
+    seq: int
+    tokens: int
+    total: int
+    action: str
+    batch: BatchOut | None
+    pressure_message_id: str | None
+    target_unreachable: bool
+    replayed: bool
+
+
+class Gauges(BaseModel):
+    window: int
+    max: int
+    system: int
+    working: int
+    summary: int
+    placeholders: int
+    fifo: int
+    pinned: int
+    total: int
+    free: int
+    occupancy: float
+
+
+class ContextOut(BaseModel):
+    agent_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    gauges: Gauges
+    message_tokens: list[int]
+
+    @classmethod
+    def of(cls, agent_id: str, ctx: AssembledContext) -> ContextOut:
+        return cls(
+            agent_id=agent_id,
+            messages=ctx.messages,
+            tools=ctx.tools,
+            gauges=Gauges.model_validate(ctx.gauges.as_dict()),
+            message_tokens=ctx.message_tokens,
+        )
+
+
+class BlockOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: str
+    role: str
+    content: str
+    tokens: int
+    pinned: bool
+    rev: str = Field(alias="_rev")
+    updated_at: float
+    metadata: dict[str, Any]
+
+    @classmethod
+    def of(cls, block: Block) -> BlockOut:
+        return cls(
+            id=block.id,
+            role=block.role,
+            content=block.content,
+            tokens=block.tokens,
+            pinned=block.pinned,
+            rev=block.rev,
+            updated_at=block.updated_at,
+            metadata=dict(block.metadata),
+        )
+
+
+class BlockList(BaseModel):
+    blocks: list[BlockOut]
+
+
+class BlockWriteOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    block_id: str
+    rev: str | None = Field(alias="_rev", description="the new _rev; null after a delete")
+    tokens: int
+    total: int
+    action: str
+    deleted: bool
+    batch: BatchOut | None
+    pressure_message_id: str | None
+    replayed: bool
+
+    @classmethod
+    def of(cls, res: BlockResult) -> BlockWriteOut:
+        return cls(
+            block_id=res.block_id,
+            rev=res.rev,
+            tokens=res.tokens,
+            total=res.total,
+            action=res.action,
+            deleted=res.deleted,
+            batch=BatchOut.of(res.batch),
+            pressure_message_id=res.pressure_message_id,
+            replayed=res.replayed,
+        )
+
+
+class EvictOut(BaseModel):
+    total: int
+    batch: BatchOut | None
+
+
+class MessageOut(BaseModel):
+    message_id: str
+    seq: int
+    role: str
+    content: str
+    tokens: int
+    created_at: float
+    name: str | None
+    metadata: dict[str, Any]
+    expires_at: float | None
+
+    @classmethod
+    def of(cls, msg: StoredMessage) -> MessageOut:
+        return cls(
+            message_id=msg.message_id,
+            seq=msg.seq,
+            role=msg.role,
+            content=msg.content,
+            tokens=msg.tokens,
+            created_at=msg.created_at,
+            name=msg.name,
+            metadata=dict(msg.metadata),
+            expires_at=msg.expires_at,
+        )
+
+
+class RecallHitOut(BaseModel):
+    message: MessageOut
+    score: float
+    tainted: bool = Field(False, description="the text reads like instructions to the model (vcm.poisoning)")
+    taint_reasons: list[str] = Field(default_factory=list)
+
+
+class RecallPage(BaseModel):
+    items: list[RecallHitOut]
+    next_cursor: str | None
+    mode: str
+
+
+class ArchivalHitOut(BaseModel):
+    doc_id: str
+    chunk_index: int
+    text: str
+    score: float
+    source: str
+    metadata: dict[str, Any]
+    char_start: int
+    char_end: int
+    embedding_version: str
+    model_id: str
+    created_at: float
+    valid_until: float | None
+    tainted: bool = False
+    taint_reasons: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, hit: ArchivalHit, taint: Mapping[str, Any] | None = None) -> ArchivalHitOut:
+        c = hit.chunk
+        return cls(
+            **dict(taint or {}),
+            doc_id=c.doc_id,
+            chunk_index=c.chunk_index,
+            text=c.text,
+            score=hit.score,
+            source=c.source,
+            metadata=dict(c.metadata),
+            char_start=c.char_start,
+            char_end=c.char_end,
+            embedding_version=c.embedding_version,
+            model_id=c.model_id,
+            created_at=c.created_at,
+            valid_until=c.valid_until,
+        )
+
+
+class ArchivalPage(BaseModel):
+    items: list[ArchivalHitOut]
+    next_cursor: str | None
+
+
+class IngestOut(BaseModel):
+    """An archival ingestion job (:class:`vcm.hot.jobs.IngestJob`): poll it until done or failed."""
+
+    job_id: str
+    doc_id: str
+    status: Literal["queued", "running", "done", "failed"]
+    created_at: float
+    updated_at: float
+    chunks_total: int | None = Field(None, description="known once the worker has planned the chunks")
+    chunks_done: int
+    submissions: int = Field(description="times the job was queued: a failed job is queued again on resubmission")
+    result: dict[str, Any] | None = Field(None, description="when done: chunks, written, embedding_version, ...")
+    error: dict[str, Any] | None = Field(None, description="when failed: the coded error")
+
+
+class ToolList(BaseModel):
+    tools: list[dict[str, Any]]
+
+
+class ToolCallOut(BaseModel):
+    """:meth:`vcm.tools.results.ToolResult.as_dict`: ``payload`` is what the model reads (with
+    ``{"error": {...}}`` when ``ok`` is false); ``message`` is the chat message carrying it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ok: bool
+    payload: dict[str, Any]
+    name: str | None = None
+    tool_call_id: str | None = None
+    message: dict[str, Any] | None = None
+    tokens: int | None = None
+    heartbeat: dict[str, Any] | None = None
+
+
+class EventOut(BaseModel):
+    event_id: str
+    agent_id: str
+    kind: str
+    payload: dict[str, Any]
+    created_at: float
+    actor: str
+    idempotency_key: str | None
+
+    @classmethod
+    def of(cls, ev: MemoryEvent) -> EventOut:
+        return cls(
+            event_id=ev.event_id,
+            agent_id=ev.agent_id,
+            kind=ev.kind,
+            payload=dict(ev.payload),
+            created_at=ev.created_at,
+            actor=ev.actor,
+            idempotency_key=ev.idempotency_key,
+        )
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    next_cursor: str | None
+
+
+class ComponentHealth(BaseModel):
+    ok: bool
+    backend: str
+
+
+class HealthOut(BaseModel):
+    ok: bool
+    redis: ComponentHealth
+    store: ComponentHealth
+
+
+class Figure(BaseModel):
+    conveyance: float = Field(description="C = (W*R*H/T) * Ctx^alpha; 0 when zeroed_by is not empty")
+    zeroed_by: list[str]
+    factors: dict[str, float] = Field(description="W, R, H, T, Ctx and Ctx's parts L, I, A, G")
+    signals: dict[str, int]
+
+
+class AgentFigure(Figure):
+    message_vectors: int
+
+
+class ReportOut(BaseModel):
+    generated_at: float
+    alpha: float
+    overall: Figure
+    unreachable: dict[str, str]
+    agents: dict[str, AgentFigure]

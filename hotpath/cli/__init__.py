@@ -1,0 +1,1 @@
+"""The `vcm` command line: a process entry point (it may wire workers in)."""

@@ -1,0 +1,1 @@
+"""Evaluation and reports: the demo conversation, `vcm demo`, the Conveyance report."""

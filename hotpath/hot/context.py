@@ -1,0 +1,49 @@
+"""Assembly of the exact message list an LLM call receives, and its token gauges. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vcm.hot import render
+from vcm.hot.state import Snapshot
+from vcm.types import Gauges
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    gauges: Gauges
+    # Token count of each message in `messages`, as stored when its part was written.
+    message_tokens: list[int]
+
+
+def assemble(snap: Snapshot) -> AssembledContext:
+    """Order: system (+ tools), working blocks, recursive summary, placeholders, FIFO."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": snap.system_prompt}]
+    # The system part's stored count also covers the tool schemas and reply priming.
+    per_message: list[int] = [snap.counter("system")]
+    for block in snap.blocks:
+        messages.append({"role": "system", "content": render.block(block.id, block.role, block.content, block.pinned)})
+        per_message.append(block.tokens)
+    if snap.summary_text or snap.summary_tokens:
+        messages.append({"role": "system", "content": render.summary(snap.summary_text)})
+        per_message.append(snap.summary_tokens)
+    for _bid, count, tokens in snap.placeholders:
+        messages.append({"role": "system", "content": render.placeholder(count)})
+        per_message.append(tokens)
+    for msg in snap.fifo:
+        messages.append(msg.chat())
+        per_message.append(msg.tokens)
+    gauges = Gauges(
+        window=snap.counter("window"),
+        max_tokens=snap.counter("max"),
+        system=snap.counter("system"),
+        working=snap.counter("working"),
+        summary=snap.counter("summary"),
+        placeholders=snap.counter("ph"),
+        fifo=snap.counter("fifo"),
+        pinned=snap.counter("pinned_blocks") + snap.counter("pinned_fifo"),
+    )
+    return AssembledContext(messages, list(snap.tools), gauges, per_message)

@@ -1,0 +1,620 @@
+"""Per-agent hot state in Redis: every mutation is one Lua call (see :mod:`vcm.hot.lua`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from vcm import validation
+from vcm.errors import (
+    ConfigError,
+    NotFound,
+    TokenBudgetExceeded,
+    ValidationError,
+    error_class,
+)
+from vcm.hot import keys, lua, render
+from vcm.hot.budget import Budget
+from vcm.hot.jobs import JobBoard
+from vcm.hot.tokens import TokenCounter
+from vcm.settings import Settings
+from vcm.types import (
+    AgentInfo,
+    AppendResult,
+    BatchInfo,
+    Block,
+    BlockResult,
+    FinishResult,
+    Gauges,
+    Message,
+)
+
+
+def _fingerprint(payload: Mapping[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _num(value: float) -> str:
+    return repr(round(value, 6))
+
+
+def _text(value: bytes | str | None) -> str:
+    """A reply of the client (made with ``decode_responses=True``) as ``str``; bytes only reach here
+    from a client made without it, which the typing of redis-py cannot rule out."""
+    if value is None:
+        return ""
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _entry_id(entry: bytes | str) -> str:
+    """The message id of a FIFO entry (``<tokens>:<pinned>:<id>``, see :mod:`vcm.hot.keys`)."""
+    return _text(entry).split(":", 2)[2]
+
+
+def _reply(raw: Sequence[str]) -> tuple[dict[str, Any], bool]:
+    status, body = raw[0], raw[1]
+    data = json.loads(body)
+    if status == "error":
+        code = data.pop("code")
+        message = data.pop("message")
+        raise error_class(code)(message, **data)
+    return data, status == "replayed"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything needed to assemble one agent's main context, read atomically."""
+
+    agent_id: str
+    meta: dict[str, str]
+    system_prompt: str
+    tools: list[dict[str, Any]]
+    fifo: list[Message]
+    blocks: list[Block]
+    summary_text: str
+    summary_tokens: int
+    placeholders: list[tuple[int, int, int]]  # (batch id, message count, tokens)
+
+    def counter(self, name: str) -> int:
+        return int(self.meta.get(name, 0))
+
+
+class HotState:
+    """The hot path's Redis state for all agents. Thread-safe; one per process is enough."""
+
+    def __init__(self, client: redis.Redis, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+        self.redis = client
+        self.settings = settings
+        self.clock = clock
+        # Registered once: redis-py sends EVALSHA and loads the script on NOSCRIPT.
+        self._create = client.register_script(lua.CREATE_AGENT)
+        self._append = client.register_script(lua.APPEND)
+        self._put_block = client.register_script(lua.PUT_BLOCK)
+        self._finish = client.register_script(lua.FINISH_EVICTION)
+        self._evict = client.register_script(lua.EVICT_OLDEST)
+        self._claim = client.register_script(lua.IDEMPOTENCY_CLAIM)
+        # Archival ingestion jobs; a record outlives its last change as long as an idempotency key.
+        self.jobs = JobBoard(client, settings.idempotency_ttl_s)
+        self._models: dict[str, str] = {}  # agent -> model; immutable after creation
+        self._counters: dict[str, TokenCounter] = {}
+        self._lock = threading.Lock()
+        self._pressure = _json(render.PRESSURE_TEXT)
+
+    # --- agents -----------------------------------------------------------------------
+    def counter(self, model: str) -> TokenCounter:
+        with self._lock:
+            if model not in self._counters:
+                self._counters[model] = TokenCounter(model, self.settings.tokens)
+            return self._counters[model]
+
+    def create_agent(
+        self,
+        agent_id: str,
+        *,
+        model: str | None = None,
+        system_prompt: str = "",
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> AgentInfo:
+        """Create an agent (idempotent for the same configuration)."""
+        validation.agent_id(agent_id)
+        model = model or self.settings.default_model
+        try:
+            window = self.settings.window_for(model)
+        except ConfigError as exc:
+            raise ValidationError(exc.message, field="model") from None
+        prompt = validation.text(
+            system_prompt, "system_prompt", self.settings.budget.max_content_chars, allow_empty=True
+        )
+        tool_list = [dict(t) for t in tools]
+        counter = self.counter(model)
+        system = counter.message(prompt) + counter.tools(tool_list) + counter.reply_priming
+        budget = Budget.for_window(window, self.settings.budget)
+        ph_base = counter.message(render.placeholder(0)) - 1
+        fixed = system + budget.pinned_cap + budget.summary_cap + ph_base + 4
+        if fixed > budget.max_tokens:
+            raise TokenBudgetExceeded(
+                f"the system prompt and tools take {system} tokens; with the pinned and summary "
+                f"caps that leaves no room in a {window}-token window",
+                required_headroom=fixed - budget.max_tokens,
+                max_tokens=budget.max_tokens,
+            )
+        config = {
+            "window": budget.window,
+            "max": budget.max_tokens,
+            "warn": budget.warning_at,
+            "flush": budget.flush_at,
+            "target": budget.target,
+            "pin_cap": budget.pinned_cap,
+            "sum_cap": budget.summary_cap,
+            "ph_base": ph_base,
+            "pressure_tokens": counter.message(render.PRESSURE_TEXT),
+            "system": system,
+            "model": model,
+        }
+        fp = _fingerprint({"config": config, "prompt": prompt, "tools": tool_list})
+        raw = self._create(
+            keys=[keys.key(agent_id, keys.META), keys.key(agent_id, keys.SYSTEM)],
+            args=[keys.prefix(agent_id), fp, _json(config), prompt, _json(tool_list)],
+        )
+        _reply(raw)
+        self.redis.sadd(keys.AGENTS, agent_id)
+        self._models[agent_id] = model
+        return AgentInfo(agent_id, model, budget.window, budget.max_tokens, system)
+
+    def agent(self, agent_id: str) -> AgentInfo:
+        validation.agent_id(agent_id)
+        vals = self.redis.hmget(keys.key(agent_id, keys.META), ["model", "window", "max", "system"])
+        if vals[0] is None:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        model, window, max_tokens, system = (_text(v) for v in vals)
+        return AgentInfo(agent_id, model, int(window), int(max_tokens), int(system))
+
+    def agents(self) -> list[str]:
+        return sorted(_text(a) for a in self.redis.smembers(keys.AGENTS))
+
+    def _model(self, agent_id: str) -> str:
+        model = self._models.get(agent_id)
+        if model is None:
+            model = self.agent(agent_id).model
+            self._models[agent_id] = model
+        return model
+
+    # --- messages -----------------------------------------------------------------------
+    def append(
+        self,
+        agent_id: str,
+        role: str,
+        content: str,
+        *,
+        name: str | None = None,
+        pinned: bool = False,
+        tool_call_id: str | None = None,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        actor: str | None = None,
+    ) -> AppendResult:
+        """Count, admit and append one message; begins an eviction batch when crossing flush.
+
+        ``actor`` and ``idempotency_key`` travel with the stored message so the cold path, which
+        spools it, can write its audit row without the hot path paying for a store write."""
+        validation.agent_id(agent_id)
+        validation.role(role)
+        # An assistant message that only calls tools has no text; it still belongs in the context.
+        content = validation.text(
+            content, "content", self.settings.budget.max_content_chars, allow_empty=bool(tool_calls)
+        )
+        validation.name(name)
+        validation.flag(pinned, "pinned")
+        validation.idempotency_key(idempotency_key)
+        meta = validation.metadata(metadata)
+        counter = self.counter(self._model(agent_id))
+        tokens = counter.message(content, name=name, tool_calls=tool_calls)
+        body: dict[str, Any] = {"role": role, "content": content, "tokens": tokens, "pinned": pinned}
+        if name:
+            body["name"] = name
+        if tool_call_id:
+            body["tool_call_id"] = tool_call_id
+        if tool_calls:
+            body["tool_calls"] = list(tool_calls)
+        if meta:
+            body["metadata"] = meta
+        # Only keyed calls can be replayed, so only they pay for a fingerprint.
+        fp = _fingerprint({"op": "append", **body}) if idempotency_key else ""
+        now = self.clock()
+        body["created_at"] = round(now, 6)
+        body["kind"] = "message"
+        # After the fingerprint: the same keyed write from another caller is still a replay.
+        if actor:
+            body["actor"] = actor
+        if idempotency_key:
+            body["idempotency_key"] = idempotency_key
+        raw = self._append(
+            keys=[
+                keys.key(agent_id, keys.META),
+                keys.key(agent_id, keys.FIFO),
+                keys.key(agent_id, keys.MESSAGES),
+                keys.key(agent_id, keys.BATCHES),
+                keys.key(agent_id, keys.PLACEHOLDERS),
+                keys.idempotency(agent_id, idempotency_key or ""),
+            ],
+            args=[
+                keys.prefix(agent_id),
+                idempotency_key or "",
+                fp,
+                self.settings.idempotency_ttl_s,
+                _json(body),
+                tokens,
+                "1" if pinned else "0",
+                self._pressure,
+                _num(now),
+            ],
+        )
+        data, replayed = _reply(raw)
+        return AppendResult(
+            message_id=data["message_id"],
+            seq=int(data["seq"]),
+            tokens=int(data["tokens"]),
+            total=int(data["total"]),
+            action=data["action"],
+            batch=BatchInfo.from_json(data.get("batch")),
+            pressure_message_id=data.get("pressure_message_id"),
+            target_unreachable=bool(data.get("target_unreachable")),
+            replayed=replayed,
+            gauges=Gauges(*(int(v) for v in data["gauges"])) if "gauges" in data else None,
+        )
+
+    # --- working blocks -------------------------------------------------------------------
+    def put_block(
+        self,
+        agent_id: str,
+        block_id: str,
+        content: str,
+        *,
+        role: str = "working",
+        pinned: bool = False,
+        expected_rev: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> BlockResult:
+        """Create (``expected_rev=None``) or replace a block; every edit presents its ``_rev``."""
+        validation.agent_id(agent_id)
+        validation.block_id(block_id)
+        content = validation.text(content, "content", self.settings.budget.max_content_chars)
+        if not isinstance(role, str) or not validation.NAME.match(role):
+            raise ValidationError("block role must be 1-64 of letters, digits, '_', '-'", field="role")
+        validation.flag(pinned, "pinned")
+        validation.idempotency_key(idempotency_key)
+        if expected_rev is not None and (not isinstance(expected_rev, str) or not expected_rev):
+            raise ValidationError("_rev must be a non-empty string", field="_rev")
+        meta = validation.metadata(metadata)
+        counter = self.counter(self._model(agent_id))
+        tokens = counter.message(render.block(block_id, role, content, pinned))
+        body: dict[str, Any] = {"role": role, "content": content, "tokens": tokens, "pinned": pinned}
+        if meta:
+            body["metadata"] = meta
+        fp = _fingerprint({"op": "put_block", "block": block_id, "rev": expected_rev, **body})
+        return self._block_call(
+            agent_id, block_id, expected_rev or "", body, tokens, pinned, False, fp, idempotency_key
+        )
+
+    def delete_block(
+        self, agent_id: str, block_id: str, expected_rev: str, *, idempotency_key: str | None = None
+    ) -> BlockResult:
+        validation.agent_id(agent_id)
+        validation.block_id(block_id)
+        validation.idempotency_key(idempotency_key)
+        if not isinstance(expected_rev, str) or not expected_rev:
+            raise ValidationError("deleting a block needs its _rev", field="_rev")
+        fp = _fingerprint({"op": "delete_block", "block": block_id, "rev": expected_rev})
+        return self._block_call(
+            agent_id, block_id, expected_rev, {"deleted": True}, 0, False, True, fp, idempotency_key
+        )
+
+    def _block_call(
+        self,
+        agent_id: str,
+        block_id: str,
+        expected_rev: str,
+        body: Mapping[str, Any],
+        tokens: int,
+        pinned: bool,
+        delete: bool,
+        fp: str,
+        idempotency_key: str | None,
+    ) -> BlockResult:
+        now = self.clock()
+        raw = self._put_block(
+            keys=[
+                keys.key(agent_id, keys.META),
+                keys.key(agent_id, keys.BLOCKS),
+                keys.key(agent_id, keys.FIFO),
+                keys.key(agent_id, keys.MESSAGES),
+                keys.key(agent_id, keys.BATCHES),
+                keys.key(agent_id, keys.PLACEHOLDERS),
+                keys.idempotency(agent_id, idempotency_key or ""),
+            ],
+            args=[
+                keys.prefix(agent_id),
+                idempotency_key or "",
+                fp,
+                self.settings.idempotency_ttl_s,
+                block_id,
+                expected_rev,
+                _json(body),
+                tokens,
+                "1" if pinned else "0",
+                "1" if delete else "0",
+                self._pressure,
+                _num(now),
+            ],
+        )
+        data, replayed = _reply(raw)
+        return BlockResult(
+            block_id=data["block_id"],
+            rev=data.get("rev"),
+            tokens=int(data["tokens"]),
+            total=int(data["total"]),
+            action=data["action"],
+            deleted=bool(data["deleted"]),
+            batch=BatchInfo.from_json(data.get("batch")),
+            pressure_message_id=data.get("pressure_message_id"),
+            replayed=replayed,
+            previous=Block.from_json(json.loads(raw[2])) if len(raw) > 2 and raw[2] else None,
+        )
+
+    def get_block(self, agent_id: str, block_id: str) -> Block:
+        validation.agent_id(agent_id)
+        validation.block_id(block_id)
+        raw = self.redis.hget(keys.key(agent_id, keys.BLOCKS), block_id)
+        if raw is None:
+            self.agent(agent_id)
+            raise NotFound(f"block {block_id!r} does not exist", block_id=block_id)
+        return Block.from_json(json.loads(raw))
+
+    def list_blocks(self, agent_id: str) -> list[Block]:
+        self.agent(agent_id)
+        raw = self.redis.hgetall(keys.key(agent_id, keys.BLOCKS))
+        return sorted((Block.from_json(json.loads(v)) for v in raw.values()), key=lambda b: b.id)
+
+    # --- eviction batches -----------------------------------------------------------------
+    def pending_batches(self, agent_id: str) -> list[int]:
+        # Without withscores, ZRANGE replies members only; redis-py's return type cannot say so.
+        members = cast(list[str], self.redis.zrange(keys.key(agent_id, keys.BATCHES), 0, -1))
+        return [int(_text(b)) for b in members]
+
+    def read_batch(self, agent_id: str, batch_id: int) -> list[Message]:
+        """The messages of a pending batch, oldest first (step 2 reads these)."""
+        ids = self.redis.lrange(keys.evicting(agent_id, batch_id), 0, -1)
+        if not ids:
+            raise NotFound(f"no pending eviction batch {batch_id}", batch_id=batch_id)
+        raws = self.redis.hmget(keys.key(agent_id, keys.MESSAGES), ids)
+        return [Message.from_json(json.loads(r)) for r in raws if r is not None]
+
+    def summary(self, agent_id: str) -> tuple[str, int, int, int]:
+        """(text, tokens, rev, last batch id folded in)."""
+        data = self.redis.hgetall(keys.key(agent_id, keys.SUMMARY))
+        return (
+            _text(data.get("text", "")),
+            int(data.get("tokens", 0)),
+            int(data.get("rev", 0)),
+            int(data.get("batch_id", 0)),
+        )
+
+    def summary_tokens(self, agent_id: str, text: str) -> int:
+        return self.counter(self._model(agent_id)).message(render.summary(text))
+
+    def finish_eviction(self, agent_id: str, batch_id: int, summary_text: str) -> FinishResult:
+        """Step 3: install the committed summary, drop the batch and its placeholder.
+
+        Idempotent by batch id; batches must finish in order (``CONFLICT`` otherwise).
+        """
+        validation.agent_id(agent_id)
+        if not isinstance(batch_id, int) or batch_id < 1:
+            raise ValidationError("batch_id must be a positive integer", field="batch_id")
+        summary_text = validation.text(
+            summary_text, "summary", self.settings.budget.max_content_chars, allow_empty=True
+        )
+        tokens = self.summary_tokens(agent_id, summary_text)
+        raw = self._finish(
+            keys=[
+                keys.key(agent_id, keys.META),
+                keys.key(agent_id, keys.FIFO),
+                keys.key(agent_id, keys.MESSAGES),
+                keys.key(agent_id, keys.BATCHES),
+                keys.key(agent_id, keys.PLACEHOLDERS),
+                keys.key(agent_id, keys.SUMMARY),
+                keys.evicting(agent_id, batch_id),
+            ],
+            args=[keys.prefix(agent_id), batch_id, summary_text, tokens, self._pressure, _num(self.clock())],
+        )
+        data, replayed = _reply(raw)
+        return FinishResult(
+            batch_id=int(data["batch_id"]),
+            summary_rev=int(data["summary_rev"]),
+            total=int(data["total"]),
+            action=data.get("action", "ok"),
+            batch=BatchInfo.from_json(data.get("batch")),
+            pressure_message_id=data.get("pressure_message_id"),
+            replayed=replayed,
+        )
+
+    def evict_oldest(
+        self, agent_id: str, count: int, *, idempotency_key: str | None = None
+    ) -> tuple[int, BatchInfo | None]:
+        """Begin a batch of the oldest ``count`` unpinned messages now (the ``evict_fifo`` tool).
+
+        Returns the new total and the batch (None when nothing was evictable).
+        """
+        validation.agent_id(agent_id)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 100_000:
+            raise ValidationError("count must be an integer from 1 to 100000", field="count")
+        validation.idempotency_key(idempotency_key)
+        fp = _fingerprint({"op": "evict", "count": count}) if idempotency_key else ""
+        raw = self._evict(
+            keys=[
+                keys.key(agent_id, keys.META),
+                keys.key(agent_id, keys.FIFO),
+                keys.key(agent_id, keys.MESSAGES),
+                keys.key(agent_id, keys.BATCHES),
+                keys.key(agent_id, keys.PLACEHOLDERS),
+                keys.idempotency(agent_id, idempotency_key or ""),
+            ],
+            args=[keys.prefix(agent_id), idempotency_key or "", fp, self.settings.idempotency_ttl_s, count],
+        )
+        data, _ = _reply(raw)
+        return int(data["total"]), BatchInfo.from_json(data.get("batch"))
+
+    def claim(
+        self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        """Record ``result`` as the outcome of ``op`` under ``idempotency_key``, atomically.
+
+        Returns ``(result, False)`` on the key's first use and ``(first result, True)`` when the
+        same request comes again; a different request under the key raises IdempotencyMismatch.
+        The record has the format the Lua mutations use (``<fingerprint>\n<result JSON>``, one
+        namespace per agent), so one key cannot mean two things across operations.
+        """
+        validation.agent_id(agent_id)
+        validation.idempotency_key(idempotency_key)
+        fp = _fingerprint({"op": op, **request})
+        raw = self._claim(
+            keys=[keys.idempotency(agent_id, idempotency_key)],
+            args=[keys.prefix(agent_id), fp, self.settings.idempotency_ttl_s, _json(dict(result))],
+        )
+        return _reply(raw)
+
+    def cursor_secret(self) -> bytes:
+        """The key of the MACs on result cursors: one per deployment (created by whichever process
+        asks first), so any API or worker process can read a cursor another one issued."""
+        self.redis.set(keys.CURSOR_SECRET, secrets.token_hex(32), nx=True)
+        return bytes.fromhex(_text(self.redis.get(keys.CURSOR_SECRET)))
+
+    def reserve_message_id(self, agent_id: str) -> tuple[str, int]:
+        """An id in the agent's message sequence for a message that skips the FIFO (write_recall)."""
+        self.agent(agent_id)
+        seq = int(self.redis.hincrby(keys.key(agent_id, keys.META), "msg_seq", 1))
+        return f"m{seq}", seq
+
+    # --- reads ----------------------------------------------------------------------------
+    def gauges(self, agent_id: str) -> Gauges:
+        """The main context's token gauges from the counters alone (one HMGET, no message reads);
+        equal to ``context.assemble(snapshot).gauges``."""
+        validation.agent_id(agent_id)
+        fields = ["window", "max", "system", "working", "summary", "ph", "fifo", "pinned_blocks", "pinned_fifo"]
+        vals = self.redis.hmget(keys.key(agent_id, keys.META), fields)
+        if vals[0] is None:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        n = dict(zip(fields, (int(v or 0) for v in vals), strict=True))
+        return Gauges(
+            window=n["window"],
+            max_tokens=n["max"],
+            system=n["system"],
+            working=n["working"],
+            summary=n["summary"],
+            placeholders=n["ph"],
+            fifo=n["fifo"],
+            pinned=n["pinned_blocks"] + n["pinned_fifo"],
+        )
+
+    def snapshot(self, agent_id: str) -> Snapshot:
+        """One MULTI/EXEC round trip, so the parts are mutually consistent."""
+        validation.agent_id(agent_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hgetall(keys.key(agent_id, keys.META))
+        pipe.hgetall(keys.key(agent_id, keys.SYSTEM))
+        pipe.lrange(keys.key(agent_id, keys.FIFO), 0, -1)
+        pipe.hgetall(keys.key(agent_id, keys.MESSAGES))
+        pipe.hgetall(keys.key(agent_id, keys.BLOCKS))
+        pipe.hgetall(keys.key(agent_id, keys.SUMMARY))
+        pipe.hgetall(keys.key(agent_id, keys.PLACEHOLDERS))
+        meta, system, fifo, msgs, blocks, summary, ph = pipe.execute()
+        if not meta:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        messages = [Message.from_json(json.loads(msgs[_entry_id(e)])) for e in fifo]
+        placeholders = []
+        for bid, value in ph.items():
+            count, tokens = value.split("|")
+            placeholders.append((int(bid), int(count), int(tokens)))
+        return Snapshot(
+            agent_id=agent_id,
+            meta=meta,
+            system_prompt=system.get("prompt", ""),
+            tools=json.loads(system.get("tools", "[]")),
+            fifo=messages,
+            blocks=sorted((Block.from_json(json.loads(v)) for v in blocks.values()), key=lambda b: b.id),
+            summary_text=summary.get("text", ""),
+            summary_tokens=int(summary.get("tokens", 0)),
+            placeholders=sorted(placeholders),
+        )
+
+    def batch_message_ids(self, agent_id: str) -> dict[int, list[str]]:
+        """Pending batches and their message ids (for audits and property tests)."""
+        out: dict[int, list[str]] = {}
+        for bid in self.pending_batches(agent_id):
+            out[bid] = [_text(m) for m in self.redis.lrange(keys.evicting(agent_id, bid), 0, -1)]
+        return out
+
+    def get_messages(self, agent_id: str, message_ids: Sequence[str]) -> list[Message]:
+        """Messages still held in Redis (FIFO or a pending batch), in the order asked.
+
+        A message missing here has left Redis with a finished batch, after its store commit.
+        """
+        if not message_ids:
+            return []
+        raws = self.redis.hmget(keys.key(agent_id, keys.MESSAGES), list(message_ids))
+        return [Message.from_json(json.loads(r)) for r in raws if r is not None]
+
+    def fifo_ids(self, agent_id: str) -> list[str]:
+        """The FIFO's message ids, oldest first (its entries only: no message is read)."""
+        validation.agent_id(agent_id)
+        return [_entry_id(e) for e in self.redis.lrange(keys.key(agent_id, keys.FIFO), 0, -1)]
+
+    def reconciled_seq(self, agent_id: str) -> int:
+        """The sweeper's watermark: every FIFO message up to this seq was found in the store."""
+        validation.agent_id(agent_id)
+        return int(self.redis.get(keys.key(agent_id, keys.RECONCILED)) or 0)
+
+    def set_reconciled_seq(self, agent_id: str, seq: int) -> None:
+        validation.agent_id(agent_id)
+        self.redis.set(keys.key(agent_id, keys.RECONCILED), int(seq))
+
+    def fifo_near(
+        self, agent_id: str, message_ids: Sequence[str], *, before: int, after: int, head: int = 0
+    ) -> list[Message]:
+        """FIFO messages up to ``before`` places before and ``after`` places after any of
+        ``message_ids``, and the ``head`` oldest ones, oldest first.
+
+        The cold path's context reads: the FIFO's entries are short ids, its messages can fill a
+        128k window, so this reads the ids and fetches only the messages it keeps, where a
+        :meth:`snapshot` would fetch them all. A message that leaves the FIFO in between is
+        skipped (it is then in a pending batch or the store)."""
+        ids = self.fifo_ids(agent_id)
+        wanted = set(message_ids)
+        keep = set(range(min(max(head, 0), len(ids))))
+        for i, message_id in enumerate(ids):
+            if message_id in wanted:
+                keep.update(range(max(0, i - max(before, 0)), min(len(ids), i + max(after, 0) + 1)))
+        return self.get_messages(agent_id, [ids[i] for i in sorted(keep)])
+
+    def agents_with_pending_batches(self) -> dict[str, list[int]]:
+        """For the sweeper: every agent's pending batch ids (scans the agents set)."""
+        out: dict[str, list[int]] = {}
+        for agent_id in self.agents():
+            pending = self.pending_batches(agent_id)
+            if pending:
+                out[agent_id] = pending
+        return out

@@ -1,0 +1,1 @@
+"""Observability: Prometheus metrics, the audit trail and its content-free footprints."""

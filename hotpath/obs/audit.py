@@ -1,0 +1,76 @@
+"""Audit rows: who wrote, under which idempotency key, and the write's diff footprint. Pure.
+
+Every audited write becomes one ``memory_events`` row built by :func:`event`, the one place that
+attaches the actor and the idempotency key. Its payload is the write's own identifying fields
+(block id, batch id, message id, ...) plus ``footprint`` (:mod:`vcm.obs.footprint`): never the
+content itself.
+
+Actors name the caller, most specific last:
+
+===========================  ==========================================================
+``api:admin``                the operator's bearer token on the HTTP API
+``api:agent:<id>``           an agent's own bearer token on the HTTP API
+``agent:<id>``               an agent's tool call run in process (the executor's default)
+``<caller>/tool:<name>``     a write done by tool ``<name>`` for that caller
+``cli``                      the ``vcm`` command line
+``worker:<task>``            a cold-path task (``worker:spool``, ``worker:evict_batch``, ...)
+``system``                   library use with no caller named
+===========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vcm.obs.footprint import Footprint
+from vcm.store.types import MemoryEvent
+
+SYSTEM = "system"
+CLI = "cli"
+API_ADMIN = "api:admin"
+ALL_AGENTS = "*"  # agent_id of rows about no single agent (a retention sweep)
+MAX_ACTOR_CHARS = 200
+
+
+def agent(agent_id: str) -> str:
+    return f"agent:{agent_id}"
+
+
+def api_agent(agent_id: str) -> str:
+    return f"api:agent:{agent_id}"
+
+
+def tool(caller: str, name: str) -> str:
+    return f"{caller}/tool:{name}"
+
+
+def worker(task: str) -> str:
+    return f"worker:{task}"
+
+
+def event(
+    agent_id: str,
+    kind: str,
+    footprint: Footprint | None,
+    *,
+    actor: str,
+    event_id: str,
+    idempotency_key: str | None = None,
+    created_at: float = 0.0,
+    details: Mapping[str, Any] | None = None,
+) -> MemoryEvent:
+    """The audit row of one write. ``details`` are the write's identifiers and outcome; the
+    footprint goes under ``footprint`` so every row reads the same way."""
+    payload: dict[str, Any] = dict(details or {})
+    if footprint is not None:
+        payload["footprint"] = dict(footprint)
+    return MemoryEvent(
+        agent_id,
+        kind,
+        payload,
+        event_id=event_id,
+        created_at=created_at,
+        actor=(actor or SYSTEM)[:MAX_ACTOR_CHARS],
+        idempotency_key=idempotency_key,
+    )

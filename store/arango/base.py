@@ -1,0 +1,107 @@
+"""What every part of :class:`~vcm.store.arango.adapter.ArangoStore` shares.
+
+The store is composed of one mixin per concern (core memory, messages, recall, archival and its
+vector spaces, events, graph, maintenance), each in its own module. They all derive from
+:class:`ArangoBase`, which declares the attributes that ``ArangoStore.__init__`` sets, with their
+types, and holds the plumbing every concern uses: running AQL and reading documents with driver
+errors translated, stream transactions, fault points and the clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, cast
+
+from arango.database import StandardDatabase
+
+from vcm.errors import VcmError
+from vcm.store import semantics
+from vcm.store.arango.aql import AqlQuery
+from vcm.store.arango.client import Connection
+from vcm.store.arango.errors import is_driver_failure, translate, translated
+from vcm.store.arango.guard import GuardReport
+from vcm.store.arango.schema import BootstrapReport, Schema, VectorIndexSpec
+from vcm.store.arango.snapshots import Snapshots
+from vcm.store.port import FaultHook, MemoryStore
+
+# One logger for the whole adapter, under the name it had when it was one module, so that
+# logging configuration aimed at ``vcm.store.arango.adapter`` keeps catching its records.
+log = logging.getLogger("vcm.store.arango.adapter")
+
+
+class ArangoBase(MemoryStore):
+    """Shared state and plumbing of the ArangoDB store; set up by ``ArangoStore.__init__``."""
+
+    backend = "arango"
+
+    _conn: Connection
+    _rw: StandardDatabase  # read-write handle: writes, stream transactions, DDL
+    _ro: StandardDatabase  # read-only handle: reads and searches outside transactions
+    _schema: Schema
+    _spec: VectorIndexSpec
+    _fault_hook: FaultHook | None
+    _n_probe: int | None
+    _auto_vector_index: bool
+    _vector_threshold: int
+    _cap: int  # estimated transaction size above which writes are split
+    _txn_max: int
+    _lock_timeout: int
+    _lag_ms: int
+    _max_results: int
+    _ann_max_fetch: int
+    _expire_batch: int
+    _clock: Callable[[], float]
+    bootstrap_report: BootstrapReport
+    guard_report: GuardReport | None
+    _secret: bytes
+    _snapshots: Snapshots
+
+    def _fault(self, point: str) -> None:
+        semantics.fire_fault(self._fault_hook, point)
+
+    @staticmethod
+    def _run(db: Any, query: AqlQuery, operation: str) -> list[Any]:
+        with translated(operation):
+            cursor = db.aql.execute(query.text, bind_vars=query.bind_vars)
+            return list(cast(Iterable[Any], cursor))
+
+    @staticmethod
+    def _get(db: Any, collection: str, key: str, operation: str) -> dict[str, Any] | None:
+        with translated(operation):
+            found = db.collection(collection).get(key)
+        return cast(dict[str, Any], found) if isinstance(found, dict) else None
+
+    @contextlib.contextmanager
+    def _transaction(self, write: Sequence[str], operation: str) -> Iterator[Any]:
+        """A stream transaction writing (and reading) ``write``; aborted on any error.
+
+        The body commits by returning normally. All collections are declared up front: a
+        stream transaction cannot add write collections later (reference §3.1).
+        """
+        with translated(operation):
+            txn = self._rw.begin_transaction(
+                write=list(write),  # write collections may also be read
+                lock_timeout=self._lock_timeout,
+                max_size=self._txn_max,
+                allow_implicit=False,
+            )
+        try:
+            yield txn
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                txn.abort_transaction()
+            if isinstance(exc, Exception) and not isinstance(exc, VcmError) and is_driver_failure(exc):
+                raise translate(exc, operation) from exc
+            raise
+        try:
+            with translated(operation):
+                txn.commit_transaction()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                txn.abort_transaction()
+            raise
+
+    def _now(self, given: float = 0.0) -> float:
+        return given if given else self._clock()

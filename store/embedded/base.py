@@ -1,0 +1,70 @@
+"""What every part of :class:`~vcm.store.embedded.adapter.EmbeddedStore` shares.
+
+The store is composed of one mixin per concern (core memory, messages, recall, archival, events,
+graph, maintenance), each in its own module. They all derive from :class:`EmbeddedBase`, which
+declares the attributes that ``EmbeddedStore.__init__`` sets, with their types, and holds the
+small plumbing every concern calls (fault points, text index upkeep, revisions, the clock), so
+that each mixin type-checks on its own and none has to know about another.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from vcm.errors import VcmError
+from vcm.store import semantics
+from vcm.store.embedded.archival import ArchivalRanker
+from vcm.store.embedded.db import Database, meta_add
+from vcm.store.embedded.indexer import TextIndexer
+from vcm.store.embedded.recall import RecallRanker
+from vcm.store.embedded.schema import META_REV_SEQ
+from vcm.store.embedded.snapshots import Snapshots
+from vcm.store.embedded.textindex import TextIndex
+from vcm.store.embedded.vectorindex import VectorIndexes
+from vcm.store.port import FaultHook, MemoryStore
+
+
+class EmbeddedBase(MemoryStore):
+    """Shared state and plumbing of the embedded store; set up by ``EmbeddedStore.__init__``."""
+
+    backend = "embedded"
+
+    path: str
+    _tempdir: str | None  # the directory of a ":memory:" store, removed by close()
+    _n_probe: int | None
+    _fault_hook: FaultHook | None
+    _lag_ok: bool
+    _busy_timeout_s: float
+    _clock: Callable[[], float]
+    _db: Database
+    _secret: bytes
+    _text: TextIndex
+    _indexer: TextIndexer
+    _recall: RecallRanker
+    _vectors: VectorIndexes
+    _archival: ArchivalRanker
+    _max_results: int
+    _snapshots: Snapshots
+
+    def _fault(self, point: str) -> None:
+        semantics.fire_fault(self._fault_hook, point)
+
+    def _with_text_errors(self, action: Callable[[], object]) -> None:
+        """Text index upkeep after a commit: its failure must not fail the committed write."""
+        try:
+            action()
+        except (VcmError, OSError, ValueError, RuntimeError, sqlite3.Error):
+            self._indexer.notify()  # retry in the background; recall reads the tail meanwhile
+
+    def _messages_written(self) -> None:
+        if self._lag_ok:
+            self._indexer.notify()
+        else:
+            self._with_text_errors(lambda: self._indexer.catch_up(self._busy_timeout_s))
+
+    def _next_rev(self, conn: sqlite3.Connection) -> str:
+        return str(meta_add(conn, META_REV_SEQ, 1))
+
+    def _now(self, given: float = 0.0) -> float:
+        return given if given else self._clock()

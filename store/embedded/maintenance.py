@@ -1,0 +1,150 @@
+"""Maintenance of the embedded store: expiry, health, stats and the embedded-only index operations.
+
+The index operations (``flush_text_index``, ``rebuild_text_index``, ``rebuild_vector_indexes``)
+are not part of the port; callers reach them on :class:`~vcm.store.embedded.adapter.EmbeddedStore`
+directly (the metered wrapper passes them through).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vcm.errors import VcmError
+from vcm.store import validation
+from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.db import meta_add, meta_int
+from vcm.store.embedded.graph import delete_node_edges
+from vcm.store.embedded.schema import META_TEXT_DOCS, META_TEXT_GEN, META_TEXT_HWM, META_TEXT_TERMS
+from vcm.store.embedded.vectorindex import SpaceKey
+from vcm.store.types import SUMMARY_BLOCK_ID, Health, message_node
+
+
+class MaintenanceOps(EmbeddedBase):
+    """``expire``, ``health``, ``stats`` and the derived indexes' upkeep."""
+
+    def expire(self, now: float) -> int:
+        validation.finite("now", now)
+        with self._db.write("expire messages") as conn:
+            doomed = conn.execute(
+                "SELECT id, agent_id, message_id, n_terms FROM messages "
+                "WHERE expires_at IS NOT NULL AND expires_at < ?",
+                (now,),
+            ).fetchall()
+            if doomed:
+                ids = [(r["id"],) for r in doomed]
+                delete_node_edges(conn, [message_node(r["agent_id"], r["message_id"]) for r in doomed])
+                conn.executemany("DELETE FROM messages WHERE id = ?", ids)
+                conn.executemany(
+                    "DELETE FROM message_vectors WHERE agent_id = ? AND message_id = ?",
+                    [(r["agent_id"], r["message_id"]) for r in doomed],
+                )
+                conn.executemany("INSERT OR IGNORE INTO text_index_deletes (id) VALUES (?)", ids)
+                meta_add(conn, META_TEXT_DOCS, -len(doomed))
+                meta_add(conn, META_TEXT_TERMS, -sum(r["n_terms"] for r in doomed))
+            conn.execute("DELETE FROM cursors WHERE expires_at < ?", (self._clock(),))
+        if doomed:
+            self._messages_written()
+        return len(doomed)
+
+    def health(self) -> Health:
+        try:
+            details = self._details()
+        except VcmError as exc:
+            return Health(False, self.backend, {"path": self.path, "error": exc.message})
+        except (OSError, ValueError, RuntimeError) as exc:  # the text index, from tantivy
+            return Health(False, self.backend, {"path": self.path, "error": str(exc)})
+        return Health(True, self.backend, details)
+
+    def _details(self) -> dict[str, Any]:
+        with self._db.read("read index state") as conn:
+            hwm = meta_int(conn, META_TEXT_HWM)
+            generation = meta_int(conn, META_TEXT_GEN)
+            lag = conn.execute("SELECT COUNT(*) FROM messages WHERE id > ?", (hwm,)).fetchone()[0]
+            pending = conn.execute("SELECT COUNT(*) FROM text_index_deletes").fetchone()[0]
+            spaces = conn.execute(
+                "SELECT metric, dimension, embedding_version FROM vector_spaces ORDER BY metric, embedding_version"
+            ).fetchall()
+        self._text.refresh(generation)
+        loaded = {(d["metric"], d["embedding_version"]): d for d in self._vectors.describe()}
+        vector_spaces = []
+        for metric, dimension, version in spaces:
+            state = loaded.get((metric, version))
+            on_disk = self._vectors.directory / SpaceKey(metric, dimension, version).filename()
+            vector_spaces.append(
+                state
+                if state is not None
+                else {
+                    "metric": metric,
+                    "dimension": dimension,
+                    "embedding_version": version,
+                    "kind": "ivf" if on_disk.exists() else "exact",
+                    "loaded": False,
+                }
+            )
+        size = sum(
+            Path(f"{self.path}{suffix}").stat().st_size
+            for suffix in ("", "-wal")
+            if Path(f"{self.path}{suffix}").exists()
+        )
+        return {
+            "path": self.path,
+            "size_bytes": size,
+            "text_index": {
+                "path": str(self._text.directory),
+                "high_water_mark": hwm,
+                "pending_deletes": pending,
+                "documents": self._text.num_docs(),
+                "indexer_error": self._indexer.last_error,
+            },
+            "text_index_lag": lag,
+            "vector_index": ("ivf" if vector_spaces and all(s["kind"] == "ivf" for s in vector_spaces) else "exact"),
+            "vector_spaces": vector_spaces,
+            "train_threshold": self._vectors.threshold,
+            "n_probe": self._n_probe,  # None: each space's default_n_probe
+        }
+
+    def stats(self, agent_id: str | None = None) -> dict[str, Any]:
+        if agent_id is not None:
+            validation.identifier("agent_id", agent_id)
+        where = "" if agent_id is None else " WHERE agent_id = ?"
+        params: tuple[str, ...] = () if agent_id is None else (agent_id,)
+        counts: dict[str, Any] = {}
+        with self._db.read("read counts") as conn:
+            for name, table in (
+                ("messages", "messages"),
+                ("archival_chunks", "archival"),
+                ("events", "events"),
+                ("edges", "edges"),
+                ("committed_batches", "batches"),
+                ("message_vectors", "message_vectors"),
+            ):
+                counts[name] = conn.execute(f"SELECT COUNT(*) FROM {table}{where}", params).fetchone()[0]
+            edge_where = (" WHERE" if agent_id is None else where + " AND") + " kind = 'recall_log'"
+            counts["recall_log_edges"] = conn.execute(f"SELECT COUNT(*) FROM edges{edge_where}", params).fetchone()[0]
+            core_where = (" WHERE" if agent_id is None else where + " AND") + " block_id != ?"
+            counts["core_blocks"] = conn.execute(
+                f"SELECT COUNT(*) FROM core_memory{core_where}", (*params, SUMMARY_BLOCK_ID)
+            ).fetchone()[0]
+            counts["summaries"] = conn.execute(
+                f"SELECT COUNT(*) FROM core_memory{core_where.replace('!=', '=')}",
+                (*params, SUMMARY_BLOCK_ID),
+            ).fetchone()[0]
+        out: dict[str, Any] = {"backend": self.backend, "agent_id": agent_id, **counts}
+        if agent_id is None:
+            out.update(self._details())
+        return out
+
+    # --- embedded-only operations -----------------------------------------------------------
+    def flush_text_index(self, timeout_s: float | None = None) -> bool:
+        """Bring the text index level with SQLite now; False if another process holds it."""
+        wait = self._busy_timeout_s if timeout_s is None else timeout_s
+        return self._indexer.catch_up(wait)
+
+    def rebuild_text_index(self, timeout_s: float | None = None) -> None:
+        """Re-index every message from SQLite (after corruption, or an analyser change)."""
+        self._indexer.rebuild(self._busy_timeout_s if timeout_s is None else timeout_s)
+
+    def rebuild_vector_indexes(self) -> None:
+        """Drop the FAISS indexes (memory and disk); the next search rebuilds from SQLite."""
+        self._vectors.rebuild()
