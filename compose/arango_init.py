@@ -14,10 +14,16 @@ Environment::
     ARANGO_RO_USER        the read-only user, default vcm_ro
     ARANGO_RO_PASSWORD
     ARANGO_INIT_WAIT_S    how long to retry while the server is not answering, default 60
+    ARANGO_INIT_NET_DIR   where the TCP listener tables are, default /proc/net (a test seam)
 
 What it does, each step idempotent (so it runs on every start, and a password changed in ``.env``
 takes effect at the next ``up``):
 
+0. once the server answers on the socket, the UDS-only rollout guard
+   (:func:`vcm.store.arango.guard.run_uds_guard`): no TCP listener in this network namespace, which
+   compose makes arangod's (``network_mode: service:arangodb``), and the socket mode 0660 in a
+   0700 directory, both owned by this process's uid (10001, arangod's too). Any violation stops
+   the job before it creates anything;
 1. create the database if it is missing;
 2. create each user, or reset its password to the environment's value, and activate it;
 3. grant the read-write user ``rw`` on the database (Administrate: vcm's bootstrap creates the
@@ -25,8 +31,8 @@ takes effect at the next ``up``):
    ``ro`` on both; neither user gets access to ``_system``;
 4. read the grants back, and log in as both users to prove the passwords work.
 
-Exit status: 0 done, 1 the server refused (credentials, grants), 2 bad configuration. Passwords
-are never printed.
+Exit status: 0 done, 1 the server refused (credentials, grants), 2 bad configuration, 3 the
+rollout guard found the stack not UDS-only. Passwords are never printed.
 """
 
 from __future__ import annotations
@@ -43,10 +49,12 @@ from arango.exceptions import DatabaseCreateError
 from vcm.errors import StoreUnavailable, VcmError
 from vcm.store.arango.client import Connection, connect, parse_url
 from vcm.store.arango.errors import DUPLICATE_NAME, ArangoConfigError, is_error, translated
+from vcm.store.arango.guard import run_uds_guard
 
 ROOT_USER = "root"
 SYSTEM_DATABASE = "_system"
 DEFAULT_WAIT_S = 60.0
+DEFAULT_NET_DIR = "/proc/net"
 
 
 class InitConfigError(Exception):
@@ -63,11 +71,13 @@ class User:
 @dataclass(frozen=True)
 class InitConfig:
     socket_url: str  # arango+unix:///path/arangod.sock, without credentials or database
+    socket_path: str
     database: str
     root_password: str
     rw: User
     ro: User
     wait_s: float = DEFAULT_WAIT_S
+    net_dir: str = DEFAULT_NET_DIR  # the listener tables the rollout guard reads
 
 
 PLACEHOLDER = "change-me"  # the .env.example values: never deploy them
@@ -113,11 +123,13 @@ def config_from_env(env: Mapping[str, str]) -> InitConfig:
         raise InitConfigError("ARANGO_INIT_WAIT_S must be a number of seconds") from None
     return InitConfig(
         socket_url=f"arango+unix://{target.socket_path}",
+        socket_path=target.socket_path,
         database=database,
         root_password=_required(env, "ARANGO_ROOT_PASSWORD"),
         rw=rw,
         ro=ro,
         wait_s=wait_s,
+        net_dir=env.get("ARANGO_INIT_NET_DIR") or DEFAULT_NET_DIR,
     )
 
 
@@ -134,6 +146,11 @@ def connect_root(
                 raise
             log(f"ArangoDB not answering yet ({exc.message}); retrying")
             sleep(1.0)
+
+
+def rollout_guard(cfg: InitConfig) -> list[str]:
+    """Step 0: the UDS-only rollout guard's violations (empty: UDS only)."""
+    return [p.message for p in run_uds_guard(cfg.socket_path, net_dir=cfg.net_dir)]
 
 
 def bootstrap(sys_db: Any, cfg: InitConfig) -> list[str]:
@@ -202,6 +219,13 @@ def main(env: Mapping[str, str] | None = None) -> int:
         log(f"cannot log in as root: {exc.message}{hint}")
         return 1
     try:
+        violations = rollout_guard(cfg)
+        for line in violations:
+            log(f"rollout guard: {line}")
+        if violations:
+            log("refusing to set up a stack that is not UDS-only")
+            return 3
+        log(f"rollout guard: ok (no TCP listener; {cfg.socket_path} and its directory private to uid {os.getuid()})")
         for line in bootstrap(conn.rw, cfg):
             log(line)
         verify(conn, cfg)

@@ -20,13 +20,23 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from vcm import poisoning, validation
 from vcm.dispatch import Dispatcher
-from vcm.errors import IdempotencyMismatch, StoreUnavailable, TaintedContent, ValidationError, VcmError
+from vcm.errors import (
+    IdempotencyMismatch,
+    PinLimitExceeded,
+    StoreUnavailable,
+    TaintedContent,
+    TokenBudgetExceeded,
+    ValidationError,
+    VcmError,
+)
 from vcm.hot.context import AssembledContext, assemble
 from vcm.hot.jobs import IngestJob
 from vcm.hot.state import HotState
@@ -137,24 +147,30 @@ class MemoryService:
         idempotency_key: str | None = None,
         actor: str = "system",
     ) -> AppendResult:
-        res = self.hot.append(
-            agent_id,
-            role,
-            content,
-            name=name,
-            pinned=pinned,
-            metadata=metadata,
-            tool_call_id=tool_call_id,
-            tool_calls=tool_calls,
-            idempotency_key=idempotency_key,
-            actor=actor,
-        )
+        with self._refusals_audited(agent_id, "append", actor, idempotency_key):
+            res = self.hot.append(
+                agent_id,
+                role,
+                content,
+                name=name,
+                pinned=pinned,
+                metadata=metadata,
+                tool_call_id=tool_call_id,
+                tool_calls=tool_calls,
+                idempotency_key=idempotency_key,
+                actor=actor,
+            )
         if res.replayed:
+            # The first request may have died between its Lua call and its follow-ups. Hand its
+            # batch over again with the flush row (both idempotent); a missed spool is the
+            # sweeper's to catch (reconciliation), so a plain retry dispatches nothing.
+            if res.batch is not None:
+                self._batch_begun(agent_id, res.batch, res.total, res.target_unreachable, actor, idempotency_key)
             return res
         # The append's audit row is written by the spool task with the message (vcm.tasks.spool),
         # so the hot path stays one Redis round trip.
         if res.gauges is not None:
-            metrics.context(agent_id, res.gauges, per_agent=self.settings.metrics.per_agent)
+            self._gauges_seen(agent_id, res.gauges)
         ids = [res.message_id] + ([res.pressure_message_id] if res.pressure_message_id else [])
         self.dispatcher.spool(agent_id, ids)
         if res.action == "warning":
@@ -174,7 +190,8 @@ class MemoryService:
     def evict(
         self, agent_id: str, count: int, *, idempotency_key: str | None = None, actor: str = "system"
     ) -> tuple[int, BatchInfo | None]:
-        total, batch = self.hot.evict_oldest(agent_id, count, idempotency_key=idempotency_key)
+        with self._refusals_audited(agent_id, "evict", actor, idempotency_key):
+            total, batch = self.hot.evict_oldest(agent_id, count, idempotency_key=idempotency_key)
         if batch is not None:
             self._batch_begun(agent_id, batch, total, False, actor, idempotency_key)
             metrics.flush("request")
@@ -190,16 +207,18 @@ class MemoryService:
         idempotency_key: str | None = None,
     ) -> None:
         self.dispatcher.evict(agent_id, batch.id)
-        payload = {"batch_id": batch.id, "messages": batch.count, "tokens": batch.tokens, "total_after": total}
-        self._event(
+        row = audit.flush_event(
             agent_id,
-            "flush",
-            payload,
-            actor,
-            event_id=f"{agent_id}:flush:{batch.id}",
+            batch.id,
+            messages=batch.count,
+            tokens=batch.tokens,
+            total_after=total,
+            actor=actor,
+            created_at=self.clock(),
             idempotency_key=idempotency_key,
-            change=footprint.eviction_begun(batch.count, batch.tokens, total),
         )
+        self._write_event(row)
+        payload = {"batch_id": batch.id, "messages": batch.count, "tokens": batch.tokens, "total_after": total}
         if unreachable:
             # The unevictable parts (system, blocks, pinned, summary) alone exceed the target.
             self._event(agent_id, "target_unreachable", payload, actor, event_id=f"{agent_id}:unreachable:{batch.id}")
@@ -274,7 +293,9 @@ class MemoryService:
     ) -> BlockResult:
         """Create or edit a working block. Content that reads like instructions to the model
         (:mod:`vcm.poisoning`) is refused with TAINTED_CONTENT unless a ``justification`` says
-        why it belongs there; the justification is kept in the audit row.
+        why it belongs there, and with VALIDATION_ERROR when that justification is too thin to
+        say anything (:func:`vcm.poisoning.justification_problem`); the justification is kept in
+        the audit row.
 
         The check runs on the content itself at put time, whatever its source: retrieved text
         copied into a block is caught however it travelled, and no per-agent state can be
@@ -292,16 +313,20 @@ class MemoryService:
                 field="justification",
                 reasons=list(verdict.reasons),
             )
-        res = self.hot.put_block(
-            agent_id,
-            block_id,
-            content,
-            role=role,
-            pinned=pinned,
-            expected_rev=expected_rev,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-        )
+        # Only where it lets tainted text in: elsewhere a justification is a note for the audit row.
+        if verdict.tainted and (thin := poisoning.justification_problem(reason)):
+            raise ValidationError(thin, field="justification", reasons=list(verdict.reasons))
+        with self._refusals_audited(agent_id, "put_block", actor, idempotency_key):
+            res = self.hot.put_block(
+                agent_id,
+                block_id,
+                content,
+                role=role,
+                pinned=pinned,
+                expected_rev=expected_rev,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+            )
         if not res.replayed:
             before = res.previous
             details: dict[str, Any] = {
@@ -336,6 +361,8 @@ class MemoryService:
             if res.batch is not None:
                 self._batch_begun(agent_id, res.batch, res.total, False, actor, idempotency_key)
                 metrics.flush("threshold")
+        elif res.batch is not None:  # a replay: the first request may have died before its follow-ups
+            self._batch_begun(agent_id, res.batch, res.total, False, actor, idempotency_key)
         return res
 
     def delete_block(
@@ -377,7 +404,7 @@ class MemoryService:
     # --- context ------------------------------------------------------------------------------
     def context(self, agent_id: str) -> AssembledContext:
         assembled = assemble(self.hot.snapshot(agent_id))
-        metrics.context(agent_id, assembled.gauges, per_agent=self.settings.metrics.per_agent)
+        self._gauges_seen(agent_id, assembled.gauges)
         return assembled
 
     # --- search -------------------------------------------------------------------------------
@@ -487,6 +514,14 @@ class MemoryService:
             raise ValidationError("not an ingestion job id", field="job_id")
         return self.hot.jobs.get(agent_id, job_id)
 
+    def claim(
+        self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        """An entry point's own idempotent operation: the first result under the key, and whether
+        this is a replay (the hot state's one record format; IDEMPOTENCY_MISMATCH on reuse)."""
+        self.hot.agent(agent_id)
+        return self.hot.claim(agent_id, idempotency_key, op, request, result)
+
     # --- what entry points read without reaching into the tiers ---------------------------------
     def mark(self, text: str) -> dict[str, Any]:
         """``tainted`` / ``taint_reasons`` for retrieved text that reads like instructions to the
@@ -585,18 +620,45 @@ class MemoryService:
         idempotency_key: str | None = None,
         change: footprint.Footprint | None = None,
     ) -> None:
-        try:
-            self.store.append_event(
-                audit.event(
-                    agent_id,
-                    kind,
-                    change,
-                    actor=actor,
-                    event_id=event_id,
-                    idempotency_key=idempotency_key,
-                    created_at=self.clock(),
-                    details=payload,
-                )
+        self._write_event(
+            audit.event(
+                agent_id,
+                kind,
+                change,
+                actor=actor,
+                event_id=event_id,
+                idempotency_key=idempotency_key,
+                created_at=self.clock(),
+                details=payload,
             )
+        )
+
+    @contextmanager
+    def _refusals_audited(self, agent_id: str, op: str, actor: str, idempotency_key: str | None) -> Iterator[None]:
+        """A write the budget refused leaves an ``error`` row (seed 000: budget violations are
+        logged to memory_events) with the code and the numbers, never the content; a retry under
+        the same key adds no second row."""
+        try:
+            yield
+        except (TokenBudgetExceeded, PinLimitExceeded) as exc:
+            numbers = {k: v for k, v in exc.details.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            suffix = idempotency_key or uuid.uuid4().hex
+            self._event(
+                agent_id,
+                "error",
+                {"code": str(exc.code), "op": op, **numbers},
+                actor,
+                event_id=f"{agent_id}:error:{op}:{hashlib.sha256(suffix.encode()).hexdigest()[:24]}",
+                idempotency_key=idempotency_key,
+            )
+            raise
+
+    def _gauges_seen(self, agent_id: str, gauges: Gauges) -> None:
+        m = self.settings.metrics
+        metrics.context(agent_id, gauges, per_agent=m.per_agent, max_agents=m.max_agent_series)
+
+    def _write_event(self, row: MemoryEvent) -> None:
+        try:
+            self.store.append_event(row)
         except Exception:  # the write it describes already happened; an audit gap must not fail it
-            log.exception("could not record %s event for %s", kind, agent_id)
+            log.exception("could not record %s event for %s", row.kind, row.agent_id)

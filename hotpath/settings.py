@@ -248,10 +248,14 @@ class MetricsSettings(BaseModel):
     # Token gauges per agent (label ``agent``). Off for deployments with many agents: each agent is
     # one more series per part; vcm_context_occupancy_ratio still shows the fleet without labels.
     per_agent: bool = True
+    # At most this many agents have per-agent series at once in one process; the agent updated
+    # longest ago loses its series first, so a fleet of many agents cannot grow the exposition
+    # without bound (0 = no per-agent series at all).
+    max_agent_series: int = Field(1000, ge=0, le=1_000_000)
     # Whether GET /metrics on the API needs the admin token (Prometheus then sends it as a bearer
-    # token: ``authorization.credentials_file``). Off by default, like the probes: the endpoint
-    # shows counts and token gauges, no content, and scrapers usually run inside the network.
-    require_admin: bool = False
+    # token: ``authorization.credentials_file``). On by default: per-agent series name agent ids,
+    # and a token must never reveal whether another agent exists.
+    require_admin: bool = True
 
 
 class PoisoningSettings(BaseModel):

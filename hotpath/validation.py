@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vcm.errors import ValidationError
@@ -17,6 +17,8 @@ NAME = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-/]{0,199}$")
 MAX_IDEMPOTENCY_KEY = 256
 MAX_METADATA_BYTES = 16_384
+MAX_TOOL_CALLS = 128  # tool calls in one assistant message
+MAX_TOOL_CALL_ID = 256
 
 
 def agent_id(value: Any) -> str:
@@ -107,6 +109,46 @@ def metadata(value: Any) -> dict[str, Any]:
     if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
         raise ValidationError(f"metadata is larger than {MAX_METADATA_BYTES} bytes", field="metadata")
     return dict(value)
+
+
+def tool_calls(value: Any, max_chars: int) -> list[dict[str, Any]] | None:
+    """An assistant message's tool calls, checked for shape and size before anything counts their
+    tokens: ``max_chars`` is what the message's content left of the per-message limit, so a
+    message cannot get past the limit by carrying its bulk in tool-call arguments."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ValidationError("tool_calls must be a list of objects", field="tool_calls")
+    if len(value) > MAX_TOOL_CALLS:
+        raise ValidationError(f"at most {MAX_TOOL_CALLS} tool calls in one message", field="tool_calls")
+    calls: list[dict[str, Any]] = []
+    for call in value:
+        if not isinstance(call, Mapping):
+            raise ValidationError("each tool call must be an object", field="tool_calls")
+        calls.append(dict(call))
+    try:
+        encoded = json.dumps(calls, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        raise ValidationError("tool_calls must be JSON-serialisable", field="tool_calls") from None
+    if len(encoded) > max_chars:
+        raise ValidationError(
+            f"the message is larger than its limit: its tool calls take {len(encoded)} characters, "
+            f"{max(max_chars, 0)} were left after its content",
+            field="tool_calls",
+            limit=max(max_chars, 0),
+        )
+    return calls
+
+
+def tool_call_id(role_name: str, value: Any) -> str | None:
+    """A tool result must say which call it answers (as chat-completions APIs require)."""
+    if value is None or value == "":
+        if role_name == "tool":
+            raise ValidationError("a message of role tool needs the tool_call_id it answers", field="tool_call_id")
+        return None
+    if not isinstance(value, str) or len(value) > MAX_TOOL_CALL_ID or not value.strip():
+        raise ValidationError(f"tool_call_id must be a string of 1-{MAX_TOOL_CALL_ID} characters", field="tool_call_id")
+    return value
 
 
 def flag(value: Any, field: str) -> bool:

@@ -1,17 +1,22 @@
 """False-positive rate of the memory-poisoning filter over real conversation (LoCoMo turns).
 
     .venv/bin/python scripts/poisoning_fp.py [--data ../shared/data/locomo_dev.json] [--show 20]
+    .venv/bin/python scripts/poisoning_fp.py --text README.md docs/*.md ../shared/seeds/*.txt
 
 Every turn text of every conversation is ordinary dialogue between two people, none of it an
 attack, so each turn the filter marks tainted is a false positive. Prints the count, the rate,
 the matches per pattern and (``--show``) the flagged turns, so a pattern change can be judged.
 Also prints how many turns mention "instruction" at all: the words an over-eager filter trips on.
+The LoCoMo turns almost never do, so ``--text`` scans the paragraphs of text or markdown files
+instead (technical prose that talks about prompts, roles and tool calls; API docs that show vcm's
+own tool calls are expected to be flagged).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -42,14 +47,23 @@ def all_strings(node: object) -> list[str]:
     return []
 
 
+def paragraphs(paths: list[Path]) -> list[str]:
+    """The blank-line separated paragraphs of text files."""
+    return [p for path in paths for p in re.split(r"\n\s*\n", path.read_text()) if p.strip()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--show", type=int, default=10, help="print this many flagged turns")
     parser.add_argument("--all-strings", action="store_true", help="every string in the file, not only turns")
+    parser.add_argument("--text", type=Path, nargs="+", help="scan the paragraphs of these files instead")
     args = parser.parse_args()
-    data = json.loads(args.data.read_text())
-    texts = all_strings(data) if args.all_strings else turn_texts(data)
+    if args.text:
+        texts = paragraphs(args.text)
+    else:
+        data = json.loads(args.data.read_text())
+        texts = all_strings(data) if args.all_strings else turn_texts(data)
     taint = Filter(DEFAULT_PATTERNS)
     flagged = [(t, taint.scan(t)) for t in texts]
     flagged = [(t, v) for t, v in flagged if v.tainted]

@@ -96,8 +96,20 @@ def evict_batch(deps: Deps, agent_id: str, batch_id: int) -> EvictOutcome:
                     ),
                 },
                 actor=ACTOR,
-                # Messages the spool has not stored yet get their append rows here (same ids).
-                events=[append_event(agent_id, m) for m in messages],
+                # Messages the spool has not stored yet get their append rows here (same ids), and
+                # the batch its flush row if whoever began it died before writing it (same id).
+                events=[
+                    *(append_event(agent_id, m) for m in messages),
+                    audit.flush_event(
+                        agent_id,
+                        batch_id,
+                        messages=len(messages),
+                        tokens=sum(m.tokens for m in messages),
+                        total_after=None,
+                        actor=ACTOR,
+                        created_at=deps.clock(),
+                    ),
+                ],
             )
         )
         text = draft.text
@@ -184,6 +196,18 @@ def _finish(
             metrics.warning()
         if finished.batch is not None:
             metrics.flush("threshold")
+    if finished.batch is not None:  # the new summary pushed past flush and began the next batch
+        deps.store.append_event(
+            audit.flush_event(
+                agent_id,
+                finished.batch.id,
+                messages=finished.batch.count,
+                tokens=finished.batch.tokens,
+                total_after=finished.total,
+                actor=ACTOR,
+                created_at=deps.clock(),
+            )
+        )
     # The head of the pending batches, if any, was deferred while this one ran (or was just begun
     # by the new summary pushing past flush): it is its turn now.
     pending = deps.hot.pending_batches(agent_id)

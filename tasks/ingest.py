@@ -512,12 +512,17 @@ def discover(
     return out
 
 
-def _read(path: Path, rel: str, max_bytes: int) -> tuple[bytes, str, dict[str, Any]]:
-    """A file's bytes, text and provenance metadata, or ValidationError."""
+def _read(path: Path, rel: str, max_bytes: int, root: Path | None = None) -> tuple[bytes, str, dict[str, Any]]:
+    """A file's bytes, text and provenance metadata, or ValidationError.
+
+    Only regular files are read (no devices, pipes or sockets, which could block or never end);
+    with ``root``, only files whose real path (links followed) lies under it."""
     if not path.exists():
         raise ValidationError(f"{path} does not exist", path=str(path))
     if not path.is_file():
         raise ValidationError(f"{path} is not a regular file", path=str(path))
+    if root is not None and not path.resolve().is_relative_to(root.resolve()):
+        raise ValidationError(f"{path} lies outside the allowed root {root}", path=str(path), root=str(root))
     try:
         size = path.stat().st_size
         if size > max_bytes:
@@ -582,7 +587,7 @@ def ingest_paths(
     for path, rel in files:
         doc_id: str | None = None
         try:
-            data, text, meta = _read(path, rel, cfg.ingest.max_document_bytes)
+            data, text, meta = _read(path, rel, cfg.ingest.max_document_bytes, root)
             doc_id = document_id(rel, data)
             job = _prepare(
                 store,

@@ -238,3 +238,11 @@ def test_reembed_embeds_stored_messages_lacking_a_current_vector(tmp_path: Path)
         assert [e.payload["embedded"] for e in store.query_events("re1", ["reembed"]).items] == [3]
     finally:
         store.close()
+
+
+def test_an_unreachable_api_is_a_coded_error_not_a_traceback(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    out = _vcm(tmp_path, "context", "--agent", "a1", "--api", url, "--token", "t", timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.startswith("error STORE_UNAVAILABLE: cannot reach " + url), out.stderr
+    assert "Traceback" not in out.stderr

@@ -10,17 +10,20 @@ from kombu import Queue  # type: ignore[attr-defined]
 from vcm.tasks import names
 
 HOT = "hot"  # evictions: short, latency-sensitive (a placeholder sits in the window until done)
-COLD = "cold"  # write-behind spooling, drift follow-ups, maintenance
+COLD = "cold"  # write-behind spooling, drift follow-ups
 INGEST = "ingest"  # embeddings and archival ingestion: long, CPU-heavy
-QUEUES = (HOT, COLD, INGEST)
+# The sweeper, retention expiry and dead-letter records: few and short, but they are what repairs
+# a backlog (re-driving stuck batches, missed spools), so they must never wait behind one.
+MAINTENANCE = "maintenance"
+QUEUES = (HOT, COLD, INGEST, MAINTENANCE)
 
 ROUTES: dict[str, dict[str, Any]] = {
     names.EVICT: {"queue": HOT},
     names.SPOOL: {"queue": COLD},
-    names.SWEEP: {"queue": COLD},
-    names.SWEEP_CONFIRM: {"queue": COLD},
-    names.EXPIRE: {"queue": COLD},
-    names.DEAD_LETTER: {"queue": COLD},
+    names.SWEEP: {"queue": MAINTENANCE},
+    names.SWEEP_CONFIRM: {"queue": MAINTENANCE},
+    names.EXPIRE: {"queue": MAINTENANCE},
+    names.DEAD_LETTER: {"queue": MAINTENANCE},
     "tasks.drift*": {"queue": COLD},
     names.INGEST: {"queue": INGEST},
     names.REEMBED: {"queue": INGEST},

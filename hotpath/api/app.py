@@ -39,6 +39,7 @@ No ``from __future__ import annotations`` here: the routes are closures whose an
 local aliases (``Agent``, ``Admin``), which FastAPI can only resolve when they are evaluated at once.
 """
 
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
@@ -49,7 +50,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vcm import validation
 from vcm.api import errors as api_errors
-from vcm.api.auth import Principal, TokenAuthority, admin_digest
+from vcm.api.auth import Principal, TokenAuthority, admin_digest, derived_token, digest
 from vcm.api.models import (
     AgentCreate,
     AgentCreated,
@@ -281,11 +282,22 @@ def _agent_routes(service: MemoryService, authority: TokenAuthority) -> APIRoute
         return AgentOut.of(service.agent(agent_id))
 
     @router.post("/agents/{agent_id}/token", response_model=TokenOut, responses=_ERRORS)
-    def rotate_token(agent_id: AgentId, who: Admin) -> TokenOut:
-        """A new bearer token for the agent; the previous one stops working at once."""
+    def rotate_token(agent_id: AgentId, who: Admin, idem: IdemHeader = None) -> TokenOut:
+        """A new bearer token for the agent; the previous one stops working at once. With an
+        Idempotency-Key a retry answers with the same new token instead of revoking it."""
         service.agent(agent_id)
-        token = authority.issue(agent_id, replace=True)
-        assert token is not None  # replace=True always writes
+        if idem is None:
+            token = authority.issue(agent_id, replace=True)
+            assert token is not None  # replace=True always writes
+            return TokenOut(agent_id=agent_id, token=token)
+        before = authority.current_digest(agent_id) or ""
+        first = {"nonce": secrets.token_urlsafe(24), "before": before}
+        claimed, _ = service.claim(agent_id, idem, "rotate_token", {}, first)
+        token = derived_token(agent_id, str(claimed["nonce"]), service.cursor_secret())
+        # Installed unless a later rotation replaced the token this one replaced (then the retry
+        # still answers as the first call did, but changes nothing).
+        if authority.current_digest(agent_id) != digest(token):
+            authority.install(agent_id, token, if_digest=str(claimed["before"]) or None)
         return TokenOut(agent_id=agent_id, token=token)
 
     @router.get("/report", response_model=ReportOut, responses=_ERRORS, tags=["admin"])

@@ -29,7 +29,7 @@ from pydantic import SecretStr
 
 from vcm import validation
 from vcm.errors import ConfigError, NotFound, Unauthorized
-from vcm.hot import keys
+from vcm.hot import keys, lua
 from vcm.obs import audit
 from vcm.settings import Settings
 
@@ -86,9 +86,17 @@ def agent_of(token: str) -> str | None:
     return agent_id if validation.AGENT_ID.match(agent_id) else None
 
 
-def _agent_token(agent_id: str) -> str:
+def _agent_token(agent_id: str, secret_part: str | None = None) -> str:
     encoded = base64.urlsafe_b64encode(agent_id.encode("utf-8")).decode("ascii").rstrip("=")
-    return f"{AGENT_TOKEN_PREFIX}{encoded}.{secrets.token_urlsafe(_SECRET_BYTES)}"
+    return f"{AGENT_TOKEN_PREFIX}{encoded}.{secret_part or secrets.token_urlsafe(_SECRET_BYTES)}"
+
+
+def derived_token(agent_id: str, nonce: str, key: bytes) -> str:
+    """The agent token a keyed rotation issues: recomputable from its (random) nonce and the
+    deployment key, so a retried request can answer with the same token without vcm ever storing
+    a token."""
+    mac = hmac.new(key, f"vcm-token\x00{agent_id}\x00{nonce}".encode(), hashlib.sha256).digest()
+    return _agent_token(agent_id, base64.urlsafe_b64encode(mac).decode("ascii").rstrip("="))
 
 
 def not_found(agent_id: str) -> NotFound:
@@ -133,6 +141,19 @@ class TokenAuthority:
         token = _agent_token(agent_id)
         stored = self.redis.set(keys.key(agent_id, keys.TOKEN), digest(token), nx=not replace)
         return token if stored else None
+
+    def current_digest(self, agent_id: str) -> str | None:
+        value = self.redis.get(keys.key(agent_id, keys.TOKEN))
+        return value.decode("ascii") if isinstance(value, bytes) else value
+
+    def install(self, agent_id: str, token: str, *, if_digest: str | None = None) -> bool:
+        """Make ``token`` the agent's token; with ``if_digest``, only if that is still the current
+        token's digest (a retried rotation must not undo a later one)."""
+        key = keys.key(agent_id, keys.TOKEN)
+        if if_digest is None:
+            self.redis.set(key, digest(token))
+            return True
+        return bool(self.redis.eval(lua.SET_IF_EQUAL, 1, key, if_digest, digest(token)))
 
     def has_token(self, agent_id: str) -> bool:
         return bool(self.redis.exists(keys.key(agent_id, keys.TOKEN)))

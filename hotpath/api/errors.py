@@ -115,13 +115,23 @@ async def _on_http_error(_: Request, exc: Exception) -> Response:
         if exc.headers and "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
+    if isinstance(exc, _NotUtf8):
+        return error_response(ErrorCode.VALIDATION_ERROR, str(exc.detail), field="body")
     if exc.status_code == 400:
-        # Starlette's "There was an error parsing the body" (e.g. a body that is not UTF-8).
-        return error_response(ErrorCode.VALIDATION_ERROR, "request body could not be read as UTF-8 JSON", field="body")
+        # FastAPI's "There was an error parsing the body"; the cause says what was wrong with it.
+        return error_response(ErrorCode.VALIDATION_ERROR, _unparsable(exc.__cause__), field="body")
     if exc.status_code < 500:
         return error_response(ErrorCode.VALIDATION_ERROR, str(exc.detail), exc.status_code)
     log.error("HTTP %s raised inside the app: %s", exc.status_code, exc.detail)
     return error_response(INTERNAL_ERROR, "internal error", exc.status_code)
+
+
+def _unparsable(cause: BaseException | None) -> str:
+    if isinstance(cause, RecursionError):
+        return "request body is nested too deeply to be read as JSON"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return "request body holds an integer too long to be read (over 4300 digits)"
+    return "request body could not be read as UTF-8 JSON"
 
 
 async def _on_redis_error(_: Request, exc: Exception) -> Response:
@@ -174,7 +184,10 @@ class BodyLimit:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
+                chunk = message.get("body", b"")
+                if seen == 0 and _not_utf8_json(chunk):
+                    raise _NotUtf8()
+                seen += len(chunk)
                 if seen > self.limit:
                     raise _TooLarge(self.limit)
             return message
@@ -200,6 +213,19 @@ class BodyLimit:
             limit=self.limit,
         )
         await response(scope, receive, send)
+
+
+def _not_utf8_json(first: bytes) -> bool:
+    """A body that starts with a byte order mark, or with the NUL bytes of UTF-16/32 text: JSON
+    between systems is UTF-8 without a BOM (RFC 8259 §8.1), though Python's json would decode it."""
+    if first.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+        return True
+    return b"\x00" in first[:4]
+
+
+class _NotUtf8(StarletteHTTPException):
+    def __init__(self) -> None:
+        super().__init__(400, "request body must be UTF-8 JSON without a byte order mark")
 
 
 class _TooLarge(StarletteHTTPException):

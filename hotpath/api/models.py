@@ -96,7 +96,8 @@ class BlockPut(RequestBody):
     justification: str | None = Field(
         None,
         max_length=2000,
-        description="why content that reads like instructions to the model (TAINTED_CONTENT) belongs in the block",
+        description="why content that reads like instructions to the model (TAINTED_CONTENT) belongs in the block: "
+        "a sentence of at least 3 words",
     )
 
 

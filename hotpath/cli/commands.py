@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from vcm.errors import NotFound, ValidationError
@@ -106,6 +107,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             embedder,
             args.agent,
             args.paths,
+            root=args.root,
             settings=settings,
             mode="naive" if args.naive else None,
             progress=progress,
@@ -392,13 +394,20 @@ def add_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("worker", help="run a Celery worker for the cold path")
-    p.add_argument("-Q", "--queues", default="hot,cold,ingest")
+    p.add_argument("-Q", "--queues", default="hot,cold,ingest,maintenance")
     p.add_argument("--concurrency", type=int)
     p.add_argument("--loglevel", default="INFO")
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("ingest", help="ingest files and folders into an agent's archival memory")
+    p = sub.add_parser(
+        "ingest",
+        help="ingest files and folders into an agent's archival memory",
+        description="Reads the named files and folders with the rights of the user running it (regular "
+        "files only; hidden entries and linked folders are skipped when walking a folder). With --root, "
+        "every file's real path must lie under that folder, so links cannot lead outside it.",
+    )
     p.add_argument("--agent", required=True)
+    p.add_argument("--root", type=Path, help="refuse files whose real path is outside this folder")
     p.add_argument("--naive", action="store_true", help="per-chunk embedding (recorded as a compliance violation)")
     p.add_argument("paths", nargs="+")
     p.set_defaults(func=cmd_ingest)

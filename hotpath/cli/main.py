@@ -7,6 +7,9 @@ import json
 import sys
 from collections.abc import Sequence
 
+import httpx
+import redis
+
 from vcm.cli.commands import add_commands
 from vcm.errors import VcmError
 from vcm.eval import conversation, demo
@@ -71,6 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except VcmError as exc:
         print(f"error {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    except httpx.TransportError as exc:  # --api URL that does not answer: say so, no traceback
+        where = getattr(args, "api", None) or "the vcm API"
+        print(f"error STORE_UNAVAILABLE: cannot reach {where}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except redis.exceptions.ConnectionError as exc:
+        print(f"error STORE_UNAVAILABLE: the hot state (Redis) is unavailable: {exc}", file=sys.stderr)
         return 2
 
 

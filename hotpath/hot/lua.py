@@ -503,3 +503,13 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
+
+# Compare-and-set of a string: a keyed token rotation replaces the token only if it is still the
+# one the rotation replaced. KEYS: [1] key  ARGV: [1] expected value  [2] new value. Returns 1 / 0.
+SET_IF_EQUAL = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""

@@ -217,6 +217,9 @@ class HotState:
         content = validation.text(
             content, "content", self.settings.budget.max_content_chars, allow_empty=bool(tool_calls)
         )
+        # The whole message is size-checked before its tokens are counted (counting is the cost).
+        tool_calls = validation.tool_calls(tool_calls, self.settings.budget.max_content_chars - len(content))
+        tool_call_id = validation.tool_call_id(role, tool_call_id)
         validation.name(name)
         validation.flag(pinned, "pinned")
         validation.idempotency_key(idempotency_key)

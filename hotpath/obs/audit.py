@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vcm.obs.footprint import Footprint
+from vcm.obs.footprint import Footprint, eviction_begun
 from vcm.store.types import MemoryEvent
 
 SYSTEM = "system"
@@ -73,4 +73,33 @@ def event(
         created_at=created_at,
         actor=(actor or SYSTEM)[:MAX_ACTOR_CHARS],
         idempotency_key=idempotency_key,
+    )
+
+
+def flush_event(
+    agent_id: str,
+    batch_id: int,
+    *,
+    messages: int,
+    tokens: int,
+    total_after: int | None,
+    actor: str,
+    created_at: float = 0.0,
+    idempotency_key: str | None = None,
+) -> MemoryEvent:
+    """The one ``flush`` row of an eviction batch, whoever writes it first: the request that
+    began the batch, the worker whose summary install began it, or the commit of the batch (for
+    a writer that died before its row). The id is fixed per batch, so the others add nothing."""
+    payload: dict[str, Any] = {"batch_id": batch_id, "messages": messages, "tokens": tokens}
+    if total_after is not None:
+        payload["total_after"] = total_after
+    return event(
+        agent_id,
+        "flush",
+        eviction_begun(messages, tokens, total_after),
+        actor=actor,
+        event_id=f"{agent_id}:flush:{batch_id}",
+        idempotency_key=idempotency_key,
+        created_at=created_at,
+        details=payload,
     )

@@ -97,9 +97,11 @@ def block(
     }
 
 
-def eviction_begun(count: int, tokens: int, total_after: int) -> Footprint:
-    """Messages moved from the FIFO into a pending eviction batch (the hot half of an eviction)."""
-    return {"op": "evict_begin", "fifo_len": -count, "tokens": -tokens, "messages": count, "total_after": total_after}
+def eviction_begun(count: int, tokens: int, total_after: int | None) -> Footprint:
+    """Messages moved from the FIFO into a pending eviction batch (the hot half of an eviction).
+    ``total_after`` is unknown (None) to a writer that did not begin the batch itself."""
+    out: Footprint = {"op": "evict_begin", "fifo_len": -count, "tokens": -tokens, "messages": count}
+    return out if total_after is None else out | {"total_after": total_after}
 
 
 def eviction_committed(

@@ -22,9 +22,12 @@ says which ``multiprocess_mode`` it needs and why.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import ParamSpec
 
@@ -154,21 +157,31 @@ def _never_raises(fn: Callable[P, None]) -> Callable[P, None]:
 
 
 # --- recording -----------------------------------------------------------------------------------
-# An agent's six children of CONTEXT_TOKENS. prometheus-client keeps every child anyway, so this
-# adds no series, only skips the label lookups.
-_agent_children: dict[str, tuple[Gauge, ...]] = {}
+# An agent's six children of CONTEXT_TOKENS, least recently updated first. prometheus-client keeps
+# every child until it is removed, so this is also what bounds the per-agent series.
+_agent_children: OrderedDict[str, tuple[Gauge, ...]] = OrderedDict()
+_agent_lock = threading.Lock()
 
 
 @_never_raises
-def context(agent_id: str, gauges: Gauges, *, per_agent: bool) -> None:
-    """An agent's main context as the hot path just saw it."""
+def context(agent_id: str, gauges: Gauges, *, per_agent: bool, max_agents: int = 1000) -> None:
+    """An agent's main context as the hot path just saw it. Per-agent series exist for at most
+    ``max_agents`` agents; the one updated longest ago gives its series up first."""
     if gauges.window > 0:
         OCCUPANCY.observe(gauges.occupancy)
-    if not per_agent:
+    if not per_agent or max_agents <= 0:
         return
-    children = _agent_children.get(agent_id)
-    if children is None:  # labels() takes a lock and builds keys: once per agent, not per append
-        children = _agent_children[agent_id] = tuple(CONTEXT_TOKENS.labels(agent=agent_id, part=p) for p in PARTS)
+    with _agent_lock:
+        children = _agent_children.get(agent_id)
+        if children is None:  # labels() takes a lock and builds keys: once per agent, not per append
+            children = _agent_children[agent_id] = tuple(CONTEXT_TOKENS.labels(agent=agent_id, part=p) for p in PARTS)
+            while len(_agent_children) > max_agents:
+                dropped, _ = _agent_children.popitem(last=False)
+                for part in PARTS:
+                    with contextlib.suppress(KeyError):
+                        CONTEXT_TOKENS.remove(dropped, part)
+        else:
+            _agent_children.move_to_end(agent_id)
     values = (gauges.system, gauges.working, gauges.summary, gauges.placeholders, gauges.fifo, gauges.free)
     for child, value in zip(children, values, strict=True):
         child.set(value)

@@ -44,6 +44,9 @@ from vcm.types import AgentInfo, BatchInfo, Gauges
 # Tokens kept free around a page for the fields the executor adds (gauges, heartbeat, rehydration
 # report) and the tool message's framing.
 ENVELOPE_TOKENS = 96
+_AUDITED_BY_THE_SERVICE = frozenset({"TOKEN_BUDGET_EXCEEDED", "PIN_LIMIT_EXCEEDED"})
+# Below this many tokens of room (after the envelope) no result could fit: stop paging at once.
+MIN_ROOM = 32
 HEARTBEAT_FIELD_TOKENS = 48  # the heartbeat report added to every result (and record_heartbeat's own)
 PREVIEW_TOKENS = 64  # of a spooled output
 SPOOL_FLOOR = 160  # smaller outputs are never spooled: a preview would not save room
@@ -136,6 +139,14 @@ class ToolExecutor:
             reply = _Reply({})
             payload = results.error_body(exc.to_dict())
             gauges = self.service.gauges(agent_id)
+            if exc.code not in _AUDITED_BY_THE_SERVICE:  # budget refusals have their row already
+                self.service.record_event(
+                    agent_id,
+                    "error",
+                    {"code": str(exc.code), "tool": name, "tool_call_id": call_id},
+                    event_id=f"{agent_id}:error:tool:{call_id}",
+                    actor=actor,
+                )
         payload["context_total"] = gauges.total
         payload["context_free"] = gauges.free
         if not govern:
@@ -159,6 +170,14 @@ class ToolExecutor:
         self, agent_id: str, requested: bool, free_tokens: int, actor: str, note: str | None = None
     ) -> tuple[HeartbeatOutcome, ChainEnd | None]:
         outcome, end = self.governor.decide(agent_id, requested=requested, free_tokens=free_tokens)
+        if outcome.run and outcome.depth == 1 and outcome.chain_id:  # a chain begins (seed 000's hb_start)
+            self.service.record_event(
+                agent_id,
+                "hb_start",
+                {"chain_id": outcome.chain_id, "free_tokens": free_tokens},
+                event_id=f"{agent_id}:hb_start:{outcome.chain_id}",
+                actor=actor,
+            )
         if end is not None:
             payload = end.payload() | ({"note": note} if note else {})
             event_id = (
@@ -408,18 +427,23 @@ class ToolExecutor:
 
     # --- paging helpers -------------------------------------------------------------------------------
     def _page_budget(self, agent_id: str) -> int | dict[str, Any]:
-        """Tokens a page may take now, or the stop-paging reply when less than a page is free."""
+        """Tokens a page may take now (a page, or what is free when that is less), or the
+        stop-paging reply when not even a small result would fit."""
         free = self.service.gauges(agent_id).free
-        if free < self.page_tokens:
-            return {
-                "results": [],
-                "stopped": "context_full",
-                "free_tokens": free,
-                "page_tokens": self.page_tokens,
-                "note": f"only {free} tokens of your context are free, less than one page ({self.page_tokens}); "
-                "free room first (evict_fifo, or save and drop working blocks), then repeat the call",
-            }
-        return min(self.page_tokens, free - ENVELOPE_TOKENS)
+        room = min(self.page_tokens, free - ENVELOPE_TOKENS)
+        if room < MIN_ROOM:
+            return self._no_room(free)
+        return room
+
+    def _no_room(self, free: int) -> dict[str, Any]:
+        return {
+            "results": [],
+            "stopped": "context_full",
+            "free_tokens": free,
+            "page_tokens": self.page_tokens,
+            "note": f"only {free} tokens of your context are free, too few for this result; free room first "
+            "(evict_fifo, or save and drop working blocks), then repeat the call",
+        }
 
     def _position(self, cursor: str | None, bound: bytes) -> paging.Position:
         if cursor is None:
@@ -456,7 +480,16 @@ class ToolExecutor:
                 "full_tokens": call.counter.text(text),
             }
 
-        packed = paging.pack(rendered, afters, start=start, budget=budget, measure=measure, shrink=shrink)
+        tight = budget < self.page_tokens - ENVELOPE_TOKENS  # i.e. less than a page is free
+        try:
+            packed = paging.pack(rendered, afters, start=start, budget=budget, measure=measure, shrink=shrink)
+        except ValueError:  # not even a truncated item fits the room left (only when less than a page is)
+            packed = None
+        if packed is None or (tight and packed.items and packed.items[0].get("truncated")):
+            # Less than a page is free and the next item does not fit it whole: refuse, rather than
+            # hand back a stub the context has no room to follow up on. Same cursor: repeat later.
+            free = self.service.gauges(call.agent.agent_id).free
+            return self._no_room(free) | {"next_cursor": call.args.get("cursor")}
         return body(packed.items, packed.next, packed.tokens)
 
     def _cursor_secret(self) -> bytes:

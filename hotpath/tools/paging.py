@@ -166,6 +166,8 @@ def pack(
     ``measure(items, next)`` counts the whole body (items, cursor, fields). When not even the first
     item fits, it is shrunk (its text truncated) until it does, so paging always moves on.
     """
+    if not rendered:  # nothing left: no cursor, or the caller would page on an empty page forever
+        return Packed([], 0, None, measure([], None))
     best = Packed([], 0, start, measure([], start))
     for k in range(1, len(rendered) + 1):
         tokens = measure(list(rendered[:k]), afters[k - 1])

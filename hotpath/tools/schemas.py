@@ -55,7 +55,8 @@ _TOOLS: list[dict[str, Any]] = [
             "delete": {"type": "boolean", "description": "delete the block (needs _rev)"},
             "justification": {
                 "type": "string",
-                "description": "why text retrieved from memory may be promoted into a block (needed for tainted text)",
+                "description": "why text retrieved from memory may be promoted into a block (needed for tainted "
+                "text: a sentence of at least 3 words)",
             },
             "idempotency_key": IDEMPOTENCY,
         },

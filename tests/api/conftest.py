@@ -174,10 +174,16 @@ def state(service: MemoryService, dispatcher: RecordingDispatcher) -> dict[str, 
             keys[k] = r.get(k)
     stats = service.store.stats()
     counts = ("messages", "archival_chunks", "events", "edges", "committed_batches", "core_blocks", "summaries")
+    store = {k: stats[k] for k in counts}
+    # Refusals and failed tool calls are audited by design (`error` rows with the code and numbers),
+    # and a failed call starts a heartbeat chain (`hb_start`): rows that record a request, not a
+    # change of memory, so they do not count as a change here.
+    requests = service.store.query_events(None, ["error", "hb_start", "heartbeat_end"], limit=1000).items
+    store["events"] -= len(requests)
     return {
         "redis": keys,
         # Counts only: file sizes and the text index's progress move on their own.
-        "store": {k: stats[k] for k in counts},
+        "store": store,
         "spooled": list(dispatcher.spooled),
         "evictions": list(dispatcher.evictions),
     }

@@ -220,3 +220,21 @@ def test_agent_tokens_name_their_agent(agent_id: str) -> None:
 @pytest.mark.parametrize("token", ["", "vcm_", "vcm_.", "vcm_!!.x", "xyz_YWxpY2U.x", "vcm_YWxpY2U.x.y", "vcm_LmJhZA.x"])
 def test_malformed_agent_tokens_name_nobody(token: str) -> None:
     assert auth.agent_of(token) is None
+
+
+def test_a_retried_token_rotation_answers_with_the_same_token_and_revokes_nothing(client: TestClient) -> None:
+    old = new_agent(client, "alice")
+    rotate = {**ADMIN, "Idempotency-Key": "rotate-1"}
+    first = client.post("/v1/agents/alice/token", headers=rotate)
+    again = client.post("/v1/agents/alice/token", headers=rotate)
+    assert first.status_code == again.status_code == 200
+    token = first.json()["token"]
+    assert again.json()["token"] == token
+    assert client.get("/v1/agents/alice", headers=bearer(token)).status_code == 200
+    assert client.get("/v1/agents/alice", headers=old).status_code == 401
+    # A later rotation wins; retrying the earlier one answers as it did but does not undo it.
+    newer = client.post("/v1/agents/alice/token", headers=ADMIN).json()["token"]
+    late = client.post("/v1/agents/alice/token", headers=rotate)
+    assert late.json()["token"] == token
+    assert client.get("/v1/agents/alice", headers=bearer(newer)).status_code == 200
+    assert client.get("/v1/agents/alice", headers=bearer(token)).status_code == 401

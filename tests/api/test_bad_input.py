@@ -33,6 +33,7 @@ class Bad:
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     admin: bool = False
+    message: str | None = None  # a part the error message must contain
 
 
 def raw(text: str) -> bytes:
@@ -78,6 +79,28 @@ MESSAGES = [
     Bad("keys differ", "POST", MSG, 422, field="idempotency_key", json={**OK_MSG, "idempotency_key": "a"},
         headers={"Idempotency-Key": "b"}),
     Bad("metadata too large", "POST", MSG, 422, field="metadata", json={**OK_MSG, "metadata": {"x": "y" * 20_000}}),
+    # The message's bulk in tool-call arguments, with empty content: the size limit is the message's.
+    Bad("huge tool_calls", "POST", MSG, 422, field="tool_calls", json={"role": "assistant", "content": "",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "x" * 2_000_000}}]}),
+    Bad("content + tool_calls over the limit", "POST", MSG, 422, field="tool_calls", json={"role": "assistant",
+        "content": "x" * 300_000, "tool_calls": [{"id": "c1", "type": "function",
+                                                   "function": {"name": "f", "arguments": "y" * 150_000}}]}),
+    Bad("tool call not an object", "POST", MSG, 422, field="tool_calls.0", json={"role": "assistant", "content": "",
+        "tool_calls": ["call f"]}),
+    Bad("tool result without tool_call_id", "POST", MSG, 422, field="tool_call_id",
+        json={"role": "tool", "content": "42"}),
+    Bad("UTF-16 body", "POST", MSG, 422, field="body", content=json.dumps(OK_MSG).encode("utf-16"), headers=JSON,
+        message="UTF-8 JSON without a byte order mark"),
+    Bad("UTF-16-LE body, no BOM", "POST", MSG, 422, field="body", content=json.dumps(OK_MSG).encode("utf-16-le"),
+        headers=JSON, message="UTF-8 JSON without a byte order mark"),
+    Bad("UTF-8 BOM", "POST", MSG, 422, field="body", content=b"\xef\xbb\xbf" + json.dumps(OK_MSG).encode(),
+        headers=JSON, message="UTF-8 JSON without a byte order mark"),
+    Bad("5000-digit integer", "POST", MSG, 422, field="body",
+        content=('{"role":"user","content":"a","metadata":{"n":' + "9" * 5000 + "}}").encode(), headers=JSON,
+        message="integer too long"),
+    Bad("deep nesting", "POST", MSG, 422, field="body",
+        content=('{"role":"user","content":"a","metadata":' + "[" * 100_000 + "]" * 100_000 + "}").encode(),
+        headers=JSON, message="nested too deeply"),
     Bad("deep metadata", "POST", MSG, 422, field="body",
         content=raw('{"role":"user","content":"a","metadata":' + '{"a":' * 100 + "1" + "}" * 101), headers=JSON),
     Bad("very deep JSON", "POST", MSG, 422, content=raw("[" * 100_000 + "]" * 100_000), headers=JSON),
@@ -211,6 +234,8 @@ def check(client: TestClient, service: MemoryService, dispatcher: RecordingDispa
         assert error["message"], case.name
         if case.field is not None:
             assert error.get("field") == case.field, (case.name, error)
+        if case.message is not None:
+            assert case.message in error["message"], (case.name, error)
         assert state(service, dispatcher) == before, case.name
 
 

@@ -111,7 +111,7 @@ def session(tmp_path: Path) -> Iterator[tuple[TestClient, Deps]]:
 
 
 def scrape(http: TestClient) -> dict[str, Samples]:
-    r = http.get("/metrics")
+    r = http.get("/metrics", headers=ADMIN)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain; version=")
     return {
@@ -246,9 +246,10 @@ def test_metrics_expose_every_family_and_move_after_a_scripted_session(session: 
     }  # fmt: skip
 
 
-def test_metrics_can_require_the_admin_token(tmp_path: Path) -> None:
+def test_metrics_need_the_admin_token_by_default(tmp_path: Path) -> None:
+    # Per-agent series name agent ids: an agent's token (or none) must not list the others.
     settings = api_settings()
-    settings = settings.model_copy(update={"metrics": settings.metrics.model_copy(update={"require_admin": True})})
+    assert settings.metrics.require_admin is True
     store = open_store(str(tmp_path / "vcm.db"))
     try:
         hot = HotState(fakeredis.FakeRedis(decode_responses=True), settings)
@@ -259,5 +260,19 @@ def test_metrics_can_require_the_admin_token(tmp_path: Path) -> None:
             assert http.get("/metrics", headers=agent).json()["error"]["code"] == "UNAUTHORIZED"
             r = http.get("/metrics", headers=ADMIN)
             assert r.status_code == 200 and "vcm_context_tokens" in r.text
+    finally:
+        store.close()
+
+
+def test_metrics_can_be_opened_to_anonymous_scrapers(tmp_path: Path) -> None:
+    settings = api_settings()
+    settings = settings.model_copy(update={"metrics": settings.metrics.model_copy(update={"require_admin": False})})
+    store = open_store(str(tmp_path / "vcm.db"))
+    try:
+        hot = HotState(fakeredis.FakeRedis(decode_responses=True), settings)
+        service = MemoryService(hot, store, RecordingDispatcher())
+        with TestClient(create_app(service, None, settings=settings)) as http:
+            r = http.get("/metrics")
+            assert r.status_code == 200 and "# TYPE" in r.text
     finally:
         store.close()

@@ -321,7 +321,8 @@ def test_health_and_metrics(client: TestClient) -> None:
         "store": {"ok": True, "backend": "embedded"},
     }
     assert client.get("/health").json() == r.json()
-    metrics = client.get("/metrics", follow_redirects=False)
+    assert client.get("/metrics", follow_redirects=False).status_code == 401  # admin only by default
+    metrics = client.get("/metrics", headers=ADMIN, follow_redirects=False)
     assert metrics.status_code == 200 and "# TYPE" in metrics.text
     assert metrics.headers["content-type"].startswith("text/plain")
 
@@ -440,7 +441,11 @@ def test_block_put_refuses_tainted_content_without_a_justification(client: TestC
     assert refused.status_code == 422
     assert refused.json()["error"]["code"] == "TAINTED_CONTENT"
     assert client.get("/v1/agents/alice/blocks/persona", headers=me).status_code == 404
-    ok = client.put("/v1/agents/alice/blocks/persona", json={"content": text, "justification": "a quote"}, headers=me)
+    ok = client.put(
+        "/v1/agents/alice/blocks/persona",
+        json={"content": text, "justification": "a quote the user asked me to keep"},
+        headers=me,
+    )
     assert ok.status_code == 200
     row = client.get("/v1/agents/alice/events", params={"kinds": "core_write"}, headers=me).json()["items"][-1]
-    assert row["payload"]["justification"] == "a quote" and "DAN" not in str(row["payload"])
+    assert row["payload"]["justification"] == "a quote the user asked me to keep" and "DAN" not in str(row["payload"])

@@ -4,15 +4,21 @@ Not ArangoDB: it keeps databases, users (password, active) and grants in memory 
 HTTP endpoints python-arango 8 calls for them, with ArangoDB's status codes and error numbers:
 Basic auth on every request (401, errorNum 11), root-only management in ``_system``, database
 access for other users by their grant. Enough to run compose/arango_init.py end to end.
+
+Like arangod under compose/arangod-uds, its socket has mode 0660 in a 0700 directory, and it has a
+network namespace of its own: ``net_dir`` holds ``tcp``/``tcp6`` listener tables in /proc/net
+format, empty until :meth:`FakeArangod.listen_tcp` adds a row (for the rollout guard).
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import re
 import socketserver
+import sys
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler
@@ -33,10 +39,39 @@ class FakeArangod:
         self.lock = threading.Lock()
         self.directory = tempfile.mkdtemp(prefix="vcm-init-")  # AF_UNIX paths must stay short
         self.socket_path = os.path.join(self.directory, "arangod.sock")
+        self.net_dir = os.path.join(self.directory, "net")  # its network namespace's /proc/net
+        self.tcp_listeners: list[tuple[str, int]] = []
         self._server: _Server | None = None
+        os.mkdir(self.net_dir)
+        self._write_net()
+
+    def listen_tcp(self, address: str, port: int) -> None:
+        """Pretend arangod listens on TCP ``address``:``port`` (a row in the listener tables)."""
+        self.tcp_listeners.append((address, port))
+        self._write_net()
+
+    def _write_net(self) -> None:
+        header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        rows: dict[int, list[str]] = {4: [], 6: []}
+        for address, port in self.tcp_listeners:
+            ip = ipaddress.ip_address(address)
+            packed = ip.packed  # the kernel prints each 32-bit word in host byte order
+            if sys.byteorder == "little":
+                packed = b"".join(packed[i : i + 4][::-1] for i in range(0, len(packed), 4))
+            words = packed.hex().upper()
+            remote = "0" * len(words)
+            n = len(rows[ip.version])
+            rows[ip.version].append(
+                f"{n:4}: {words}:{port:04X} {remote}:0000 0A 00000000:00000000 00:00000000 00000000 "
+                f"{os.getuid():5} 0 {1000 + n} 1 0000000000000000 100 0 0 10 0\n"
+            )
+        for name, version in (("tcp", 4), ("tcp6", 6)):
+            with open(os.path.join(self.net_dir, name), "w", encoding="ascii") as fh:
+                fh.write(header + "".join(rows[version]))
 
     def start(self) -> None:
         self._server = _Server(self.socket_path, self)
+        os.chmod(self.socket_path, 0o660)  # what compose/arangod-uds does to arangod's socket
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def stop(self) -> None:
@@ -44,6 +79,9 @@ class FakeArangod:
             self._server.shutdown()
             self._server.server_close()
         Path(self.socket_path).unlink(missing_ok=True)
+        for name in ("tcp", "tcp6"):
+            Path(self.net_dir, name).unlink(missing_ok=True)
+        os.rmdir(self.net_dir)
         os.rmdir(self.directory)
 
     def calls(self, method: str, path_pattern: str) -> int:

@@ -4,6 +4,7 @@ arangod that keeps databases, users and grants (tests/compose/fake_arangod.py)."
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from types import ModuleType
@@ -50,6 +51,8 @@ def _env(socket_path: str, *, rw_pw: str = RW_PW, ro_pw: str = RO_PW, root_pw: s
         "ARANGO_RO_USER": "vcm_ro",
         "ARANGO_RO_PASSWORD": ro_pw,
         "ARANGO_INIT_WAIT_S": "2",
+        # FakeArangod's listener tables (its "network namespace"), beside its socket
+        "ARANGO_INIT_NET_DIR": os.path.join(os.path.dirname(socket_path), "net"),
     }
 
 
@@ -69,6 +72,7 @@ def test_a_fresh_server_gets_the_database_both_users_and_their_grants(
     # Both users really logged in to the database at the end.
     assert {u for m, p, u in fake.requests if p == "/_db/vcm/_api/collection"} == {"vcm_rw", "vcm_ro"}
     err = capsys.readouterr().err
+    assert "rollout guard: ok" in err
     assert "ok: vcm ready" in err
     for secret in (ROOT_PW, RW_PW, RO_PW):
         assert secret not in err
@@ -178,3 +182,51 @@ def test_the_compose_environment_of_the_init_job_is_accepted() -> None:
     assert (cfg.rw.name, cfg.ro.name) == ("vcm_rw", "vcm_ro")
     with pytest.raises(init.InitConfigError):  # and the .env.example placeholders are refused
         init.config_from_env(env)
+
+
+# --- the rollout guard (step 0) -------------------------------------------------------------------------
+def _nothing_created(fake: FakeArangod) -> bool:
+    return "vcm" not in fake.databases and set(fake.users) == {"root"} and fake.grants == {}
+
+
+@pytest.mark.parametrize(
+    ("address", "port"),
+    [("127.0.0.1", 8529), ("0.0.0.0", 8529), ("::", 8529), ("127.0.0.1", 8999)],
+)
+def test_a_tcp_listener_in_arangods_namespace_stops_the_job_before_it_creates_anything(
+    address: str, port: int, fake: FakeArangod, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.listen_tcp(address, port)
+    assert init.main(_env(fake.socket_path)) == 3
+    err = capsys.readouterr().err
+    assert "rollout guard: a TCP listener in arangod's network namespace: " in err
+    assert f":{port}" in err and "not UDS-only" in err
+    assert _nothing_created(fake)
+
+
+@pytest.mark.parametrize(("socket_mode", "dir_mode"), [(0o755, 0o700), (0o666, 0o700), (0o660, 0o755)])
+def test_a_socket_or_directory_open_to_others_stops_the_job(
+    socket_mode: int, dir_mode: int, fake: FakeArangod, capsys: pytest.CaptureFixture[str]
+) -> None:
+    os.chmod(fake.socket_path, socket_mode)
+    os.chmod(fake.directory, dir_mode)
+    assert init.main(_env(fake.socket_path)) == 3
+    err = capsys.readouterr().err
+    expected = "must be 0660" if socket_mode != 0o660 else "must be 0700"
+    assert expected in err
+    assert _nothing_created(fake)
+
+
+def test_unreadable_listener_tables_stop_the_job(fake: FakeArangod, capsys: pytest.CaptureFixture[str]) -> None:
+    env = _env(fake.socket_path)
+    env["ARANGO_INIT_NET_DIR"] = os.path.join(fake.directory, "no-such-dir")
+    assert init.main(env) == 3
+    assert "cannot read the TCP listeners" in capsys.readouterr().err
+    assert _nothing_created(fake)
+
+
+def test_the_compose_init_job_reads_the_listeners_of_arangods_namespace() -> None:
+    env = stack.resolved_environment("arangodb-init")
+    cfg = init.config_from_env({k: v.replace("change-me", "generated") for k, v in env.items()})
+    assert cfg.net_dir == "/proc/net" and cfg.socket_path == "/run/arangodb/arangod.sock"
+    assert stack.services()["arangodb-init"]["network_mode"] == "service:arangodb"

@@ -31,13 +31,15 @@ EXPECTED_SERVICES = {
     "worker-hot",
     "worker-cold",
     "worker-ingest",
+    "worker-maintenance",
     "beat",
     "flower",
     "prometheus",
 }
-WORKERS = ("worker-hot", "worker-cold", "worker-ingest")
+WORKERS = ("worker-hot", "worker-cold", "worker-ingest", "worker-maintenance")
 STORE_USERS = {"api", "arangodb-init", *WORKERS}  # services that talk to ArangoDB
 SOCKET_DIR = "/run/arangodb"
+SOCKET = f"{SOCKET_DIR}/arangod.sock"
 REQUIRED_SECRETS = ("ARANGO_ROOT_PASSWORD", "ARANGO_RW_PASSWORD", "ARANGO_RO_PASSWORD", "FLOWER_BASIC_AUTH")
 
 
@@ -99,7 +101,7 @@ def test_start_scripts_are_committed_executable() -> None:
         ["git", "ls-files", "-s", "--", "compose"], cwd=stack.ROOT, capture_output=True, text=True, check=True
     ).stdout
     modes = {Path(line.split("\t")[1]).name: line.split()[0] for line in out.splitlines()}
-    scripts = [*sorted(p.name for p in stack.COMPOSE_DIR.glob("start-*")), "healthcheck-http"]
+    scripts = [*sorted(p.name for p in stack.COMPOSE_DIR.glob("start-*")), "healthcheck-http", "arangod-uds"]
     tracked = [s for s in scripts if s in modes]
     if not tracked:
         pytest.skip("compose scripts are not committed yet")
@@ -184,15 +186,25 @@ def test_arangodb_is_a_pinned_3_12_release_with_the_vector_index_option() -> Non
     assert "--vector-index=true" in stack.command(arango)
 
 
-def test_arangodb_listens_on_a_unix_socket_and_only_loopback_tcp_and_publishes_nothing() -> None:
+def test_arangodb_listens_on_its_unix_socket_only_and_publishes_nothing() -> None:
     arango = _svc("arangodb")
-    endpoints = [c.split("=", 1)[1] for c in stack.command(arango) if c.startswith("--server.endpoint=")]
-    assert f"unix://{SOCKET_DIR}/arangod.sock" in endpoints
-    for endpoint in endpoints:
-        if not endpoint.startswith("unix://"):
-            assert endpoint.startswith("tcp://127.0.0.1:"), f"{endpoint} would be reachable from other containers"
+    cmd = stack.command(arango)
+    endpoints = [c for c in cmd if c.startswith("--server.endpoint")]
+    assert endpoints == [f"--server.endpoint=unix://{SOCKET}"]
     assert "ports" not in arango and "expose" not in arango
     assert arango.get("network_mode") == "none"
+
+
+def test_no_tcp_endpoint_or_port_8529_anywhere_in_the_stack() -> None:
+    # Seed 000's rollout guard: nothing listens on 8529. Every string of the compose file (comments
+    # are gone) and the scripts that reach ArangoDB use the socket only.
+    for text in stack.strings(stack.compose()):
+        assert not re.search(r"(tcp|ssl)://|\b8529\b", text), text
+    for text in stack.strings(_svc("arangodb")):  # arangod also takes http:// and https:// endpoints
+        assert not re.search(r"https?://", text), text
+    for name in ("arango_init.py", "start-init"):
+        code = (stack.COMPOSE_DIR / name).read_text()
+        assert not re.search(r"(tcp|ssl)://|arango\+https?://|:8529\b", code), f"compose/{name}"
 
 
 def test_arangodb_authentication_is_on_with_the_root_password_from_the_environment() -> None:
@@ -208,12 +220,37 @@ def test_arangodb_authentication_is_on_with_the_root_password_from_the_environme
     assert env["ARANGODB_OVERRIDE_DETECTED_TOTAL_MEMORY"] == str(arango["mem_limit"])
 
 
-def test_arangodb_healthcheck_checks_the_socket_and_availability_on_loopback() -> None:
+def test_arangodb_healthcheck_asks_arangod_over_the_socket_once_it_is_0660() -> None:
     test = _svc("arangodb")["healthcheck"]["test"]
-    assert test[0] == "CMD-SHELL"
-    assert f"test -S {SOCKET_DIR}/arangod.sock" in test[1]
-    assert "http://127.0.0.1:8529/_admin/server/availability" in test[1]
-    assert "--server.endpoint=tcp://127.0.0.1:8529" in stack.command(_svc("arangodb"))
+    assert test[0] == "CMD-SHELL" and len(test) == 2
+    script = test[1]
+    subprocess.run(["sh", "-n", "-c", script], check=True)
+    steps = [s.strip() for s in script.split("&&")]
+    assert steps[0] == f"test -S {SOCKET}"
+    assert steps[1] == f"stat -c %a {SOCKET} | grep -qx 660"
+    arangosh = steps[2].split()
+    assert arangosh[0] == "arangosh"
+    assert f"--server.endpoint=unix://{SOCKET}" in arangosh
+    assert "--server.username=root" in arangosh
+    # arangosh substitutes @NAME@ from its environment: the password stays out of the container's
+    # config (${...} would be interpolated into it) and off the command line ($NAME would be).
+    assert "--server.password=@ARANGO_ROOT_PASSWORD@" in arangosh
+    assert "$" not in script
+    assert "--javascript.execute-string='db._version()'" in arangosh
+    assert "ARANGO_ROOT_PASSWORD" in stack.environment(_svc("arangodb"))
+    assert not re.search(r"wget|curl|http://|127\.0\.0\.1", script)
+
+
+def test_arangodb_starts_through_arangod_uds_mounted_from_compose() -> None:
+    arango = _svc("arangodb")
+    entrypoint = arango["entrypoint"]
+    assert entrypoint[0] == "/bin/sh"  # the file needs no exec bit in the container
+    mount = next(m for m in stack.mounts(arango) if m.target == entrypoint[1])
+    assert mount.kind == "bind" and mount.read_only
+    assert (stack.COMPOSE_DIR / mount.source).resolve() == stack.COMPOSE_DIR / "arangod-uds"
+    assert arango.get("init") is True  # reaps arangod-uds's background helper
+    # the socket arangod-uds waits for is the one the store URLs name
+    assert parse_url(stack.resolved_environment("api")["VCM_STORE_URL"]).socket_path == SOCKET
 
 
 def test_arangodb_keeps_data_and_apps_on_named_volumes() -> None:
@@ -244,7 +281,14 @@ def test_arangod_and_the_vcm_image_share_the_uid_that_owns_the_socket() -> None:
     volume = stack.compose()["volumes"]["arango_socket"]
     opts = dict(o.split("=", 1) for o in volume["driver_opts"]["o"].split(","))
     assert opts["uid"] == image_uid
-    assert int(opts["mode"], 8) & 0o007 == 0, "others must not reach the socket directory"
+    assert int(opts["mode"], 8) == 0o700, "only uid 10001 may reach the socket directory"
+
+
+def test_the_init_job_runs_the_rollout_guard_in_arangods_network_namespace() -> None:
+    init = _svc("arangodb-init")
+    assert init["network_mode"] == "service:arangodb"  # it sees arangod's TCP listeners (none)
+    assert "ports" not in init and "networks" not in init
+    assert init["depends_on"]["arangodb"]["condition"] == "service_healthy"
 
 
 # --- Redis ------------------------------------------------------------------------------------------
@@ -270,12 +314,12 @@ def test_hot_state_and_broker_use_the_redis_service_on_separate_databases() -> N
 
 
 # --- workers, beat, Flower ----------------------------------------------------------------------------
-def test_three_workers_share_one_definition_and_differ_only_in_queue() -> None:
+def test_the_workers_share_one_definition_and_differ_only_in_queue() -> None:
     defs = [{k: v for k, v in _svc(w).items() if k != "command"} for w in WORKERS]
     commands = [stack.command(_svc(w)) for w in WORKERS]
-    assert defs[0] == defs[1] == defs[2], "worker services must come from one definition"
+    assert all(d == defs[0] for d in defs), "worker services must come from one definition"
     assert all(c[0] == "start-worker" for c in commands)
-    assert [c[1] for c in commands] == ["hot", "cold", "ingest"]
+    assert [c[1] for c in commands] == ["hot", "cold", "ingest", "maintenance"]
     assert {c[1] for c in commands} == set(routes.QUEUES)
     for c in commands:
         assert all(arg.startswith("--concurrency=") for arg in c[2:]), f"workers only override concurrency: {c}"
@@ -359,6 +403,19 @@ def test_prometheus_scrapes_the_api_and_flower_where_they_listen() -> None:
         host, port = target.split(":")
         assert host in stack.services(), f"{target}: no such service"
         assert int(port) == _listen_port(host), f"{target}: {host} listens elsewhere"
+
+
+def test_prometheus_scrapes_the_api_with_the_admin_token_from_a_secret() -> None:
+    # The API's /metrics is admin-only by default; the token reaches Prometheus as a file.
+    config = yaml.safe_load(stack.PROMETHEUS_FILE.read_text())
+    (api_job,) = [j for j in config["scrape_configs"] if any("api:" in t for sc in j["static_configs"]
+                                                              for t in sc["targets"])]  # fmt: skip
+    path = api_job["authorization"]["credentials_file"]
+    prometheus = stack.services()["prometheus"]
+    secret = {s["source"]: s for s in prometheus["secrets"]}["vcm_admin_token"]
+    assert path == f"/run/secrets/{secret.get('target', 'vcm_admin_token')}"
+    assert stack.compose()["secrets"]["vcm_admin_token"]["environment"] == "VCM_API__ADMIN_TOKEN"
+    assert "admin_token" not in stack.PROMETHEUS_FILE.read_text().replace("vcm_admin_token", "")
 
 
 # --- volumes, dependencies, healthchecks, variables ----------------------------------------------------

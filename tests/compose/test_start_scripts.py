@@ -111,7 +111,7 @@ def test_script_is_strict_posix_sh(script: str) -> None:
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 def test_scripts_pass_shellcheck() -> None:
-    paths = [str(stack.COMPOSE_DIR / s) for s in [*SCRIPTS, "healthcheck-http"]]
+    paths = [str(stack.COMPOSE_DIR / s) for s in [*SCRIPTS, "healthcheck-http", "arangod-uds"]]
     proc = subprocess.run(["shellcheck", "--shell=sh", *paths], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
 
@@ -167,7 +167,7 @@ def test_worker_options_given_by_compose_win(run_script: Any) -> None:
 
 
 def test_compose_worker_commands_run(run_script: Any) -> None:
-    for name in ("worker-hot", "worker-cold", "worker-ingest"):
+    for name in ("worker-hot", "worker-cold", "worker-ingest", "worker-maintenance"):
         cmd = stack.interpolate(stack.command(stack.services()[name]), stack.env_example())
         result = run_script(cmd[0], *cmd[1:])
         assert result.returncode == 0, result.stderr

@@ -240,3 +240,64 @@ def test_tainted_content_was_refused_first_and_the_justification_recorded(run: R
     assert row.payload["tainted"] == ["override"]
     # The refused attempt wrote nothing: one persona row only, and one append row per message.
     assert len([e for e in run.events if e.kind == "append"]) == 2
+
+
+def test_a_replayed_append_re_drives_the_batch_its_first_attempt_began(hot: HotState, tmp_path: Any) -> None:
+    # The first attempt's process dies right after its Lua call (simulated by calling the hot state
+    # alone): no dispatch, no flush row. The client's retry with the same key must do both.
+    h = Harness(hot, str(tmp_path / "vcm.db"), clock=Clock())
+    try:
+        h.service.create_agent("a1", model="vcm-demo-2k")
+        i = 0
+        while True:
+            i += 1
+            first = h.hot.append("a1", "user", f"message number {i} " + "words " * 30, idempotency_key=f"k{i}")
+            if first.batch is not None:
+                break
+        assert h.store.query_events("a1", ["flush"]).items == [] and h.dispatcher.evictions == []
+        again = h.service.append("a1", "user", f"message number {i} " + "words " * 30, idempotency_key=f"k{i}")
+        assert again.replayed and again.batch is not None and again.batch.id == first.batch.id
+        rows = h.store.query_events("a1", ["flush"]).items
+        assert [r.payload["batch_id"] for r in rows] == [first.batch.id] and rows[0].idempotency_key == f"k{i}"
+        assert h.dispatcher.evictions == [("a1", first.batch.id)]
+        h.service.append("a1", "user", f"message number {i} " + "words " * 30, idempotency_key=f"k{i}")
+        assert len(h.store.query_events("a1", ["flush"]).items) == 1  # one row, however often retried
+    finally:
+        h.close()
+
+
+def test_budget_refusals_and_tool_errors_leave_error_rows_and_chains_their_start(hot: HotState, tmp_path: Any) -> None:
+    from vcm.errors import PinLimitExceeded, TokenBudgetExceeded
+
+    h = Harness(hot, str(tmp_path / "vcm.db"), clock=Clock(step=0.5))
+    try:
+        h.service.create_agent("a1", model="vcm-demo-2k")
+        counter = h.hot.counter("vcm-demo-2k")
+        big = "word " * 1200  # more than a quarter of a 2k window, pinned: over the pin cap
+        for _ in range(2):  # a retry under the same key adds no second row
+            with pytest.raises(PinLimitExceeded):
+                h.service.put_block("a1", "b", big, pinned=True, idempotency_key="pin-1", actor="cli")
+        huge = "word " * 3000
+        assert counter.text(huge) > 2048
+        with pytest.raises(TokenBudgetExceeded):
+            h.service.append("a1", "user", huge, actor="cli")
+        rows = h.store.query_events("a1", ["error"]).items
+        by_op = {r.payload["op"]: r for r in rows}
+        assert len(rows) == 2 and set(by_op) == {"put_block", "append"}
+        assert by_op["put_block"].payload["code"] == "PIN_LIMIT_EXCEEDED" and by_op["put_block"].actor == "cli"
+        assert by_op["append"].payload["code"] == "TOKEN_BUDGET_EXCEEDED"
+        assert "required_headroom" in by_op["append"].payload
+        assert "word" not in json.dumps([r.payload for r in rows])  # numbers and codes, never content
+
+        failed = h.call("a1", "fetch_core", block_id="no such block!")
+        assert not failed.ok
+        tool_rows = [r for r in h.store.query_events("a1", ["error"]).items if "tool" in r.payload]
+        assert [(r.payload["tool"], r.payload["code"]) for r in tool_rows] == [("fetch_core", "VALIDATION_ERROR")]
+
+        first = h.call("a1", "fetch_core", heartbeat=True)
+        second = h.call("a1", "fetch_core", heartbeat=True)
+        assert first.heartbeat.run and second.heartbeat.chain_id == first.heartbeat.chain_id
+        starts = h.store.query_events("a1", ["hb_start"]).items
+        assert [s.payload["chain_id"] for s in starts] == [first.heartbeat.chain_id]  # one row per chain
+    finally:
+        h.close()

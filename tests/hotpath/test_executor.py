@@ -15,7 +15,7 @@ from tests.hotpath.services import Harness
 from vcm.errors import StoreUnavailable
 from vcm.hot import keys, render
 from vcm.hot.state import HotState
-from vcm.tools.executor import SPOOL_CHUNK_CHARS, ToolExecutor
+from vcm.tools.executor import ENVELOPE_TOKENS, SPOOL_CHUNK_CHARS, ToolExecutor
 from vcm.tools.paging import PAGE_TOKENS
 from vcm.tools.results import ToolResult
 
@@ -36,10 +36,18 @@ def body(result: ToolResult) -> dict[str, Any]:
     return {k: v for k, v in result.payload.items() if k not in ENVELOPE}
 
 
+# Audit rows that record a request rather than a change of memory: refusals, failed tool calls and
+# the heartbeat governor's chain starts and ends (a failed call asks for a heartbeat regardless).
+REQUEST_ROWS = ["error", "hb_start", "heartbeat_end"]
+
+
 def state(h: Harness, agent: str = "a1") -> dict[str, Any]:
-    """Everything the memory holds for an agent: Redis keys (the heartbeat governor's aside) and store rows."""
+    """Everything the memory holds for an agent: Redis keys and store rows (the heartbeat
+    governor's state and the audit rows of requests aside)."""
     redis_state = {k: v for k, v in dump(h.hot.redis, agent).items() if not k.endswith(":" + keys.HEARTBEAT)}
-    return {"redis": redis_state, "store": h.store.stats(agent)}
+    stats = h.store.stats(agent)
+    stats["events"] -= len(h.store.query_events(agent, REQUEST_ROWS, limit=1000).items)
+    return {"redis": redis_state, "store": stats}
 
 
 def page_tokens(h: Harness, result: ToolResult) -> int:
@@ -295,12 +303,10 @@ def test_retrieved_instructions_are_marked_tainted_and_not_promoted_without_just
     assert refused.error is not None and refused.error["code"] == "TAINTED_CONTENT"
     assert refused.error["field"] == "justification" and refused.error["reasons"] == ["override"]
     assert state(h) == before
-    accepted = h.call(
-        "a1", "store_core", block_id="persona", content=INJECTED, idempotency_key="k1", justification="quoted"
-    )
+    accepted = h.call("a1", "store_core", block_id="persona", content=INJECTED, idempotency_key="k1", justification=WHY)
     assert accepted.ok and h.service.get_block("a1", "persona").content == INJECTED
     row = h.service.events("a1", ["core_write"]).items[-1]
-    assert row.payload["justification"] == "quoted" and row.actor == "agent:a1/tool:store_core"
+    assert row.payload["justification"] == WHY and row.actor == "agent:a1/tool:store_core"
 
 
 def test_rehydrated_tainted_recall_carries_a_caution(h: Harness) -> None:
@@ -336,6 +342,9 @@ def test_work_over_the_budget_is_refused_with_the_headroom_it_needs(h: Harness) 
 
 
 # --- paging -----------------------------------------------------------------------------------------
+WHY = "quoting the injected text for the incident report"
+
+
 def zebra(i: int) -> str:
     return f"Zebra sighting {i}: the striped zebra herd crossed the river near camp at dawn, number {i}."
 
@@ -428,38 +437,68 @@ def test_fetch_core_pages_blocks_by_id(h: Harness) -> None:
     assert ids == [f"b{i}" for i in range(6)] + ["z-late"]
 
 
-def fill_block(h: Harness, agent: str, free_below: int) -> str:
+def fill_block(h: Harness, agent: str, free_below: int, key: str = "big") -> str:
     """A working block that leaves fewer than ``free_below`` tokens free; returns its _rev."""
     counter = h.hot.counter(SMALL)
     free = h.hot.gauges(agent).free
     block = render.block("big", "working", "", False)
     size = free - free_below + 20 - counter.message(block)
-    result = h.call(agent, "store_core", block_id="big", content=filler(counter, size), idempotency_key="big")
+    result = h.call(agent, "store_core", block_id="big", content=filler(counter, size), idempotency_key=key)
     assert result.ok, result.payload
     assert h.hot.gauges(agent).free < free_below
     return str(result.payload["_rev"])
 
 
-def test_paging_stops_when_less_than_a_page_is_free(h: Harness) -> None:
+def test_paging_refuses_only_what_does_not_fit(h: Harness) -> None:
     h.service.create_agent("small", model=SMALL)
     for i in range(12):
         h.call("small", "write_recall", content=zebra(i), idempotency_key=f"z{i}")
+    tiny = h.call("small", "store_core", block_id="tiny", content="Likes tea.", idempotency_key="t")
+    assert tiny.ok
     first = h.call("small", "search_recall", query="zebra", mode="text", limit=4)
     cursor = first.payload["next_cursor"]
     assert cursor
-    rev = fill_block(h, "small", PAGE_TOKENS)
 
-    stopped = h.call("small", "search_recall", query="zebra", mode="text", limit=4, cursor=cursor)
-    assert stopped.ok and stopped.payload["stopped"] == "context_full" and stopped.payload["results"] == []
-    assert stopped.payload["next_cursor"] == cursor and stopped.payload["free_tokens"] < PAGE_TOKENS
-    assert h.call("small", "fetch_core").payload["stopped"] == "context_full"
-    assert h.call("small", "search_archival", query="zebra").payload["stopped"] == "context_full"
+    # Less than a page free, but room for small results: they are served, within what is free.
+    rev = fill_block(h, "small", 470)
+    free = h.hot.gauges("small").free
+    assert ENVELOPE_TOKENS + 64 < free < 470 < PAGE_TOKENS
+    part = h.call("small", "search_recall", query="zebra", mode="text", limit=4, cursor=cursor)
+    assert part.ok and "stopped" not in part.payload and part.payload["results"]
+    assert page_tokens(h, part) <= free - ENVELOPE_TOKENS
+    small_block = h.call("small", "fetch_core", block_id="tiny")
+    assert small_block.ok and [b["block_id"] for b in small_block.payload["blocks"]] == ["tiny"]
+    # What does not fit whole is refused, keeping the cursor: the big block comes first here, and
+    # the one quagga note is longer than what is free.
+    everything = h.call("small", "fetch_core")
+    assert everything.payload["stopped"] == "context_full" and everything.payload["next_cursor"] is None
+    long_note = h.call("small", "write_recall", content="Quagga notes. " + filler(h.hot.counter(SMALL), 330, "stripes"),
+                       idempotency_key="q")  # fmt: skip
+    assert long_note.ok
+    refused = h.call("small", "search_recall", query="quagga", mode="text")
+    assert refused.ok and refused.payload["stopped"] == "context_full" and refused.payload["results"] == []
+    assert refused.payload["free_tokens"] == free and refused.payload["next_cursor"] is None
 
     h.call("small", "store_core", block_id="big", delete=True, _rev=rev, idempotency_key="drop")
-    resumed = h.call("small", "search_recall", query="zebra", mode="text", limit=4, cursor=cursor)
+    resumed = h.call("small", "search_recall", query="zebra", mode="text", limit=4, cursor=part.payload["next_cursor"])
     assert resumed.ok and len(resumed.payload["results"]) == 4
-    first_ids = {r["id"] for r in first.payload["results"]}
-    assert first_ids.isdisjoint(r["id"] for r in resumed.payload["results"])
+    seen = {r["id"] for r in first.payload["results"]} | {r["id"] for r in part.payload["results"]}
+    assert seen.isdisjoint(r["id"] for r in resumed.payload["results"])
+    whole = h.call("small", "search_recall", query="quagga", mode="text")
+    assert whole.ok and "truncated" not in whole.payload["results"][0]
+
+
+def test_an_empty_result_has_no_cursor(h: Harness) -> None:
+    h.call("a1", "write_recall", content="The zebra crossed.", idempotency_key="z")
+    nothing = h.call("a1", "search_recall", query="quokka", mode="text")
+    assert nothing.ok and nothing.payload["results"] == [] and nothing.payload["next_cursor"] is None
+    no_docs = h.call("a1", "search_archival", query="quokka")
+    assert no_docs.ok and no_docs.payload["results"] == [] and no_docs.payload["next_cursor"] is None
+    one = h.call("a1", "search_recall", query="zebra", mode="text", limit=1)
+    assert len(one.payload["results"]) == 1
+    if one.payload["next_cursor"] is not None:  # the last page after it is empty and ends the paging
+        last = h.call("a1", "search_recall", query="zebra", mode="text", limit=1, cursor=one.payload["next_cursor"])
+        assert last.payload["results"] == [] and last.payload["next_cursor"] is None
 
 
 def test_an_item_larger_than_a_page_is_truncated_and_keeps_its_id(h: Harness) -> None:

@@ -53,6 +53,19 @@ def test_per_agent_off_records_no_agent_series() -> None:
     assert value("vcm_context_occupancy_ratio_count") == before + 1
 
 
+def test_per_agent_series_are_bounded_least_recently_updated_first() -> None:
+    for name in ("cap-a", "cap-b", "cap-c"):
+        metrics.context(name, gauges(), per_agent=True, max_agents=3)
+    metrics.context("cap-a", gauges(), per_agent=True, max_agents=3)  # a is recent again; b is oldest
+    metrics.context("cap-d", gauges(), per_agent=True, max_agents=3)
+    alive = {a for a in ("cap-a", "cap-b", "cap-c", "cap-d") if REGISTRY.get_sample_value(
+        "vcm_context_tokens", {"agent": a, "part": "fifo"}) is not None}  # fmt: skip
+    assert alive == {"cap-a", "cap-c", "cap-d"}
+    metrics.context("cap-b", gauges(), per_agent=True, max_agents=3)  # back, at the cost of c
+    assert REGISTRY.get_sample_value("vcm_context_tokens", {"agent": "cap-b", "part": "fifo"}) == 100
+    assert REGISTRY.get_sample_value("vcm_context_tokens", {"agent": "cap-c", "part": "fifo"}) is None
+
+
 def test_recording_never_raises_into_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*_: object, **__: object) -> None:
         raise OSError("multiprocess directory is gone")

@@ -118,6 +118,8 @@ class HotPathMachine(RuleBasedStateMachine):
         self.salt += 1
         content = text_of(n, self.salt)
         kwargs = {"role": role, "content": content, "pinned": pinned}
+        if role == "tool":  # a tool result names the call it answers
+            kwargs["tool_call_id"] = f"call_{self.salt}"
         if keyed:
             kwargs["idempotency_key"] = f"k{self.salt}"
         tokens = self.hot.counter(self.hot.agent(AGENT).model).message(content)

@@ -169,3 +169,40 @@ def test_a_notice_appended_by_a_finish_is_spooled_too(deps: Deps) -> None:
     dispatcher = deps.dispatcher
     assert isinstance(dispatcher, RecordingDispatcher)
     assert (AGENT, (notices[0].id,)) in dispatcher.spooled
+
+
+def test_every_committed_batch_has_exactly_one_flush_row(deps: Deps) -> None:
+    # `fill` begins batches through the hot state alone, as a request that died right after its
+    # Lua call would leave them: no flush row yet. The commit writes it; a replay adds nothing.
+    fill(deps, batches=2)
+    for batch in (1, 2):
+        evict.evict_batch(deps, AGENT, batch)
+    evict.evict_batch(deps, AGENT, 2)  # a redelivery
+    flushes = events(deps, "flush")
+    assert sorted(int(str(e["batch_id"])) for e in flushes) == [1, 2]
+    assert all(e["footprint"]["op"] == "evict_begin" for e in flushes)  # type: ignore[index]
+
+
+def test_a_batch_begun_by_a_summary_install_gets_its_flush_row(tmp_path: Path) -> None:
+    from vcm.obs import audit
+
+    d = make_deps(tmp_path)
+    d.hot.create_agent(AGENT, model=MODEL, system_prompt="You are a careful assistant.")
+    fill(d)
+    # Fill the FIFO up to just below flush while batch 1 is pending: installing its summary then
+    # pushes the context over flush, and the finish begins the next batch itself.
+    i = 1000
+    while not d.hot.pending_batches(AGENT)[1:]:
+        snap = d.hot.gauges(AGENT)
+        if snap.total + 60 >= int(d.hot.snapshot(AGENT).counter("flush")):
+            break
+        converse(d.hot, AGENT, 1, start=i)
+        i += 1
+    out = evict.evict_batch(d, AGENT, 1)
+    if out.next_batch is None:
+        pytest.skip("the summary did not push the context past flush with this conversation")
+    begun = out.next_batch
+    ids = {e.event_id for e in d.store.query_events(AGENT, ["flush"], limit=100).items}
+    assert f"{AGENT}:flush:{begun}" in ids  # written at the finish, before batch 2 is committed
+    assert audit.flush_event(AGENT, begun, messages=1, tokens=1, total_after=None, actor="x").event_id in ids
+    d.store.close()

@@ -309,3 +309,27 @@ def test_discover_orders_and_filters(tmp_path: Path) -> None:
     ]
     rooted = [rel for _, rel in discover([docs / "sub"], [".txt"], root=docs)]
     assert rooted == ["sub/b.txt", "sub/bom.txt", "sub/latin1.txt"]
+
+
+def test_ingest_paths_refuses_special_files_and_links_out_of_the_root(
+    tmp_path: Path, store: MemoryStore, embedder: Embedder, cfg: Settings
+) -> None:
+    import os
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "ok.md").write_text("# Fine\n\nA note inside the root.")
+    outside = tmp_path / "secret.md"
+    outside.write_text("# Secret\n\nNot for the agent.")
+    (root / "link.md").symlink_to(outside)
+    os.mkfifo(root / "pipe.md")  # reading a FIFO would block forever
+    report = ingest_paths(store, embedder, AGENT, [root / "ok.md", root / "link.md", root / "pipe.md"],
+                          root=root, settings=cfg)  # fmt: skip
+    by_name = {Path(o.path).name: o for o in report.outcomes}
+    assert by_name["ok.md"].status == "ingested"
+    assert by_name["link.md"].error is not None and "outside the allowed root" in by_name["link.md"].error["message"]
+    assert by_name["pipe.md"].error is not None and "not a regular file" in by_name["pipe.md"].error["message"]
+    assert _archival_count(store) == len(store.get_archival(AGENT, by_name["ok.md"].doc_id or ""))
+    # Without --root, a link is read like any file the user may read (documented in `vcm ingest --help`).
+    loose = ingest_paths(store, embedder, AGENT, [root / "link.md"], settings=cfg)
+    assert loose.outcomes[0].status == "ingested"

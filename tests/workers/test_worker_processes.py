@@ -193,7 +193,7 @@ class Fleet:
     def ensure(self, standby: bool = False) -> Worker:
         """A warm active worker (and a standby on its way, if asked)."""
         if self.active is None or self.active.dead():
-            self.active = self.spawn("hot,cold")
+            self.active = self.spawn("hot,cold,maintenance")
         if standby and (self.standby is None or self.standby.dead()):
             self.standby = self.spawn("vcm-idle")
         self.wait_warm(self.active)
@@ -208,7 +208,7 @@ class Fleet:
         left = self.unacked()
         self.wait_warm(self.standby)
         app = self.dispatcher.app
-        for queue in ("hot", "cold"):
+        for queue in ("hot", "cold", "maintenance"):
             replies = app.control.add_consumer(queue, destination=[self.standby.name], reply=True, timeout=10)
             assert replies, f"the standby did not take queue {queue}"
         self.active, self.standby = self.standby, self.spawn("vcm-idle") if respawn else None
