@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 from celery import Task, shared_task
+from celery.exceptions import Reject
 
 from vcm.tasks import evict, ingest_job, maintenance, reembed, runtime
 from vcm.tasks.backoff import delay_s
@@ -52,7 +53,14 @@ class VcmTask(Task):  # type: ignore[misc]  # celery ships no type information
         if attempt < self.max_retries:
             countdown = delay_s(attempt, float(self.retry_backoff), float(self.retry_backoff_max))
             log.warning("%s%s failed (%r); retry %s in %.1fs", self.name, args, exc, attempt + 1, countdown)
-            raise self.retry(exc=exc, countdown=countdown, max_retries=self.max_retries)
+            try:
+                raise self.retry(exc=exc, countdown=countdown, max_retries=self.max_retries)
+            except Reject as rejected:
+                # Celery rejects *without* requeue when it cannot publish the retry, which happens
+                # when the broker is the Redis that just blinked: the message would be dropped and
+                # counted as a dead letter after one attempt. Requeue it instead (or, if the broker
+                # cannot take even that, it stays unacknowledged and is restored).
+                raise Reject(rejected.reason, requeue=True) from exc
         return self.give_up(f"{type(exc).__name__}: {exc}", *args, **kwargs)
 
     def give_up(self, reason: str, *args: Any, **kwargs: Any) -> dict[str, Any]:

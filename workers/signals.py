@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from celery.concurrency.prefork import TaskPool as PreforkPool
+from celery.exceptions import Reject
 from celery.signals import (
     celeryd_init,
     task_failure,
@@ -79,6 +80,9 @@ def _on_task_failure(
     letter; an eviction's event is recorded by a worker that has the store."""
     name = getattr(sender, "name", "")
     if name not in names.RETRIED:
+        return
+    if isinstance(exception, Reject) and exception.requeue:  # handed back to the queue: not given up
+        log.warning("%s[%s] requeued: %s", name, task_id, exception.reason)
         return
     metrics.DEAD_LETTERS.labels(task=name).inc()
     reason = f"{type(exception).__name__}: {exception}"

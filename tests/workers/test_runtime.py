@@ -120,3 +120,33 @@ def test_the_service_searches_recall_under_the_workers_vector_version(
     assert service.recall_version is not None and service.recall_version() == "stub-model:late6:v1"
     monkeypatch.setattr(built, "vectorizer", None)
     assert wiring.build_service(built.settings).recall_version is None
+
+
+def test_a_retry_that_cannot_be_published_is_requeued_not_dead_lettered(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Celery's Task.retry rejects *without* requeue when it cannot publish the retry (the broker
+    # is the Redis that just blinked); vcm requeues, so a one-second outage is no dead letter.
+    from celery.exceptions import Reject
+
+    from vcm.tasks.celery_tasks import spool
+    from vcm.workers import signals
+
+    def unpublishable(*_: object, **__: object) -> None:
+        raise Reject(ConnectionError("Error 111 connecting to 127.0.0.1:6379"), requeue=False)
+
+    monkeypatch.setattr(spool, "retry", unpublishable)
+    spool.push_request(retries=0, id="t-1")
+    try:
+        with pytest.raises(Reject) as rejected:
+            spool.retry_or_give_up(ConnectionError("redis blinked"), "a1", ["m1"])
+    finally:
+        spool.pop_request()
+    assert rejected.value.requeue is True
+    before = _dead_letters(spool.name)
+    signals._on_task_failure(sender=spool, task_id="t-1", exception=rejected.value, args=["a1", ["m1"]])
+    assert _dead_letters(spool.name) == before  # a requeued task is not given up
+
+
+def _dead_letters(task: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("vcm_dead_letters_total", {"task": task}) or 0.0
