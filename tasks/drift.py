@@ -5,7 +5,13 @@ The score is the cosine between the summary's embedding and the mean embedding o
 sentence-transformers encoder reads only its first ``max_seq_length`` word pieces (256 for
 MiniLM), so embedding a long summary as one text would score only its opening.
 
-Below the threshold the caller summarises again with a stronger setting (more of the batch, less
+The cosine barely moves when a fact is lost (a summary of the chat's gist stays close to the
+chat's centroid), so a draft may also carry a **loss score**: its ``retention``, the share of the
+batch's salient units (names, numbers, dates, preferences, decisions) that the summary keeps or
+represents (:func:`vcm.tasks.facts.retention`). A draft is good when both its cosine and its
+retention reach their thresholds.
+
+Below either threshold the caller summarises again with a stronger setting (more of the batch, less
 diversity) and keeps the better draft; if that stays below too, it raises an alarm.
 """
 
@@ -48,18 +54,38 @@ class DriftCheck(Generic[D]):
     draft: D  # the draft to keep
     first_score: float
     retry_score: float | None  # None when the first draft was good enough
-    alarm: bool  # the kept draft is still below the threshold
+    alarm: bool  # the kept draft is still below a threshold
+    first_retention: float = 1.0
+    retry_retention: float | None = None
 
     @property
     def retried(self) -> bool:
         return self.retry_score is not None
 
 
-def check(first: Callable[[], D], retry: Callable[[], D], threshold: float) -> DriftCheck[D]:
-    """Summarise; below ``threshold`` summarise again with ``retry`` and keep the closer draft."""
+def retention(draft: object) -> float:
+    """The draft's loss score (share of salient units retained); 1.0 for drafts without one."""
+    value = getattr(draft, "retention", None)
+    return float(value) if isinstance(value, int | float) else 1.0
+
+
+def check(
+    first: Callable[[], D], retry: Callable[[], D], threshold: float, retention_threshold: float = 0.0
+) -> DriftCheck[D]:
+    """Summarise; below ``threshold`` (cosine) or ``retention_threshold`` (share of salient units
+    retained) summarise again with ``retry`` and keep the better draft: one that passes both, else
+    the one retaining more, else the closer one."""
+
+    def good(d: D) -> bool:
+        return d.score >= threshold and retention(d) >= retention_threshold
+
     draft = first()
-    if draft.score >= threshold:
-        return DriftCheck(draft, draft.score, None, False)
+    if good(draft):
+        return DriftCheck(draft, draft.score, None, False, retention(draft))
     second = retry()
-    kept = second if second.score >= draft.score else draft
-    return DriftCheck(kept, draft.score, second.score, kept.score < threshold)
+
+    def rank(d: D) -> tuple[bool, float, float]:
+        return good(d), retention(d), d.score
+
+    kept = second if rank(second) >= rank(draft) else draft
+    return DriftCheck(kept, draft.score, second.score, not good(kept), retention(draft), retention(second))

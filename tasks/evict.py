@@ -20,12 +20,13 @@ caller retries with backoff and, when retries run out, calls :func:`dead_letter`
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from vcm import poisoning
 from vcm.errors import NotFound
 from vcm.hot.budget import Budget
 from vcm.obs import audit, footprint, metrics
@@ -87,6 +88,9 @@ def evict_batch(deps: Deps, agent_id: str, batch_id: int) -> EvictOutcome:
                     "summary_lines": draft.lines,
                     "method": draft.method,
                     "drift": round(draft.score, 4),
+                    "retention": round(draft.retention, 4),
+                    "lost_units": draft.salient - draft.retained,
+                    "flagged_sentences": draft.flagged,
                     "resummarized": check.retried,
                     "footprint": footprint.eviction_committed(
                         [m.tokens for m in messages],
@@ -152,25 +156,44 @@ def summarize(
         cap=cap,
         count=lambda text: deps.hot.summary_tokens(agent_id, text),
         embed=_Memo(deps.embed),
+        scan=_scanner(settings.poisoning),
     )
     params = Params.of(settings.summarizer)
     return drift.check(
         lambda: deps.summarizer(request, params),
         lambda: deps.summarizer(request, params.stronger(settings.drift)),
         settings.drift.threshold,
+        params.retention_threshold,
     )
 
 
+def _scanner(settings: poisoning.PoisoningSettings) -> Callable[[str], tuple[str, ...]]:
+    """The agent's poisoning patterns over summary inputs: the names of those a text matches."""
+    taint = poisoning.Filter.of(settings)
+    return lambda text: taint.scan(text).reasons
+
+
 def _record_drift(deps: Deps, agent_id: str, batch_id: int, check: drift.DriftCheck[Draft]) -> None:
-    """Logged before the commit with ids derived from the batch, so a retry adds no second row."""
+    """Logged before the commit with ids derived from the batch, so a retry adds no second row.
+    Besides the cosine, the loss score: how many of the batch's salient units the kept draft
+    retained and lost (counts, never their text), and how many sentences the filter flagged."""
     if not check.retried:
         return
+    kept = check.draft
     payload = {
         "batch_id": batch_id,
         "first_score": round(check.first_score, 4),
         "retry_score": round(check.retry_score or 0.0, 4),
-        "kept_score": round(check.draft.score, 4),
+        "kept_score": round(kept.score, 4),
         "threshold": deps.settings.drift.threshold,
+        "first_retention": round(check.first_retention, 4),
+        "retry_retention": round(check.retry_retention if check.retry_retention is not None else 1.0, 4),
+        "kept_retention": round(kept.retention, 4),
+        "retention_threshold": Params.of(deps.settings.summarizer).retention_threshold,
+        "salient_units": kept.salient,
+        "retained_units": kept.retained,
+        "lost_units": kept.salient - kept.retained,
+        "flagged_sentences": kept.flagged,
     }
     deps.store.append_event(
         MemoryEvent(agent_id, "summarize", payload, event_id=f"{agent_id}:summarize:{batch_id}", actor=ACTOR)

@@ -6,6 +6,11 @@ retry does not ask the model again: it takes the extractive summary with the str
 which stays close to the source's own sentences. Nothing here raises: a timeout, an HTTP error,
 or an answer that is not the expected JSON all end in the extractive summary, so eviction never
 waits on, or fails because of, a model server.
+
+Safety: the model reads the batch as fact units (:func:`vcm.tasks.summarize.units`), in which every
+sentence the poisoning filter flags is already a marked quote, and its answer is scanned again
+sentence by sentence (a flagged one is replaced by its marked report), so nothing that reads like an
+instruction reaches the summary bare.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from typing import Any
 import httpx
 
 from vcm.settings import SummarizerSettings
-from vcm.tasks import drift
-from vcm.tasks.summarize import Draft, Params, Request, candidates, extractive, fit_text
+from vcm.tasks import drift, facts
+from vcm.tasks.summarize import Draft, Params, Request, candidates, extractive, room_for, sentence_lines, units
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +63,29 @@ class LlmSummarizer:
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
             log.warning("LLM summariser failed (%r); using the extractive summary", exc)
             return extractive(request, params)
-        lines = fit_text(answer, request, params)
+        lines, flagged = sentence_lines(answer, request, params)
         if not lines:
             log.warning("LLM summariser returned nothing usable; using the extractive summary")
             return extractive(request, params)
         source = candidates(request, params)
         text = "\n".join(lines)
         score = drift.similarity(request.embed(lines), source.vectors, source.weights)
-        return Draft(text, request.count(text), score, "llm", len(lines))
+        batch = units(request, params)
+        salient, retained = facts.retention(batch.batch, lines, batch.speakers)
+        return Draft(
+            text,
+            request.count(text),
+            score,
+            "llm",
+            len(lines),
+            salient=salient,
+            retained=retained,
+            flagged=flagged + batch.flagged,
+            room=room_for(request, batch),
+        )
 
     def _complete(self, request: Request) -> str:
-        transcript = "\n".join(f"{t.speaker}: {t.text}" for t in request.turns)
+        transcript = "\n".join(u.line for u in units(request, Params()).batch)
         body: dict[str, Any] = {
             "model": self.model,
             "temperature": 0,

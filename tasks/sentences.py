@@ -75,13 +75,66 @@ _COMMON = frozenset(
 )
 
 
+# Words whose full stop does not end a sentence ("Mr. Haruki", "5 p.m. on Friday", "e.g. Porto").
+_ABBREVIATIONS = frozenset(
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "st",
+        "jr",
+        "sr",
+        "vs",
+        "etc",
+        "e.g",
+        "i.e",
+        "a.m",
+        "p.m",
+        "approx",
+        "fig",
+        "inc",
+        "ltd",
+        "mt",
+        "ft",
+        "dept",
+        "cf",
+    ]
+)
+_TAIL = re.compile(r"(?:^|[\s(\"'])((?:[A-Za-z]\.){2,}|[A-Za-z]+\.)$")
+
+
+def _no_break_after(piece: str, following: str) -> bool:
+    """The break after ``piece`` is a false one: an abbreviation's dot. (Decimals never break:
+    a break needs white space after the stop.)"""
+    stripped = piece.rstrip()
+    match = _TAIL.search(stripped)
+    if match is None:
+        return False
+    word = match.group(1).lower().rstrip(".")
+    if word in _ABBREVIATIONS:
+        # "a.m." / "etc." end a sentence when a capitalised word that is not a name follows;
+        # titles (Mr., Dr.) never do.
+        return word not in {"a.m", "p.m", "etc"} or not following[:1].isupper()
+    return "." in word and len(word) <= 5  # other dotted initials: "U.S.", "J.R."
+
+
 def split(text: str, max_chars: int) -> list[str]:
-    """Sentences (and lines) of ``text``, each at most ``max_chars`` long, cut at word boundaries."""
-    out: list[str] = []
+    """Sentences (and lines) of ``text``, each at most ``max_chars`` long, cut at word boundaries.
+    A full stop after an abbreviation (Mr., Dr., p.m., e.g.) or inside a decimal is no break."""
+    pieces: list[str] = []
     start = 0
     for end in [*sentence_breaks(text), len(text)]:
-        piece = " ".join(text[start:end].split())
+        piece = text[start:end]
         start = end
+        if pieces and "\n" not in pieces[-1].rstrip(" \t")[-1:] and _no_break_after(pieces[-1], piece.lstrip()):
+            pieces[-1] += piece
+        else:
+            pieces.append(piece)
+    out: list[str] = []
+    for raw in pieces:
+        piece = " ".join(raw.split())
         if piece:
             out.extend(_wrap(piece, max_chars))
     return out

@@ -1,8 +1,21 @@
 """Recursive summarisation: new summary = f(previous summary, evicted batch), within a token cap.
 
-Pure: token counting and embedding come in as callables, so nothing here does I/O.
+Pure: token counting, embedding and the poisoning scan come in as callables, so nothing here does I/O.
 
-The default is **extractive**. Candidates are the previous summary's lines and the batch's
+The default, :func:`extractive`, is **fact-keeping** (see :mod:`vcm.tasks.facts`): each sentence of
+the batch becomes a unit ``Speaker: sentence``, compressed (greetings, interjections and hedges
+dropped) with relative dates anchored to the turn's time; filler units are dropped; the rest are
+picked greedily by weighted coverage per token: content words not yet held by the summary, names
+and numbers weighing more, plus preferences and decisions (:class:`vcm.tasks.facts.Coverage`),
+so a line repeating what is already kept gains nothing. The previous summary's lines are units
+too: kept unless a newer unit of the same speaker supersedes them (covers most of their content
+words), picked first within ``previous_share`` of the cap, then the batch, then whatever fits.
+The cosine drift is measured against at most ``max_candidates`` of the source's units.
+Sentences the poisoning filter flags become marked, quoted reports, never bare text. Each draft
+says how many of the batch's salient units it retained (the loss score, beside the cosine drift).
+
+:func:`by_centrality` is the earlier summariser, kept for comparison (``scripts/eval_summary.py
+--summarizer old``). Its candidates are the previous summary's lines and the batch's
 sentences (each prefixed with its speaker, so "who said it" survives). Each candidate's
 relevance is its embedding's cosine to the centroid of all candidates (centrality) plus a bonus
 for names, numbers and identifiers (:func:`vcm.tasks.sentences.salience`; the speakers' own names do
@@ -14,8 +27,8 @@ first eviction), then from the batch, then from whatever is left. The summary li
 previous lines, then the kept batch sentences, each in its original order, one per line. It is
 cut only at sentence boundaries and never exceeds the cap.
 
-Embedding is the cost of a summary (about a millisecond per token on one CPU thread), so at most
-``max_candidates`` sentences are embedded: a larger batch is first thinned without the model to
+Embedding is the cost of a summary (about a millisecond per token on one CPU thread), so for it at
+most ``max_candidates`` sentences are embedded: a larger batch is first thinned without the model to
 the lexically most central and salient sentence of each of that many stretches of the
 conversation, which keeps the whole time line represented. Drift is then measured against these
 candidates (see :mod:`vcm.tasks.drift`).
@@ -25,12 +38,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
 
+from vcm import poisoning
 from vcm.settings import DriftSettings, SummarizerSettings
-from vcm.tasks import drift, sentences
+from vcm.tasks import drift, facts, sentences
 from vcm.tasks.selection import (
     Vectors,
     centrality,
@@ -51,13 +66,14 @@ class Turn:
 
     speaker: str
     text: str
+    at: float | None = None  # when it was said (seconds since the epoch): anchors "yesterday"
 
     @classmethod
     def of(cls, message: Message) -> Turn | None:
         """vcm's own memory-pressure notices are not part of the conversation; they are skipped."""
         if message.kind != "message":
             return None
-        return cls(message.name or message.role, message.content)
+        return cls(message.name or message.role, message.content, message.created_at or None)
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,8 @@ class Params:
     max_sentence_chars: int = 400
     max_candidates: int = 48
     attempt: int = 0  # 1 for the re-summarisation after drift
+    # Below this share of the batch's salient units retained, the summary is redone (then alarmed).
+    retention_threshold: float = 0.5
 
     @classmethod
     def of(cls, settings: SummarizerSettings) -> Params:
@@ -96,6 +114,8 @@ class Request:
     cap: int  # tokens the summary may take, as ``count`` counts it
     count: Count  # tokens of a summary text as the main context will hold it
     embed: Embed  # unit-length sentence embeddings, one row per text
+    # Names of the poisoning patterns a text matches (None: vcm's default patterns).
+    scan: facts.Scan | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +123,22 @@ class Draft:
     text: str
     tokens: int
     score: float  # drift similarity to the source (see vcm.tasks.drift)
-    method: str  # "extractive" | "llm" | "empty"
+    method: str  # "extractive" | "llm" | "centrality" | "empty"
     lines: int
+    salient: int = 0  # salient units of the batch (see vcm.tasks.facts.salient)
+    retained: int = 0  # of those, kept or represented in the summary
+    flagged: int = 0  # sentences the poisoning filter flagged (kept only as marked quotes)
+    room: int = 0  # how many of the salient units the cap could hold at most (0: not known)
+
+    @property
+    def retention(self) -> float:
+        """The loss score: share of the batch's salient units retained, out of as many as the cap
+        could hold (a 600-token cap cannot hold 80 facts; losing what it could hold is the loss).
+        1.0 when the batch has none."""
+        if not self.salient:
+            return 1.0
+        reachable = min(self.salient, self.room) if self.room > 0 else self.salient
+        return min(1.0, self.retained / reachable)
 
 
 @dataclass(frozen=True)
@@ -182,8 +216,9 @@ def _dedupe(texts: list[str], seen: set[str]) -> list[str]:
     return out
 
 
-def extractive(request: Request, params: Params, source: Candidates | None = None) -> Draft:
-    """The extractive summary of ``request`` (pass ``source`` to reuse computed embeddings)."""
+def by_centrality(request: Request, params: Params, source: Candidates | None = None) -> Draft:
+    """The earlier extractive summary of ``request``: whole sentences by embedding centrality
+    (pass ``source`` to reuse computed embeddings). Kept for comparison."""
     source = source if source is not None else candidates(request, params)
     if not source.texts:
         return _empty(request)
@@ -225,7 +260,7 @@ def extractive(request: Request, params: Params, source: Candidates | None = Non
         candidates=worth,
         chosen=picked,
     )
-    return _draft(request, source, picked, "extractive")
+    return _draft(request, source, picked, "centrality")
 
 
 def _has_content(line: str, speakers: frozenset[str]) -> bool:
@@ -268,3 +303,179 @@ def fit_text(text: str, request: Request, params: Params) -> list[str]:
     while lines and request.count("\n".join(lines)) > request.cap:
         lines.pop()
     return lines
+
+
+@cache
+def _default_filter() -> poisoning.Filter:
+    return poisoning.Filter(poisoning.patterns())
+
+
+def default_scan(text: str) -> tuple[str, ...]:
+    """vcm's default poisoning patterns (for a request that brings no scan of its own)."""
+    return _default_filter().scan(text).reasons
+
+
+@dataclass(frozen=True)
+class Units:
+    """The units of a request: the previous summary's, then the batch's."""
+
+    previous: list[facts.Unit]
+    batch: list[facts.Unit]
+    speakers: frozenset[str]  # lower case: their names are no news
+    flagged: int  # batch sentences (or whole turns) the filter flagged
+
+
+def units(request: Request, params: Params) -> Units:
+    scan = request.scan or default_scan
+    previous = facts.previous_units(request.previous.split("\n"), scan)
+    speakers = {t.speaker.lower() for t in request.turns} | {u.speaker.lower() for u in previous if u.speaker}
+    batch: list[facts.Unit] = []
+    seen = {u.line for u in previous}
+    flagged = 0
+    for turn in request.turns:
+        parts = sentences.split(turn.text, params.max_sentence_chars)
+        made = [facts.unit_of(turn.speaker, p, turn.at, scan) for p in parts]
+        whole = scan(turn.text)
+        if whole and not any(u is not None and u.flagged for u in made):
+            # The pattern spans sentences: the whole turn is reported, none of its sentences bare.
+            made = [facts.Unit(turn.speaker, facts.flagged_line(turn.speaker, turn.text, whole), whole)]
+        for unit in made:
+            if unit is None or unit.line in seen:
+                continue
+            seen.add(unit.line)
+            flagged += bool(unit.flagged)
+            batch.append(unit)
+    return Units(previous, batch, frozenset(s for s in speakers if s), flagged)
+
+
+def _superseded(old: facts.Unit, newer: Sequence[facts.Unit], cover: float = 0.7) -> bool:
+    """A newer unit of the same speaker holds most of ``old``'s content words: it replaces it."""
+    if old.flagged or not old.speaker:
+        return False
+    content = set(facts.words(old.body))
+    if not content:
+        return False
+    return any(
+        u.speaker == old.speaker and len(content & set(facts.words(u.body))) / len(content) >= cover for u in newer
+    )
+
+
+def extractive(request: Request, params: Params) -> Draft:
+    """The fact-keeping summary of ``request`` (see the module docstring).
+
+    Selection is greedy weighted coverage: each step takes the unit adding the most not yet
+    covered content-word weight per token (a word weighs more when it names something, is a
+    number or recurs in the source; :func:`vcm.tasks.facts.weights`), so the summary holds as
+    many distinct facts as the cap allows and a second line saying the same thing gains nothing.
+    """
+    source = units(request, params)
+    if not (source.previous or source.batch):  # nothing but pleasantries: nothing to drift from
+        return replace(_empty(request), score=1.0)
+    base = request.count("")
+    available = request.cap - base
+    if available <= 0:
+        return _empty(request)
+    kept_previous = [u for u in source.previous if not _superseded(u, source.batch)]
+    pool = kept_previous + source.batch
+    value = facts.Coverage(pool, source.speakers)
+    costs = [max(1, request.count(u.line) - base + 1) for u in pool]  # +1: the line break
+    worth = [i for i in range(len(pool)) if value.worth(i)]
+    previous_rows = [i for i in worth if pool[i].previous]
+    batch_rows = [i for i in worth if not pool[i].previous]
+    picked: list[int] = []
+    spent = 0
+
+    def take(rows: Sequence[int], budget: int) -> None:
+        nonlocal spent
+        left = set(rows) - set(picked)
+        while left:
+            fits = [i for i in left if costs[i] <= budget - spent]
+            if not fits:
+                return
+            best = max(fits, key=lambda i: (value.gain(i) / costs[i] ** 0.9, -i))
+            if value.gain(best) <= 0:
+                return
+            picked.append(best)
+            value.cover(best)
+            spent += costs[best]
+            left.discard(best)
+
+    take(previous_rows, int(available * params.previous_share))
+    take(batch_rows, available)
+    take(worth, available)
+    order = {i: rank for rank, i in enumerate(picked)}  # pick order: the last picked goes first
+    density = [-float(order.get(i, len(pool))) for i in range(len(pool))]
+    return _fact_draft(request, params, source, pool, picked, density)
+
+
+def _fact_draft(
+    request: Request, params: Params, source: Units, pool: list[facts.Unit], picked: list[int], density: list[float]
+) -> Draft:
+    kept = sorted(picked)
+    while True:
+        text = "\n".join(pool[i].line for i in kept)
+        tokens = request.count(text)
+        if tokens <= request.cap or not kept:
+            break
+        kept.remove(min(kept, key=lambda i: (density[i], -i)))
+    if not kept:
+        return replace(_empty(request), score=0.0 if picked else 1.0)
+    lines = [pool[i].line for i in kept]
+    salient, retained = facts.retention(source.batch, lines, source.speakers)
+    room = room_for(request, source)
+    return Draft(
+        text,
+        tokens,
+        _cosine(request, params, [u.line for u in pool], [float(bool(u.body)) for u in pool], lines),
+        "extractive",
+        len(lines),
+        salient=salient,
+        retained=retained,
+        flagged=source.flagged,
+        room=room,
+    )
+
+
+def room_for(request: Request, source: Units) -> int:
+    """How many of the batch's salient units the cap could hold, cheapest first."""
+    base = request.count("")
+    left = request.cap - base
+    costs = sorted(max(1, request.count(u.line) - base + 1) for u in source.batch if facts.salient(u, source.speakers))
+    held = 0
+    for cost in costs:
+        if cost > left:
+            break
+        left -= cost
+        held += 1
+    return held
+
+
+def _cosine(request: Request, params: Params, texts: list[str], weight: list[float], lines: list[str]) -> float:
+    """Drift: the cosine of the summary's mean embedding to its source's, the source thinned to
+    ``max_candidates`` units (the most salient of each stretch) to bound the embedding work."""
+    if not texts:
+        return 1.0
+    rows = stratified_pick(weight, params.max_candidates)
+    sample = [texts[i] for i in rows]
+    vectors = request.embed([*sample, *lines])
+    weights = np.full(len(sample), len(texts) / len(sample), dtype=np.float64)
+    return drift.similarity(vectors[len(sample) :], vectors[: len(sample)], weights)
+
+
+def sentence_lines(text: str, request: Request, params: Params) -> tuple[list[str], int]:
+    """Free text (an LLM's summary) as lines that fit the cap, each sentence the filter flags
+    replaced by its marked report; and how many were flagged."""
+    scan = request.scan or default_scan
+    lines: list[str] = []
+    flagged = 0
+    for sentence in sentences.split(text, params.max_sentence_chars):
+        if sentence.startswith(facts.FLAG_PREFIX):
+            lines.append(sentence)
+        elif reasons := scan(sentence):
+            flagged += 1
+            lines.append(facts.flagged_line("", sentence, reasons))
+        else:
+            lines.append(sentence)
+    while lines and request.count("\n".join(lines)) > request.cap:
+        lines.pop()
+    return lines, flagged

@@ -1,4 +1,5 @@
-"""The extractive recursive summariser: cap, provenance, salience, recursion."""
+"""The earlier extractive recursive summariser (``by_centrality``, kept for comparison): cap,
+provenance, salience, recursion. The fact-keeping default is tested in test_facts_summary.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from tests.tasks.coldpath import line, word_embed
 from vcm.settings import DriftSettings
 from vcm.tasks import sentences
 from vcm.tasks.selection import Vectors
-from vcm.tasks.summarize import Params, Request, Turn, candidates, extractive, fit_text
+from vcm.tasks.summarize import Params, Request, Turn, candidates, fit_text
+from vcm.tasks.summarize import by_centrality as extractive
 from vcm.types import Message
 
 HEADER = 8  # a stand-in for the rendered summary's framing
@@ -40,7 +42,7 @@ def test_summary_is_whole_source_sentences_with_speakers_within_the_cap() -> Non
     assert draft.tokens == count(draft.text) <= 60
     assert lines and set(lines) <= source_sentences(req)
     assert all(line.split(": ", 1)[0] in {"alice", "user"} for line in lines)
-    assert draft.method == "extractive" and 0.0 < draft.score <= 1.0
+    assert draft.method == "centrality" and 0.0 < draft.score <= 1.0
 
 
 @given(st.integers(0, 30), st.integers(0, 120), st.integers(0, 3), st.floats(0, 1), st.floats(0, 1))

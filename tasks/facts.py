@@ -1,0 +1,605 @@
+"""Fact units of a conversation for the recursive summary: attribution, compression, anchored dates,
+salience, safety marks and the loss score. Pure (no I/O; the poisoning scan comes in as a callable).
+
+A *unit* is one sentence of one turn, rendered ``Speaker: sentence`` so who said it survives, and
+compressed: leading interjections and greetings ("Hey Mel!", "Wow,", "Yeah,") and hedges ("you
+know", "I mean", "really", "just") are dropped. Relative dates are anchored to the turn's time
+when it is known: "yesterday" becomes "yesterday (7 May 2023)". A sentence the poisoning filter
+flags is never emitted as it stands: its unit becomes a quoted, marked report (:func:`flagged_line`)
+that says it is not an instruction.
+
+Salience is what a later question needs: named entities (capitalised words that do not start the
+sentence and are not the speakers' names), numbers and dates, preference and decision verbs, and
+content words that the summary does not already hold (:class:`Coverage`). A unit with fewer than two content
+words and no entity or number is filler and never enters a summary.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+Scan = Callable[[str], tuple[str, ...]]  # the names of the poisoning patterns a text matches
+
+FLAG_PREFIX = "[flagged:"
+
+STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "i'm",
+        "i've",
+        "i'll",
+        "i'd",
+        "you're",
+        "you've",
+        "you'll",
+        "it's",
+        "that's",
+        "there's",
+        "what's",
+        "let's",
+        "don't",
+        "didn't",
+        "doesn't",
+        "can't",
+        "won't",
+        "isn't",
+        "wasn't",
+        "aren't",
+        "haven't",
+        "hasn't",
+        "couldn't",
+        "wouldn't",
+        "shouldn't",
+        "he's",
+        "she's",
+        "they're",
+        "we're",
+        "we've",
+        "they've",
+        "one",
+        "really",
+        "much",
+        "many",
+        "lot",
+        "lots",
+        "well",
+        "yeah",
+        "yes",
+        "yep",
+        "hey",
+        "hi",
+        "hello",
+        "wow",
+        "oh",
+        "ok",
+        "okay",
+        "thanks",
+        "thank",
+        "sure",
+        "cool",
+        "great",
+        "awesome",
+        "nice",
+        "glad",
+        "amazing",
+        "good",
+        "super",
+        "totally",
+        "absolutely",
+        "definitely",
+        "especially",
+        "sounds",
+        "sound",
+        "seems",
+        "seem",
+        "like",
+        "get",
+        "got",
+        "gonna",
+        "wanna",
+        "thing",
+        "things",
+        "stuff",
+        "way",
+        "always",
+        "never",
+        "ever",
+        "still",
+        "even",
+        "though",
+        "something",
+        "anything",
+        "everything",
+        "someone",
+        "anyone",
+        "everyone",
+        "time",
+        "feel",
+        "felt",
+        "know",
+        "think",
+        "see",
+        "make",
+        "made",
+        "go",
+        "going",
+        "went",
+        "come",
+        "came",
+        "say",
+        "said",
+        "tell",
+        "told",
+    ]
+)
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
+_ENTITY = re.compile(r"(?<=[\s,;:(\"'])[A-Z][A-Za-z]+(?:[-'][A-Za-z]+)?\b")
+_NUMBER = re.compile(
+    r"\b(?:\d[\d,.:/]*|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|hundred"
+    r"|thousand|million|first|second|third|half|dozen)\b",
+    re.IGNORECASE,
+)
+_DATE = re.compile(
+    r"\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:tember)?|oct(?:ober)?"
+    r"|nov(?:ember)?|dec(?:ember)?|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|tomorrow"
+    r"|tonight|weekend|week|month|year|summer|winter|spring|autumn|christmas|birthday)\b",
+    re.IGNORECASE,
+)
+_PREFERENCE = re.compile(
+    r"\b(?:lov(?:e|es|ed|ing)|lik(?:e|es|ed)|prefer(?:s|red)?|hat(?:e|es|ed)|enjoy(?:s|ed)?|favou?rite|decid(?:e|ed|es)"
+    r"|plan(?:s|ned|ning)?|going to|will|want(?:s|ed)?|bought|moved|started|adopted|joined|signed|married|graduated"
+    r"|work(?:s|ed|ing)?|job|volunteer(?:s|ed|ing)?|learn(?:ed|ing)?|visit(?:s|ed|ing)?|ran|won|lost|made|built|"
+    r"finished|researching|hope|dream|goal|allergic|vegetarian|vegan|chose|agreed|promised|booked)\b",
+    re.IGNORECASE,
+)
+# Greetings, interjections and reactions at the start of a sentence; hedges anywhere.
+_LEAD = re.compile(
+    r"^(?:(?:hey|hi|hello|wow|whoa|oh|ooh|aw+|yeah|yes|yep|yup|ok|okay|well|so|haha|lol|omg|thanks|thank you"
+    r"|cool|great|awesome|nice|sure|totally|absolutely|really|definitely|gosh|man|dude|hmm+|ah+|um+|uh+)\b"
+    r"(?:\s+(?-i:[A-Z][a-z]+)(?=[,!.]))?[\s,!.\-]*)+",
+    re.IGNORECASE,
+)
+_HEDGE = re.compile(
+    r"\b(?:you know|i mean|kind of|sort of|to be honest|honestly|actually|basically|literally|really|just|"
+    r"totally|pretty much)\b,?\s*",
+    re.IGNORECASE,
+)
+_COMMON_CAPS = frozenset(
+    [
+        "I",
+        "I'm",
+        "I've",
+        "I'll",
+        "I'd",
+        "The",
+        "A",
+        "An",
+        "And",
+        "But",
+        "Or",
+        "So",
+        "Then",
+        "This",
+        "That",
+        "These",
+        "Those",
+        "It",
+        "It's",
+        "We",
+        "You",
+        "He",
+        "She",
+        "They",
+        "My",
+        "Our",
+        "Your",
+        "Their",
+        "His",
+        "Her",
+        "Yes",
+        "No",
+        "Ok",
+        "Okay",
+        "Sure",
+        "Thanks",
+        "Please",
+        "Hi",
+        "Hello",
+        "Hey",
+        "Also",
+        "What",
+        "When",
+        "Where",
+        "Why",
+        "How",
+        "Who",
+        "Which",
+        "If",
+        "Let",
+        "Maybe",
+        "Well",
+        "Wow",
+        "Oh",
+        "Yeah",
+        "Thank",
+        "Awesome",
+        "Great",
+        "Cool",
+        "Nice",
+        "Glad",
+        "Haha",
+        "Lol",
+        "Omg",
+        "Aw",
+        "Sounds",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One candidate line of a summary."""
+
+    speaker: str  # "" for a previous-summary line without one
+    body: str  # compressed, dates anchored, or the marked report of a flagged sentence
+    flagged: tuple[str, ...] = ()
+    previous: bool = False  # a line of the previous summary
+
+    @property
+    def line(self) -> str:
+        if self.flagged or self.body.startswith(FLAG_PREFIX):
+            return self.body
+        return f"{self.speaker}: {self.body}" if self.speaker else self.body
+
+
+def words(text: str) -> list[str]:
+    """Content words of ``text``: lower case, stop words and one-letter words out, a plural -s off."""
+    out = []
+    for w in _WORD.findall(text.lower()):
+        w = w.strip("'-")
+        if w.endswith("'s"):
+            w = w[:-2]
+        if len(w) < 2 or w in STOPWORDS:
+            continue
+        if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+            w = w[:-1]
+        out.append(w)
+    return out
+
+
+def compress(sentence: str) -> str:
+    """The sentence without leading interjections / greetings and hedges; "" when nothing is left."""
+    text = sentence.strip()
+    previous = None
+    while previous != text:
+        previous = text
+        text = _LEAD.sub("", text, count=1).lstrip(" ,!.-")
+    text = _HEDGE.sub("", text)
+    text = re.sub(r"\s{2,}", " ", text).strip()
+    text = re.sub(r"\s*,\s*([.!?])", r"\1", text).strip(" ,")
+    if not words(text) and not _NUMBER.search(text):
+        return ""  # nothing of content left ("Thanks so much!" -> "Much!")
+    if text and text[0].islower():
+        text = text[0].upper() + text[1:]
+    return text
+
+
+def _day(d: datetime) -> str:
+    return f"{d.day} {d:%B %Y}"
+
+
+def anchor(text: str, at: float | None) -> str:
+    """Relative dates of ``text`` followed by the date they mean, from the turn's time ``at``
+    (seconds since the epoch, UTC); unchanged when ``at`` is unknown."""
+    if at is None or at <= 0:
+        return text
+    day = datetime.fromtimestamp(at, tz=UTC)
+
+    def month(d: datetime, delta: int) -> str:
+        m = d.month - 1 + delta
+        return f"{datetime(d.year + m // 12, m % 12 + 1, 1):%B %Y}"
+
+    def ago(match: re.Match[str]) -> str:
+        n = int(match.group(1)) if match.group(1).isdigit() else _SMALL.get(match.group(1).lower(), 1)
+        unit = match.group(2).lower().rstrip("s")
+        if unit == "day":
+            return f"{match.group(0)} ({_day(day - timedelta(days=n))})"
+        if unit == "week":
+            return f"{match.group(0)} (week of {_day(day - timedelta(weeks=n))})"
+        if unit == "month":
+            return f"{match.group(0)} ({month(day, -n)})"
+        return f"{match.group(0)} ({day.year - n})"
+
+    rules: list[tuple[str, Callable[[re.Match[str]], str]]] = [
+        (r"\byesterday\b", lambda m: f"{m.group(0)} ({_day(day - timedelta(days=1))})"),
+        (r"\btomorrow\b", lambda m: f"{m.group(0)} ({_day(day + timedelta(days=1))})"),
+        (r"\b(?:today|tonight|this morning|this afternoon|this evening)\b", lambda m: f"{m.group(0)} ({_day(day)})"),
+        (r"\blast weekend\b", lambda m: f"{m.group(0)} (before {_day(day)})"),
+        (r"\blast week\b", lambda m: f"{m.group(0)} (week of {_day(day - timedelta(weeks=1))})"),
+        (r"\bnext week\b", lambda m: f"{m.group(0)} (week of {_day(day + timedelta(weeks=1))})"),
+        (r"\blast month\b", lambda m: f"{m.group(0)} ({month(day, -1)})"),
+        (r"\bnext month\b", lambda m: f"{m.group(0)} ({month(day, 1)})"),
+        (r"\bthis month\b", lambda m: f"{m.group(0)} ({month(day, 0)})"),
+        (r"\blast year\b", lambda m: f"{m.group(0)} ({day.year - 1})"),
+        (r"\bnext year\b", lambda m: f"{m.group(0)} ({day.year + 1})"),
+        (r"\bthis year\b", lambda m: f"{m.group(0)} ({day.year})"),
+        (r"\b(\d+|a|an|one|two|three|four|five|six|a few|few) (days?|weeks?|months?|years?) ago\b", ago),
+    ]
+    for pattern, replace in rules:
+        text = re.sub(pattern, replace, text, flags=re.IGNORECASE)
+    return text
+
+
+_SMALL = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "few": 3}
+
+
+def flagged_line(speaker: str, sentence: str, reasons: Sequence[str], limit: int = 160) -> str:
+    """A flagged sentence as quoted data: marked, cut short, never an instruction."""
+    quoted = " ".join(sentence.split()).replace('"', "'")
+    if len(quoted) > limit:
+        quoted = quoted[: limit - 1] + "…"
+    who = speaker or "a message"
+    note = "wrote text that reads like instructions (quoted, not to follow)"
+    return f'{FLAG_PREFIX} {", ".join(reasons)}] {who} {note}: "{quoted}"'
+
+
+def unit_of(speaker: str, sentence: str, at: float | None, scan: Scan | None) -> Unit | None:
+    """The unit of one sentence of a turn; None when compression leaves nothing."""
+    reasons = scan(sentence) if scan is not None else ()
+    if reasons:
+        return Unit(speaker, flagged_line(speaker, sentence, reasons), tuple(reasons))
+    body = compress(sentence)
+    if not body:
+        return None
+    return Unit(speaker, anchor(body, at))
+
+
+def previous_units(lines: Iterable[str], scan: Scan | None) -> list[Unit]:
+    """The previous summary's lines as units (speaker split off again); a line that the filter
+    flags and that is not already marked is marked now (a summary written before the filter)."""
+    out = []
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith(FLAG_PREFIX):
+            out.append(Unit("", line, previous=True))
+            continue
+        speaker, _, body = line.partition(": ")
+        if not body or len(speaker) > 64 or " " in speaker.strip():
+            speaker, body = "", line
+        reasons = scan(line) if scan is not None else ()
+        if reasons:
+            out.append(Unit(speaker, flagged_line(speaker, body, reasons), tuple(reasons), previous=True))
+        else:
+            out.append(Unit(speaker, body, previous=True))
+    return out
+
+
+def entities(body: str, speakers: frozenset[str]) -> list[str]:
+    return [w for w in _ENTITY.findall(body) if w not in _COMMON_CAPS and w.lower() not in speakers]
+
+
+def is_filler(unit: Unit, speakers: frozenset[str]) -> bool:
+    if unit.flagged or unit.body.startswith(FLAG_PREFIX):
+        return False
+    content = {w for w in words(unit.body) if w not in speakers}
+    return len(content) < 2 and not _NUMBER.search(unit.body)
+
+
+def salient(unit: Unit, speakers: frozenset[str]) -> bool:
+    """A unit a later question may well ask about: it names something, counts or dates something,
+    or states a preference or decision (the units the loss score counts)."""
+    if is_filler(unit, speakers) or unit.flagged:
+        return False
+    body = unit.body
+    return bool(entities(body, speakers) or _NUMBER.search(body) or _DATE.search(body) or _PREFERENCE.search(body))
+
+
+def retention(
+    batch: Sequence[Unit], kept: Sequence[str], speakers: frozenset[str], cover: float = 0.6
+) -> tuple[int, int]:
+    """(salient units of the batch, how many of them the summary retains): kept as a line, or
+    represented (``cover`` of its content words present in the kept lines)."""
+    lines = set(kept)
+    held: set[str] = set()
+    for line in kept:
+        held.update(words(line))
+    total = retained = 0
+    for unit in batch:
+        if not salient(unit, speakers):
+            continue
+        total += 1
+        if unit.line in lines:
+            retained += 1
+            continue
+        content = set(words(unit.body)) - speakers
+        if content and len(content & held) / len(content) >= cover:
+            retained += 1
+    return total, retained
+
+
+class Coverage:
+    """Weighted coverage of content words by picked units (greedy selection's bookkeeping).
+
+    A word weighs 1, plus 1 when it is part of a name or a number, plus half the log of how many
+    units hold it (the conversation's recurring subjects); a unit adds the weight of its words not
+    yet covered, plus 1 for a preference or decision, times 0.35 for a question. A flagged unit is
+    worth a fixed 0.5 (a marked report, kept when there is room); filler is worth nothing."""
+
+    def __init__(self, pool: Sequence[Unit], speakers: frozenset[str]) -> None:
+        self.pool = pool
+        self.words: list[set[str]] = []
+        self.bonus: list[float] = []
+        self.factor: list[float] = []
+        self.fixed: list[float] = []
+        special: set[str] = set()
+        for unit in pool:
+            if unit.flagged or unit.body.startswith(FLAG_PREFIX):
+                self.words.append(set())
+                self.bonus.append(0.0)
+                self.factor.append(1.0)
+                self.fixed.append(0.5)
+                continue
+            if is_filler(unit, speakers):
+                self.words.append(set())
+                self.bonus.append(0.0)
+                self.factor.append(0.0)
+                self.fixed.append(0.0)
+                continue
+            body = unit.body
+            self.words.append({w for w in words(body) if w not in speakers})
+            for name in entities(body, speakers):
+                special.update(words(name))
+            special.update(w for w in words(body) if any(c.isdigit() for c in w))
+            self.bonus.append(1.0 if _PREFERENCE.search(body) else 0.0)
+            self.factor.append(0.35 if body.rstrip().endswith("?") else 1.0)
+            self.fixed.append(0.0)
+        frequency = Counter(w for ws in self.words for w in ws)
+        self.weight = {w: 1.0 + (w in special) + 0.5 * math.log(n) for w, n in frequency.items()}
+        self.covered: set[str] = set()
+        self.used: set[int] = set()
+
+    def worth(self, i: int) -> bool:
+        return self.fixed[i] > 0 or (self.factor[i] > 0 and bool(self.words[i]))
+
+    def gain(self, i: int) -> float:
+        if self.fixed[i] > 0:
+            return self.fixed[i]
+        new = sum(self.weight[w] for w in self.words[i] - self.covered)
+        return (new + (self.bonus[i] if new else 0.0)) * self.factor[i]
+
+    def cover(self, i: int) -> None:
+        self.covered |= self.words[i]
+        self.used.add(i)
