@@ -18,6 +18,13 @@ Everything goes through the embedded adapter's real paths (``spool_messages``,
   chunks of existing documents; their exact top-10 is computed while the data is generated
   (numpy over every vector), so recall@10 is measured against exact search.
 
+* **one agent** (``--agent-messages``, issue 16): a single agent grown to 1e5 then 1e6
+  messages, each with a 384-d recall vector drawn like the archival vectors. At each size the
+  vector half's recall@10 against exact search is measured on a quiet store, then text, vector
+  and hybrid recall (limit 20) are timed (p50/p95/p99) while a writer thread spools messages
+  with vectors into the same agent (``writer_batch`` every ``writer_pause_s``). The load
+  average is recorded with each figure (the machine may be shared).
+
 Sizes grow in steps (messages 1e5 then 1e6; vectors 1e6 then 5e6 by default), measuring at
 each step, so the large sizes reuse the small ones' data. Latencies are per call, wall clock,
 one thread; the first archival search after a step trains the IVF index and is timed apart.
@@ -35,6 +42,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -50,6 +58,7 @@ from vcm.store.types import ArchivalChunk, StoredMessage
 F32 = npt.NDArray[np.float32]
 DIM = 384
 TOP_K = 10
+AGENT_VERSION = "bench-msg-v1"
 STRUCTURE_RANK = 128
 
 # --- message text ---------------------------------------------------------------------------------
@@ -408,6 +417,7 @@ def percentiles(samples_s: Sequence[float]) -> dict[str, float]:
     ms = np.asarray(samples_s, dtype=np.float64) * 1000.0
     return {
         "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p95_ms": round(float(np.percentile(ms, 95)), 3),
         "p99_ms": round(float(np.percentile(ms, 99)), 3),
         "mean_ms": round(float(ms.mean()), 3),
         "max_ms": round(float(ms.max()), 3),
@@ -454,6 +464,11 @@ class Config:
     spool_batch: int
     ingest_batch: int
     docs_per_block: int
+    agent_sizes: list[int] = field(default_factory=list)
+    agent_queries: int = 300
+    agent_train_threshold: int = 10_000  # the store's default; --quick lowers it to reach IVF fast
+    writer_batch: int = 20
+    writer_pause_s: float = 0.05
     spec: VectorSpec = field(default_factory=VectorSpec)
 
 
@@ -518,6 +533,163 @@ def bench_recall(cfg: Config, directory: Path) -> tuple[list[dict[str, Any]], li
     for row in recall:
         row["disk_gb_at_end"] = recall_disk
     return ingest, recall
+
+
+def _agent_messages(text: ZipfText, start: int, n: int, agent: str) -> list[StoredMessage]:
+    contents = text.messages(n)
+    return [
+        StoredMessage(
+            agent_id=agent,
+            message_id=f"m{start + i:09d}",
+            seq=start + i,
+            role="user" if (start + i) % 2 == 0 else "assistant",
+            content=content,
+            tokens=len(content.split()),
+            created_at=1_700_000_000.0 + start + i,
+        )
+        for i, content in enumerate(contents)
+    ]
+
+
+def _spool_with_vectors(store: EmbeddedStore, agent: str, text: ZipfText, start: int, vectors: F32) -> None:
+    store.spool_messages(_agent_messages(text, start, len(vectors), agent))
+    store.put_message_vectors(
+        agent,
+        [(f"m{start + i:09d}", cast(Sequence[float], v)) for i, v in enumerate(vectors)],
+        AGENT_VERSION,
+    )
+
+
+class Writer:
+    """A thread spooling messages (and their vectors) into the agent while recall is measured."""
+
+    def __init__(self, store: EmbeddedStore, agent: str, text: ZipfText, source: VectorSource, cfg: Config) -> None:
+        self.store, self.agent, self.text, self.source, self.cfg = store, agent, text, source, cfg
+        self.vectors: list[F32] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="bench-writer", daemon=True)
+        self.start_id = 0
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        rng = np.random.default_rng(77)
+        at = self.start_id
+        try:
+            while not self.stop.is_set():
+                docs, _ = self.source.documents(int(rng.integers(1_000)), self.cfg.writer_batch)
+                v = docs + self.source.spec.chunk_spread * self.source._noise(rng, len(docs))
+                v = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+                _spool_with_vectors(self.store, self.agent, self.text, at, v)
+                self.vectors.append(v)
+                at += len(v)
+                self.stop.wait(self.cfg.writer_pause_s)
+        except BaseException as exc:  # reported by the bench, not swallowed
+            self.error = exc
+
+    def __enter__(self) -> Writer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def bench_agent(cfg: Config, directory: Path) -> list[dict[str, Any]]:
+    """One agent grown through ``agent_sizes`` messages, each with a synthetic recall vector; at
+    each size: the vector half's recall@10 against exact search (quiet), then text, vector and
+    hybrid recall latency (limit 20) while a writer thread spools into the same agent."""
+    log(f"embedding {cfg.centres} centre sentences with MiniLM (message vectors)")
+    source = VectorSource(real_embeddings(cfg.centres), cfg.spec)
+    text, query_text = ZipfText(cfg.vocab, cfg.zipf, seed=3), ZipfText(cfg.vocab, cfg.zipf, seed=4)
+    agent = "agent-solo"
+    n_docs = cfg.docs_per_block
+    first_blocks = max(1, cfg.agent_sizes[0] // (n_docs * cfg.spec.chunks_per_doc))
+    queries = source.queries(cfg.agent_queries, first_blocks, n_docs)
+    exact = ExactTopK(queries, TOP_K)
+    rows: list[dict[str, Any]] = []
+    done, block = 0, 0
+    with EmbeddedStore(str(directory / "agent.db"), train_threshold=cfg.agent_train_threshold) as store:
+        for size in cfg.agent_sizes:
+            load_s = 0.0
+            while done < size:
+                vectors, _, _ = source.chunks(block, n_docs)
+                block += 1
+                vectors = vectors[: size - done]
+                exact.add(vectors, done)
+                for at in range(0, len(vectors), cfg.spool_batch):
+                    part = vectors[at : at + cfg.spool_batch]
+                    took, _ = timed(lambda p=part, first=done + at: _spool_with_vectors(store, agent, text, first, p))
+                    load_s += took
+                done += len(vectors)
+            store.flush_text_index()
+            log(f"agent holds {done} messages with vectors (loaded in {load_s:.1f}s)")
+            build_s, _ = timed(
+                lambda: store.search_recall_hybrid(
+                    agent, "warm", queries[0].tolist(), mode="vector", limit=20, embedding_version=AGENT_VERSION
+                )
+            )
+            space = store._message_vectors.describe(agent)[0]
+            found = []
+            for q in queries:
+                page = store.search_recall_hybrid(
+                    agent, "x", q.tolist(), mode="vector", limit=TOP_K, embedding_version=AGENT_VERSION
+                )
+                found.append([int(h.message.message_id[1:]) for h in page.items])
+            recall_at_10 = float(
+                np.mean([len(set(f) & set(e.tolist())) / TOP_K for f, e in zip(found, exact.ids, strict=True)])
+            )
+            kind = f"{space['kind']} nLists={space['n_lists']}"
+            log(f"index {kind} built in {build_s:.1f}s; recall@10 {recall_at_10:.3f}")
+            rng = np.random.default_rng(size)
+            modes: dict[str, dict[str, Any]] = {}
+            writer = Writer(store, agent, text, source, cfg)
+            writer.start_id = done
+            load_start = os.getloadavg()
+            with writer:
+                for mode in ("text", "vector", "hybrid"):
+                    samples, hits = [], []
+                    for i in range(20 + cfg.agent_queries):  # 20 warm-up queries
+                        q = queries[int(rng.integers(len(queries)))].tolist()
+                        took, page = timed(
+                            lambda q=q, mode=mode: store.search_recall_hybrid(
+                                agent,
+                                query_text.query(),
+                                q,
+                                mode=mode,
+                                limit=20,
+                                embedding_version=AGENT_VERSION,
+                            )
+                        )
+                        if i >= 20:
+                            samples.append(took)
+                            hits.append(len(page.items))
+                    modes[mode] = {**percentiles(samples), "mean_hits": round(statistics.fmean(hits), 2)}
+                    log(f"{mode} recall at {done}: p50 {modes[mode]['p50_ms']} ms, p99 {modes[mode]['p99_ms']} ms")
+            if writer.error is not None:
+                raise writer.error
+            written = sum(len(v) for v in writer.vectors)
+            for v in writer.vectors:
+                exact.add(v, done)
+                done += len(v)
+            rows.append(
+                {
+                    "messages": size,
+                    "messages_at_end": done,
+                    "queries": cfg.agent_queries,
+                    "limit": 20,
+                    "index": space["kind"],
+                    "n_lists": space["n_lists"],
+                    "index_build_s": round(build_s, 2),
+                    "load_s": round(load_s, 1),
+                    "vector_recall_at_10": round(recall_at_10, 4),
+                    "writer_messages": written,
+                    "load_average_during": [round(x, 2) for x in load_start],
+                    "load_average_after": [round(x, 2) for x in os.getloadavg()],
+                    **modes,
+                }
+            )
+    return rows
 
 
 def chunk_text_pool(cfg: Config) -> str:
@@ -641,6 +813,15 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     if recall_1m:
         p99 = recall_1m[-1]["p99_ms"]
         out["recall_p99_le_25ms_at_1e6"] = {"p99_ms": p99, "met": p99 <= 25.0}
+    agent_1m = [r for r in report.get("agent", []) if r["messages"] >= 1_000_000]
+    if agent_1m:
+        p99 = agent_1m[-1]["hybrid"]["p99_ms"]
+        rec = agent_1m[-1]["vector_recall_at_10"]
+        out["hybrid_p99_le_25ms_recall_ge_095_one_agent_1e6"] = {
+            "p99_ms": p99,
+            "recall_at_10": rec,
+            "met": p99 <= 25.0 and rec >= 0.95,
+        }
     big = [r for r in report["archival"] if r["vectors"] >= 5_000_000]
     if big:
         default = next(p for p in big[-1]["sweep"] if p["n_probe"] == "default")
@@ -684,6 +865,22 @@ def table(report: dict[str, Any]) -> str:
         for p in r["sweep"]:
             label = f"default={r['default_n_probe']}" if p["n_probe"] == "default" else str(p["n_probe"])
             row(f"archival top-10, nProbe {label}", r["vectors"], p["p50_ms"], p["p99_ms"], p["recall_at_10"])
+    for r in report["agent"]:
+        row(
+            "one agent: index build (first search)",
+            r["messages"],
+            note=f"{r['index']} nLists={r['n_lists']}, {r['index_build_s']} s",
+        )
+        for mode in ("text", "vector", "hybrid"):
+            m = r[mode]
+            row(
+                f"one agent: {mode} recall, limit 20",
+                r["messages"],
+                m["p50_ms"],
+                m["p99_ms"],
+                r["vector_recall_at_10"] if mode == "vector" else "",
+                f"p95 {m['p95_ms']} ms; writer {r['writer_messages']} msgs; load {r['load_average_during'][0]}",
+            )
     for name, t in report["targets"].items():
         figures = json.dumps({k: v for k, v in t.items() if k != "met"})
         lines.append(f"target {name}: {'MET' if t['met'] else 'NOT MET'} {figures}")
@@ -711,7 +908,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vectors", type=parse_sizes, help="vector counts to measure at (default 1e6,5e6)")
     parser.add_argument("--nprobe", type=parse_sizes, help="nProbe sweep besides the default (default 1,8,32)")
     parser.add_argument("--queries", type=int, help="queries per measurement (default 500 recall, 300 archival)")
-    parser.add_argument("--skip", choices=("recall", "archival"), action="append", default=[])
+    parser.add_argument("--skip", choices=("recall", "archival", "agent"), action="append", default=[])
+    parser.add_argument(
+        "--agent-messages",
+        type=parse_sizes,
+        help="single-agent recall run with vectors at these sizes (default 1e5,1e6; quick 4000)",
+    )
     args = parser.parse_args(argv)
 
     quick = args.quick
@@ -729,6 +931,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         spool_batch=2_000,
         ingest_batch=5_000,
         docs_per_block=600 if quick else 6_250,
+        agent_sizes=args.agent_messages or ([4_000] if quick else [100_000, 1_000_000]),
+        agent_train_threshold=2_000 if quick else 10_000,
+        agent_queries=args.queries or (20 if quick else 300),
     )
     directory = args.dir or Path(tempfile.mkdtemp(prefix="vcm-bench-store-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -745,6 +950,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ingest": {"messages": [], "archival": []},
         "recall": [],
         "archival": [],
+        "agent": [],
     }
     started = time.monotonic()
     try:
@@ -752,6 +958,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["ingest"]["messages"], report["recall"] = bench_recall(cfg, directory)
         if "archival" not in args.skip:
             report["ingest"]["archival"], report["archival"] = bench_archival(cfg, directory)
+        if "agent" not in args.skip:
+            report["agent"] = bench_agent(cfg, directory)
     finally:
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)

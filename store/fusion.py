@@ -113,7 +113,9 @@ def spread_to_neighbours(
         raise ValueError("weight must be >= 0")
     if reach < 0:
         raise ValueError("reach must be >= 0")
-    at = {s: item for item, s in seq.items() if item in scores}
+    at = {s: scores[item] for item, s in seq.items() if item in scores}  # position -> score
+    score_at = at.get
+    steps = [(d, weight**d) for d in range(1, reach + 1)]
     out: dict[K, float] = {}
     for item, score in scores.items():
         n = seq.get(item)
@@ -121,9 +123,13 @@ def spread_to_neighbours(
             out[item] = score
             continue
         gain = 0.0
-        for d in range(1, reach + 1):
-            around = [scores[at[m]] for m in (n - d, n + d) if m in at]
-            gain += weight**d * max(around, default=0.0)
+        for d, w in steps:
+            before, after = score_at(n - d), score_at(n + d)
+            if before is None:
+                best = 0.0 if after is None else after
+            else:
+                best = before if after is None or before >= after else after
+            gain += w * best
         out[item] = score + gain
     return out
 

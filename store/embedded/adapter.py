@@ -6,6 +6,7 @@ Files, for a database at ``vcm.db``::
     vcm.db.tantivy/                  BM25 index over message content (derived, rebuildable)
     vcm.db.tantivy.lock              serialises creating/repairing that directory
     vcm.db.faiss/                    trained IVF indexes, one file per vector space (derived)
+    vcm.db.faiss/messages/           trained IVF indexes of message vectors, one per (agent, version)
 
 Semantics that the port leaves to adapters, as this one implements them:
 
@@ -56,6 +57,7 @@ from vcm.store.embedded.events import EventOps
 from vcm.store.embedded.graph import GraphOps
 from vcm.store.embedded.indexer import TextIndexer
 from vcm.store.embedded.maintenance import MaintenanceOps
+from vcm.store.embedded.messageindex import MessageVectorIndexes
 from vcm.store.embedded.messages import MessageOps
 from vcm.store.embedded.recall import RecallRanker
 from vcm.store.embedded.recall_ops import RecallOps
@@ -89,7 +91,9 @@ class EmbeddedStore(
             ``defaultNProbe``: recall@k follows the fraction of lists probed, so a fixed number
             would lose recall as the index grows (``scripts/bench_store.py`` measures it).
         train_threshold: exact search until a space holds this many vectors (at least 39 per
-            centroid); an exact query over 10 000 384-d vectors takes 1-2 ms on one core.
+            centroid); an exact query over 10 000 384-d vectors takes 1-2 ms on one core. The
+            same threshold switches an agent's message vectors (per embedding version) from
+            exact search to IVF (:mod:`vcm.store.embedded.messageindex`).
         fault_hook: test seam called at named points inside multi-step writes.
         text_index_lag_ok: True (default) indexes new messages in a background thread, batching
             tantivy commits (~20 ms each); recall still sees them at once (the unindexed tail is
@@ -146,6 +150,9 @@ class EmbeddedStore(
         self._vectors = VectorIndexes(
             Path(f"{self.path}.faiss"), self._db, n_lists=n_lists, train_threshold=train_threshold
         )
+        self._message_vectors = MessageVectorIndexes(
+            Path(f"{self.path}.faiss") / "messages", self._db, threshold=train_threshold, n_probe=n_probe
+        )
         self._archival = ArchivalRanker(self._db, self._vectors, clock)
         self._max_results = cursor_max_results
         self._snapshots = Snapshots(
@@ -179,6 +186,7 @@ class EmbeddedStore(
             # catch up anyway).
             self._indexer.catch_up(0.0)
         self._vectors.save_all()
+        self._message_vectors.save_all()
         self._db.close()
         if self._tempdir is not None:
             shutil.rmtree(self._tempdir, ignore_errors=True)

@@ -17,6 +17,7 @@ from vcm.store import semantics
 from vcm.store.embedded.archival import ArchivalRanker
 from vcm.store.embedded.db import Database, meta_add
 from vcm.store.embedded.indexer import TextIndexer
+from vcm.store.embedded.messageindex import MessageVectorIndexes
 from vcm.store.embedded.recall import RecallRanker
 from vcm.store.embedded.schema import META_REV_SEQ
 from vcm.store.embedded.snapshots import Snapshots
@@ -43,6 +44,7 @@ class EmbeddedBase(MemoryStore):
     _indexer: TextIndexer
     _recall: RecallRanker
     _vectors: VectorIndexes
+    _message_vectors: MessageVectorIndexes
     _archival: ArchivalRanker
     _max_results: int
     _snapshots: Snapshots

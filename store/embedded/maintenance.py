@@ -36,6 +36,12 @@ class MaintenanceOps(EmbeddedBase):
                 delete_node_edges(conn, [message_node(r["agent_id"], r["message_id"]) for r in doomed])
                 conn.executemany("DELETE FROM messages WHERE id = ?", ids)
                 conn.executemany(
+                    "INSERT INTO message_vector_log (agent_id, embedding_version, row_id, op) "
+                    "SELECT agent_id, embedding_version, ?, -1 FROM message_vectors "
+                    "WHERE agent_id = ? AND message_id = ?",
+                    [(r["id"], r["agent_id"], r["message_id"]) for r in doomed],
+                )
+                conn.executemany(
                     "DELETE FROM message_vectors WHERE agent_id = ? AND message_id = ?",
                     [(r["agent_id"], r["message_id"]) for r in doomed],
                 )
@@ -146,5 +152,7 @@ class MaintenanceOps(EmbeddedBase):
         self._indexer.rebuild(self._busy_timeout_s if timeout_s is None else timeout_s)
 
     def rebuild_vector_indexes(self) -> None:
-        """Drop the FAISS indexes (memory and disk); the next search rebuilds from SQLite."""
+        """Drop the FAISS indexes (archival and message vectors, memory and disk); the next
+        search rebuilds from SQLite."""
         self._vectors.rebuild()
+        self._message_vectors.rebuild()

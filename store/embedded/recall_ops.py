@@ -65,17 +65,25 @@ class RecallOps(EmbeddedBase):
         if not checked:
             return 0
         with self._db.write("put message vectors") as conn:
-            before = conn.total_changes
-            conn.executemany(
-                "INSERT OR IGNORE INTO message_vectors (agent_id, message_id, embedding_version, dimension, "
-                "embedding) SELECT ?, ?, ?, ?, ? WHERE EXISTS "
-                "(SELECT 1 FROM messages WHERE agent_id = ? AND message_id = ?)",
-                [
-                    (agent_id, mid, embedding_version, dim, vec.astype("<f4").tobytes(), agent_id, mid)
-                    for mid, vec in checked
-                ],
-            )
-            return conn.total_changes - before
+            added = 0
+            for mid, vec in checked:
+                row = conn.execute(
+                    "SELECT id FROM messages WHERE agent_id = ? AND message_id = ?", (agent_id, mid)
+                ).fetchone()
+                if row is None:
+                    continue
+                inserted = conn.execute(
+                    "INSERT OR IGNORE INTO message_vectors (agent_id, message_id, embedding_version, dimension, "
+                    "embedding) VALUES (?, ?, ?, ?, ?)",
+                    (agent_id, mid, embedding_version, dim, vec.astype("<f4").tobytes()),
+                ).rowcount
+                if inserted:
+                    added += 1
+                    conn.execute(
+                        "INSERT INTO message_vector_log (agent_id, embedding_version, row_id, op) VALUES (?, ?, ?, 1)",
+                        (agent_id, embedding_version, row[0]),
+                    )
+            return added
 
     def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:
         validation.identifier("agent_id", agent_id)
@@ -122,7 +130,14 @@ class RecallOps(EmbeddedBase):
             text, newest = self._recall.rank(agent_id, terms, depth, since=since, until=until, bound=bound)
             top = newest if bound is None else min(newest, bound)
             vec = self._vector_rank(agent_id, version, q, since, until, top, depth)
-            seqs, embedded = self._positions(agent_id, {i for i, _ in text} | {i for i, _ in vec}, version)
+            candidates = {i for i, _ in text} | {i for i, _ in vec}
+            # Positions of messages with a vector come from the agent's message index; only the
+            # rest (text hits not embedded yet) are read from SQLite.
+            seqs = self._message_vectors.positions(agent_id, version, q.size, sorted(candidates)) if version else {}
+            embedded = set(seqs)
+            rest, rest_embedded = self._positions(agent_id, candidates - embedded, version)
+            seqs.update(rest)
+            embedded |= rest_embedded
             fused = fusion.hybrid(text, vec, seqs, unembedded={i for i, _ in text} - embedded)
             return [h for h in fused if h[0] not in exclude][:n], top
 
@@ -135,6 +150,21 @@ class RecallOps(EmbeddedBase):
         return int(self._db.query("newest message", "SELECT COALESCE(MAX(id), 0) FROM messages")[0][0])
 
     def _main_vector_version(self, agent_id: str) -> str | None:
+        """The agent's version with the most message vectors (usually its only one: two index
+        seeks, no count over the agent's vectors)."""
+        versions: list[str] = []
+        while len(versions) < 2:
+            after = self._db.query(
+                "list message vector versions",
+                "SELECT embedding_version FROM message_vectors WHERE agent_id = ? AND embedding_version > ? "
+                "ORDER BY embedding_version LIMIT 1",
+                (agent_id, versions[-1] if versions else ""),
+            )
+            if not after:
+                break
+            versions.append(str(after[0][0]))
+        if len(versions) < 2:
+            return versions[0] if versions else None
         found = self._db.query(
             "pick message vector version",
             "SELECT embedding_version FROM message_vectors WHERE agent_id = ? GROUP BY embedding_version "
@@ -153,28 +183,33 @@ class RecallOps(EmbeddedBase):
         top: int,
         n: int,
     ) -> list[tuple[int, float]]:
-        """Exact cosine over the agent's message vectors of ``version`` (messages up to row ``top``
-        in the time window); a per-agent recall corpus is small enough that exact search is the
-        right index (the archival spaces are where IVF pays)."""
+        """Cosine top-``n`` over the agent's message vectors of ``version`` (messages up to row
+        ``top`` in the time window), from the agent's in-memory message index
+        (:mod:`vcm.store.embedded.messageindex`: exact below the threshold, IVF above)."""
         if version is None or n <= 0:
             return []
-        time_sql, time_params = time_filter(since, until, column="m.created_at")
-        found = self._db.query(
-            "read message vectors",
-            "SELECT m.id, v.dimension, v.embedding FROM message_vectors v JOIN messages m "
-            "ON m.agent_id = v.agent_id AND m.message_id = v.message_id "
-            f"WHERE v.agent_id = ? AND v.embedding_version = ? AND m.id <= ?{time_sql} ORDER BY m.id",
-            [agent_id, version, top, *time_params],
+        known = self._db.query(
+            "read message vector dimension",
+            "SELECT dimension FROM message_vectors WHERE agent_id = ? AND embedding_version = ? LIMIT 1",
+            (agent_id, version),
         )
-        if not found:
+        if not known:
             return []
-        if int(found[0][1]) != query.size:
+        if int(known[0][0]) != query.size:
             raise ValidationError(
-                f"query vector has dimension {query.size}, message vectors of {version!r} have {found[0][1]}",
+                f"query vector has dimension {query.size}, message vectors of {version!r} have {known[0][0]}",
                 field="vector",
             )
-        matrix = np.frombuffer(b"".join(r[2] for r in found), dtype="<f4").reshape(len(found), -1)
-        return fusion.cosine_top(query, [int(r[0]) for r in found], matrix.astype(np.float32), n)
+        window = None
+        if since is not None or until is not None:
+            time_sql, time_params = time_filter(since, until)
+            found = self._db.query(
+                "read the time window of a recall search",
+                f"SELECT id FROM messages WHERE agent_id = ? AND id <= ?{time_sql}",
+                [agent_id, top, *time_params],
+            )
+            window = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+        return self._message_vectors.search(agent_id, version, query, n, top=top, window=window)
 
     def _positions(self, agent_id: str, ids: Iterable[int], version: str | None) -> tuple[dict[int, int], set[int]]:
         """The conversation position (``seq``) of each of these messages of the agent, and which

@@ -133,6 +133,18 @@ CREATE TABLE IF NOT EXISTS message_vectors (
     PRIMARY KEY (agent_id, embedding_version, message_id)
 ) WITHOUT ROWID;
 
+-- Every change to message_vectors in commit order (op 1: added, -1: removed; row_id is
+-- messages.id), so each process's in-memory per-agent message vector index catches up by
+-- reading only what changed (see vcm.store.embedded.messageindex).
+CREATE TABLE IF NOT EXISTS message_vector_log (
+    seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_id          TEXT NOT NULL,
+    embedding_version TEXT NOT NULL,
+    row_id            INTEGER NOT NULL,
+    op                INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS message_vector_log_space ON message_vector_log (agent_id, embedding_version, seq);
+
 CREATE TABLE IF NOT EXISTS events (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     event_id        TEXT NOT NULL UNIQUE,

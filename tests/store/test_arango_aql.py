@@ -253,3 +253,67 @@ def test_message_vector_keys_reads_one_version_of_one_agent() -> None:
     q = aql.message_vector_keys("a", ["a:m1", "a:m2"], "v1")
     assert "FILTER d._key IN @keys AND d.agent_id == @agent_id AND d.recall_emb_version == @version" in q.text
     assert q.bind_vars == {"keys": ["a:m1", "a:m2"], "agent_id": "a", "version": "v1"}
+
+
+# --- vector recall at scale (issue 16) ------------------------------------------------------
+def test_filtered_recall_ann_has_one_filter_before_the_vector_sort() -> None:
+    q = aql.recall_vector_ann_filtered(
+        "agent-1", [0.1, 0.2, 0.3], version="v1", fetch=1000, n_probe=40, since=1.0, until=2.0
+    )
+    head = q.text[: q.text.index("LIMIT @fetch")]
+    assert head.count("FILTER") == 1
+    near = "SORT APPROX_NEAR_COSINE(d.recall_emb, @vector, { nProbe: @n_probe }) DESC"
+    assert head.index("FILTER") < head.index(near)
+    for cond in ("d.agent_id == @agent_id", "d.recall_emb_version == @version", "@since", "@until"):
+        assert cond in head
+    assert "COSINE_SIMILARITY(d.recall_emb, @vector)" in q.text  # re-scored exactly
+    assert q.bind_vars["fetch"] == 1000 and q.bind_vars["n_probe"] == 40 and q.bind_vars["agent_id"] == "agent-1"
+    plain = aql.recall_vector_ann_filtered("a", [1.0], version="v", fetch=5, n_probe=1)
+    assert "since" not in plain.bind_vars and "@since" not in plain.text
+    with pytest.raises(ValidationError):
+        aql.recall_vector_ann_filtered("a", [1.0], version="v", fetch=0, n_probe=1)
+
+
+@pytest.mark.parametrize("evil", NASTY)
+def test_filtered_recall_ann_binds_user_strings(evil: str) -> None:
+    q = aql.recall_vector_ann_filtered(evil, [1.0], version=evil, fetch=5, n_probe=1)
+    assert evil not in q.text and evil in repr(q.bind_vars)
+
+
+def test_server_version_parses_release_strings() -> None:
+    assert aql.server_version("3.12.5") == (3, 12, 5)
+    assert aql.server_version("3.12.6-1") == (3, 12, 6)
+    assert aql.server_version("3.13") == (3, 13, 0)
+    with pytest.raises(ValidationError):
+        aql.server_version("devel")
+
+
+def test_recall_vector_plan_picks_the_form_by_version_and_share() -> None:
+    def plan(server: str, agent: int, total: int, n_lists: int | None = 3162) -> aql.RecallVectorPlan:
+        return aql.recall_vector_plan(
+            server=aql.server_version(server),
+            agent_vectors=agent,
+            total_vectors=total,
+            wanted=1000,
+            n_lists=n_lists,
+            default_n_probe=50,
+        )
+
+    # No trained index, or a small agent: exact.
+    assert plan("3.12.6", 10**6, 10**7, n_lists=None).form == "exact"
+    assert plan("3.12.6", 9_999, 10**7).form == "exact"
+    # 3.12.6+: filtered lookup; nProbe raised until the cells hold the wanted depth of the agent.
+    big = plan("3.12.6", 10**6, 10**7)
+    assert big == aql.RecallVectorPlan("filtered", 1000, 50)  # 2*1000*3162/1e6 = 7 < default
+    small_share = plan("3.12.7", 20_000, 10**7)
+    assert small_share.form == "filtered" and small_share.n_probe == 317  # ceil(2*1000*3162/20000)
+    assert plan("3.12.10", 20_000, 10**7, n_lists=40).n_probe == 40  # never above nLists
+    # 3.12.4/5: global over-fetch sized by the agent's share, bounded; beyond the bound exact.
+    over = plan("3.12.5", 10**6, 10**7)
+    assert over.form == "overfetch" and over.fetch == 20_000
+    assert over.n_probe == max(50, -(-2 * 20_000 * 3162 // 10**7))
+    assert plan("3.12.4", 10**5, 10**8).form == "exact"  # fetch would be 2e6 > RECALL_MAX_FETCH
+    with pytest.raises(ValidationError):
+        aql.recall_vector_plan(
+            server=(3, 12, 6), agent_vectors=5, total_vectors=4, wanted=1, n_lists=2, default_n_probe=1
+        )

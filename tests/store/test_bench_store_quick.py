@@ -56,4 +56,10 @@ def test_bench_store_quick_reports_every_measurement(tmp_path: Path) -> None:
         for point in row["sweep"]:
             assert _positive(point["p50_ms"]) and _positive(point["p99_ms"])
             assert 0 < point["recall_at_10"] <= 1
-    assert "recall BM25" in done.stdout and "archival top-10" in done.stdout
+    assert [r["messages"] for r in report["agent"]] == report["config"]["agent_sizes"]
+    for row in report["agent"]:
+        assert row["index"] == "ivf" and 0 < row["vector_recall_at_10"] <= 1
+        for mode in ("text", "vector", "hybrid"):
+            m = row[mode]
+            assert _positive(m["p50_ms"]) and m["p50_ms"] <= m["p95_ms"] <= m["p99_ms"] and _positive(m["mean_hits"])
+    assert "recall BM25" in done.stdout and "archival top-10" in done.stdout and "one agent: hybrid" in done.stdout
