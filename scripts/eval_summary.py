@@ -56,6 +56,8 @@ from vcm.tasks import evict, summarize
 from vcm.tasks.deps import Deps, Summarizer
 from vcm.tasks.selection import Vectors
 
+# A plain English stopword list of the evaluation's own, kept apart from the summariser's (which
+# also drops chat filler) so that the score does not grade the summariser by its own rules.
 STOP = frozenset(
     [
         "a",

@@ -18,7 +18,7 @@ _IDENTIFIER = re.compile(
     r"\b(?:[A-Za-z]+[_\-./:@#]?\d[\w\-./:@#]*|[A-Za-z0-9]+(?:[_\-/.@][A-Za-z0-9]+){1,}|[A-Z]{2,}\d*)\b"
 )
 # Words that are capitalised for grammar, not because they name something.
-_COMMON = frozenset(
+COMMON_CAPS = frozenset(
     [
         "I",
         "I'm",
@@ -167,7 +167,7 @@ def salience(sentence: str, known: frozenset[str] = frozenset()) -> float:
 
     ``known`` names (the speakers, lower case) do not count: addressing each other by name says
     nothing new."""
-    names = [w for w in _NAME.findall(sentence) if w not in _COMMON and w.lower() not in known]
+    names = [w for w in _NAME.findall(sentence) if w not in COMMON_CAPS and w.lower() not in known]
     score = 0.0
     if names:
         score += 0.35
