@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vcm.store.types import (
+    AgentRecord,
     ArchivalChunk,
     ArchivalHit,
     CoreBlock,
@@ -40,13 +41,16 @@ from vcm.store.types import (
     EdgeKind,
     EvictionCommit,
     EvictionResult,
+    Forgotten,
     Health,
     MemoryEvent,
     NodeRef,
     Page,
     RecallHit,
+    SnapshotRecord,
     StoredMessage,
     Summary,
+    SummaryVersion,
 )
 
 # Called by adapters at named points inside multi-step writes, so tests can inject a failure
@@ -56,6 +60,68 @@ FaultHook = Callable[[str], None]
 
 class MemoryStore(abc.ABC):
     """External memory tier of vcm. Implementations must be safe to share between threads."""
+
+    # --- agents ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
+        """Create the agent's record or replace its ``config``; keeps ``id_floor``, the token
+        hash and ``created_at``. Idempotent."""
+
+    @abc.abstractmethod
+    def get_agent(self, agent_id: str) -> AgentRecord:
+        """Raise NotFound when absent."""
+
+    @abc.abstractmethod
+    def list_agents(self) -> list[AgentRecord]:
+        """Every agent, by id."""
+
+    @abc.abstractmethod
+    def set_agent_token(self, agent_id: str, token_sha256: str | None) -> None:
+        """Record (or clear) the SHA-256 of the agent's bearer token. NotFound without a record."""
+
+    @abc.abstractmethod
+    def advance_id_floor(self, agent_id: str, floor: int) -> int:
+        """Raise the agent's ``id_floor`` to at least ``floor`` (never lowers it); returns it."""
+
+    @abc.abstractmethod
+    def uncommitted_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 1000) -> list[StoredMessage]:
+        """Messages by seq that no committed eviction batch holds (no ``recall_log`` edge from
+        the summary): the FIFO of a rebuilt hot state, plus recall notes the caller filters."""
+
+    @abc.abstractmethod
+    def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
+        """The summaries ``commit_eviction`` installed, newest first."""
+
+    @abc.abstractmethod
+    def delete_agent(self, agent_id: str) -> Forgotten:
+        """Remove everything of the agent: record, core memory, summary versions, messages and
+        their vectors and index entries, edges, archival chunks, events, batches, idempotency
+        records, cursors and snapshots. Idempotent (a second call removes nothing)."""
+
+    @abc.abstractmethod
+    def forget_message(self, agent_id: str, message_id: str) -> Forgotten:
+        """Remove one message with its vectors, index entries and edges. Idempotent."""
+
+    @abc.abstractmethod
+    def forget_document(self, agent_id: str, doc_id: str) -> Forgotten:
+        """Remove one archival document's chunks (every embedding version) and their edges."""
+
+    # --- snapshots ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def put_snapshot(self, snapshot: SnapshotRecord) -> SnapshotRecord:
+        """Idempotent by (agent, snapshot id): a replay returns the first record."""
+
+    @abc.abstractmethod
+    def get_snapshot(self, agent_id: str, snapshot_id: str) -> SnapshotRecord:
+        """Raise NotFound when absent or expired."""
+
+    @abc.abstractmethod
+    def list_snapshots(self, agent_id: str) -> list[SnapshotRecord]:
+        """Unexpired snapshots, newest first, with empty payloads (metadata only)."""
+
+    @abc.abstractmethod
+    def delete_snapshot(self, agent_id: str, snapshot_id: str) -> bool:
+        """True when a snapshot was deleted; False when there was none."""
 
     # --- core memory ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -231,7 +297,8 @@ class MemoryStore(abc.ABC):
     # --- maintenance ------------------------------------------------------------------------
     @abc.abstractmethod
     def expire(self, now: float) -> int:
-        """Delete messages whose ``expires_at`` < now (with their edges); returns how many."""
+        """Delete messages whose ``expires_at`` < now (with their edges) and expired snapshots;
+        returns how many messages."""
 
     @abc.abstractmethod
     def health(self) -> Health: ...

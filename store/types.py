@@ -200,3 +200,59 @@ class Health:
     ok: bool
     backend: str
     details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentRecord:
+    """An agent as the store keeps it: the source its hot state is rebuilt from.
+
+    ``config`` is the hot state's agent configuration (model, window, budget numbers, system
+    prompt, tools), opaque to the store. ``id_floor`` is the lowest message sequence number and
+    batch id the agent may hand out after its hot state is rebuilt: the hot path reserves ids
+    below it in advance, so a rebuild never reuses an id (see :mod:`vcm.durable`)."""
+
+    agent_id: str
+    config: Mapping[str, Any]
+    token_sha256: str | None = None
+    id_floor: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class SummaryVersion:
+    """One version of an agent's recursive summary: what the commit of ``batch_id`` installed."""
+
+    agent_id: str
+    batch_id: int
+    text: str
+    tokens: int
+    rev: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """A stored point-in-time copy of an agent's state. ``payload`` is compressed and opaque to
+    the store; ``sha256`` is its checksum, verified by whoever restores it."""
+
+    agent_id: str
+    snapshot_id: str
+    kind: str  # manual | periodic | pre_upgrade | pre_restore
+    reason: str
+    payload: bytes
+    sha256: str
+    size: int  # bytes of the uncompressed state
+    created_at: float
+    expires_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What a lifecycle delete removed (counts by kind; never content)."""
+
+    counts: Mapping[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())

@@ -17,6 +17,7 @@ from vcm.errors import VcmError
 from vcm.obs import metrics
 from vcm.store.port import MemoryStore
 from vcm.store.types import (
+    AgentRecord,
     ArchivalChunk,
     ArchivalHit,
     CoreBlock,
@@ -25,13 +26,16 @@ from vcm.store.types import (
     EdgeKind,
     EvictionCommit,
     EvictionResult,
+    Forgotten,
     Health,
     MemoryEvent,
     NodeRef,
     Page,
     RecallHit,
+    SnapshotRecord,
     StoredMessage,
     Summary,
+    SummaryVersion,
 )
 
 R = TypeVar("R")
@@ -57,6 +61,51 @@ class MeteredStore(MemoryStore):
         if name == "inner":  # not set yet (copy, pickle): no recursion
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+    # --- agents, lifecycle, snapshots ----------------------------------------------------------
+    def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
+        return self._call("put_agent", self.inner.put_agent, agent_id, config)
+
+    def get_agent(self, agent_id: str) -> AgentRecord:
+        return self._call("get_agent", self.inner.get_agent, agent_id)
+
+    def list_agents(self) -> list[AgentRecord]:
+        return self._call("list_agents", self.inner.list_agents)
+
+    def set_agent_token(self, agent_id: str, token_sha256: str | None) -> None:
+        self._call("set_agent_token", self.inner.set_agent_token, agent_id, token_sha256)
+
+    def advance_id_floor(self, agent_id: str, floor: int) -> int:
+        return self._call("advance_id_floor", self.inner.advance_id_floor, agent_id, floor)
+
+    def uncommitted_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 1000) -> list[StoredMessage]:
+        return self._call(
+            "uncommitted_messages", self.inner.uncommitted_messages, agent_id, after_seq=after_seq, limit=limit
+        )
+
+    def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
+        return self._call("summary_versions", self.inner.summary_versions, agent_id, limit=limit)
+
+    def delete_agent(self, agent_id: str) -> Forgotten:
+        return self._call("delete_agent", self.inner.delete_agent, agent_id)
+
+    def forget_message(self, agent_id: str, message_id: str) -> Forgotten:
+        return self._call("forget_message", self.inner.forget_message, agent_id, message_id)
+
+    def forget_document(self, agent_id: str, doc_id: str) -> Forgotten:
+        return self._call("forget_document", self.inner.forget_document, agent_id, doc_id)
+
+    def put_snapshot(self, snapshot: SnapshotRecord) -> SnapshotRecord:
+        return self._call("put_snapshot", self.inner.put_snapshot, snapshot)
+
+    def get_snapshot(self, agent_id: str, snapshot_id: str) -> SnapshotRecord:
+        return self._call("get_snapshot", self.inner.get_snapshot, agent_id, snapshot_id)
+
+    def list_snapshots(self, agent_id: str) -> list[SnapshotRecord]:
+        return self._call("list_snapshots", self.inner.list_snapshots, agent_id)
+
+    def delete_snapshot(self, agent_id: str, snapshot_id: str) -> bool:
+        return self._call("delete_snapshot", self.inner.delete_snapshot, agent_id, snapshot_id)
 
     # --- core memory ---------------------------------------------------------------------------
     def get_core(self, agent_id: str, block_id: str) -> CoreBlock:

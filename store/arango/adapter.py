@@ -51,6 +51,7 @@ from vcm.store.arango import names
 
 # ``X as X``: re-exported names (ANN_GROWTH, log, VECTOR_RECHECK_S) that this module defined before
 # the class was split into mixins, so imports from here keep working.
+from vcm.store.arango.agents import AgentOps
 from vcm.store.arango.archival_ops import ANN_GROWTH as ANN_GROWTH
 from vcm.store.arango.archival_ops import ArchivalOps
 from vcm.store.arango.base import log as log
@@ -61,6 +62,7 @@ from vcm.store.arango.events import EventOps
 from vcm.store.arango.eviction import DEFAULT_CAP_BYTES
 from vcm.store.arango.graph import GraphOps, order_traversal
 from vcm.store.arango.guard import GuardReport, run_guard
+from vcm.store.arango.lifecycle import LifecycleOps
 from vcm.store.arango.maintenance import MaintenanceOps
 from vcm.store.arango.messages import MessageOps
 from vcm.store.arango.recall_ops import RecallOps
@@ -74,6 +76,8 @@ _GUARDED: dict[str, GuardReport] = {}  # servers that passed the guard
 
 
 class ArangoStore(
+    AgentOps,
+    LifecycleOps,
     CoreMemoryOps,
     MessageOps,
     RecallOps,

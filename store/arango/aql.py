@@ -776,3 +776,93 @@ def recall_vector_ann_filtered(
         **bind_time,
     }
     return AqlQuery(text, bind)
+
+
+# --- agents, lifecycle, snapshots ---------------------------------------------------------------
+def uncommitted_messages(agent_id: str, summary_vertex: str, after_seq: int, limit: int) -> AqlQuery:
+    """Messages by seq with no ``recall_log`` edge from the summary (the FIFO of a rebuild). The
+    (agent_id, seq) index serves FILTER and SORT; the edge index on ``_to`` answers each probe."""
+    text = (
+        f"FOR m IN {names.MESSAGES}\n"
+        "  FILTER m.agent_id == @agent_id AND m.seq > @after\n"
+        "  SORT m.seq ASC\n"
+        f"  LET folded = FIRST(FOR e IN {names.RECALL_LOG} FILTER e._to == m._id AND e._from == @summary "
+        "LIMIT 1 RETURN true)\n"
+        "  FILTER folded == null\n"
+        "  LIMIT @limit\n"
+        "  RETURN m"
+    )
+    return AqlQuery(text, {"agent_id": agent_id, "after": after_seq, "summary": summary_vertex, "limit": limit})
+
+
+def list_agents() -> AqlQuery:
+    text = f'FOR a IN {names.CORE}\n  FILTER a.kind == "agent"\n  SORT a.agent_id ASC\n  RETURN a'
+    return AqlQuery(text, {})
+
+
+def advance_id_floor(key: str, floor: int) -> AqlQuery:
+    """Raise ``id_floor`` atomically (one document, one UPDATE): never lowers it."""
+    text = (
+        f"FOR a IN {names.CORE}\n"
+        '  FILTER a._key == @key AND a.kind == "agent"\n'
+        f"  UPDATE a WITH {{ id_floor: MAX([a.id_floor, @floor]) }} IN {names.CORE}\n"
+        "  RETURN NEW.id_floor"
+    )
+    return AqlQuery(text, {"key": key, "floor": floor})
+
+
+def summary_versions(agent_id: str, limit: int) -> AqlQuery:
+    text = (
+        f"FOR b IN {names.BATCHES}\n"
+        "  FILTER b.agent_id == @agent_id AND HAS(b, \"summary_text\")\n"
+        "  SORT b.batch_id DESC\n"
+        "  LIMIT @limit\n"
+        "  RETURN b"
+    )
+    return AqlQuery(text, {"agent_id": agent_id, "limit": limit})
+
+
+def remove_of_agent(collection: str, agent_id: str) -> AqlQuery:
+    """Remove every document of one agent from a collection; returns how many."""
+    _known_collection(collection)
+    text = (
+        "FOR d IN @@collection\n  FILTER d.agent_id == @agent_id\n  REMOVE d IN @@collection\n"
+        "  COLLECT WITH COUNT INTO n\n  RETURN n"
+    )
+    return AqlQuery(text, {"@collection": collection, "agent_id": agent_id})
+
+
+def document_chunks(agent_id: str, doc_id: str) -> AqlQuery:
+    text = (
+        f"FOR d IN {names.ARCHIVAL}\n  FILTER d.agent_id == @agent_id AND d.doc_id == @doc_id\n  RETURN d._id"
+    )
+    return AqlQuery(text, {"agent_id": agent_id, "doc_id": doc_id})
+
+
+def remove_documents(collection: str, ids: Sequence[str]) -> AqlQuery:
+    """Remove documents by ``_id`` (of one collection); missing ones are skipped."""
+    _known_collection(collection)
+    text = (
+        "FOR id IN @ids\n  LET d = DOCUMENT(id)\n  FILTER d != null\n"
+        "  REMOVE d IN @@collection\n  COLLECT WITH COUNT INTO n\n  RETURN n"
+    )
+    return AqlQuery(text, {"@collection": collection, "ids": list(ids)})
+
+
+def list_snapshots(agent_id: str, now: float) -> AqlQuery:
+    """Unexpired snapshots, newest first, without their payloads."""
+    text = (
+        f"FOR s IN {names.SNAPSHOTS}\n"
+        "  FILTER s.agent_id == @agent_id AND (s.expires_at == null OR s.expires_at >= @now)\n"
+        "  SORT s.created_at DESC, s.snapshot_id ASC\n"
+        '  RETURN UNSET(s, "payload")'
+    )
+    return AqlQuery(text, {"agent_id": agent_id, "now": now})
+
+
+def expire_snapshots(now: float) -> AqlQuery:
+    text = (
+        f"FOR s IN {names.SNAPSHOTS}\n  FILTER s.expires_at != null AND s.expires_at < @now\n"
+        f"  REMOVE s IN {names.SNAPSHOTS}\n  COLLECT WITH COUNT INTO n\n  RETURN n"
+    )
+    return AqlQuery(text, {"now": now})

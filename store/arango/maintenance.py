@@ -34,6 +34,7 @@ class MaintenanceOps(VectorSpaceOps):
                 break
         with contextlib.suppress(VcmError):  # housekeeping only
             self._run(self._rw, aql.purge_cursors(self._clock()), "expire")
+            self._run(self._rw, aql.expire_snapshots(now), "expire")
         return removed
 
     def health(self) -> Health:

@@ -153,6 +153,9 @@ class MessageOps(ArangoBase):
                     "agent_id": agent,
                     "batch_id": commit.batch_id,
                     "summary_rev": rev,
+                    # The summary this batch installed: the agent's summary history.
+                    "summary_text": commit.summary_text,
+                    "summary_tokens": commit.summary_tokens,
                     "messages_committed": len(plan.messages),
                     "event_id": plan.event_id,
                     "committed_at": now,

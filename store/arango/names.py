@@ -21,6 +21,7 @@ BATCHES: Final = "eviction_batches"
 IDEMPOTENCY: Final = "idempotency"
 CURSORS: Final = "cursors"
 META: Final = "vcm_meta"
+SNAPSHOTS: Final = "agent_state_snapshots"
 
 VIEW: Final = "messages_view"
 GRAPH: Final = "g_mem"
@@ -28,9 +29,12 @@ TEXT_ANALYZER: Final = "text_en"
 
 NODE_COLLECTIONS: Final[tuple[NodeCollection, ...]] = (CORE, MESSAGES, ARCHIVAL, EVENTS)
 EDGE_COLLECTIONS: Final[tuple[EdgeKind, ...]] = EDGE_KINDS
-DOCUMENT_COLLECTIONS: Final = (*NODE_COLLECTIONS, BATCHES, IDEMPOTENCY, CURSORS, META)
+DOCUMENT_COLLECTIONS: Final = (*NODE_COLLECTIONS, BATCHES, IDEMPOTENCY, CURSORS, META, SNAPSHOTS)
 ALL_COLLECTIONS: Final = (*DOCUMENT_COLLECTIONS, *EDGE_COLLECTIONS)
 
 # commit_eviction touches exactly these; a stream transaction must declare them up front.
 EVICTION_WRITE: Final = (MESSAGES, RECALL_LOG, CORE, EVENTS, BATCHES)
 PUT_CORE_WRITE: Final = (CORE, IDEMPOTENCY)
+# Everything an agent owns, in the order delete_agent removes it (the record first, so nothing
+# rebuilds a half-deleted agent; each removal filters on agent_id, so a retry finishes the job).
+AGENT_OWNED: Final = (CORE, MESSAGES, ARCHIVAL, EVENTS, BATCHES, IDEMPOTENCY, CURSORS, SNAPSHOTS, *EDGE_COLLECTIONS)

@@ -49,6 +49,8 @@ from pathlib import Path
 
 from vcm.errors import StoreUnavailable, ValidationError, VcmError
 from vcm.store import validation
+from vcm.store.embedded.agent_snapshots import AgentSnapshotOps
+from vcm.store.embedded.agents import AgentOps
 from vcm.store.embedded.archival import ArchivalRanker
 from vcm.store.embedded.archival_ops import ArchivalOps
 from vcm.store.embedded.core_memory import CoreMemoryOps
@@ -56,6 +58,7 @@ from vcm.store.embedded.db import Database, meta_add, meta_get, meta_set
 from vcm.store.embedded.events import EventOps
 from vcm.store.embedded.graph import GraphOps
 from vcm.store.embedded.indexer import TextIndexer
+from vcm.store.embedded.lifecycle import LifecycleOps
 from vcm.store.embedded.maintenance import MaintenanceOps
 from vcm.store.embedded.messageindex import MessageVectorIndexes
 from vcm.store.embedded.messages import MessageOps
@@ -70,6 +73,9 @@ from vcm.store.port import FaultHook
 
 
 class EmbeddedStore(
+    AgentOps,
+    AgentSnapshotOps,
+    LifecycleOps,
     CoreMemoryOps,
     MessageOps,
     RecallOps,

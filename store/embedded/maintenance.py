@@ -13,11 +13,11 @@ from typing import Any
 from vcm.errors import VcmError
 from vcm.store import validation
 from vcm.store.embedded.base import EmbeddedBase
-from vcm.store.embedded.db import meta_add, meta_int
-from vcm.store.embedded.graph import delete_node_edges
-from vcm.store.embedded.schema import META_TEXT_DOCS, META_TEXT_GEN, META_TEXT_HWM, META_TEXT_TERMS
+from vcm.store.embedded.db import meta_int
+from vcm.store.embedded.lifecycle import delete_message_rows
+from vcm.store.embedded.schema import META_TEXT_GEN, META_TEXT_HWM
 from vcm.store.embedded.vectorindex import SpaceKey
-from vcm.store.types import SUMMARY_BLOCK_ID, Health, message_node
+from vcm.store.types import SUMMARY_BLOCK_ID, Health
 
 
 class MaintenanceOps(EmbeddedBase):
@@ -31,24 +31,9 @@ class MaintenanceOps(EmbeddedBase):
                 "WHERE expires_at IS NOT NULL AND expires_at < ?",
                 (now,),
             ).fetchall()
-            if doomed:
-                ids = [(r["id"],) for r in doomed]
-                delete_node_edges(conn, [message_node(r["agent_id"], r["message_id"]) for r in doomed])
-                conn.executemany("DELETE FROM messages WHERE id = ?", ids)
-                conn.executemany(
-                    "INSERT INTO message_vector_log (agent_id, embedding_version, row_id, op) "
-                    "SELECT agent_id, embedding_version, ?, -1 FROM message_vectors "
-                    "WHERE agent_id = ? AND message_id = ?",
-                    [(r["id"], r["agent_id"], r["message_id"]) for r in doomed],
-                )
-                conn.executemany(
-                    "DELETE FROM message_vectors WHERE agent_id = ? AND message_id = ?",
-                    [(r["agent_id"], r["message_id"]) for r in doomed],
-                )
-                conn.executemany("INSERT OR IGNORE INTO text_index_deletes (id) VALUES (?)", ids)
-                meta_add(conn, META_TEXT_DOCS, -len(doomed))
-                meta_add(conn, META_TEXT_TERMS, -sum(r["n_terms"] for r in doomed))
+            delete_message_rows(conn, doomed)
             conn.execute("DELETE FROM cursors WHERE expires_at < ?", (self._clock(),))
+            conn.execute("DELETE FROM agent_snapshots WHERE expires_at IS NOT NULL AND expires_at < ?", (now,))
         if doomed:
             self._messages_written()
         return len(doomed)

@@ -385,6 +385,15 @@ class MessageVectorIndexes:
         return self.directory / key.filename()
 
     # --- upkeep -----------------------------------------------------------------------------
+    def forget(self, keys: Sequence[SpaceKey]) -> None:
+        """Drop these spaces (a deleted agent's) from memory and disk."""
+        with self._lock:
+            for key in keys:
+                self._spaces.pop(key, None)
+                path = self._path(key)
+                for doomed in (path, path.with_suffix(".members.npz")):
+                    doomed.unlink(missing_ok=True)
+
     def rebuild(self) -> None:
         """Forget every message index (memory and disk); the next search rebuilds from SQLite."""
         with self._lock:

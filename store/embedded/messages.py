@@ -145,6 +145,11 @@ class MessageOps(EmbeddedBase):
             )
             _insert_events(conn, commit.events, now)
             conn.execute(
+                "INSERT OR IGNORE INTO summary_versions (agent_id, batch_id, text, tokens, rev, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (agent, commit.batch_id, commit.summary_text, commit.summary_tokens, rev, now),
+            )
+            conn.execute(
                 "INSERT INTO batches (agent_id, batch_id, summary_rev, messages_committed, "
                 "event_id, committed_at) VALUES (?, ?, ?, ?, ?, ?)",
                 (agent, commit.batch_id, rev, len(batch), event_id, now),

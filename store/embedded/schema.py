@@ -168,6 +168,39 @@ CREATE TABLE IF NOT EXISTS batches (
     PRIMARY KEY (agent_id, batch_id)
 ) WITHOUT ROWID;
 
+-- Agents: the configuration their hot state is rebuilt from (see vcm.durable).
+CREATE TABLE IF NOT EXISTS agents (
+    agent_id     TEXT PRIMARY KEY,
+    config       TEXT NOT NULL,         -- JSON, opaque to the store
+    token_sha256 TEXT,
+    id_floor     INTEGER NOT NULL DEFAULT 0,
+    created_at   REAL NOT NULL,
+    updated_at   REAL NOT NULL
+) WITHOUT ROWID;
+-- Every summary commit_eviction installed (the current one is also core_memory's summary row).
+CREATE TABLE IF NOT EXISTS summary_versions (
+    agent_id   TEXT NOT NULL,
+    batch_id   INTEGER NOT NULL,
+    text       TEXT NOT NULL,
+    tokens     INTEGER NOT NULL,
+    rev        TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (agent_id, batch_id)
+) WITHOUT ROWID;
+-- Point-in-time agent states (compressed, checksummed by the service that wrote them).
+CREATE TABLE IF NOT EXISTS agent_snapshots (
+    agent_id    TEXT NOT NULL,
+    snapshot_id TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    payload     BLOB NOT NULL,
+    sha256      TEXT NOT NULL,
+    size        INTEGER NOT NULL,
+    created_at  REAL NOT NULL,
+    expires_at  REAL,
+    PRIMARY KEY (agent_id, snapshot_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS agent_snapshots_expiry ON agent_snapshots (expires_at) WHERE expires_at IS NOT NULL;
 -- Server-side snapshots of ranked result lists, so cursors stay stable while data arrives.
 CREATE TABLE IF NOT EXISTS cursors (
     id          TEXT PRIMARY KEY,

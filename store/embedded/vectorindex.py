@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -332,6 +332,23 @@ class VectorIndexes:
                 for path in self.directory.glob("*.faiss"):
                     with contextlib.suppress(OSError):
                         path.unlink()
+
+    def remove(self, ids: Sequence[int]) -> None:
+        """Take deleted rows' vectors out of every space (loaded or on disk): searches would skip
+        them anyway, but a deleted document must leave no index entry behind."""
+        if not ids:
+            return
+        doomed = np.asarray(sorted(set(ids)), dtype=np.int64)
+        spaces = self._db.query("list vector spaces", "SELECT metric, dimension, embedding_version FROM vector_spaces")
+        with self._lock:
+            for metric, dimension, version in spaces:
+                key = SpaceKey(metric, int(dimension), version)
+                if key not in self._indexes and not self._path(key).exists():
+                    continue  # exact and never loaded here: built from SQLite, without them
+                with _faiss_errors(key):
+                    index = self._indexes.setdefault(key, self._load(key))
+                    if index.index.remove_ids(doomed) and index.kind == "ivf":
+                        self._save(index)
 
     def save_all(self) -> None:
         with self._lock:

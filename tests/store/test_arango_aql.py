@@ -317,3 +317,30 @@ def test_recall_vector_plan_picks_the_form_by_version_and_share() -> None:
         aql.recall_vector_plan(
             server=(3, 12, 6), agent_vectors=5, total_vectors=4, wanted=1, n_lists=2, default_n_probe=1
         )
+
+
+def test_uncommitted_messages_sorts_on_the_indexed_seq_and_probes_edges_by_to() -> None:
+    q = aql.uncommitted_messages("a1", "core_memory/a1_3aqueue_5fhead_5fsummary", 5, 100)
+    text = q.text
+    assert text.index("SORT m.seq ASC") < text.index("LIMIT @limit")
+    assert "e._to == m._id AND e._from == @summary" in text
+    assert q.bind_vars == {
+        "agent_id": "a1",
+        "after": 5,
+        "summary": "core_memory/a1_3aqueue_5fhead_5fsummary",
+        "limit": 100,
+    }
+
+
+def test_agent_owned_removals_only_touch_known_collections() -> None:
+    for collection in names.AGENT_OWNED:
+        q = aql.remove_of_agent(collection, "a1")
+        assert q.bind_vars == {"@collection": collection, "agent_id": "a1"}
+        assert "FILTER d.agent_id == @agent_id" in q.text
+    with pytest.raises(ValidationError):
+        aql.remove_of_agent("_users", "a1")
+
+
+def test_advance_id_floor_never_lowers_and_list_snapshots_leaves_payloads_out() -> None:
+    assert "MAX([a.id_floor, @floor])" in aql.advance_id_floor("k", 3).text
+    assert 'UNSET(s, "payload")' in aql.list_snapshots("a1", 1.0).text

@@ -1,0 +1,122 @@
+"""Agents of the ArangoDB store: one ``core_memory`` document per agent (seed 000's data model:
+the agent vertex holding its token budget), its id floor, FIFO membership and summary history.
+
+The FIFO of a rebuilt agent is every message with no ``recall_log`` edge from the summary;
+summary versions ride on the ``eviction_batches`` markers that ``commit_eviction`` writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vcm.errors import NotFound, ValidationError
+from vcm.store import validation
+from vcm.store.arango import aql, documents, keys, names
+from vcm.store.arango.base import ArangoBase
+from vcm.store.types import AgentRecord, StoredMessage, SummaryVersion, summary_node
+
+AGENT_KIND = "agent"
+
+
+def agent_key(agent_id: str) -> str:
+    # Two parts joined by ':' — block keys are one escaped part, so the two never collide.
+    return keys.doc_key(agent_id, AGENT_KIND)
+
+
+def _record(d: Mapping[str, Any]) -> AgentRecord:
+    return AgentRecord(
+        agent_id=d["agent_id"],
+        config=d.get("config") or {},
+        token_sha256=d.get("token_sha256"),
+        id_floor=int(d.get("id_floor", 0)),
+        created_at=float(d.get("created_at", 0.0)),
+        updated_at=float(d.get("updated_at", 0.0)),
+    )
+
+
+def _unknown(agent_id: str) -> NotFound:
+    return NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+
+
+class AgentOps(ArangoBase):
+    """``put_agent``, ``get_agent``, ``list_agents``, ``set_agent_token``, ``advance_id_floor``,
+    ``uncommitted_messages`` and ``summary_versions``."""
+
+    def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
+        validation.identifier("agent_id", agent_id)
+        if not isinstance(config, Mapping):
+            raise ValidationError("config must be a mapping", field="config")
+        key = agent_key(agent_id)
+        with self._transaction((names.CORE,), "put_agent") as txn:
+            core = txn.collection(names.CORE)
+            now = self._clock()
+            current = core.get(key)
+            if current is None:
+                doc = {
+                    "_key": key,
+                    "kind": AGENT_KIND,
+                    "agent_id": agent_id,
+                    "config": dict(config),
+                    "token_sha256": None,
+                    "id_floor": 0,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+                core.insert(doc)
+                return _record(doc)
+            if current.get("config") != dict(config):
+                current = {**current, "config": dict(config), "updated_at": now}
+                core.update({"_key": key, "config": dict(config), "updated_at": now}, merge=False)
+            return _record(current)
+
+    def get_agent(self, agent_id: str) -> AgentRecord:
+        validation.identifier("agent_id", agent_id)
+        doc = self._get(self._ro, names.CORE, agent_key(agent_id), "get_agent")
+        if doc is None:
+            raise _unknown(agent_id)
+        return _record(doc)
+
+    def list_agents(self) -> list[AgentRecord]:
+        return [_record(d) for d in self._run(self._ro, aql.list_agents(), "list_agents")]
+
+    def set_agent_token(self, agent_id: str, token_sha256: str | None) -> None:
+        validation.identifier("agent_id", agent_id)
+        if token_sha256 is not None:
+            validation.identifier("token_sha256", token_sha256)
+        key = agent_key(agent_id)
+        with self._transaction((names.CORE,), "set_agent_token") as txn:
+            core = txn.collection(names.CORE)
+            if core.get(key) is None:
+                raise _unknown(agent_id)
+            core.update({"_key": key, "token_sha256": token_sha256, "updated_at": self._clock()})
+
+    def advance_id_floor(self, agent_id: str, floor: int) -> int:
+        validation.identifier("agent_id", agent_id)
+        if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+            raise ValidationError("floor must be a non-negative integer", field="floor")
+        found = self._run(self._rw, aql.advance_id_floor(agent_key(agent_id), floor), "advance_id_floor")
+        if not found:
+            raise _unknown(agent_id)
+        return int(found[0])
+
+    def uncommitted_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 1000) -> list[StoredMessage]:
+        validation.identifier("agent_id", agent_id)
+        after, n = validation.after_seq(after_seq), validation.limit("limit", limit)
+        query = aql.uncommitted_messages(agent_id, keys.vertex_id(summary_node(agent_id)), after, n)
+        return [documents.message_from_doc(d) for d in self._run(self._ro, query, "uncommitted_messages")]
+
+    def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
+        validation.identifier("agent_id", agent_id)
+        n = validation.limit("limit", limit)
+        return [
+            SummaryVersion(
+                agent_id=d["agent_id"],
+                batch_id=int(d["batch_id"]),
+                text=d["summary_text"],
+                tokens=int(d.get("summary_tokens", 0)),
+                rev=d["summary_rev"],
+                created_at=float(d["committed_at"]),
+            )
+            for d in self._run(self._ro, aql.summary_versions(agent_id, n), "summary_versions")
+        ]

@@ -1,0 +1,127 @@
+"""Agents of the embedded store: their records, id floors, FIFO membership and summary history.
+
+The record is what a lost hot state is rebuilt from (``vcm.durable``); the FIFO of a rebuilt
+agent is every stored message that no committed eviction batch holds, which needs no table of
+its own: ``commit_eviction`` links each message it folds into the summary with a ``recall_log``
+edge, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+from vcm.errors import NotFound, ValidationError
+from vcm.store import validation
+from vcm.store.embedded import rows
+from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.types import AgentRecord, StoredMessage, SummaryVersion, summary_node
+
+_AGENT_COLUMNS = "agent_id, config, token_sha256, id_floor, created_at, updated_at"
+
+
+def _record(row: sqlite3.Row) -> AgentRecord:
+    return AgentRecord(
+        agent_id=row["agent_id"],
+        config=json.loads(row["config"]),
+        token_sha256=row["token_sha256"],
+        id_floor=int(row["id_floor"]),
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+    )
+
+
+def _config(config: Mapping[str, Any]) -> str:
+    if not isinstance(config, Mapping):
+        raise ValidationError("config must be a mapping", field="config")
+    try:
+        return rows.dumps(dict(config))
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"config must be JSON: {exc}", field="config") from None
+
+
+class AgentOps(EmbeddedBase):
+    """``put_agent``, ``get_agent``, ``list_agents``, ``set_agent_token``, ``advance_id_floor``,
+    ``uncommitted_messages`` and ``summary_versions``."""
+
+    def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
+        validation.identifier("agent_id", agent_id)
+        text = _config(config)
+        now = self._clock()
+        with self._db.write("write an agent") as conn:
+            conn.execute(
+                "INSERT INTO agents (agent_id, config, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (agent_id) DO UPDATE SET config = excluded.config, updated_at = excluded.updated_at "
+                "WHERE agents.config != excluded.config",
+                (agent_id, text, now, now),
+            )
+            row = conn.execute(f"SELECT {_AGENT_COLUMNS} FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
+        return _record(row)
+
+    def get_agent(self, agent_id: str) -> AgentRecord:
+        validation.identifier("agent_id", agent_id)
+        found = self._db.query("read an agent", f"SELECT {_AGENT_COLUMNS} FROM agents WHERE agent_id = ?", (agent_id,))
+        if not found:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        return _record(found[0])
+
+    def list_agents(self) -> list[AgentRecord]:
+        return [
+            _record(r) for r in self._db.query("list agents", f"SELECT {_AGENT_COLUMNS} FROM agents ORDER BY agent_id")
+        ]
+
+    def set_agent_token(self, agent_id: str, token_sha256: str | None) -> None:
+        validation.identifier("agent_id", agent_id)
+        if token_sha256 is not None:
+            validation.identifier("token_sha256", token_sha256)
+        with self._db.write("record an agent token") as conn:
+            done = conn.execute(
+                "UPDATE agents SET token_sha256 = ?, updated_at = ? WHERE agent_id = ?",
+                (token_sha256, self._clock(), agent_id),
+            )
+            if done.rowcount == 0:
+                raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+
+    def advance_id_floor(self, agent_id: str, floor: int) -> int:
+        validation.identifier("agent_id", agent_id)
+        if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+            raise ValidationError("floor must be a non-negative integer", field="floor")
+        with self._db.write("advance an id floor") as conn:
+            conn.execute("UPDATE agents SET id_floor = MAX(id_floor, ?) WHERE agent_id = ?", (floor, agent_id))
+            row = conn.execute("SELECT id_floor FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        return int(row[0])
+
+    def uncommitted_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 1000) -> list[StoredMessage]:
+        validation.identifier("agent_id", agent_id)
+        after, n = validation.after_seq(after_seq), validation.limit("limit", limit)
+        summary = summary_node(agent_id)
+        # The edges' primary key (src_coll, src_key, kind, dst_coll, dst_key) answers each probe.
+        found = self._db.query(
+            "list uncommitted messages",
+            f"SELECT {rows.MESSAGE_COLUMNS} FROM messages m WHERE m.agent_id = ? AND m.seq > ? "
+            "AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.src_coll = ? AND e.src_key = ? "
+            "AND e.kind = 'recall_log' AND e.dst_coll = 'messages' AND e.dst_key = m.agent_id || ':' || m.message_id) "
+            "ORDER BY m.seq, m.id LIMIT ?",
+            (agent_id, after, summary.collection, summary.key, n),
+        )
+        return [rows.message(r) for r in found]
+
+    def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
+        validation.identifier("agent_id", agent_id)
+        n = validation.limit("limit", limit)
+        found = self._db.query(
+            "list summary versions",
+            "SELECT agent_id, batch_id, text, tokens, rev, created_at FROM summary_versions "
+            "WHERE agent_id = ? ORDER BY batch_id DESC LIMIT ?",
+            (agent_id, n),
+        )
+        return [
+            SummaryVersion(
+                r["agent_id"], int(r["batch_id"]), r["text"], int(r["tokens"]), r["rev"], float(r["created_at"])
+            )
+            for r in found
+        ]
