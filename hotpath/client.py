@@ -117,6 +117,47 @@ class _Operations(Generic[R]):
     def rotate_token(self, agent_id: str) -> R:
         return self._send(Call("POST", f"/v1/agents/{_seg(agent_id)}/token"))
 
+    # --- lifecycle and snapshots ----------------------------------------------------------------
+    def delete_agent(self, agent_id: str) -> R:
+        """Admin or the agent itself: everything of the agent goes (counts in the reply)."""
+        return self._send(Call("DELETE", f"/v1/agents/{_seg(agent_id)}"))
+
+    def forget_message(self, agent_id: str, message_id: str) -> R:
+        return self._send(Call("DELETE", f"/v1/agents/{_seg(agent_id)}/messages/{_seg(message_id)}"))
+
+    def forget_document(self, agent_id: str, doc_id: str) -> R:
+        return self._send(Call("DELETE", f"/v1/agents/{_seg(agent_id)}/archival/{_seg(doc_id)}"))
+
+    def reset(self, agent_id: str, *, idempotency_key: str | None = None) -> R:
+        return self._send(Call("POST", f"/v1/agents/{_seg(agent_id)}/reset", headers=_idem(idempotency_key)))
+
+    def create_snapshot(
+        self,
+        agent_id: str,
+        *,
+        kind: str = "manual",
+        reason: str = "",
+        ttl_s: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> R:
+        body = _clean({"kind": kind, "reason": reason, "ttl_s": ttl_s})
+        return self._send(
+            Call("POST", f"/v1/agents/{_seg(agent_id)}/snapshots", json=body, headers=_idem(idempotency_key))
+        )
+
+    def snapshots(self, agent_id: str) -> R:
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/snapshots"))
+
+    def restore_snapshot(self, agent_id: str, snapshot_id: str, *, idempotency_key: str | None = None) -> R:
+        path = f"/v1/agents/{_seg(agent_id)}/snapshots/{_seg(snapshot_id)}/restore"
+        return self._send(Call("POST", path, headers=_idem(idempotency_key)))
+
+    def delete_snapshot(self, agent_id: str, snapshot_id: str) -> R:
+        return self._send(Call("DELETE", f"/v1/agents/{_seg(agent_id)}/snapshots/{_seg(snapshot_id)}"))
+
+    def summary_versions(self, agent_id: str, *, limit: int = 20) -> R:
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/summary/versions", params={"limit": limit}))
+
     # --- messages and context -------------------------------------------------------------------
     def append(
         self,

@@ -18,6 +18,7 @@ same exceptions::
     │                                                       (an agent that exists, a batch finished
     │                                                       before its predecessor)
     ├── TaintedContent          TAINTED_CONTENT        422  instruction-like text promoted unjustified
+    ├── SnapshotCorrupt         SNAPSHOT_CORRUPT       422  a snapshot failed its checksum; not restored
     ├── ConfigError             CONFIG_ERROR           500  invalid settings, raised at start
     ├── StoreUnavailable        STORE_UNAVAILABLE      503  backend down / transaction aborted
     │   └── InjectedFailure                                 raised by test fault hooks only
@@ -46,6 +47,7 @@ class ErrorCode(StrEnum):
     CONFIG_ERROR = "CONFIG_ERROR"
     CONFLICT = "CONFLICT"
     TAINTED_CONTENT = "TAINTED_CONTENT"
+    SNAPSHOT_CORRUPT = "SNAPSHOT_CORRUPT"
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
@@ -118,6 +120,13 @@ class TaintedContent(VcmError):
     """Text that reads like instructions to the model, promoted without a justification."""
 
     code = ErrorCode.TAINTED_CONTENT
+    http_status = 422
+
+
+class SnapshotCorrupt(VcmError):
+    """The stored snapshot does not match its SHA-256 (or cannot be read): nothing was restored."""
+
+    code = ErrorCode.SNAPSHOT_CORRUPT
     http_status = 422
 
 

@@ -24,16 +24,19 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from vcm import poisoning, validation
 from vcm.dispatch import Dispatcher
+from vcm.durable import Durability, agent_config
 from vcm.errors import (
     IdempotencyMismatch,
+    NotFound,
     PinLimitExceeded,
     StoreUnavailable,
     TaintedContent,
     TokenBudgetExceeded,
+    Unauthorized,
     ValidationError,
     VcmError,
 )
@@ -41,11 +44,13 @@ from vcm.hot.context import AssembledContext, assemble
 from vcm.hot.jobs import IngestJob
 from vcm.hot.state import HotState
 from vcm.hot.tokens import TokenCounter
+from vcm.lifecycle import LifecycleOps
 from vcm.obs import audit, footprint, metrics
 from vcm.store.port import MemoryStore
 from vcm.store.types import ArchivalHit, MemoryEvent, Page, RecallHit, StoredMessage
 from vcm.types import AgentInfo, AppendResult, BatchInfo, Block, BlockResult, Gauges, IngestRequest
 
+R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 Embed = Callable[[Sequence[str]], Any]  # texts -> array of unit vectors (n, dim)
@@ -81,7 +86,7 @@ def doc_id_for(text: str) -> str:
     return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-class MemoryService:
+class MemoryService(LifecycleOps):
     def __init__(
         self,
         hot: HotState,
@@ -104,6 +109,8 @@ class MemoryService:
         self.settings = hot.settings
         self._taint = poisoning.Filter.of(self.settings.poisoning)
         self._cursor_secret: bytes | None = None
+        # The store is the source of truth for agents; Redis is rebuilt from it (vcm.durable).
+        self.durable = Durability(hot, store)
 
     # --- agents -----------------------------------------------------------------------------
     def create_agent(
@@ -115,7 +122,9 @@ class MemoryService:
         tools: Sequence[Mapping[str, Any]] = (),
         actor: str = "system",
     ) -> AgentInfo:
+        self.rebuild(agent_id)  # an agent known to the store answers as it was, not anew
         info = self.hot.create_agent(agent_id, model=model, system_prompt=system_prompt, tools=tools)
+        self.durable.agent_created(agent_id, agent_config(info.model, system_prompt, tools))
         self._event(
             agent_id,
             "agent_created",
@@ -127,10 +136,40 @@ class MemoryService:
         return info
 
     def agent(self, agent_id: str) -> AgentInfo:
-        return self.hot.agent(agent_id)
+        return self._hot(agent_id, self.hot.agent, agent_id)
 
     def agents(self) -> list[str]:
-        return self.hot.agents()
+        """Every agent the store knows, and any the hot state holds that predate their record."""
+        return sorted({r.agent_id for r in self.store.list_agents()} | set(self.hot.agents()))
+
+    def _hot(self, agent_id: str, call: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """A hot-state call for one agent; when the agent is missing from Redis (restart in
+        embedded mode, a flushed or replaced Redis) but known to the store, its hot state is
+        rebuilt and the call made again. UNAUTHORIZED counts as missing when the token is checked
+        in the call itself: a flushed Redis lost the token's hash too."""
+        try:
+            return call(*args, **kwargs)
+        except (NotFound, Unauthorized):
+            if not self.rebuild(agent_id):
+                raise
+        return call(*args, **kwargs)
+
+    def rebuild(self, agent_id: str) -> bool:
+        """Rebuild the agent's hot state from the store if Redis lost it (vcm.durable); a batch
+        the rebuilt FIFO needs (it was over the flush line) is handed to the cold path."""
+        rebuilt = self.durable.rebuild(agent_id)
+        if rebuilt is None:
+            return False
+        if rebuilt.pressure_message_id:
+            self.durable.appended(agent_id, [rebuilt.pressure_message_id], 0)
+        if rebuilt.batch is not None:
+            self._batch_begun(agent_id, rebuilt.batch, rebuilt.total, False, "system")
+            metrics.flush("rebuild")
+        return True
+
+    def rebuild_missing(self) -> list[str]:
+        """Rebuild every stored agent whose hot state is missing (at start)."""
+        return [agent_id for agent_id in self.durable.missing() if self.rebuild(agent_id)]
 
     # --- messages -----------------------------------------------------------------------------
     def append(
@@ -146,9 +185,14 @@ class MemoryService:
         tool_calls: Sequence[Mapping[str, Any]] | None = None,
         idempotency_key: str | None = None,
         actor: str = "system",
+        token_sha256: str | None = None,
     ) -> AppendResult:
+        """Append one message. ``token_sha256``: the caller's agent token digest, checked in the
+        append's own Lua call (see :meth:`HotState.append`)."""
         with self._refusals_audited(agent_id, "append", actor, idempotency_key):
-            res = self.hot.append(
+            res = self._hot(
+                agent_id,
+                self.hot.append,
                 agent_id,
                 role,
                 content,
@@ -159,7 +203,13 @@ class MemoryService:
                 tool_calls=tool_calls,
                 idempotency_key=idempotency_key,
                 actor=actor,
+                token_sha256=token_sha256,
             )
+        # Before the caller hears of it: the store holds the message (write-through) and the id
+        # floor stays ahead of the sequence. A replay writes it too: its first attempt may have
+        # died before doing so.
+        ids = [res.message_id] + ([res.pressure_message_id] if res.pressure_message_id else [])
+        self.durable.appended(agent_id, ids, res.seq, known=[res.message] if res.message else ())
         if res.replayed:
             # The first request may have died between its Lua call and its follow-ups. Hand its
             # batch over again with the flush row (both idempotent); a missed spool is the
@@ -171,7 +221,6 @@ class MemoryService:
         # so the hot path stays one Redis round trip.
         if res.gauges is not None:
             self._gauges_seen(agent_id, res.gauges)
-        ids = [res.message_id] + ([res.pressure_message_id] if res.pressure_message_id else [])
         self.dispatcher.spool(agent_id, ids)
         if res.action == "warning":
             metrics.warning()
@@ -191,7 +240,7 @@ class MemoryService:
         self, agent_id: str, count: int, *, idempotency_key: str | None = None, actor: str = "system"
     ) -> tuple[int, BatchInfo | None]:
         with self._refusals_audited(agent_id, "evict", actor, idempotency_key):
-            total, batch = self.hot.evict_oldest(agent_id, count, idempotency_key=idempotency_key)
+            total, batch = self._hot(agent_id, self.hot.evict_oldest, agent_id, count, idempotency_key=idempotency_key)
         if batch is not None:
             self._batch_begun(agent_id, batch, total, False, actor, idempotency_key)
             metrics.flush("request")
@@ -234,7 +283,7 @@ class MemoryService:
         validation.role(role)
         content = validation.text(content, "content", self.settings.budget.max_content_chars)
         validation.idempotency_key(idempotency_key)
-        info = self.hot.agent(agent_id)
+        info = self.agent(agent_id)
         # The id comes from the idempotency key, so the store's idempotent spool dedupes retries.
         message_id = "r" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
         request = {"role": role, "content_sha256": hashlib.sha256(content.encode("utf-8")).hexdigest()}
@@ -317,7 +366,9 @@ class MemoryService:
         if verdict.tainted and (thin := poisoning.justification_problem(reason)):
             raise ValidationError(thin, field="justification", reasons=list(verdict.reasons))
         with self._refusals_audited(agent_id, "put_block", actor, idempotency_key):
-            res = self.hot.put_block(
+            res = self._hot(
+                agent_id,
+                self.hot.put_block,
                 agent_id,
                 block_id,
                 content,
@@ -327,6 +378,8 @@ class MemoryService:
                 metadata=metadata,
                 idempotency_key=idempotency_key,
             )
+        # Replays too: the first attempt may have died before its copy reached the store.
+        self.durable.block_written(agent_id, block_id)
         if not res.replayed:
             before = res.previous
             details: dict[str, Any] = {
@@ -374,7 +427,11 @@ class MemoryService:
         idempotency_key: str | None = None,
         actor: str = "system",
     ) -> BlockResult:
-        res = self.hot.delete_block(agent_id, block_id, expected_rev, idempotency_key=idempotency_key)
+        res = self._hot(
+            agent_id, self.hot.delete_block, agent_id, block_id, expected_rev, idempotency_key=idempotency_key
+        )
+        if res.deleted:
+            self.durable.block_deleted(agent_id, block_id)
         if not res.replayed:
             before = res.previous
             self._event(
@@ -396,14 +453,16 @@ class MemoryService:
         return res
 
     def get_block(self, agent_id: str, block_id: str) -> Block:
-        return self.hot.get_block(agent_id, block_id)
+        return self._hot(agent_id, self.hot.get_block, agent_id, block_id)
 
     def list_blocks(self, agent_id: str) -> list[Block]:
-        return self.hot.list_blocks(agent_id)
+        return self._hot(agent_id, self.hot.list_blocks, agent_id)
 
     # --- context ------------------------------------------------------------------------------
-    def context(self, agent_id: str) -> AssembledContext:
-        assembled = assemble(self.hot.snapshot(agent_id))
+    def context(self, agent_id: str, *, token_sha256: str | None = None) -> AssembledContext:
+        """The assembled main context; ``token_sha256`` as in :meth:`append`, read in the snapshot's
+        own transaction."""
+        assembled = assemble(self._hot(agent_id, self.hot.snapshot, agent_id, token_sha256=token_sha256))
         self._gauges_seen(agent_id, assembled.gauges)
         return assembled
 
@@ -421,7 +480,7 @@ class MemoryService:
     ) -> RecallResult:
         """Hybrid (BM25 + message vectors) by default; text when this process has no embedder or
         messages get no vectors (``[recall] vectors`` off). The result says which mode ran."""
-        self.hot.agent(agent_id)
+        self.agent(agent_id)
         query = validation.text(query, "query", 10_000)
         if mode not in ("text", "vector", "hybrid"):
             raise ValidationError("mode must be text, vector or hybrid", field="mode")
@@ -452,7 +511,7 @@ class MemoryService:
         filters: Mapping[str, Any] | None = None,
         cursor: str | None = None,
     ) -> ArchivalResult:
-        self.hot.agent(agent_id)
+        self.agent(agent_id)
         query = validation.text(query, "query", 10_000)
         if self.embed is None:
             raise ValidationError("archival search needs an embedding model; none is configured", field="query")
@@ -476,7 +535,7 @@ class MemoryService:
         Idempotent twice over: the same document always maps to the same job (queued once; a
         failed job is queued again), and an idempotency key reused for a different document
         answers IDEMPOTENCY_MISMATCH without queueing anything."""
-        self.hot.agent(agent_id)
+        self.agent(agent_id)
         text = validation.text(text, "text", 5_000_000)
         meta = validation.metadata(metadata)
         if not isinstance(source, str) or len(source) > 1000:
@@ -509,7 +568,7 @@ class MemoryService:
 
     def ingest_job(self, agent_id: str, job_id: str) -> IngestJob:
         """An ingestion job's state: queued, running (with chunk progress), done or failed."""
-        self.hot.agent(agent_id)
+        self.agent(agent_id)
         if not isinstance(job_id, str) or not job_id.startswith("ing-") or len(job_id) > 64:
             raise ValidationError("not an ingestion job id", field="job_id")
         return self.hot.jobs.get(agent_id, job_id)
@@ -519,7 +578,7 @@ class MemoryService:
     ) -> tuple[dict[str, Any], bool]:
         """An entry point's own idempotent operation: the first result under the key, and whether
         this is a replay (the hot state's one record format; IDEMPOTENCY_MISMATCH on reuse)."""
-        self.hot.agent(agent_id)
+        self.agent(agent_id)
         return self.hot.claim(agent_id, idempotency_key, op, request, result)
 
     # --- what entry points read without reaching into the tiers ---------------------------------
@@ -543,11 +602,11 @@ class MemoryService:
         return self.hot.counter(model or self.settings.default_model)
 
     def gauges(self, agent_id: str) -> Gauges:
-        return self.hot.gauges(agent_id)
+        return self._hot(agent_id, self.hot.gauges, agent_id)
 
     def fifo_ids(self, agent_id: str) -> list[str]:
         """The ids of the messages in the agent's FIFO, oldest first."""
-        return [m.id for m in self.hot.snapshot(agent_id).fifo]
+        return [m.id for m in self._hot(agent_id, self.hot.snapshot, agent_id).fifo]
 
     @property
     def redis(self) -> Any:

@@ -75,6 +75,9 @@ class EmbeddingSettings(BaseModel):
     device: str = "cpu"
     batch_size: int = Field(32, ge=1, le=4096)
     threads: int = Field(0, ge=0, le=256)
+    # Embedded mode: the cold path's model work runs in a child process of the serving process
+    # (vcm.workers.embedder_process), so it neither holds the API's GIL nor outranks its requests.
+    subprocess: bool = True
 
 
 class ChunkingSettings(BaseModel):
@@ -183,6 +186,23 @@ class MaintenanceSettings(BaseModel):
     redrive_dead_letters_after_s: float = Field(3600.0, ge=0.0, le=30 * 86400.0)
     expire_interval_s: float = Field(3600.0, gt=0.0, le=30 * 86400.0)
     recall_ttl_s: int = Field(0, ge=0, le=100 * 365 * 86400)
+
+
+class DurabilitySettings(BaseModel):
+    """How appended messages reach the store, the source of truth (see vcm.durable)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # write_through: the append is acknowledged after the store holds the message.
+    # write_behind: the cold path spools it (Redis, with AOF, is the log until then).
+    # auto: write_through when the hot state is in-process (embedded), which dies with the process.
+    messages: Literal["auto", "write_through", "write_behind"] = "auto"
+    # Message and batch ids reserved in the store ahead of use, so a rebuilt agent never reuses one.
+    id_reserve: int = Field(1024, ge=16, le=1_000_000)
+    # Default lifetime of a snapshot (0 keeps it until deleted).
+    snapshot_ttl_s: int = Field(30 * 86400, ge=0, le=10 * 365 * 86400)
+    # Periodic snapshots of every agent by beat (0: none).
+    snapshot_interval_s: float = Field(0.0, ge=0.0, le=30 * 86400.0)
 
 
 class SummarizerSettings(BaseModel):
@@ -310,7 +330,10 @@ class Settings(BaseModel):
 
     redis_url: str = ""
     broker_url: str = "memory://"
-    store_url: str = "sqlite:///vcm-data/vcm.db"
+    # "" = sqlite under data_dir (embedded mode's store survives restarts there).
+    store_url: str = ""
+    # "" = the user's data directory ($XDG_DATA_HOME/vcm, else ~/.local/share/vcm).
+    data_dir: str = ""
     default_model: str = "gpt-4o-mini"
     idempotency_ttl_s: int = Field(86400, ge=60, le=30 * 86400)
     log_level: str = "INFO"
@@ -321,6 +344,7 @@ class Settings(BaseModel):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
+    durability: DurabilitySettings = Field(default_factory=DurabilitySettings)
     summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
@@ -333,12 +357,19 @@ class Settings(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        _check_url(self.redis_url, ("redis://", "rediss://", "unix://"), "redis_url")
+        # redis+cluster:// (rediss+cluster://) names seed nodes of a Redis Cluster (vcm.hot.connection).
+        _check_url(
+            self.redis_url,
+            ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://"),
+            "redis_url",
+        )
         _check_url(
             self.broker_url,
             ("memory://", "redis://", "rediss://", "amqp://", "pyamqp://"),
             "broker_url",
         )
+        if not self.store_url:
+            self.store_url = f"sqlite:///{Path(self.data_path()).resolve() / 'vcm.db'}"
         _check_url(self.store_url, ("sqlite://", "arango+"), "store_url")
         for model, window in self.models.items():
             if not 256 <= window <= 10_000_000:
@@ -355,6 +386,13 @@ class Settings(BaseModel):
         # URLs may carry a password from the environment; reprs end up in logs and tracebacks.
         for name, value in super().__repr_args__():
             yield name, redact_url(value) if name in URL_SETTINGS and isinstance(value, str) else value
+
+    def data_path(self) -> str:
+        """Where embedded mode keeps its files (the SQLite store and its indexes)."""
+        if self.data_dir:
+            return os.path.expanduser(self.data_dir)
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        return os.path.join(base, "vcm")
 
     def window_for(self, model: str) -> int:
         try:

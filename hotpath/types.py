@@ -49,6 +49,29 @@ class Message:
             idempotency_key=data.get("idempotency_key"),
         )
 
+    def as_json(self) -> dict[str, Any]:
+        """The hot state's form (the inverse of :meth:`from_json`)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "seq": self.seq,
+            "role": self.role,
+            "content": self.content,
+            "tokens": self.tokens,
+            "created_at": self.created_at,
+            "pinned": self.pinned,
+            "kind": self.kind,
+        }
+        optional = {
+            "name": self.name,
+            "tool_call_id": self.tool_call_id,
+            "tool_calls": [dict(c) for c in self.tool_calls] if self.tool_calls else None,
+            "metadata": dict(self.metadata) if self.metadata else None,
+            "actor": self.actor,
+            "idempotency_key": self.idempotency_key,
+        }
+        out.update({k: v for k, v in optional.items() if v is not None})
+        return out
+
     def chat(self) -> dict[str, Any]:
         """The message as an OpenAI chat-completions request holds it."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -88,6 +111,32 @@ class Block:
         )
 
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "role": self.role,
+            "content": self.content,
+            "tokens": self.tokens,
+            "pinned": self.pinned,
+            "rev": self.rev,
+            "updated_at": self.updated_at,
+            "metadata": dict(self.metadata),
+        }
+
+
+@dataclass(frozen=True)
+class AgentImage:
+    """An agent's hot state beyond its configuration, as rebuilt from the store or a snapshot."""
+
+    fifo: Sequence[Message]
+    blocks: Sequence[Block]
+    summary_text: str
+    summary_tokens: int
+    summary_batch: int  # the last batch folded into the summary (0: none)
+    id_floor: int  # sequences continue from here
+    token_sha256: str | None = None
+
+
 @dataclass(frozen=True)
 class BatchInfo:
     """An eviction batch begun by the hot path (step 1 of the protocol)."""
@@ -124,6 +173,8 @@ class AppendResult:
     target_unreachable: bool
     replayed: bool = False
     gauges: Gauges | None = None  # the main context right after this append (None: not reported)
+    # The message as the hot state now holds it (None on a replay: the first call's is in Redis).
+    message: Message | None = None
 
 
 @dataclass(frozen=True)

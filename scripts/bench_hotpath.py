@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Hot-path benchmark against a real Redis (not a test): PING, append and flush-append latency.
+"""Hot-path benchmark against a real Redis (not a test): PING, append and flush-append latency,
+and what durability costs an append through the service (write-behind vs write-through to the
+embedded SQLite store, which holds every acknowledged message before the append returns).
 
     .venv/bin/python scripts/bench_hotpath.py [--redis redis://127.0.0.1:6379/12] [--json out.json]
 
@@ -12,13 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 import redis
 
 from vcm.hot.state import HotState
+from vcm.service import MemoryService
 from vcm.settings import load_settings
+from vcm.store import open_store
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jolly vexing bards".split()  # noqa: SIM905
 
@@ -76,6 +81,36 @@ def bench_flush(hot: HotState, model: str, samples: int) -> tuple[list[float], i
     return out, int(statistics.mean(fifo_sizes))
 
 
+class _NoDispatch:
+    """Publishing is measured elsewhere (scripts/bench_api.py): here only the store write counts."""
+
+    def spool(self, agent_id: str, message_ids: object) -> None: ...
+
+    def evict(self, agent_id: str, batch_id: int) -> None: ...
+
+    def ingest(self, request: object) -> None: ...
+
+
+def bench_durability(client: redis.Redis, mode: str, n: int) -> list[float]:
+    """Service appends (the façade: id floor, audit, write-through when asked) in ``mode``."""
+    settings = load_settings(overrides={"durability": {"messages": mode}}, environ={})
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(f"sqlite:///{tmp}/bench.db")
+        service = MemoryService(HotState(client, settings), store, _NoDispatch())
+        agent = f"bench-{mode}"
+        service.create_agent(agent, model="gpt-4.1", system_prompt="bench")
+        for i in range(200):
+            service.append(agent, "user", message(i))
+        out = []
+        for i in range(n):
+            text = message(i)
+            t = time.perf_counter()
+            service.append(agent, "user", text)
+            out.append((time.perf_counter() - t) * 1000)
+        store.close()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/12")
@@ -92,6 +127,8 @@ def main() -> int:
     append, rate = bench_append(hot, args.appends)
     flush8, evicted8 = bench_flush(hot, "vcm-small-8k", args.flushes)
     flush128, evicted128 = bench_flush(hot, "gpt-4o", max(20, args.flushes // 4))
+    behind = bench_durability(client, "write_behind", args.appends // 2)
+    through = bench_durability(client, "write_through", args.appends // 2)
     client.flushdb()
 
     figures = {
@@ -107,6 +144,11 @@ def main() -> int:
         "flush_p99_ms_128k": pct(flush128, 0.99),
         "flush_batch_messages_8k": evicted8,
         "flush_batch_messages_128k": evicted128,
+        "service_append_write_behind_p50_ms": pct(behind, 0.50),
+        "service_append_write_behind_p99_ms": pct(behind, 0.99),
+        "service_append_write_through_p50_ms": pct(through, 0.50),
+        "service_append_write_through_p99_ms": pct(through, 0.99),
+        "write_through_cost_p50_in_pings": (pct(through, 0.50) - pct(behind, 0.50)) / pct(ping, 0.50),
     }
     print(f"{'measure':<34}{'value':>12}")
     for key, value in figures.items():

@@ -35,6 +35,7 @@ from vcm.store.types import (
     AgentRecord,
     ArchivalChunk,
     ArchivalHit,
+    ContextReset,
     CoreBlock,
     CoreBlockWrite,
     Edge,
@@ -91,6 +92,11 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
         """The summaries ``commit_eviction`` installed, newest first."""
+
+    @abc.abstractmethod
+    def reset_context(self, change: ContextReset) -> None:
+        """Apply a :class:`ContextReset` in one transaction (see there). Messages leaving the
+        FIFO get ``recall_log`` edges (with ``batch_id``); messages re-entering it lose theirs."""
 
     @abc.abstractmethod
     def delete_agent(self, agent_id: str) -> Forgotten:

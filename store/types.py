@@ -256,3 +256,20 @@ class Forgotten:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class ContextReset:
+    """A replacement of an agent's context as the store keeps it (snapshot restore, reset).
+
+    Applied atomically by ``reset_context``: the summary becomes ``summary_text`` (recorded as
+    the version of ``batch_id``, a fresh batch id), exactly the stored messages in ``fifo_ids``
+    stay in the FIFO (every other message leaves it for recall), and, unless ``blocks`` is None,
+    the agent's blocks become exactly ``blocks``."""
+
+    agent_id: str
+    batch_id: int
+    summary_text: str
+    summary_tokens: int
+    fifo_ids: Sequence[str]
+    blocks: Sequence[CoreBlockWrite] | None = None

@@ -23,9 +23,21 @@ from typing import Any
 from celery import Task, shared_task
 from celery.exceptions import Reject
 
+from vcm.service import MemoryService
 from vcm.tasks import evict, ingest_job, maintenance, reembed, runtime
 from vcm.tasks.backoff import delay_s
-from vcm.tasks.names import DEAD_LETTER, EVICT, EXPIRE, INGEST, REEMBED, SPOOL, SWEEP, SWEEP_CONFIRM
+from vcm.tasks.names import (
+    DEAD_LETTER,
+    EVICT,
+    EXPIRE,
+    INGEST,
+    REEMBED,
+    SNAPSHOT,
+    SPOOL,
+    SPOOL_MANY,
+    SWEEP,
+    SWEEP_CONFIRM,
+)
 from vcm.tasks.spool import spool_messages
 from vcm.types import IngestRequest
 
@@ -114,6 +126,35 @@ def spool(self: VcmTask, agent_id: str, message_ids: list[str]) -> dict[str, Any
         return dict(self.retry_or_give_up(exc, agent_id, message_ids))
 
 
+@shared_task(bind=True, base=VcmTask, name=SPOOL_MANY)
+def spool_agents(self: VcmTask, batches: dict[str, list[str]]) -> dict[str, Any]:
+    """The spools of several agents (``{agent id: message ids}``), one after another. An agent
+    whose spool fails is handed to a ``spool`` task of its own, which retries it with backoff,
+    so one agent's trouble neither repeats the others' work nor holds them back; if even that
+    hand-over fails, the sweeper's reconcile spools its messages."""
+    deps = runtime.deps()
+    written, handed_over = 0, 0
+    for agent_id, message_ids in batches.items():
+        try:
+            written += spool_messages(
+                deps.hot,
+                deps.store,
+                agent_id,
+                message_ids,
+                ttl_s=deps.settings.maintenance.recall_ttl_s,
+                faults=deps.faults,
+                vectorizer=deps.vectorizer,
+            ).written
+        except Exception as exc:  # idempotent: the agent's own task redoes what did not finish
+            log.warning("spool of %s failed (%r); handing it to a task of its own", agent_id, exc)
+            try:
+                spool.apply_async(args=[agent_id, list(message_ids)])
+                handed_over += 1
+            except Exception as publish:
+                log.error("could not hand over the spool of %s (%r); the sweeper will spool it", agent_id, publish)
+    return {"outcome": "spooled", "agents": len(batches), "written": written, "handed_over": handed_over}
+
+
 @shared_task(bind=True, base=VcmTask, name=SWEEP)
 def sweep(self: VcmTask) -> dict[str, Any]:
     """First look of the sweeper; the second runs ``sweep_grace_s`` later (see vcm.tasks.maintenance)."""
@@ -131,6 +172,14 @@ def sweep_confirm(self: VcmTask, observed: dict[str, int]) -> dict[str, Any]:
 @shared_task(bind=True, base=VcmTask, name=EXPIRE)
 def expire_recall(self: VcmTask) -> dict[str, Any]:
     return {"outcome": "expired", "messages": maintenance.expire(runtime.deps())}
+
+
+@shared_task(bind=True, base=VcmTask, name=SNAPSHOT)
+def snapshot_agents(self: VcmTask) -> dict[str, Any]:
+    """A periodic snapshot of every agent, through the façade like any other caller."""
+    deps = runtime.deps()
+    taken = MemoryService(deps.hot, deps.store, deps.dispatcher).snapshot_all(kind="periodic")
+    return {"outcome": "snapshots", "taken": taken}
 
 
 @shared_task(bind=True, base=VcmTask, name=DEAD_LETTER)

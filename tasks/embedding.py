@@ -65,6 +65,26 @@ class Embedder:
         )
         return np.asarray(out, dtype=np.float32)
 
+    def hidden_states(self, rows: Sequence[Sequence[int]], pad_id: int) -> list[npt.NDArray[np.float32]]:
+        """The model's last hidden states for rows of token ids (special tokens included), run as
+        one padded batch; each row's states trimmed back to its own length (late chunking pools
+        them, see :mod:`vcm.tasks.late_chunking`)."""
+        import torch
+
+        model: Any = self.model[0].auto_model
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            mask[i, : len(r)] = 1
+        device = self.model.device
+        model.eval()  # dropout off: inference must be deterministic
+        with torch.inference_mode():
+            hidden = model(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        array = hidden.float().cpu().numpy()
+        return [array[i, : len(r)] for i, r in enumerate(rows)]
+
 
 def get_embedder(settings: EmbeddingSettings) -> Embedder:
     """The process-wide embedder for these settings (created on first call)."""

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from vcm import poisoning
+from vcm.durable import append_event, stored_message
 from vcm.errors import NotFound
 from vcm.hot.budget import Budget
 from vcm.obs import audit, footprint, metrics
@@ -34,7 +35,7 @@ from vcm.store.types import EvictionCommit, MemoryEvent, Summary
 from vcm.tasks import drift
 from vcm.tasks.deps import Deps
 from vcm.tasks.selection import Vectors
-from vcm.tasks.spool import append_event, backfill_vectors, stored_message
+from vcm.tasks.spool import backfill_vectors
 from vcm.tasks.summarize import Draft, Embed, Params, Request, Turn
 from vcm.types import Message
 

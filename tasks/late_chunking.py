@@ -191,18 +191,4 @@ class LateChunker:
 
     def _forward(self, rows: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
         """Last hidden states of a padded batch, each trimmed back to its own length."""
-        import torch
-
-        model: Any = self.embedder.model[0].auto_model
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-            mask[i, : len(r)] = 1
-        device = self.embedder.model.device
-        model.eval()  # dropout off: inference must be deterministic
-        with torch.inference_mode():
-            hidden = model(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
-        array = hidden.float().cpu().numpy()
-        return [array[i, : len(r)] for i, r in enumerate(rows)]
+        return self.embedder.hidden_states(rows, self.pad_id)

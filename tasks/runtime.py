@@ -25,7 +25,7 @@ from vcm.obs.metered_store import metered
 from vcm.settings import EmbeddingSettings, Settings, get_settings
 from vcm.store import MemoryStore, open_store
 from vcm.tasks.deps import Deps, Summarizer
-from vcm.tasks.embedding import get_embedder
+from vcm.tasks.embedding import Embedder, get_embedder
 from vcm.tasks.faults import Faults
 from vcm.tasks.ingest import DocumentIngester
 from vcm.tasks.ingest_job import Ingest, Progress
@@ -61,24 +61,42 @@ class LocalDeliveryLog:
             return n
 
 
-class LazyEmbed:
-    """The process's embedder, loaded on first call (or :meth:`warm`)."""
+def cold_embedder(settings: EmbeddingSettings) -> Embedder:
+    """The embedder of the cold path's model work: the one an entry point registered (embedded
+    mode's child process, :mod:`vcm.workers.embedder_process`), else this process's own."""
+    factory = _providers.embedder
+    return factory(settings) if factory is not None else get_embedder(settings)
 
-    def __init__(self, settings: Settings, threads: int = 0) -> None:
+
+class LazyEmbed:
+    """The process's embedder, loaded on first call (or :meth:`warm`): the cold path's
+    (:func:`cold_embedder`), or with ``local`` this process's own (an API request's query)."""
+
+    def __init__(self, settings: Settings, threads: int = 0, *, local: bool = False) -> None:
         embedding = settings.embedding
         if threads and not embedding.threads:
             embedding = embedding.model_copy(update={"threads": threads})
         self._settings = embedding
+        self._local = local
 
     @property
     def settings(self) -> EmbeddingSettings:
         return self._settings
 
+    def embedder(self) -> Embedder:
+        return get_embedder(self._settings) if self._local else cold_embedder(self._settings)
+
+    def local(self) -> LazyEmbed:
+        """The same model, always loaded in this process."""
+        found = LazyEmbed.__new__(LazyEmbed)
+        found._settings, found._local = self._settings, True
+        return found
+
     def warm(self) -> None:
-        get_embedder(self._settings)
+        self.embedder()
 
     def __call__(self, texts: Sequence[str]) -> Vectors:
-        return get_embedder(self._settings).encode(texts)
+        return self.embedder().encode(texts)
 
 
 class LazyVectorizer:
@@ -94,7 +112,7 @@ class LazyVectorizer:
     def _vectorizer(self) -> MessageVectorizer:
         with self._lock:
             if self._built is None:
-                chunker = LateChunker(get_embedder(self._embed.settings))
+                chunker = LateChunker(self._embed.embedder())
                 recall = self._recall
                 self._built = MessageVectorizer(
                     chunker, mode=recall.context_mode, context=recall.context_turns, after=recall.context_after
@@ -139,7 +157,7 @@ class LazyIngester:
     ) -> Mapping[str, Any]:
         with self._lock:
             if self._built is None:
-                self._built = DocumentIngester(self._store, get_embedder(self._embed.settings), self._settings)
+                self._built = DocumentIngester(self._store, self._embed.embedder(), self._settings)
         return self._built(agent_id, doc_id, text, source=source, metadata=metadata, progress=progress)
 
 
@@ -168,6 +186,7 @@ class _Providers:
     dispatcher: Callable[[Settings], Dispatcher] | None = None
     deliveries: Callable[[Settings], DeliveryLog] | None = None
     embed_threads: int = 0
+    embedder: Callable[[EmbeddingSettings], Embedder] | None = None
 
 
 _providers = _Providers()
@@ -190,6 +209,13 @@ def configure(
             _providers.deliveries = deliveries
         if embed_threads is not None:
             _providers.embed_threads = embed_threads
+
+
+def use_embedder(factory: Callable[[EmbeddingSettings], Embedder] | None) -> None:
+    """Where the cold path's model work runs from now on (None: in this process). Embedded mode's
+    entry point registers its child process here (:func:`vcm.workers.wiring.running_service`)."""
+    with _lock:
+        _providers.embedder = factory
 
 
 def store_options(settings: Settings) -> dict[str, Any]:

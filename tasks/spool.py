@@ -10,61 +10,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vcm.durable import append_event, stored_message
 from vcm.hot.state import HotState
-from vcm.obs import audit, footprint
 from vcm.store.port import MemoryStore
-from vcm.store.types import MemoryEvent, StoredMessage
 from vcm.tasks.faults import NO_FAULTS, Faults
 from vcm.tasks.message_vectors import Turn, Vectorizer, message_text, ready_targets
 from vcm.types import Message
-
-# Hot-path fields with no StoredMessage column travel in metadata under this key.
-VCM_METADATA = "_vcm"
-
-
-def stored_message(agent_id: str, message: Message, *, ttl_s: int = 0) -> StoredMessage:
-    """The store's form of a hot-path message; the spooler and the eviction commit share it, so
-    whichever writes first writes the same row."""
-    extra: dict[str, Any] = {}
-    if message.kind != "message":
-        extra["kind"] = message.kind
-    if message.pinned:
-        extra["pinned"] = True
-    if message.tool_call_id:
-        extra["tool_call_id"] = message.tool_call_id
-    if message.tool_calls:
-        extra["tool_calls"] = [dict(c) for c in message.tool_calls]
-    metadata = dict(message.metadata)
-    if extra:
-        metadata[VCM_METADATA] = extra
-    return StoredMessage(
-        agent_id=agent_id,
-        message_id=message.id,
-        seq=message.seq,
-        role=message.role,
-        content=message.content,
-        tokens=message.tokens,
-        created_at=message.created_at,
-        name=message.name,
-        metadata=metadata,
-        expires_at=message.created_at + ttl_s if ttl_s else None,
-    )
-
-
-def append_event(agent_id: str, message: Message) -> MemoryEvent:
-    """The audit row of one append, written with the message by the spool or the eviction
-    commit, whichever stores it first (same event id). Its actor and idempotency key travelled
-    with the message in Redis; vcm's own notices (memory pressure) have neither."""
-    return audit.event(
-        agent_id,
-        "append",
-        footprint.append(message.content, message.tokens, role=message.role, pinned=message.pinned),
-        actor=message.actor or audit.SYSTEM,
-        event_id=f"{agent_id}:append:{message.id}",
-        idempotency_key=message.idempotency_key,
-        created_at=message.created_at,
-        details={"message_id": message.id, "seq": message.seq, "kind": message.kind},
-    )
 
 
 @dataclass(frozen=True)

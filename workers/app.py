@@ -12,7 +12,7 @@ from celery import Celery
 from vcm.dispatch import Dispatcher
 from vcm.settings import Settings, get_settings
 from vcm.tasks import runtime
-from vcm.workers.config import celery_settings
+from vcm.workers.config import AMQP_CONSUMER_TIMEOUT_S, celery_settings, is_redis
 from vcm.workers.deliveries import RedisDeliveryLog
 from vcm.workers.dispatch import CeleryDispatcher
 
@@ -31,11 +31,16 @@ def _dispatcher(settings: Settings) -> Dispatcher:
 
 
 def _deliveries(settings: Settings) -> runtime.DeliveryLog:
-    if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
-        w = settings.worker
-        return RedisDeliveryLog(
-            settings.broker_url, ttl_s=w.visibility_timeout_s * (w.max_deliveries + 1), prefix=w.broker_prefix
-        )
+    w = settings.worker
+    ttl_s = w.visibility_timeout_s * (w.max_deliveries + 1)
+    if is_redis(settings.broker_url):
+        return RedisDeliveryLog(settings.broker_url, ttl_s=ttl_s, prefix=w.broker_prefix)
+    if not settings.broker_url.startswith("memory://") and settings.redis_url:
+        # RabbitMQ redelivers too, but keeps no count a worker can read (classic queues): the
+        # workers share the hot state's Redis instead. A delivery there can stay unacknowledged
+        # up to RabbitMQ's consumer_timeout (not the visibility timeout) before it comes back.
+        ttl_s = max(w.visibility_timeout_s, AMQP_CONSUMER_TIMEOUT_S) * (w.max_deliveries + 1)
+        return RedisDeliveryLog(settings.redis_url, ttl_s=ttl_s, prefix=w.broker_prefix)
     return runtime.LocalDeliveryLog()  # memory:// : one process, nothing redelivers across processes
 
 

@@ -12,9 +12,13 @@ from vcm.tasks import names
 
 def schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     m = settings.maintenance
-    return {
+    entries: dict[str, dict[str, Any]] = {
         # First look of the eviction sweeper; the second look follows sweep_grace_s later.
         "sweep-evictions": {"task": names.SWEEP, "schedule": m.sweep_interval_s},
-        # Recall TTL: delete messages past expires_at (no-op while recall_ttl_s is 0).
+        # Recall TTL: delete messages past expires_at (no-op while recall_ttl_s is 0); expired
+        # snapshots go with the same sweep.
         "expire-recall": {"task": names.EXPIRE, "schedule": m.expire_interval_s},
     }
+    if settings.durability.snapshot_interval_s > 0:
+        entries["snapshot-agents"] = {"task": names.SNAPSHOT, "schedule": settings.durability.snapshot_interval_s}
+    return entries

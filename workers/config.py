@@ -7,19 +7,43 @@ from __future__ import annotations
 
 from typing import Any
 
+from vcm.errors import ConfigError
 from vcm.settings import Settings
 from vcm.tasks import names
 from vcm.workers import routes
 from vcm.workers.beat import schedule
 
 
-def _is_redis(url: str) -> bool:
+def is_redis(url: str) -> bool:
     return url.startswith(("redis://", "rediss://", "unix://"))
+
+
+def is_amqp(url: str) -> bool:
+    return url.startswith(("amqp://", "amqps://", "pyamqp://"))
+
+
+# RabbitMQ closes a channel whose delivery stays unacknowledged longer than its consumer_timeout
+# (30 min by default), and redelivers the message: the same trap as Redis's visibility timeout.
+AMQP_CONSUMER_TIMEOUT_S = 1800
 
 
 def broker_transport_options(settings: Settings) -> dict[str, Any]:
     w = settings.worker
-    if not _is_redis(settings.broker_url):
+    if is_amqp(settings.broker_url):
+        longest = w.task_time_limit_s + w.retry_backoff_max_s
+        if longest >= AMQP_CONSUMER_TIMEOUT_S:
+            # A late-ack task (or a retry's countdown, held unacked by the worker) outliving it
+            # would be redelivered while it still runs or waits.
+            raise ConfigError(
+                f"with RabbitMQ, task_time_limit_s + retry_backoff_max_s ({longest}) must stay below its "
+                f"consumer_timeout ({AMQP_CONSUMER_TIMEOUT_S} s by default)",
+                setting="worker.task_time_limit_s",
+            )
+        # RabbitMQ hands a dead consumer's unacknowledged messages back at once (no visibility
+        # timeout to tune). Publisher confirms: a send returns only once the broker holds the message,
+        # as a Redis LPUSH does, so a dispatch that "succeeded" cannot vanish in a broker crash.
+        return {"confirm_publish": True}
+    if not is_redis(settings.broker_url):
         # memory:// (embedded mode): the in-process worker polls its queues; 10 ms keeps a hand-off short.
         return {"polling_interval": 0.01}
     options: dict[str, Any] = {
@@ -40,7 +64,7 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
 def celery_settings(settings: Settings) -> dict[str, Any]:
     w = settings.worker
     return {
-        # From vcm settings: memory:// in embedded mode, Redis in production.
+        # From vcm settings: memory:// in embedded mode, Redis or RabbitMQ (amqp://) in production.
         "broker_url": settings.broker_url,
         # Visibility timeout, restore cadence and key prefix (see broker_transport_options).
         "broker_transport_options": broker_transport_options(settings),

@@ -1,13 +1,18 @@
-"""Per-message delivery counts kept on the Redis broker, shared by all workers.
+"""Per-message delivery counts kept in Redis, shared by all workers.
 
 Celery has no redelivery counter (celery.md 1.2): a message whose worker dies mid-task comes back
-after the visibility timeout, again and again. ``vcm.tasks.celery_tasks.VcmTask`` asks this log how
-often the current attempt was delivered and dead-letters it past ``max_deliveries``.
+(after the visibility timeout on a Redis broker, at once on RabbitMQ), again and again.
+``vcm.tasks.celery_tasks.VcmTask`` asks this log how often the current attempt was delivered and
+dead-letters it past ``max_deliveries``. The counts live on the Redis broker, or, with a broker
+that is not Redis (RabbitMQ), in the hot state's Redis (a single server or a cluster: each count
+is one key, so its INCR and EXPIRE stay on one slot).
 """
 
 from __future__ import annotations
 
 import redis
+
+from vcm.hot.connection import connect
 
 PREFIX = "vcm-worker:deliveries:"
 
@@ -15,7 +20,7 @@ PREFIX = "vcm-worker:deliveries:"
 class RedisDeliveryLog:
     def __init__(self, url: str, ttl_s: int, prefix: str = "") -> None:
         self._prefix = prefix + PREFIX
-        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._redis: redis.Redis = connect(url, decode_responses=False, socket_timeout=5, socket_connect_timeout=5)
         # Counts only matter while the message can still come back.
         self._ttl_s = ttl_s
 

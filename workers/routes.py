@@ -20,9 +20,11 @@ QUEUES = (HOT, COLD, INGEST, MAINTENANCE)
 ROUTES: dict[str, dict[str, Any]] = {
     names.EVICT: {"queue": HOT},
     names.SPOOL: {"queue": COLD},
+    names.SPOOL_MANY: {"queue": COLD},
     names.SWEEP: {"queue": MAINTENANCE},
     names.SWEEP_CONFIRM: {"queue": MAINTENANCE},
     names.EXPIRE: {"queue": MAINTENANCE},
+    names.SNAPSHOT: {"queue": MAINTENANCE},
     names.DEAD_LETTER: {"queue": MAINTENANCE},
     "tasks.drift*": {"queue": COLD},
     names.INGEST: {"queue": INGEST},

@@ -7,6 +7,7 @@ over the same fakeredis and SQLite file; with a real broker, separate worker pro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,23 +15,37 @@ from vcm.service import MemoryService
 from vcm.settings import Settings, get_settings
 from vcm.tasks import runtime
 
+log = logging.getLogger(__name__)
+
 
 def embedded(settings: Settings) -> bool:
     return settings.broker_url.startswith("memory://")
 
 
 def build_service(settings: Settings) -> MemoryService:
+    """The service of an entry point that serves callers (API, CLI): its spools and evictions are
+    published by a background thread (:class:`BackgroundDispatcher`), so no caller waits for the
+    broker. The cold path's own follow-ups keep the synchronous dispatcher of its dependencies."""
     from vcm.workers.app import app  # noqa: F401  (wires the Celery dispatcher into vcm.tasks.runtime)
+    from vcm.workers.dispatch import BackgroundDispatcher
 
     deps = runtime.deps()
     vectorizer = deps.vectorizer
-    return MemoryService(
+    service = MemoryService(
         deps.hot,
         deps.store,
-        deps.dispatcher,
-        embed=deps.embed,
+        BackgroundDispatcher(deps.dispatcher),
+        # Query vectors of requests are this process's own short work, never queued behind the
+        # cold path's batches in the embedding process.
+        embed=deps.embed.local() if isinstance(deps.embed, runtime.LazyEmbed) else deps.embed,
         recall_version=(lambda: vectorizer.version) if vectorizer is not None else None,
     )
+    # The store is the source of truth: agents whose hot state is missing (embedded mode after a
+    # restart, a flushed Redis) are rebuilt before the first request (others rebuild on demand).
+    rebuilt = service.rebuild_missing()
+    if rebuilt:
+        log.info("rebuilt the hot state of %d agents from the store", len(rebuilt))
+    return service
 
 
 @contextmanager
@@ -39,10 +54,33 @@ def running_service(settings: Settings | None = None) -> Iterator[MemoryService]
     settings = settings or get_settings()
     service = build_service(settings)
     if not embedded(settings):
-        yield service
+        try:
+            yield service
+        finally:
+            _flush(service)
         return
     from vcm.workers.app import app
     from vcm.workers.embedded import embedded_worker
+    from vcm.workers.embedder_process import EmbedderProcesses
 
-    with embedded_worker(app):
-        yield service
+    # The cold path shares this interpreter with the API: its model work goes to a child process
+    # (see vcm.workers.embedder_process for why), started when first needed.
+    processes = EmbedderProcesses() if settings.embedding.subprocess else None
+    if processes is not None:
+        runtime.use_embedder(processes.get)
+    try:
+        with embedded_worker(app):
+            try:
+                yield service
+            finally:
+                _flush(service)  # before the in-process worker stops, so it still runs what was queued
+    finally:
+        if processes is not None:
+            runtime.use_embedder(None)
+            processes.close()
+
+
+def _flush(service: MemoryService) -> None:
+    flush = getattr(service.dispatcher, "flush", None)
+    if flush is not None:
+        flush()

@@ -27,13 +27,17 @@ POST    /v1/agents/{id}/tools/{name}                 agent   run one tool call t
 GET     /v1/agents/{id}/events                       agent   audit events (kinds, since, until, actor, key, cursor)
 GET     /v1/events                                   admin   audit events of every agent
 GET     /v1/report                                   admin   Conveyance figure per agent and overall
-GET     /healthz (and /health)                       nobody  Redis and store health
+GET     /healthz (and /health)                       nobody  Redis and store health, as last probed (from memory)
+GET     /readyz                                      nobody  Redis and store health, probed now
 GET     /metrics                                     nobody  Prometheus exposition (admin with [metrics] require_admin)
 ======  ===========================================  ======  ==========================================
 
 "agent" means that agent's own token or the admin token (see :mod:`vcm.api.auth`); errors are coded
 JSON (see :mod:`vcm.api.errors`). Handlers are plain ``def``: the service blocks on Redis and
-the store, so FastAPI runs them in its thread pool.
+the store, so FastAPI runs them in its thread pool. Two exceptions, for the hot path's sake:
+``/healthz`` answers from memory (:mod:`vcm.api.health`), and the append of a short message runs
+on the event loop, its token checked inside its one Lua call (see ``append_message``): a
+thread-pool hop and two extra round trips cost more than the append itself.
 
 No ``from __future__ import annotations`` here: the routes are closures whose annotations name
 local aliases (``Agent``, ``Admin``), which FastAPI can only resolve when they are evaluated at once.
@@ -42,15 +46,18 @@ local aliases (``Agent``, ``Admin``), which FastAPI can only resolve when they a
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from vcm import validation
 from vcm.api import errors as api_errors
-from vcm.api.auth import Principal, TokenAuthority, admin_digest, derived_token, digest
+from vcm.api.auth import Caller, Principal, TokenAuthority, admin_digest, derived_token, digest
+from vcm.api.health import HealthCache
 from vcm.api.models import (
     AgentCreate,
     AgentCreated,
@@ -80,7 +87,15 @@ from vcm.api.models import (
     RecallHitOut,
     RecallNote,
     RecallPage,
+    RemovedOut,
     ReportOut,
+    ResetOut,
+    RestoreOut,
+    SnapshotIn,
+    SnapshotList,
+    SnapshotOut,
+    SummaryVersionList,
+    SummaryVersionOut,
     TokenOut,
     ToolCall,
     ToolCallOut,
@@ -88,6 +103,7 @@ from vcm.api.models import (
 )
 from vcm.errors import Conflict, NotFound, RevConflict, ValidationError
 from vcm.eval.report import build_report
+from vcm.lifecycle import new_snapshot_id
 from vcm.obs import metrics
 from vcm.obs.metrics_state import StateCollector
 from vcm.service import MemoryService
@@ -142,9 +158,16 @@ IdemHeader = Annotated[
 IfMatch = Annotated[str | None, Header(alias="If-Match", description="the block's current _rev (its ETag)")]
 
 
+# Longest message content appended on the event loop (see append_message): ~4k tokens, about a
+# millisecond of counting.
+INLINE_APPEND_CHARS = 16_000
+
+
 def create_app(service: MemoryService, executor: ToolRunner | None, *, settings: Settings) -> FastAPI:
     """The app. Refuses (ConfigError) to build without an admin token: see :mod:`vcm.api.auth`."""
-    authority = TokenAuthority(service.redis, admin_digest(settings))
+    authority = TokenAuthority(
+        service.redis, admin_digest(settings), rebuild=service.rebuild, on_change=service.durable.token_changed
+    )
     app = FastAPI(
         title="vcm",
         version="1",
@@ -157,6 +180,7 @@ def create_app(service: MemoryService, executor: ToolRunner | None, *, settings:
     app.include_router(_memory_routes(service, authority, settings))
     app.include_router(_tool_routes(service, executor, authority))
     app.include_router(_probe_routes(service))
+    app.include_router(_lifecycle_routes(service, authority))
     # A route, not a mount: a mount answers GET /metrics with a redirect to /metrics/.
     app.add_route("/metrics", _metrics_route(service, authority, settings), methods=["GET"], include_in_schema=False)
     return app
@@ -203,6 +227,27 @@ def _agent_dep(service: MemoryService, authority: TokenAuthority) -> Callable[..
         return who
 
     return agent_scope
+
+
+def _caller_dep(authority: TokenAuthority) -> Callable[..., Any]:
+    """The caller of a route whose own Redis call checks the agent token (see
+    :class:`~vcm.api.auth.Caller`). ``async`` and free of I/O in the common case, so it costs no
+    thread-pool hop and no round trip; a token of another agent takes the full check (a Redis
+    read, in the thread pool) to answer 401 or 404 exactly as the other routes do."""
+
+    async def caller(
+        agent_id: AgentId,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    ) -> Caller:
+        claimed = authority.claim(authorization, agent_id)
+        if claimed is not None:
+            return claimed
+        who: Principal = await run_in_threadpool(authority.principal, authorization)
+        who.authorize(agent_id)  # another agent's id: NOT_FOUND, existing or not
+        return Caller(who, None)
+
+    return caller
 
 
 def _admin_dep(authority: TokenAuthority) -> Callable[..., Principal]:
@@ -329,10 +374,18 @@ def _memory_routes(service: MemoryService, authority: TokenAuthority, settings: 
     router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["memory"])
     agent_scope = _agent_dep(service, authority)
     Agent = Annotated[Principal, Depends(agent_scope)]
+    # The hot path's two busiest routes check the token inside their one Redis call.
+    TokenChecked = Annotated[Caller, Depends(_caller_dep(authority))]
 
     @router.post("/messages", response_model=AppendOut, responses=_WRITE_ERRORS)
-    def append_message(agent_id: AgentId, body: MessageIn, who: Agent, idem: IdemHeader = None) -> AppendOut:
-        res = service.append(
+    async def append_message(
+        agent_id: AgentId, body: MessageIn, who: TokenChecked, idem: IdemHeader = None
+    ) -> AppendOut:
+        """Append a message to the FIFO: one Redis round trip (the token check, the agent, the
+        idempotency key and the budget decision are one Lua call); the cold-path work it starts
+        is published in the background."""
+        append = partial(
+            service.append,
             agent_id,
             body.role,
             body.content,
@@ -342,8 +395,16 @@ def _memory_routes(service: MemoryService, authority: TokenAuthority, settings: 
             tool_call_id=body.tool_call_id,
             tool_calls=body.tool_calls,
             idempotency_key=_one_key(idem, body.idempotency_key),
-            actor=who.actor,
+            actor=who.principal.actor,
+            token_sha256=who.token_sha256,
         )
+        # A short message is appended on the event loop: counting it and the one Redis call take
+        # a fraction of a millisecond, less than handing it to the thread pool and back (two
+        # thread switches, which on a busy 2-core machine cost more than the append). A long
+        # one (counting 400k characters takes ~20 ms) or one with tool calls goes to the pool,
+        # so it cannot hold up the other requests of this process.
+        inline = len(body.content) <= INLINE_APPEND_CHARS and not body.tool_calls
+        res = append() if inline else await run_in_threadpool(append)
         return AppendOut(
             message_id=res.message_id,
             seq=res.seq,
@@ -357,8 +418,8 @@ def _memory_routes(service: MemoryService, authority: TokenAuthority, settings: 
         )
 
     @router.get("/context", response_model=ContextOut, responses=_ERRORS)
-    def get_context(agent_id: AgentId, who: Agent) -> ContextOut:
-        return ContextOut.of(agent_id, service.context(agent_id))
+    def get_context(agent_id: AgentId, who: TokenChecked) -> ContextOut:
+        return ContextOut.of(agent_id, service.context(agent_id, token_sha256=who.token_sha256))
 
     @router.get("/blocks", response_model=BlockList, responses=_ERRORS)
     def list_blocks(agent_id: AgentId, who: Agent) -> BlockList:
@@ -587,21 +648,128 @@ def _tool_routes(service: MemoryService, executor: ToolRunner | None, authority:
 
 def _probe_routes(service: MemoryService) -> APIRouter:
     router = APIRouter(tags=["probes"])
+    cache = HealthCache(service.health)
 
-    def health(response: Response) -> HealthOut:
-        """Liveness of Redis and the store; no auth, and no details beyond ok and the backend."""
-        report = service.health()
-        response.status_code = 200 if report["ok"] else 503
-        return HealthOut(
-            ok=report["ok"],
-            redis=ComponentHealth(ok=report["redis"], backend="redis"),
-            store=ComponentHealth(ok=report["store"], backend=report["store_backend"]),
-        )
+    async def health(response: Response) -> HealthOut:
+        """Health of Redis and the store as last probed (at most a second or so ago; see
+        :mod:`vcm.api.health`): answered from memory, with no thread-pool hop and no I/O. No auth,
+        and no details beyond ok and the backend."""
+        report = cache.cached()
+        if report is None:  # the first ask of this process: probe once
+            report = await run_in_threadpool(cache.refresh)
+        return _health_out(report, response)
+
+    def ready(response: Response) -> HealthOut:
+        """Redis and the store probed now (a PING and the store's health query)."""
+        return _health_out(cache.refresh(), response)
 
     router.add_api_route("/healthz", health, methods=["GET"], response_model=HealthOut)
     # compose/docker-compose.yml probes /health.
     router.add_api_route("/health", health, methods=["GET"], response_model=HealthOut, include_in_schema=False)
+    router.add_api_route("/readyz", ready, methods=["GET"], response_model=HealthOut)
     return router
 
 
+def _health_out(report: Mapping[str, Any], response: Response) -> HealthOut:
+    response.status_code = 200 if report["ok"] else 503
+    return HealthOut(
+        ok=report["ok"],
+        redis=ComponentHealth(ok=report["redis"], backend="redis"),
+        store=ComponentHealth(ok=report["store"], backend=report["store_backend"]),
+    )
+
+
 __all__ = ["ToolOutcome", "ToolRunner", "create_app"]
+
+
+# --- lifecycle and snapshots ----------------------------------------------------------------------
+
+
+def _lifecycle_routes(service: MemoryService, authority: TokenAuthority) -> APIRouter:
+    """Delete, forget, reset and snapshots: the admin or the agent itself; keyed retries answer
+    as the first call did."""
+    router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["lifecycle"])
+    Agent = Annotated[Principal, Depends(_agent_dep(service, authority))]
+    Anyone = Annotated[Principal, Depends(_principal_dep(authority))]
+
+    @router.delete("", response_model=RemovedOut, responses=_WRITE_ERRORS)
+    def delete_agent(agent_id: AgentId, who: Anyone) -> RemovedOut:
+        """Delete the agent and everything of it (store, indexes, Redis, metrics). A repeat by
+        the admin answers with nothing removed; the agent's own token stops working with it."""
+        who.authorize(agent_id)
+        validation.agent_id(agent_id)
+        return RemovedOut(agent_id=agent_id, removed=service.delete_agent(agent_id, actor=who.actor))
+
+    @router.delete("/messages/{message_id}", response_model=RemovedOut, responses=_WRITE_ERRORS)
+    def forget_message(agent_id: AgentId, message_id: Annotated[str, Path(max_length=256)], who: Agent) -> RemovedOut:
+        """Forget one message (recall and every index). One still in the main context: CONFLICT."""
+        return RemovedOut(agent_id=agent_id, removed=service.forget_message(agent_id, message_id, actor=who.actor))
+
+    @router.delete("/archival/{doc_id}", response_model=RemovedOut, responses=_WRITE_ERRORS)
+    def forget_document(agent_id: AgentId, doc_id: Annotated[str, Path(max_length=256)], who: Agent) -> RemovedOut:
+        return RemovedOut(agent_id=agent_id, removed=service.forget_document(agent_id, doc_id, actor=who.actor))
+
+    @router.post("/reset", response_model=ResetOut, responses=_WRITE_ERRORS)
+    def reset(agent_id: AgentId, who: Agent, idem: IdemHeader = None) -> ResetOut:
+        """Start the conversation over: FIFO and summary go to recall, blocks stay."""
+        validation.idempotency_key(idem)
+        if idem is not None:
+            _, replayed = service.claim(agent_id, idem, "reset", {}, {"done": True})
+            if replayed:
+                return ResetOut(agent_id=agent_id, messages_to_recall=0)
+        out = service.reset(agent_id, actor=who.actor)
+        return ResetOut(agent_id=agent_id, messages_to_recall=int(out["messages_to_recall"]))
+
+    @router.post("/snapshots", status_code=201, response_model=SnapshotOut, responses=_WRITE_ERRORS)
+    def create_snapshot(agent_id: AgentId, body: SnapshotIn, who: Agent, idem: IdemHeader = None) -> SnapshotOut:
+        key = _one_key(idem, body.idempotency_key)
+        wanted = None
+        if key is not None:
+            first = {"snapshot_id": new_snapshot_id(body.kind, service.clock())}
+            claimed, _ = service.claim(agent_id, key, "snapshot", body.model_dump(exclude={"idempotency_key"}), first)
+            wanted = str(claimed["snapshot_id"])
+            try:
+                return SnapshotOut.of(service.get_snapshot(agent_id, wanted))
+            except NotFound:
+                pass  # the first attempt died before writing it: write it now
+        record = service.create_snapshot(
+            agent_id, kind=body.kind, reason=body.reason, ttl_s=body.ttl_s, snapshot_id=wanted, actor=who.actor
+        )
+        return SnapshotOut.of(record)
+
+    @router.get("/snapshots", response_model=SnapshotList, responses=_ERRORS)
+    def list_snapshots(agent_id: AgentId, who: Agent) -> SnapshotList:
+        return SnapshotList(snapshots=[SnapshotOut.of(s) for s in service.list_snapshots(agent_id)])
+
+    @router.post("/snapshots/{snapshot_id}/restore", response_model=RestoreOut, responses=_WRITE_ERRORS)
+    def restore_snapshot(
+        agent_id: AgentId, snapshot_id: Annotated[str, Path(max_length=256)], who: Agent, idem: IdemHeader = None
+    ) -> RestoreOut:
+        """Return the agent to the snapshot (checksum verified first: SNAPSHOT_CORRUPT changes
+        nothing); the state before is kept as a pre_restore snapshot."""
+        validation.idempotency_key(idem)
+        if idem is not None:
+            _, replayed = service.claim(agent_id, idem, "restore", {"snapshot_id": snapshot_id}, {"done": True})
+            if replayed:  # a retry must not undo what happened since the first call
+                return RestoreOut(agent_id=agent_id, snapshot_id=snapshot_id, pre_restore_snapshot_id="")
+        out = service.restore_snapshot(agent_id, snapshot_id, actor=who.actor)
+        return RestoreOut.model_validate(out)
+
+    @router.delete("/snapshots/{snapshot_id}", response_model=RemovedOut, responses=_WRITE_ERRORS)
+    def delete_snapshot(agent_id: AgentId, snapshot_id: Annotated[str, Path(max_length=256)], who: Agent) -> RemovedOut:
+        deleted = service.delete_snapshot(agent_id, snapshot_id, actor=who.actor)
+        return RemovedOut(agent_id=agent_id, removed={"snapshots": 1} if deleted else {})
+
+    @router.get("/summary/versions", response_model=SummaryVersionList, responses=_ERRORS)
+    def summary_versions(
+        agent_id: AgentId, who: Agent, limit: Annotated[int, Query(ge=1, le=1000)] = 20
+    ) -> SummaryVersionList:
+        versions = service.summary_versions(agent_id, limit=limit)
+        return SummaryVersionList(
+            versions=[
+                SummaryVersionOut(batch_id=v.batch_id, text=v.text, tokens=v.tokens, rev=v.rev, created_at=v.created_at)
+                for v in versions
+            ]
+        )
+
+    return router

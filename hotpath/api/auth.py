@@ -22,6 +22,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -126,12 +127,27 @@ class Principal:
             raise Unauthorized("this operation needs the admin token")
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who calls a route that leaves the token check to its own Redis call (the append and the
+    context read, where a separate lookup would double the round trips): the principal, and the
+    digest of the presented agent token that call must find stored (None: the admin, or a token
+    already verified)."""
+
+    principal: Principal
+    token_sha256: str | None
+
+
 @dataclass
 class TokenAuthority:
     """Issues agent tokens and turns an ``Authorization`` header into a :class:`Principal`."""
 
     redis: redis.Redis
     admin_sha256: str = field(repr=False)
+    # Rebuilds an agent's lost hot state from the store (vcm.durable); True when it did.
+    rebuild: Callable[[str], bool] | None = field(default=None, repr=False)
+    # Told of every token change, so the store keeps the hash a rebuild restores.
+    on_change: Callable[[str, str], None] | None = field(default=None, repr=False)
 
     def issue(self, agent_id: str, *, replace: bool) -> str | None:
         """A new token for the agent; None when it has one and ``replace`` is false.
@@ -140,6 +156,8 @@ class TokenAuthority:
         """
         token = _agent_token(agent_id)
         stored = self.redis.set(keys.key(agent_id, keys.TOKEN), digest(token), nx=not replace)
+        if stored and self.on_change is not None:
+            self.on_change(agent_id, digest(token))
         return token if stored else None
 
     def current_digest(self, agent_id: str) -> str | None:
@@ -152,11 +170,29 @@ class TokenAuthority:
         key = keys.key(agent_id, keys.TOKEN)
         if if_digest is None:
             self.redis.set(key, digest(token))
-            return True
-        return bool(self.redis.eval(lua.SET_IF_EQUAL, 1, key, if_digest, digest(token)))
+            installed = True
+        else:
+            installed = bool(self.redis.eval(lua.SET_IF_EQUAL, 1, key, if_digest, digest(token)))
+        if installed and self.on_change is not None:
+            self.on_change(agent_id, digest(token))
+        return installed
 
     def has_token(self, agent_id: str) -> bool:
         return bool(self.redis.exists(keys.key(agent_id, keys.TOKEN)))
+
+    def claim(self, authorization: str | None, agent_id: str) -> Caller | None:
+        """The caller of a route of ``agent_id`` whose own Redis call checks the token, read with
+        no I/O: the admin (nothing left to check), or the agent the token names with the token's
+        digest for that call to compare (:meth:`vcm.hot.state.HotState.append`). None when the
+        token names another agent or none: :meth:`principal` then decides between 401 and 404.
+        A malformed header is UNAUTHORIZED here, as there."""
+        token = _bearer(authorization)
+        presented = digest(token)
+        if hmac.compare_digest(presented, self.admin_sha256):
+            return Caller(Principal(None, admin=True), None)
+        if agent_of(token) == agent_id:
+            return Caller(Principal(agent_id), presented)
+        return None
 
     def principal(self, authorization: str | None) -> Principal:
         token = _bearer(authorization)
@@ -167,6 +203,10 @@ class TokenAuthority:
         if agent_id is None:
             raise Unauthorized("invalid bearer token")
         stored = self.redis.get(keys.key(agent_id, keys.TOKEN))
+        if stored is None and self.rebuild is not None and self.rebuild(agent_id):
+            # The hot state was lost (restart, flushed Redis) and has just been rebuilt from the
+            # store, which keeps the token's hash.
+            stored = self.redis.get(keys.key(agent_id, keys.TOKEN))
         if isinstance(stored, bytes):
             stored = stored.decode("ascii", "replace")
         expected = stored if isinstance(stored, str) and len(stored) == len(_NO_DIGEST) else _NO_DIGEST

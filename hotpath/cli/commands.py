@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vcm.errors import NotFound, ValidationError
+from vcm.errors import ValidationError
 from vcm.service import MemoryService
 from vcm.settings import Settings, get_settings
 
@@ -145,12 +145,7 @@ def cmd_context(args: argparse.Namespace) -> int:
         data = _client(args).context(args.agent)
         print(json.dumps(data, indent=2) if args.json else render_context(data))
         return 0
-    settings = get_settings()
-    if not settings.redis_url:
-        raise NotFound(
-            "embedded mode keeps hot state inside the serving process; use --api URL --token T "
-            "against `vcm serve`, or set VCM_REDIS_URL",
-        )
+    # In embedded mode this process rebuilds the agent's hot state from the data directory.
     with _service(args) as service:
         ctx = service.context(args.agent)
         data = {
@@ -387,6 +382,10 @@ def add_commands(sub: Any) -> None:
     def api_opts(p: argparse.ArgumentParser) -> None:
         p.add_argument("--api", default=os.environ.get("VCM_API_URL"), help="talk to a running `vcm serve` at this URL")
         p.add_argument("--token", help="bearer token for --api (or VCM_TOKEN)")
+
+    from vcm.cli.agents import add_agent_commands
+
+    add_agent_commands(sub, api_opts)
 
     p = sub.add_parser("serve", help="run the HTTP API (with the in-process worker in embedded mode)")
     p.add_argument("--host")

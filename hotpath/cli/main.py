@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
 
 import httpx
@@ -15,14 +17,20 @@ from vcm.errors import VcmError
 from vcm.eval import conversation, demo
 from vcm.eval.report import build_report
 from vcm.eval.report import render as render_report
-from vcm.settings import get_settings
+from vcm.settings import get_settings, redact_url
 
 
 def _demo(args: argparse.Namespace) -> int:
     from vcm.tasks.retrieval_eval import recall_at_k
     from vcm.workers.wiring import running_service
 
+    if not args.keep and not os.environ.get("VCM_STORE_URL"):
+        # A fresh store per run unless asked to keep it: the demo's agents would otherwise pile up
+        # in the user's data directory (and be rebuilt at every start).
+        os.environ["VCM_STORE_URL"] = f"sqlite:///{tempfile.mkdtemp(prefix='vcm-demo-')}/vcm.db"
+        get_settings.cache_clear()
     settings = get_settings()
+    print(f"store: {redact_url(settings.store_url)}" + ("" if args.keep else " (temporary; --keep keeps it)"))
     if args.data:
         convs = conversation.load(args.data)
     else:
@@ -63,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", default="vcm-demo-2k", help="model name from [models] (sets the window)")
     demo.add_argument("--seed", type=int, default=7, help="seed of the generated conversation")
     demo.add_argument("--limit", type=int, help="replay only the first N turns")
+    demo.add_argument("--keep", action="store_true", help="keep the run in the data directory (default: a temp store)")
     demo.set_defaults(func=_demo)
     add_commands(sub)
     return parser

@@ -6,14 +6,23 @@ trip; property tests replay random operations through both and compare.
 Rules (all thresholds are shares of the window, turned into whole tokens once per agent):
 
 * ``max = window - output_reserve``; nothing may push the main context above it.
+* The batches still pending (begun, not yet finished) share ONE placeholder in the main context,
+  naming their total message count: its cost is ``placeholder_tokens(base, count)``, at most
+  ``base + 4`` for any count below 10**12, however many batches wait on the cold path. (One
+  placeholder per batch grew without bound while the cold path lagged, and pushed the context
+  past ``max``.) Each batch keeps its own count, so a finishing batch recomputes the placeholder.
 * Growth that ends above ``flush`` evicts the oldest unpinned FIFO messages (never the message
   being appended) until the total, placeholder included, is at most ``target``. If the evictable
   messages run out first, the plan says ``target_unreachable``.
 * A change is refused (``TOKEN_BUDGET_EXCEEDED``) when, after the best eviction, the total still
   exceeds ``max``; and a change that grows the *unevictable* parts (system, working blocks,
-  pinned messages, placeholders, summary) is refused when those parts plus the room the summary
-  may still grow into (``summary_cap - summary``) plus one placeholder exceed ``max``. That
-  reserve is what lets a later summary install (which is never refused) fit by evicting.
+  pinned messages, summary) is refused when those parts plus the room the summary may still grow
+  into (``summary_cap - summary``) plus the largest placeholder (``base + 4``) exceed ``max``.
+  That reserve is what lets a later summary install (which is never refused) fit by evicting,
+  and it covers the placeholder whole, so what it holds now does not enter the check.
+* An eviction the agent asks for (``evict_fifo``) must free room: it takes the oldest ``count``
+  unpinned messages, and more of the oldest when those free no more tokens than the placeholder
+  grows by; when all unpinned messages together cannot pay for it, it is refused.
 * Growth that crosses ``warning`` upward (and not ``flush``) injects one memory-pressure message;
   the flag re-arms once the total falls below ``warning``.
 * Pinned blocks and pinned messages together stay within ``pinned_cap`` (``PIN_LIMIT_EXCEEDED``).
@@ -67,8 +76,9 @@ class Parts:
     pinned_blocks: int
     pinned_fifo: int  # pinned FIFO messages (part of `fifo` too)
     summary: int
-    placeholders: int
+    placeholders: int  # the one placeholder of all pending batches (0 when none is pending)
     fifo: int
+    placeholder_count: int = 0  # messages of all pending batches, named by that placeholder
 
     @property
     def total(self) -> int:
@@ -94,7 +104,7 @@ class FifoEntry:
 class EvictionPlan:
     message_ids: tuple[str, ...]  # oldest first
     tokens: int  # tokens leaving the FIFO
-    placeholder: int  # tokens of the placeholder left behind (0 when nothing is evicted)
+    placeholder: int  # tokens the (merged) placeholder grows by (0 when nothing is evicted)
     total_after: int
     target_unreachable: bool
 
@@ -107,10 +117,25 @@ class Decision:
     eviction: EvictionPlan | None = None
 
 
+def placeholder_part(placeholder_base: int, count: int) -> int:
+    """Tokens of the one placeholder standing for ``count`` pending messages (0 for none)."""
+    return placeholder_tokens(placeholder_base, count) if count > 0 else 0
+
+
 def plan_eviction(
-    fifo: Sequence[FifoEntry], total: int, target: int, placeholder_base: int, exclude: str = ""
+    fifo: Sequence[FifoEntry],
+    total: int,
+    target: int,
+    placeholder_base: int,
+    exclude: str = "",
+    *,
+    pending: int = 0,
+    placeholders: int = 0,
 ) -> EvictionPlan:
-    """Oldest unpinned first, until ``total - evicted + placeholder <= target``."""
+    """Oldest unpinned first, until ``total - evicted + placeholder growth <= target``.
+
+    ``pending`` messages already stand behind the placeholder, which costs ``placeholders`` now.
+    """
     chosen: list[str] = []
     evicted = 0
     current = total
@@ -121,23 +146,66 @@ def plan_eviction(
             continue
         chosen.append(entry.message_id)
         evicted += entry.tokens
-        current = total - evicted + placeholder_tokens(placeholder_base, len(chosen))
-    ph = placeholder_tokens(placeholder_base, len(chosen)) if chosen else 0
+        current = total - evicted + placeholder_part(placeholder_base, pending + len(chosen)) - placeholders
+    grown = placeholder_part(placeholder_base, pending + len(chosen)) - placeholders if chosen else 0
     return EvictionPlan(
         message_ids=tuple(chosen),
         tokens=evicted,
-        placeholder=ph,
+        placeholder=grown,
         total_after=current,
         target_unreachable=current > target,
     )
 
 
-def plan_forced_eviction(fifo: Sequence[FifoEntry], count: int, placeholder_base: int) -> EvictionPlan:
-    """The oldest ``count`` unpinned messages (an agent asked for room with ``evict_fifo``)."""
-    chosen = [e for e in fifo if not e.pinned][:count]
-    ph = placeholder_tokens(placeholder_base, len(chosen)) if chosen else 0
-    evicted = sum(e.tokens for e in chosen)
-    return EvictionPlan(tuple(e.message_id for e in chosen), evicted, ph, 0, False)
+def decide_requested_eviction(
+    parts: Parts,
+    fifo: Sequence[FifoEntry],
+    budget: Budget,
+    *,
+    count: int,
+    warned: bool,
+    placeholder_base: int,
+) -> Decision:
+    """An eviction the agent asked for (``evict_fifo``): the oldest ``count`` unpinned messages.
+
+    When those free no more tokens than the placeholder grows by (short messages, no batch
+    pending), the next oldest are taken too until they do. The caller asked for room: refusing
+    would cost an agent another model turn to ask again with a larger count for the same result,
+    and the extra messages are the ones the next eviction would take anyway, kept in recall and
+    the summary; the batch says exactly which left. When even every unpinned message together
+    cannot pay for the placeholder, evicting would only grow the context: refused
+    (``TOKEN_BUDGET_EXCEEDED``), changing nothing. ``action`` is ``ok`` when nothing is evictable.
+    """
+    chosen: list[FifoEntry] = []
+    freed = 0
+    for entry in fifo:
+        if len(chosen) >= count and freed > _growth(parts, placeholder_base, len(chosen)):
+            break
+        if entry.pinned:
+            continue
+        chosen.append(entry)
+        freed += entry.tokens
+    if not chosen:
+        return Decision("ok", parts.total, warned and parts.total >= budget.warning_at)
+    grown = _growth(parts, placeholder_base, len(chosen))
+    if freed <= grown:
+        raise TokenBudgetExceeded(
+            f"evicting would free no room: the {len(chosen)} unpinned messages in the queue hold "
+            f"{freed} tokens, and the placeholder replacing them adds {grown}; free room by "
+            "shrinking or deleting working blocks instead",
+            required_headroom=grown - freed,
+            max_tokens=budget.max_tokens,
+            placeholder_tokens=grown,
+            freed_tokens=freed,
+        )
+    total = parts.total - freed + grown
+    plan = EvictionPlan(tuple(e.message_id for e in chosen), freed, grown, total, False)
+    return Decision("flush", total, warned and total >= budget.warning_at, plan)
+
+
+def _growth(parts: Parts, placeholder_base: int, count: int) -> int:
+    """Tokens the placeholder grows by when ``count`` more messages stand behind it."""
+    return placeholder_part(placeholder_base, parts.placeholder_count + count) - parts.placeholders
 
 
 def check_pinned(parts: Parts, budget: Budget, added_pinned: int) -> None:
@@ -151,7 +219,7 @@ def check_pinned(parts: Parts, budget: Budget, added_pinned: int) -> None:
         )
 
 
-# Room kept for one more placeholder: its count has at most 12 digits (4 tokens).
+# Room kept for the placeholder: its count has at most 12 digits (4 tokens).
 PLACEHOLDER_ALLOWANCE_DIGIT_TOKENS = 4
 
 
@@ -177,8 +245,11 @@ def decide_growth(
     if admit:
         check_pinned(parts, budget, added_pinned)
         if added_unevictable > 0:
+            # The placeholder's tokens are left out: the allowance below reserves the largest
+            # placeholder whole, whatever batches are pending now.
             fixed = (
                 parts.unevictable
+                - parts.placeholders
                 + added_unevictable
                 + max(budget.summary_cap - parts.summary, 0)
                 + placeholder_base
@@ -190,7 +261,15 @@ def decide_growth(
     if total > budget.flush_at or (
         not warned and total > budget.warning_at and total + pressure_tokens > budget.flush_at
     ):
-        plan = plan_eviction(fifo, total, budget.target, placeholder_base, exclude)
+        plan = plan_eviction(
+            fifo,
+            total,
+            budget.target,
+            placeholder_base,
+            exclude,
+            pending=parts.placeholder_count,
+            placeholders=parts.placeholders,
+        )
         if admit and plan.total_after > budget.max_tokens:
             raise _exceeded(plan.total_after - budget.max_tokens, budget)
         warned_after = warned and plan.total_after >= budget.warning_at

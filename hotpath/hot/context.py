@@ -20,7 +20,9 @@ class AssembledContext:
 
 
 def assemble(snap: Snapshot) -> AssembledContext:
-    """Order: system (+ tools), working blocks, recursive summary, placeholders, FIFO."""
+    """Order: system (+ tools), working blocks, recursive summary, placeholder, FIFO.
+
+    All pending eviction batches share one placeholder naming their total message count."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": snap.system_prompt}]
     # The system part's stored count also covers the tool schemas and reply priming.
     per_message: list[int] = [snap.counter("system")]
@@ -30,7 +32,8 @@ def assemble(snap: Snapshot) -> AssembledContext:
     if snap.summary_text or snap.summary_tokens:
         messages.append({"role": "system", "content": render.summary(snap.summary_text)})
         per_message.append(snap.summary_tokens)
-    for _bid, count, tokens in snap.placeholders:
+    if snap.placeholder is not None:
+        count, tokens = snap.placeholder
         messages.append({"role": "system", "content": render.placeholder(count)})
         per_message.append(tokens)
     for msg in snap.fifo:

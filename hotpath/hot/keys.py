@@ -20,7 +20,7 @@ SYSTEM = "system"  # hash: system prompt, tool schemas (JSON), model
 FIFO = "fifo"  # list: "<tokens>:<pinned 0|1>:<message id>", oldest first
 MESSAGES = "msg"  # hash: message id -> message JSON (FIFO and pending batches)
 BATCHES = "batches"  # zset: pending eviction batch ids (score = id)
-PLACEHOLDERS = "ph"  # hash: batch id -> "<count>|<tokens>"
+PLACEHOLDERS = "ph"  # hash: batch id -> "<count>|<tokens it added to the one shared placeholder>"
 BLOCKS = "blocks"  # hash: block id -> block JSON
 SUMMARY = "summary"  # hash: text, tokens, rev, batch_id
 EVICTING = "evicting:"  # list per batch: message ids, oldest first

@@ -25,15 +25,24 @@ end
 
 -- Counters and thresholds an operation needs, read with one HMGET; changes are collected in
 -- `m.dirty` and written back with one HSET (see save_meta).
+-- `ph` is the one placeholder of all pending batches; `ph_count` the messages it names.
 local FIELDS = {'window', 'max', 'warn', 'flush', 'target', 'pin_cap', 'sum_cap', 'ph_base',
   'pressure_tokens', 'system', 'working', 'pinned_blocks', 'pinned_fifo', 'summary', 'ph', 'fifo',
-  'warned', 'msg_seq', 'batch_seq', 'finished_batch', 'rev_seq', 'appended', 'evicted'}
+  'warned', 'msg_seq', 'batch_seq', 'finished_batch', 'rev_seq', 'appended', 'evicted', 'ph_count'}
 
 local function load_meta()
   local vals = redis.call('HMGET', META, unpack(FIELDS))
   if not vals[1] then return nil end
   local m = {dirty = {}}
   for i = 1, #FIELDS do m[FIELDS[i]] = tonumber(vals[i]) end
+  if not m.ph_count then
+    -- An agent created before placeholders were merged: count its pending messages once (the
+    -- next eviction or finish also replaces its per-batch placeholder sum by the merged cost).
+    local n = 0
+    for _, v in ipairs(redis.call('HVALS', PH)) do n = n + tonumber(string.match(v, '^(%d+)|')) end
+    m.ph_count = n
+    m.dirty.ph_count = true
+  end
   return m
 end
 
@@ -58,6 +67,17 @@ end
 
 local function ph_cost(base, count)
   return base + math.ceil(string.len(tostring(count)) / 3)
+end
+
+-- vcm.hot.budget.placeholder_part: the one placeholder of `count` pending messages.
+local function ph_part(base, count)
+  if count > 0 then return ph_cost(base, count) end
+  return 0
+end
+
+-- Tokens the placeholder grows by when `count` more messages stand behind it.
+local function ph_growth(m, count)
+  return ph_part(m.ph_base, m.ph_count + count) - m.ph
 end
 
 local function parse_entry(e)
@@ -95,9 +115,9 @@ local function fifo_reader(extra)
 end
 
 -- vcm.hot.budget.plan_eviction; also returns how many entries it examined.
-local function plan_eviction(get, total, target, base, exclude)
+local function plan_eviction(m, get, total, exclude)
   local chosen, evicted, current, i = {}, 0, total, 0
-  while current > target do
+  while current > m.target do
     local e = get(i + 1)
     if not e then break end
     i = i + 1
@@ -105,7 +125,7 @@ local function plan_eviction(get, total, target, base, exclude)
     if pin == '0' and id ~= exclude then
       chosen[#chosen + 1] = i
       evicted = evicted + tok
-      current = total - evicted + ph_cost(base, #chosen)
+      current = total - evicted + ph_growth(m, #chosen)
     end
   end
   return chosen, evicted, current, i
@@ -122,7 +142,8 @@ local function decide(m, get, added, added_unev, added_pinned, exclude, admit)
         {pinned = m.pinned_blocks + m.pinned_fifo, requested = added_pinned, cap = m.pin_cap})
     end
     if added_unev > 0 then
-      local fixed = m.system + m.working + m.pinned_fifo + m.ph + m.summary + added_unev
+      -- No m.ph: the allowance (ph_base + 4) reserves the largest placeholder whole.
+      local fixed = m.system + m.working + m.pinned_fifo + m.summary + added_unev
         + math.max(m.sum_cap - m.summary, 0) + m.ph_base + 4
       if fixed > m.max then
         return nil, fail('TOKEN_BUDGET_EXCEEDED',
@@ -135,7 +156,7 @@ local function decide(m, get, added, added_unev, added_pinned, exclude, admit)
   local total = total_of(m) + added
   local warned = m.warned == 1
   if total > m.flush or (not warned and total > m.warn and total + m.pressure_tokens > m.flush) then
-    local chosen, evicted, current, examined = plan_eviction(get, total, m.target, m.ph_base, exclude)
+    local chosen, evicted, current, examined = plan_eviction(m, get, total, exclude)
     if admit and current > m.max then
       return nil, fail('TOKEN_BUDGET_EXCEEDED',
         'this change needs ' .. (current - m.max) .. ' more tokens than the window allows even after'
@@ -175,11 +196,14 @@ local function apply_eviction(m, get, chosen, examined, evicted)
       redis.call('LPUSH', FIFO, unpack(keep_reversed, i, math.min(i + 999, #keep_reversed)))
     end
   end
-  local cost = ph_cost(m.ph_base, #chosen)
+  -- The batch joins the one placeholder; it keeps its own count, for finish to take off, and
+  -- the tokens it added to the placeholder (its BatchInfo.placeholder).
+  local cost = ph_growth(m, #chosen)
   redis.call('HSET', PH, bid, #chosen .. '|' .. cost)
   redis.call('ZADD', BATCHES, bid, bid)
   set(m, 'fifo', m.fifo - evicted)
   set(m, 'ph', m.ph + cost)
+  set(m, 'ph_count', m.ph_count + #chosen)
   set(m, 'evicted', m.evicted + #chosen)
   return {id = bid, count = #chosen, tokens = evicted, placeholder = cost, message_ids = ids}
 end
@@ -259,7 +283,8 @@ end
 local cfg = cjson.decode(ARGV[3])
 for k, v in pairs(cfg) do redis.call('HSET', META, k, v) end
 for _, f in ipairs({'working', 'pinned_blocks', 'pinned_fifo', 'summary', 'ph', 'fifo', 'warned',
-                    'msg_seq', 'batch_seq', 'finished_batch', 'rev_seq', 'appended', 'evicted'}) do
+                    'msg_seq', 'batch_seq', 'finished_batch', 'rev_seq', 'appended', 'evicted',
+                    'ph_count'}) do
   redis.call('HSET', META, f, 0)
 end
 redis.call('HSET', META, 'config_fp', ARGV[2])
@@ -390,7 +415,7 @@ if tokens > m.sum_cap then
   return fail('VALIDATION_ERROR', 'summary of ' .. tokens .. ' tokens exceeds the summary cap of '
     .. m.sum_cap, {cap = m.sum_cap})
 end
-local cost = tonumber(string.match(ph, '|(%d+)$'))
+local count = tonumber(string.match(ph, '^(%d+)|'))
 local ids = redis.call('LRANGE', KEYS[7], 0, -1)
 for i = 1, #ids, 1000 do
   redis.call('HDEL', MSG, unpack(ids, i, math.min(i + 999, #ids)))
@@ -398,15 +423,18 @@ end
 redis.call('DEL', KEYS[7])
 redis.call('ZREM', BATCHES, bid)
 redis.call('HDEL', PH, bid)
-local added = tokens - m.summary - cost
 local rev = redis.call('HINCRBY', SUMMARY, 'rev', 1)
 redis.call('HSET', SUMMARY, 'text', ARGV[3], 'tokens', tokens, 'batch_id', bid, 'updated_at', ARGV[6])
--- Decide on the counters as they were before this change, like the pure policy does.
-local get = fifo_reader(nil)
-local d = decide(m, get, added, 0, 0, '', false)
-set(m, 'ph', m.ph - cost)
+-- The placeholder now names only the batches still pending, recomputed from their count.
+local left = m.ph_count - count
+set(m, 'ph_count', left)
+set(m, 'ph', ph_part(m.ph_base, left))
 set(m, 'summary', tokens)
 set(m, 'finished_batch', bid)
+-- Decide on the counters after the install (a change of 0), like the pure policy does: an
+-- eviction this starts joins the placeholder as it is now.
+local get = fifo_reader(nil)
+local d = decide(m, get, 0, 0, 0, '', false)
 local batch, pressure_id = carry_out(m, d, get, ARGV[5], ARGV[6])
 return {'ok', '{"batch_id":' .. bid .. ',"summary_rev":' .. rev .. ',"total":' .. d.total
   .. ',"action":"' .. d.action .. '","pressure_message_id":'
@@ -415,7 +443,9 @@ return {'ok', '{"batch_id":' .. bid .. ',"summary_rev":' .. rev .. ',"total":' .
 )
 
 # Agent-initiated eviction (the evict_fifo tool): begin a batch of the oldest `count` unpinned
-# messages, never more than leaves one message in the FIFO.
+# messages, and more of the oldest when those would free no more tokens than the placeholder grows
+# by; refused when all unpinned messages cannot pay for it (vcm.hot.budget.decide_requested_eviction
+# says why).
 # KEYS: [1] meta  [2] fifo  [3] msg  [4] batches  [5] ph  [6] idempotency key
 # ARGV: [1] agent prefix  [2] idempotency key name  [3] fingerprint  [4] ttl  [5] count
 EVICT_OLDEST = (
@@ -429,7 +459,7 @@ if not m then return fail('NOT_FOUND', 'unknown agent; create it first') end
 local want = tonumber(ARGV[5])
 local get = fifo_reader(nil)
 local chosen, evicted, i = {}, 0, 0
-while #chosen < want do
+while not (#chosen >= want and evicted > ph_growth(m, #chosen)) do
   local e = get(i + 1)
   if not e then break end
   i = i + 1
@@ -440,7 +470,17 @@ while #chosen < want do
   end
 end
 local batch = nil
-if #chosen > 0 then batch = apply_eviction(m, get, chosen, i, evicted) end
+if #chosen > 0 then
+  local grown = ph_growth(m, #chosen)
+  if evicted <= grown then
+    return fail('TOKEN_BUDGET_EXCEEDED', 'evicting would free no room: the ' .. #chosen
+      .. ' unpinned messages in the queue hold ' .. evicted .. ' tokens, and the placeholder replacing'
+      .. ' them adds ' .. grown .. '; free room by shrinking or deleting working blocks instead',
+      {required_headroom = grown - evicted, max_tokens = m.max, placeholder_tokens = grown,
+       freed_tokens = evicted})
+  end
+  batch = apply_eviction(m, get, chosen, i, evicted)
+end
 local total = total_of(m)
 if m.warned == 1 and total < m.warn then set(m, 'warned', 0) end
 save_meta(m)
@@ -513,3 +553,55 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+# Prepended to a mutation so that an agent's bearer token is checked in the same call, not in a
+# round trip of its own (the HTTP API's append: vcm.api.auth keeps the token's SHA-256 under the
+# agent's hash tag). The guarded script takes one key and one argument more, both last:
+# KEYS[#KEYS] = the agent's token key, ARGV[#ARGV] = the SHA-256 (hex) of the presented token.
+# The scripts it guards index KEYS and ARGV by fixed positions, so the trailing pair moves nothing
+# they read. Unless the digests are equal it returns UNAUTHORIZED and changes nothing, so a
+# rotated or revoked token stops working at once. Plain `~=` is safe here: it compares digests of
+# a 256-bit secret, and no caller can steer which digest prefix a guess of theirs produces.
+TOKEN_GUARD = r"""
+if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then
+  return {'error', cjson.encode({code = 'UNAUTHORIZED', message = 'invalid bearer token'})}
+end
+"""
+
+# APPEND for a caller holding an agent token: APPEND's KEYS followed by the agent's token key, and
+# APPEND's ARGV followed by the presented token's SHA-256 (see TOKEN_GUARD).
+APPEND_AS_AGENT = TOKEN_GUARD + APPEND
+
+# Rebuild of a missing agent from the store (vcm.durable): its configuration, counters, FIFO,
+# messages, blocks, summary and token hash in one call, so no append can slip in between and
+# reuse an id. A no-op ('replayed') when the agent exists.
+# KEYS: [1] meta  [2] system  [3] fifo  [4] msg  [5] blocks  [6] summary  [7] token  [8] batches
+#       [9] ph
+# ARGV: [1] agent prefix  [2] META fields JSON (config, config_fp and counters)  [3] prompt
+#       [4] tools JSON  [5] FIFO entries JSON array, oldest first  [6] [[message id, JSON], ...]
+#       [7] [[block id, JSON], ...]  [8] summary fields JSON ({} for none)  [9] token hash or ''
+#       [10] pressure text as a JSON string  [11] now
+# Then, like a summary install, it decides on the restored counters: a FIFO over the flush line
+# (the messages of a batch that had begun but not committed are back in it) begins a batch.
+RESTORE_AGENT = (
+    _PRELUDE
+    + r"""
+if redis.call('EXISTS', META) == 1 then return {'replayed', '{}'} end
+redis.call('DEL', FIFO, MSG, KEYS[5], KEYS[6], BATCHES, PH)
+for k, v in pairs(cjson.decode(ARGV[2])) do redis.call('HSET', META, k, v) end
+redis.call('HSET', KEYS[2], 'prompt', ARGV[3], 'tools', ARGV[4])
+local entries = cjson.decode(ARGV[5])
+if #entries > 0 then push_chunks(FIFO, entries) end
+for _, pair in ipairs(cjson.decode(ARGV[6])) do redis.call('HSET', MSG, pair[1], pair[2]) end
+for _, pair in ipairs(cjson.decode(ARGV[7])) do redis.call('HSET', KEYS[5], pair[1], pair[2]) end
+for k, v in pairs(cjson.decode(ARGV[8])) do redis.call('HSET', KEYS[6], k, v) end
+if ARGV[9] ~= '' then redis.call('SET', KEYS[7], ARGV[9]) end
+local m = load_meta()
+local get = fifo_reader(nil)
+local d = decide(m, get, 0, 0, 0, '', false)
+local batch, pressure_id = carry_out(m, d, get, ARGV[10], ARGV[11])
+save_meta(m)
+return {'ok', '{"total":' .. d.total .. ',"action":"' .. d.action .. '","pressure_message_id":'
+  .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch) .. '}'}
+"""
+)

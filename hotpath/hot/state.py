@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import secrets
 import threading
@@ -18,6 +19,7 @@ from vcm.errors import (
     ConfigError,
     NotFound,
     TokenBudgetExceeded,
+    Unauthorized,
     ValidationError,
     error_class,
 )
@@ -27,6 +29,7 @@ from vcm.hot.jobs import JobBoard
 from vcm.hot.tokens import TokenCounter
 from vcm.settings import Settings
 from vcm.types import (
+    AgentImage,
     AgentInfo,
     AppendResult,
     BatchInfo,
@@ -64,6 +67,12 @@ def _entry_id(entry: bytes | str) -> str:
     return _text(entry).split(":", 2)[2]
 
 
+def _require_token(stored: bytes | str | None, token_sha256: str) -> None:
+    """UNAUTHORIZED unless ``stored`` (an agent's token digest as Redis keeps it) is ``token_sha256``."""
+    if not hmac.compare_digest(_text(stored).encode(), token_sha256.encode()):
+        raise Unauthorized("invalid bearer token")
+
+
 def _reply(raw: Sequence[str]) -> tuple[dict[str, Any], bool]:
     status, body = raw[0], raw[1]
     data = json.loads(body)
@@ -86,10 +95,30 @@ class Snapshot:
     blocks: list[Block]
     summary_text: str
     summary_tokens: int
-    placeholders: list[tuple[int, int, int]]  # (batch id, message count, tokens)
+    # Per pending batch: (batch id, message count, tokens it added to the placeholder on begin).
+    placeholders: list[tuple[int, int, int]]
 
     def counter(self, name: str) -> int:
         return int(self.meta.get(name, 0))
+
+    @property
+    def placeholder(self) -> tuple[int, int] | None:
+        """The one placeholder the main context shows for all pending batches: (message count,
+        tokens), or None when no batch is pending. The count is summed from the batches' own
+        counts; the tokens are the stored ``ph`` counter, which the scripts keep equal to the
+        cost of that one rendering."""
+        if not self.placeholders:
+            return None
+        return sum(count for _, count, _ in self.placeholders), self.counter("ph")
+
+
+@dataclass(frozen=True)
+class _Creation:
+    config: dict[str, Any]
+    fingerprint: str
+    prompt: str
+    tools: list[dict[str, Any]]
+    info: AgentInfo
 
 
 class HotState:
@@ -102,10 +131,12 @@ class HotState:
         # Registered once: redis-py sends EVALSHA and loads the script on NOSCRIPT.
         self._create = client.register_script(lua.CREATE_AGENT)
         self._append = client.register_script(lua.APPEND)
+        self._append_as_agent = client.register_script(lua.APPEND_AS_AGENT)
         self._put_block = client.register_script(lua.PUT_BLOCK)
         self._finish = client.register_script(lua.FINISH_EVICTION)
         self._evict = client.register_script(lua.EVICT_OLDEST)
         self._claim = client.register_script(lua.IDEMPOTENCY_CLAIM)
+        self._restore = client.register_script(lua.RESTORE_AGENT)
         # Archival ingestion jobs; a record outlives its last change as long as an idempotency key.
         self.jobs = JobBoard(client, settings.idempotency_ttl_s)
         self._models: dict[str, str] = {}  # agent -> model; immutable after creation
@@ -129,6 +160,26 @@ class HotState:
         tools: Sequence[Mapping[str, Any]] = (),
     ) -> AgentInfo:
         """Create an agent (idempotent for the same configuration)."""
+        creation = self._creation(agent_id, model, system_prompt, tools)
+        raw = self._create(
+            keys=[keys.key(agent_id, keys.META), keys.key(agent_id, keys.SYSTEM)],
+            args=[
+                keys.prefix(agent_id),
+                creation.fingerprint,
+                _json(creation.config),
+                creation.prompt,
+                _json(creation.tools),
+            ],
+        )
+        _reply(raw)
+        self.redis.sadd(keys.AGENTS, agent_id)
+        self._models[agent_id] = creation.info.model
+        return creation.info
+
+    def _creation(
+        self, agent_id: str, model: str | None, system_prompt: str, tools: Sequence[Mapping[str, Any]]
+    ) -> _Creation:
+        """An agent's budget configuration, validated (shared by creation and rebuild)."""
         validation.agent_id(agent_id)
         model = model or self.settings.default_model
         try:
@@ -165,14 +216,8 @@ class HotState:
             "model": model,
         }
         fp = _fingerprint({"config": config, "prompt": prompt, "tools": tool_list})
-        raw = self._create(
-            keys=[keys.key(agent_id, keys.META), keys.key(agent_id, keys.SYSTEM)],
-            args=[keys.prefix(agent_id), fp, _json(config), prompt, _json(tool_list)],
-        )
-        _reply(raw)
-        self.redis.sadd(keys.AGENTS, agent_id)
-        self._models[agent_id] = model
-        return AgentInfo(agent_id, model, budget.window, budget.max_tokens, system)
+        info = AgentInfo(agent_id, model, budget.window, budget.max_tokens, system)
+        return _Creation(config, fp, prompt, tool_list, info)
 
     def agent(self, agent_id: str) -> AgentInfo:
         validation.agent_id(agent_id)
@@ -185,12 +230,26 @@ class HotState:
     def agents(self) -> list[str]:
         return sorted(_text(a) for a in self.redis.smembers(keys.AGENTS))
 
-    def _model(self, agent_id: str) -> str:
+    def _model(self, agent_id: str, token_sha256: str | None = None) -> str:
         model = self._models.get(agent_id)
         if model is None:
-            model = self.agent(agent_id).model
-            self._models[agent_id] = model
+            info = self.agent(agent_id) if token_sha256 is None else self._agent_for_token(agent_id, token_sha256)
+            model = self._models[agent_id] = info.model
         return model
+
+    def _agent_for_token(self, agent_id: str, token_sha256: str) -> AgentInfo:
+        """The agent, read in the same round trip as its bearer token's digest, which must equal
+        ``token_sha256``: UNAUTHORIZED comes first, so a caller without the agent's token cannot
+        learn whether the agent exists."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(keys.key(agent_id, keys.TOKEN))
+        pipe.hmget(keys.key(agent_id, keys.META), ["model", "window", "max", "system"])
+        stored, vals = pipe.execute()
+        _require_token(stored, token_sha256)
+        if vals[0] is None:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        model, window, max_tokens, system = (_text(v) for v in vals)
+        return AgentInfo(agent_id, model, int(window), int(max_tokens), int(system))
 
     # --- messages -----------------------------------------------------------------------
     def append(
@@ -206,11 +265,16 @@ class HotState:
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         actor: str | None = None,
+        token_sha256: str | None = None,
     ) -> AppendResult:
         """Count, admit and append one message; begins an eviction batch when crossing flush.
 
         ``actor`` and ``idempotency_key`` travel with the stored message so the cold path, which
-        spools it, can write its audit row without the hot path paying for a store write."""
+        spools it, can write its audit row without the hot path paying for a store write.
+
+        With ``token_sha256`` (the digest of the caller's agent token) the append happens only if
+        that is still the agent's token, checked inside the same Lua call (UNAUTHORIZED otherwise):
+        the HTTP API's auth costs no round trip of its own."""
         validation.agent_id(agent_id)
         validation.role(role)
         # An assistant message that only calls tools has no text; it still belongs in the context.
@@ -224,7 +288,7 @@ class HotState:
         validation.flag(pinned, "pinned")
         validation.idempotency_key(idempotency_key)
         meta = validation.metadata(metadata)
-        counter = self.counter(self._model(agent_id))
+        counter = self.counter(self._model(agent_id, token_sha256))
         tokens = counter.message(content, name=name, tool_calls=tool_calls)
         body: dict[str, Any] = {"role": role, "content": content, "tokens": tokens, "pinned": pinned}
         if name:
@@ -245,29 +309,33 @@ class HotState:
             body["actor"] = actor
         if idempotency_key:
             body["idempotency_key"] = idempotency_key
-        raw = self._append(
-            keys=[
-                keys.key(agent_id, keys.META),
-                keys.key(agent_id, keys.FIFO),
-                keys.key(agent_id, keys.MESSAGES),
-                keys.key(agent_id, keys.BATCHES),
-                keys.key(agent_id, keys.PLACEHOLDERS),
-                keys.idempotency(agent_id, idempotency_key or ""),
-            ],
-            args=[
-                keys.prefix(agent_id),
-                idempotency_key or "",
-                fp,
-                self.settings.idempotency_ttl_s,
-                _json(body),
-                tokens,
-                "1" if pinned else "0",
-                self._pressure,
-                _num(now),
-            ],
-        )
+        script_keys = [
+            keys.key(agent_id, keys.META),
+            keys.key(agent_id, keys.FIFO),
+            keys.key(agent_id, keys.MESSAGES),
+            keys.key(agent_id, keys.BATCHES),
+            keys.key(agent_id, keys.PLACEHOLDERS),
+            keys.idempotency(agent_id, idempotency_key or ""),
+        ]
+        args: list[Any] = [
+            keys.prefix(agent_id),
+            idempotency_key or "",
+            fp,
+            self.settings.idempotency_ttl_s,
+            _json(body),
+            tokens,
+            "1" if pinned else "0",
+            self._pressure,
+            _num(now),
+        ]
+        if token_sha256 is None:
+            raw = self._append(keys=script_keys, args=args)
+        else:  # lua.TOKEN_GUARD: the token's key and digest go last
+            raw = self._append_as_agent(keys=[*script_keys, keys.key(agent_id, keys.TOKEN)], args=[*args, token_sha256])
         data, replayed = _reply(raw)
+        stored = None if replayed else Message.from_json({**body, "id": data["message_id"], "seq": data["seq"]})
         return AppendResult(
+            message=stored,
             message_id=data["message_id"],
             seq=int(data["seq"]),
             tokens=int(data["tokens"]),
@@ -421,7 +489,8 @@ class HotState:
         return self.counter(self._model(agent_id)).message(render.summary(text))
 
     def finish_eviction(self, agent_id: str, batch_id: int, summary_text: str) -> FinishResult:
-        """Step 3: install the committed summary, drop the batch and its placeholder.
+        """Step 3: install the committed summary, drop the batch, and take its messages off the
+        placeholder the pending batches share (gone when it was the last).
 
         Idempotent by batch id; batches must finish in order (``CONFLICT`` otherwise).
         """
@@ -460,6 +529,9 @@ class HotState:
     ) -> tuple[int, BatchInfo | None]:
         """Begin a batch of the oldest ``count`` unpinned messages now (the ``evict_fifo`` tool).
 
+        More of the oldest are taken when ``count`` messages would free fewer tokens than the
+        placeholder grows by, so the total never rises; ``TokenBudgetExceeded`` when every unpinned
+        message together cannot pay for it (see ``vcm.hot.budget.decide_requested_eviction``).
         Returns the new total and the batch (None when nothing was evictable).
         """
         validation.agent_id(agent_id)
@@ -533,10 +605,15 @@ class HotState:
             pinned=n["pinned_blocks"] + n["pinned_fifo"],
         )
 
-    def snapshot(self, agent_id: str) -> Snapshot:
-        """One MULTI/EXEC round trip, so the parts are mutually consistent."""
+    def snapshot(self, agent_id: str, *, token_sha256: str | None = None) -> Snapshot:
+        """One MULTI/EXEC round trip, so the parts are mutually consistent.
+
+        With ``token_sha256`` the agent's token digest is read in the same transaction and must
+        equal it (UNAUTHORIZED, before NOT_FOUND, otherwise): auth costs no round trip of its own."""
         validation.agent_id(agent_id)
         pipe = self.redis.pipeline(transaction=True)
+        if token_sha256 is not None:
+            pipe.get(keys.key(agent_id, keys.TOKEN))
         pipe.hgetall(keys.key(agent_id, keys.META))
         pipe.hgetall(keys.key(agent_id, keys.SYSTEM))
         pipe.lrange(keys.key(agent_id, keys.FIFO), 0, -1)
@@ -544,7 +621,10 @@ class HotState:
         pipe.hgetall(keys.key(agent_id, keys.BLOCKS))
         pipe.hgetall(keys.key(agent_id, keys.SUMMARY))
         pipe.hgetall(keys.key(agent_id, keys.PLACEHOLDERS))
-        meta, system, fifo, msgs, blocks, summary, ph = pipe.execute()
+        replies = pipe.execute()
+        if token_sha256 is not None:
+            _require_token(replies.pop(0), token_sha256)
+        meta, system, fifo, msgs, blocks, summary, ph = replies
         if not meta:
             raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
         messages = [Message.from_json(json.loads(msgs[_entry_id(e)])) for e in fifo]
@@ -621,3 +701,115 @@ class HotState:
             if pending:
                 out[agent_id] = pending
         return out
+
+    # --- rebuild and removal (vcm.durable) ------------------------------------------------------
+    def exists(self, agent_id: str) -> bool:
+        validation.agent_id(agent_id)
+        return bool(self.redis.exists(keys.key(agent_id, keys.META)))
+
+    def restore(
+        self,
+        agent_id: str,
+        image: AgentImage,
+        *,
+        model: str | None = None,
+        system_prompt: str = "",
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> FinishResult | None:
+        """Re-create a missing agent with its FIFO, blocks, summary and counters in one Lua call
+        (:data:`vcm.hot.lua.RESTORE_AGENT`): nothing can append in between and reuse an id.
+        Returns None when the agent exists already (another process rebuilt it first), else
+        what the budget decided on the restored counters (a FIFO over the flush line begins a
+        batch, as after a summary install).
+
+        The sequences start at ``image.id_floor``: ids below it may have been handed out before
+        the hot state was lost. No batch is pending after a rebuild: messages of a batch that had
+        begun but not committed are back in the FIFO."""
+        creation = self._creation(agent_id, model, system_prompt, tools)
+        fifo = sorted(image.fifo, key=lambda m: m.seq)
+        blocks = list(image.blocks)
+        meta: dict[str, Any] = {
+            **creation.config,
+            "config_fp": creation.fingerprint,
+            "working": sum(b.tokens for b in blocks),
+            "pinned_blocks": sum(b.tokens for b in blocks if b.pinned),
+            "fifo": sum(m.tokens for m in fifo),
+            "pinned_fifo": sum(m.tokens for m in fifo if m.pinned),
+            "summary": image.summary_tokens if image.summary_text else 0,
+            "ph": 0,
+            "ph_count": 0,
+            "msg_seq": image.id_floor,
+            "batch_seq": image.id_floor,
+            "finished_batch": image.id_floor,
+            "rev_seq": max([image.id_floor, *(int(b.rev) for b in blocks if b.rev.isdigit())]),
+            "appended": len(fifo),
+            "evicted": 0,
+        }
+        total = int(creation.config["system"]) + meta["working"] + meta["summary"] + meta["fifo"]
+        # Warned already if over the line: the context it restores carried its notice.
+        meta["warned"] = int(total >= int(creation.config["warn"]))
+        summary = (
+            {
+                "text": image.summary_text,
+                "tokens": image.summary_tokens,
+                "rev": image.summary_batch,
+                "batch_id": image.summary_batch,
+                "updated_at": _num(self.clock()),
+            }
+            if image.summary_text
+            else {}
+        )
+        raw = self._restore(
+            keys=[
+                keys.key(agent_id, keys.META),
+                keys.key(agent_id, keys.SYSTEM),
+                keys.key(agent_id, keys.FIFO),
+                keys.key(agent_id, keys.MESSAGES),
+                keys.key(agent_id, keys.BLOCKS),
+                keys.key(agent_id, keys.SUMMARY),
+                keys.key(agent_id, keys.TOKEN),
+                keys.key(agent_id, keys.BATCHES),
+                keys.key(agent_id, keys.PLACEHOLDERS),
+            ],
+            args=[
+                keys.prefix(agent_id),
+                _json(meta),
+                creation.prompt,
+                _json(creation.tools),
+                _json([f"{m.tokens}:{int(m.pinned)}:{m.id}" for m in fifo]),
+                _json([[m.id, _json(m.as_json())] for m in fifo]),
+                _json([[b.id, _json(b.as_json())] for b in blocks]),
+                _json(summary),
+                image.token_sha256 or "",
+                self._pressure,
+                _num(self.clock()),
+            ],
+        )
+        data, replayed = _reply(raw)
+        self.redis.sadd(keys.AGENTS, agent_id)
+        self._models[agent_id] = creation.info.model
+        if replayed:
+            return None
+        return FinishResult(
+            batch_id=0,
+            summary_rev=image.summary_batch,
+            total=int(data["total"]),
+            action=data.get("action", "ok"),
+            batch=BatchInfo.from_json(data.get("batch")),
+            pressure_message_id=data.get("pressure_message_id"),
+            replayed=False,
+        )
+
+    def forget(self, agent_id: str) -> int:
+        """Delete every Redis key of the agent (all share its hash tag, so one SCAN pattern finds
+        them on a single node; on a cluster each master is scanned by redis-py). Returns how many."""
+        validation.agent_id(agent_id)
+        pattern = keys.prefix(agent_id).replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + "*"
+        doomed = [k for k in self.redis.scan_iter(match=pattern, count=1000)]
+        removed = 0
+        for i in range(0, len(doomed), 500):
+            removed += int(self.redis.delete(*doomed[i : i + 500]))
+        self.redis.srem(keys.AGENTS, agent_id)
+        with self._lock:
+            self._models.pop(agent_id, None)
+        return removed

@@ -20,6 +20,7 @@ from vcm.store.types import (
     AgentRecord,
     ArchivalChunk,
     ArchivalHit,
+    ContextReset,
     CoreBlock,
     CoreBlockWrite,
     Edge,
@@ -85,6 +86,9 @@ class MeteredStore(MemoryStore):
 
     def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
         return self._call("summary_versions", self.inner.summary_versions, agent_id, limit=limit)
+
+    def reset_context(self, change: ContextReset) -> None:
+        self._call("reset_context", self.inner.reset_context, change)
 
     def delete_agent(self, agent_id: str) -> Forgotten:
         return self._call("delete_agent", self.inner.delete_agent, agent_id)

@@ -188,6 +188,16 @@ def context(agent_id: str, gauges: Gauges, *, per_agent: bool, max_agents: int =
 
 
 @_never_raises
+def forget_agent(agent_id: str) -> None:
+    """Drop a deleted agent's series (no metric label of it may remain)."""
+    with _agent_lock:
+        _agent_children.pop(agent_id, None)
+        for part in PARTS:
+            with contextlib.suppress(KeyError):
+                CONTEXT_TOKENS.remove(agent_id, part)
+
+
+@_never_raises
 def warning() -> None:
     WARNINGS.inc()
 

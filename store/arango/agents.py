@@ -14,7 +14,15 @@ from vcm.errors import NotFound, ValidationError
 from vcm.store import validation
 from vcm.store.arango import aql, documents, keys, names
 from vcm.store.arango.base import ArangoBase
-from vcm.store.types import AgentRecord, StoredMessage, SummaryVersion, summary_node
+from vcm.store.types import (
+    AgentRecord,
+    ContextReset,
+    Edge,
+    StoredMessage,
+    SummaryVersion,
+    message_node,
+    summary_node,
+)
 
 AGENT_KIND = "agent"
 
@@ -41,7 +49,7 @@ def _unknown(agent_id: str) -> NotFound:
 
 class AgentOps(ArangoBase):
     """``put_agent``, ``get_agent``, ``list_agents``, ``set_agent_token``, ``advance_id_floor``,
-    ``uncommitted_messages`` and ``summary_versions``."""
+    ``uncommitted_messages``, ``summary_versions`` and ``reset_context``."""
 
     def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
         validation.identifier("agent_id", agent_id)
@@ -120,3 +128,62 @@ class AgentOps(ArangoBase):
             )
             for d in self._run(self._ro, aql.summary_versions(agent_id, n), "summary_versions")
         ]
+
+    def reset_context(self, change: ContextReset) -> None:
+        agent = change.agent_id
+        validation.identifier("agent_id", agent)
+        keep = {keys.vertex_id(message_node(agent, validation.identifier("message_id", m))) for m in change.fifo_ids}
+        blocks = None if change.blocks is None else [validation.core_write(b) for b in change.blocks]
+        summary = summary_node(agent)
+        summary_vertex = keys.vertex_id(summary)
+        write = (names.CORE, names.RECALL_LOG, names.BATCHES)
+        with self._transaction(write, "reset_context") as txn:
+            now = self._clock()
+            folded = set(self._run(txn, aql.folded_message_vertices(summary_vertex), "reset_context"))
+            stored = {
+                keys.vertex_id(message_node(agent, str(m))): str(m)
+                for m in self._run(txn, aql.message_ids_of(agent), "reset_context")
+            }
+            leaving = [v for v in stored if v not in keep and v not in folded]
+            returning = [v for v in stored if v in keep and v in folded]
+            if leaving:
+                edges = [
+                    documents.edge_doc(
+                        Edge(
+                            "recall_log",
+                            summary,
+                            message_node(agent, stored[v]),
+                            agent,
+                            now,
+                            {"batch_id": change.batch_id},
+                        ),
+                        now,
+                    )
+                    for v in leaving
+                ]
+                self._run(txn, aql.insert_ignore(names.RECALL_LOG, edges), "reset_context")
+            if returning:
+                self._run(txn, aql.unfold_messages(summary_vertex, returning), "reset_context")
+            core = txn.collection(names.CORE)
+            doc = documents.summary_doc(agent, change.summary_text, change.summary_tokens, change.batch_id, now)
+            meta = core.insert(doc, overwrite=True)
+            txn.collection(names.BATCHES).insert(
+                {
+                    "_key": keys.batch_key(agent, change.batch_id),
+                    "agent_id": agent,
+                    "batch_id": change.batch_id,
+                    "summary_rev": meta["_rev"],
+                    "summary_text": change.summary_text,
+                    "summary_tokens": change.summary_tokens,
+                    "messages_committed": len(leaving),
+                    "event_id": f"{agent}:reset:{change.batch_id}",
+                    "committed_at": now,
+                },
+                overwrite=True,
+            )
+            if blocks is not None:
+                for old in self._run(txn, aql.blocks_of(agent), "reset_context"):
+                    core.delete(str(old))
+                for b in blocks:
+                    core.insert(documents.block_doc(b, now), overwrite=True)
+            self._fault("reset_context.before_commit")

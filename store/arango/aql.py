@@ -866,3 +866,28 @@ def expire_snapshots(now: float) -> AqlQuery:
         f"  REMOVE s IN {names.SNAPSHOTS}\n  COLLECT WITH COUNT INTO n\n  RETURN n"
     )
     return AqlQuery(text, {"now": now})
+
+
+def message_ids_of(agent_id: str) -> AqlQuery:
+    text = f"FOR m IN {names.MESSAGES}\n  FILTER m.agent_id == @agent_id\n  RETURN m.message_id"
+    return AqlQuery(text, {"agent_id": agent_id})
+
+
+def folded_message_vertices(summary_vertex: str) -> AqlQuery:
+    """The message vertices the summary's ``recall_log`` edges point at (the edge index serves it)."""
+    text = f"FOR e IN {names.RECALL_LOG}\n  FILTER e._from == @summary\n  RETURN e._to"
+    return AqlQuery(text, {"summary": summary_vertex})
+
+
+def unfold_messages(summary_vertex: str, message_vertices: Sequence[str]) -> AqlQuery:
+    """Remove the summary's ``recall_log`` edges to these messages (they re-enter the FIFO)."""
+    text = (
+        f"FOR e IN {names.RECALL_LOG}\n  FILTER e._from == @summary AND e._to IN @ids\n"
+        f"  REMOVE e IN {names.RECALL_LOG}"
+    )
+    return AqlQuery(text, {"summary": summary_vertex, "ids": list(message_vertices)})
+
+
+def blocks_of(agent_id: str) -> AqlQuery:
+    text = f'FOR b IN {names.CORE}\n  FILTER b.agent_id == @agent_id AND b.kind == "block"\n  RETURN b._key'
+    return AqlQuery(text, {"agent_id": agent_id})

@@ -17,7 +17,15 @@ from vcm.errors import NotFound, ValidationError
 from vcm.store import validation
 from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase
-from vcm.store.types import AgentRecord, StoredMessage, SummaryVersion, summary_node
+from vcm.store.types import (
+    SUMMARY_BLOCK_ID,
+    AgentRecord,
+    ContextReset,
+    StoredMessage,
+    SummaryVersion,
+    message_node,
+    summary_node,
+)
 
 _AGENT_COLUMNS = "agent_id, config, token_sha256, id_floor, created_at, updated_at"
 
@@ -44,7 +52,7 @@ def _config(config: Mapping[str, Any]) -> str:
 
 class AgentOps(EmbeddedBase):
     """``put_agent``, ``get_agent``, ``list_agents``, ``set_agent_token``, ``advance_id_floor``,
-    ``uncommitted_messages`` and ``summary_versions``."""
+    ``uncommitted_messages``, ``summary_versions`` and ``reset_context``."""
 
     def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
         validation.identifier("agent_id", agent_id)
@@ -125,3 +133,75 @@ class AgentOps(EmbeddedBase):
             )
             for r in found
         ]
+
+    def reset_context(self, change: ContextReset) -> None:
+        agent = change.agent_id
+        validation.identifier("agent_id", agent)
+        keep = {validation.identifier("message_id", m) for m in change.fifo_ids}
+        blocks = None if change.blocks is None else [validation.core_write(b) for b in change.blocks]
+        summary = summary_node(agent)
+        now = self._clock()
+        with self._db.write("reset a context") as conn:
+            folded = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT dst_key FROM edges WHERE src_coll = ? AND src_key = ? AND kind = 'recall_log'",
+                    (summary.collection, summary.key),
+                )
+            }
+            ids = [r[0] for r in conn.execute("SELECT message_id FROM messages WHERE agent_id = ?", (agent,))]
+            leaving = [m for m in ids if m not in keep and message_node(agent, m).key not in folded]
+            returning = [m for m in ids if m in keep and message_node(agent, m).key in folded]
+            conn.executemany(
+                "INSERT OR IGNORE INTO edges (kind, src_coll, src_key, dst_coll, dst_key, agent_id, created_at, "
+                "attributes) VALUES ('recall_log', ?, ?, 'messages', ?, ?, ?, ?)",
+                [
+                    (
+                        summary.collection,
+                        summary.key,
+                        message_node(agent, m).key,
+                        agent,
+                        now,
+                        rows.dumps({"batch_id": change.batch_id}),
+                    )
+                    for m in leaving
+                ],
+            )
+            conn.executemany(
+                "DELETE FROM edges WHERE src_coll = ? AND src_key = ? AND kind = 'recall_log' "
+                "AND dst_coll = 'messages' AND dst_key = ?",
+                [(summary.collection, summary.key, message_node(agent, m).key) for m in returning],
+            )
+            rev = self._next_rev(conn)
+            conn.execute(
+                "INSERT INTO core_memory (agent_id, block_id, role, content, tokens, pinned, rev, "
+                "updated_at, metadata, batch_id) VALUES (?, ?, 'system', ?, ?, 0, ?, ?, '{}', ?) "
+                "ON CONFLICT (agent_id, block_id) DO UPDATE SET content = excluded.content, "
+                "tokens = excluded.tokens, rev = excluded.rev, updated_at = excluded.updated_at, "
+                "batch_id = excluded.batch_id",
+                (agent, SUMMARY_BLOCK_ID, change.summary_text, change.summary_tokens, rev, now, change.batch_id),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO summary_versions (agent_id, batch_id, text, tokens, rev, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (agent, change.batch_id, change.summary_text, change.summary_tokens, rev, now),
+            )
+            if blocks is not None:
+                conn.execute("DELETE FROM core_memory WHERE agent_id = ? AND block_id != ?", (agent, SUMMARY_BLOCK_ID))
+                for b in blocks:
+                    conn.execute(
+                        "INSERT INTO core_memory (agent_id, block_id, role, content, tokens, pinned, rev, "
+                        "updated_at, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            agent,
+                            b.block_id,
+                            b.role,
+                            b.content,
+                            b.tokens,
+                            int(b.pinned),
+                            self._next_rev(conn),
+                            now,
+                            rows.dumps(dict(b.metadata)),
+                        ),
+                    )
+            self._fault("reset_context.before_commit")

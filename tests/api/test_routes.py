@@ -369,6 +369,16 @@ def test_openapi_documents_every_route_with_a_response_model(client: TestClient,
         ("GET", "/v1/events"),
         ("GET", "/v1/report"),
         ("GET", "/healthz"),
+        ("GET", "/readyz"),
+        ("DELETE", "/v1/agents/{agent_id}"),
+        ("DELETE", "/v1/agents/{agent_id}/messages/{message_id}"),
+        ("DELETE", "/v1/agents/{agent_id}/archival/{doc_id}"),
+        ("POST", "/v1/agents/{agent_id}/reset"),
+        ("POST", "/v1/agents/{agent_id}/snapshots"),
+        ("GET", "/v1/agents/{agent_id}/snapshots"),
+        ("POST", "/v1/agents/{agent_id}/snapshots/{snapshot_id}/restore"),
+        ("DELETE", "/v1/agents/{agent_id}/snapshots/{snapshot_id}"),
+        ("GET", "/v1/agents/{agent_id}/summary/versions"),
     }
     for p, item in spec["paths"].items():
         for method, op in item.items():

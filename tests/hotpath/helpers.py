@@ -7,7 +7,7 @@ from typing import Any
 import redis
 
 from vcm.hot import keys
-from vcm.hot.budget import Budget, FifoEntry, Parts
+from vcm.hot.budget import Budget, FifoEntry, Parts, placeholder_part
 from vcm.hot.state import HotState
 
 
@@ -43,6 +43,7 @@ def policy_view(hot: HotState, agent_id: str) -> tuple[Parts, list[FifoEntry], B
         summary=m["summary"],
         placeholders=m["ph"],
         fifo=m["fifo"],
+        placeholder_count=m["ph_count"],
     )
     fifo = [FifoEntry(msg.id, msg.tokens, msg.pinned) for msg in snap.fifo]
     budget = Budget(
@@ -60,10 +61,13 @@ def policy_view(hot: HotState, agent_id: str) -> tuple[Parts, list[FifoEntry], B
 def recount(hot: HotState, agent_id: str) -> dict[str, int]:
     """Recount every part from the stored items (not the counters)."""
     snap = hot.snapshot(agent_id)
+    pending = sum(count for _, count, _ in snap.placeholders)
     return {
         "working": sum(b.tokens for b in snap.blocks),
         "pinned": sum(b.tokens for b in snap.blocks if b.pinned) + sum(m.tokens for m in snap.fifo if m.pinned),
         "summary": snap.summary_tokens,
-        "ph": sum(t for _, _, t in snap.placeholders),
+        # One placeholder names every pending batch's messages.
+        "ph": placeholder_part(snap.counter("ph_base"), pending),
+        "ph_count": pending,
         "fifo": sum(m.tokens for m in snap.fifo),
     }

@@ -1,8 +1,11 @@
-"""Property tests: random appends, pins, block edits, retries and finishes, on fakeredis and on the
-real Redis. After every step the invariants of ARCHITECTURE.md §1/§5 hold, and every Lua decision
-equals the pure policy's (vcm.hot.budget) on the same inputs."""
+"""Property tests: random appends, pins, block edits, retries, requested evictions (count=1 many
+times among them) and finishes, on fakeredis and on the real Redis. After every step the invariants
+of ARCHITECTURE.md §1/§5 hold (the total never exceeds ``max``), and every Lua decision equals the
+pure policy's (vcm.hot.budget) on the same inputs."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import fakeredis
 import pytest
@@ -14,7 +17,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from tests.conftest import REDIS_URL
 from tests.hotpath.helpers import dump, policy_view, recount
 from vcm.errors import VcmError
-from vcm.hot.budget import decide_growth
+from vcm.hot import keys, render
+from vcm.hot.budget import decide_growth, decide_requested_eviction, placeholder_part
+from vcm.hot.context import assemble
 from vcm.hot.state import HotState
 from vcm.settings import load_settings
 
@@ -108,7 +113,9 @@ class HotPathMachine(RuleBasedStateMachine):
 
     # --- rules ------------------------------------------------------------------------------
     @rule(
-        n=st.integers(1, 420),
+        # Short messages often: they cost less than a placeholder, the case where an eviction
+        # could grow the context instead of relieving it.
+        n=st.one_of(st.integers(1, 6), st.integers(1, 420)),
         role=st.sampled_from(["user", "assistant", "tool"]),
         pinned=st.booleans().filter(lambda _: True),
         keyed=st.booleans(),
@@ -219,12 +226,18 @@ class HotPathMachine(RuleBasedStateMachine):
                 self.hot.finish_eviction(AGENT, bid, text)
             assert dump(self.client, AGENT) == before
             return
-        ph = dict((b, t) for b, _, t in self.hot.snapshot(AGENT).placeholders)[bid]
+        # The batch's messages leave the shared placeholder; the policy decides on the parts as
+        # the install leaves them.
+        count = {b: c for b, c, _ in self.hot.snapshot(AGENT).placeholders}[bid]
+        left = parts.placeholder_count - count
+        after = replace(
+            parts, summary=tokens, placeholders=placeholder_part(m["ph_base"], left), placeholder_count=left
+        )
         expected = decide_growth(
-            parts,
+            after,
             fifo,
             budget,
-            added=tokens - parts.summary - ph,
+            added=0,
             warned=m["warned"] == 1,
             pressure_tokens=m["pressure_tokens"],
             placeholder_base=m["ph_base"],
@@ -234,6 +247,69 @@ class HotPathMachine(RuleBasedStateMachine):
         self.finished[bid] = ids
         if result is not None and result.batch is None:
             assert self.hot.finish_eviction(AGENT, bid, text).replayed
+
+    @rule(k=st.integers(1, 100), role=st.sampled_from(["user", "assistant"]))
+    def append_short_burst(self, k: int, role: str) -> None:
+        # Many messages cheaper than a placeholder, filling the window towards flush: where an
+        # eviction that grows the context would cross max. The `append` rule compares each
+        # decision with the policy; here only the budget is checked, so a burst stays cheap.
+        max_tokens = self.hot.gauges(AGENT).max_tokens
+        for i in range(k):
+            self.salt += 1
+            result = self.hot.append(AGENT, role, text_of(1 + i % 6, self.salt))
+            self.appended.add(result.message_id)
+            if result.pressure_message_id:
+                self.appended.add(result.pressure_message_id)
+            assert result.total == self.hot.gauges(AGENT).total <= max_tokens
+
+    @rule(count=st.one_of(st.just(1), st.integers(1, 40)), keyed=st.booleans())
+    def evict_request(self, count: int, keyed: bool) -> None:
+        self.requested_eviction(count, keyed)
+
+    @rule(times=st.integers(2, 60))
+    def evict_one_repeatedly(self, times: int) -> None:
+        # The reported case: evict(count=1) again and again while earlier batches are pending.
+        for _ in range(times):
+            if not self.requested_eviction(1, False):
+                break  # nothing left to evict, or refused: the same again would change nothing
+
+    def requested_eviction(self, count: int, keyed: bool) -> bool:
+        """One ``evict_oldest`` checked against the policy; whether it began a batch."""
+        parts, fifo, budget, m = policy_view(self.hot, AGENT)
+        try:
+            expected = decide_requested_eviction(
+                parts, fifo, budget, count=count, warned=m["warned"] == 1, placeholder_base=m["ph_base"]
+            )
+        except VcmError as exc:
+            expected = exc
+        self.salt += 1
+        key = f"e{self.salt}" if keyed else None
+        # The full dump only where the policy expects a refusal (it grows with every batch).
+        before = dump(self.client, AGENT) if isinstance(expected, VcmError) else None
+        try:
+            total, batch = self.hot.evict_oldest(AGENT, count, idempotency_key=key)
+        except VcmError as exc:
+            assert isinstance(expected, VcmError), f"Lua refused ({exc.code}) where the policy allowed"
+            assert exc.code == expected.code and exc.details == expected.details
+            assert dump(self.client, AGENT) == before, "a refused eviction changed state"
+            return False
+        # The budget first: an eviction never grows the context, let alone past max.
+        after = self.hot.gauges(AGENT).total
+        assert total == after <= parts.total <= budget.max_tokens
+        assert not isinstance(expected, VcmError), f"policy refused ({expected.code}) but Lua allowed"
+        assert total == expected.total_after
+        assert self.client.hget(keys.key(AGENT, keys.META), "warned") == str(int(expected.warned_after))
+        if expected.eviction is None:
+            assert batch is None
+            return False
+        assert batch is not None and batch.message_ids == expected.eviction.message_ids
+        assert (batch.tokens, batch.placeholder) == (expected.eviction.tokens, expected.eviction.placeholder)
+        assert batch.count >= min(count, len([e for e in fifo if not e.pinned]))
+        if key is not None:
+            state = dump(self.client, AGENT)
+            again_total, again = self.hot.evict_oldest(AGENT, count, idempotency_key=key)
+            assert (again_total, again) == (total, batch) and dump(self.client, AGENT) == state
+        return True
 
     @rule()
     def finish_out_of_order(self) -> None:
@@ -258,7 +334,20 @@ class HotPathMachine(RuleBasedStateMachine):
         counted = recount(self.hot, AGENT)
         assert counted["working"] == parts.working and counted["fifo"] == parts.fifo
         assert counted["summary"] == parts.summary and counted["ph"] == parts.placeholders
+        assert counted["ph_count"] == parts.placeholder_count
         assert counted["pinned"] == parts.pinned
+
+    @invariant()
+    def one_placeholder_and_gauges_agree(self) -> None:
+        if not hasattr(self, "hot"):
+            return
+        snap = self.hot.snapshot(AGENT)
+        ctx = assemble(snap)
+        assert self.hot.gauges(AGENT) == ctx.gauges
+        assert sum(ctx.message_tokens) == ctx.gauges.total <= ctx.gauges.max_tokens
+        marks = [c for m in ctx.messages if (c := m.get("content") or "").endswith("summary updating.")]
+        pending = sum(count for _, count, _ in snap.placeholders)
+        assert marks == ([render.placeholder(pending)] if pending else [])
 
     @invariant()
     def no_message_lost_or_duplicated(self) -> None:

@@ -242,7 +242,9 @@ def test_context_assembly_matches_stored_parts(hot: HotState, agent: str) -> Non
 
 def test_evict_oldest_on_request(hot: HotState, agent: str) -> None:
     pinned = hot.append(agent, "user", "keep me", pinned=True)
-    ids = [hot.append(agent, "user", f"note {i}").message_id for i in range(5)]
+    # Notes long enough that three pay for the placeholder replacing them (shorter ones would
+    # take more of the oldest: see test_requested_eviction).
+    ids = [hot.append(agent, "user", f"note {i} on the quarterly budget review").message_id for i in range(5)]
     before_total = hot.snapshot(agent).counter("fifo")
     total, batch = hot.evict_oldest(agent, 3, idempotency_key="ev1")
     assert batch is not None and batch.message_ids == tuple(ids[:3])
@@ -270,8 +272,10 @@ def test_fifo_near_reads_only_the_neighbourhood(hot: HotState, agent: str) -> No
     assert [m.id for m in hot.fifo_near(agent, [ids[0], "nope"], before=5, after=0)] == ids[:1]
     assert [m.id for m in hot.fifo_near(agent, [ids[11]], before=0, after=4)] == ids[11:]
     # evicted messages leave the FIFO: the head is the oldest message still in it
-    hot.evict_oldest(agent, 3)
-    assert [m.id for m in hot.fifo_near(agent, [], before=0, after=0, head=1)] == [ids[3]]
+    # (these turns are short: more than three leave, so that the eviction frees room)
+    _, batch = hot.evict_oldest(agent, 3)
+    assert batch is not None and batch.message_ids == tuple(ids[: batch.count])
+    assert [m.id for m in hot.fifo_near(agent, [], before=0, after=0, head=1)] == [ids[batch.count]]
 
 
 def test_fifo_near_validates_the_agent(hot: HotState) -> None:

@@ -7,7 +7,7 @@ import pytest
 from tests.store.factories import chunk, eviction, msg
 from vcm.errors import NotFound, ValidationError
 from vcm.store.port import MemoryStore
-from vcm.store.types import CoreBlockWrite, MemoryEvent, SnapshotRecord, message_node
+from vcm.store.types import ContextReset, CoreBlockWrite, MemoryEvent, SnapshotRecord, message_node
 
 
 def test_agent_records_keep_floor_token_and_creation_time(store: MemoryStore) -> None:
@@ -116,3 +116,32 @@ def test_snapshots_round_trip_list_without_payload_expire_and_delete(store: Memo
     assert store.delete_snapshot("a1", "s1") is False
     with pytest.raises(NotFound):
         store.get_snapshot("a1", "s1")
+
+
+def test_reset_context_sets_summary_fifo_and_blocks_in_one_step(store: MemoryStore) -> None:
+    store.put_agent("a1", {})
+    messages = [msg("a1", i) for i in range(1, 7)]
+    store.spool_messages(messages)
+    store.commit_eviction(eviction("a1", 1, messages[:3], None, text="old summary"))
+    store.put_core(CoreBlockWrite("a1", "persona", "working", "old", 1), None, "k1")
+    # Back to a state where m0002 and m0005 were the FIFO: m0002 returns from recall, the
+    # others leave for it; the blocks become exactly the given ones.
+    store.reset_context(
+        ContextReset(
+            "a1",
+            batch_id=100,
+            summary_text="restored summary",
+            summary_tokens=4,
+            fifo_ids=["m0002", "m0005"],
+            blocks=[CoreBlockWrite("a1", "goals", "working", "ship it", 2, pinned=True)],
+        )
+    )
+    assert [m.message_id for m in store.uncommitted_messages("a1")] == ["m0002", "m0005"]
+    summary = store.get_summary("a1")
+    assert summary is not None and (summary.text, summary.tokens, summary.batch_id) == ("restored summary", 4, 100)
+    assert store.summary_versions("a1")[0].text == "restored summary"
+    assert [(b.block_id, b.content, b.pinned) for b in store.list_core("a1")] == [("goals", "ship it", True)]
+    assert store.count_messages("a1") == 6  # nothing leaves recall
+    # A reset to an empty conversation keeps the blocks when none are given.
+    store.reset_context(ContextReset("a1", batch_id=101, summary_text="", summary_tokens=0, fifo_ids=[]))
+    assert store.uncommitted_messages("a1") == [] and [b.block_id for b in store.list_core("a1")] == ["goals"]

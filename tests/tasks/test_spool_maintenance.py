@@ -18,11 +18,12 @@ from tests.tasks.coldpath import (
     word_embed,
 )
 from vcm.dispatch import RecordingDispatcher
+from vcm.durable import VCM_METADATA, stored_message
 from vcm.tasks import evict, maintenance
 from vcm.tasks.deps import Deps
 from vcm.tasks.message_vectors import Turn
 from vcm.tasks.selection import Vectors
-from vcm.tasks.spool import VCM_METADATA, spool_messages, stored_message
+from vcm.tasks.spool import spool_messages
 from vcm.types import Message
 
 AGENT = "agent-s"

@@ -60,6 +60,41 @@ def test_memory_broker_polls_fast_and_prefix_isolates_a_shared_redis() -> None:
     assert config.broker_transport_options(s)["global_keyprefix"] == "blue:"
 
 
+def test_rabbitmq_keeps_the_reliability_settings_and_drops_the_redis_only_ones() -> None:
+    redis_conf = config.celery_settings(load_settings(environ={"VCM_BROKER_URL": "redis://127.0.0.1:6379/0"}))
+    conf = config.celery_settings(load_settings(environ={"VCM_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"}))
+    same = ("task_acks_late", "task_reject_on_worker_lost", "task_retry_on_worker_lost", "task_acks_on_failure",
+            "worker_prefetch_multiplier", "task_annotations", "task_time_limit", "task_queues")  # fmt: skip
+    assert {k: conf[k] for k in same} == {k: redis_conf[k] for k in same}
+    # publisher confirms instead of the visibility timeout, restore cadence and key prefix of Redis
+    assert conf["broker_transport_options"] == {"confirm_publish": True}
+
+
+def test_rabbitmq_refuses_tasks_that_outlive_its_consumer_timeout() -> None:
+    s = load_settings(
+        overrides={"worker": {"task_time_limit_s": 1790, "task_soft_time_limit_s": 1700, "visibility_timeout_s": 4000}},
+        environ={"VCM_BROKER_URL": "amqp://127.0.0.1//"},
+    )
+    with pytest.raises(ConfigError, match="consumer_timeout"):
+        config.broker_transport_options(s)
+
+
+def test_with_rabbitmq_the_delivery_counts_live_in_the_hot_state_redis() -> None:
+    from tests.conftest import _real_redis
+    from vcm.workers.app import _deliveries
+    from vcm.workers.deliveries import RedisDeliveryLog
+
+    client = _real_redis()
+    url = client.get_connection_kwargs()
+    hot = f"redis://127.0.0.1:{url['port']}/{url['db']}"
+    env = {"VCM_BROKER_URL": "amqp://127.0.0.1//", "VCM_REDIS_URL": hot, "VCM_WORKER__BROKER_PREFIX": "t-amqp:"}
+    log = _deliveries(load_settings(environ=env))
+    assert isinstance(log, RedisDeliveryLog)
+    assert [log.record("task-x", 0), log.record("task-x", 0), log.record("task-x", 1)] == [1, 2, 1]
+    assert client.get("t-amqp:vcm-worker:deliveries:task-x:0") == "2"
+    client.delete("t-amqp:vcm-worker:deliveries:task-x:0", "t-amqp:vcm-worker:deliveries:task-x:1")
+
+
 def test_a_visibility_timeout_below_the_longest_task_is_refused() -> None:
     with pytest.raises(ConfigError, match="visibility_timeout_s"):
         load_settings(overrides={"worker": {"visibility_timeout_s": 300, "task_time_limit_s": 300}}, environ={})

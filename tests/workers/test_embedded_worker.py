@@ -11,9 +11,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery import Celery
+from celery.signals import task_postrun
 from prometheus_client import REGISTRY
 
 from tests.tasks.coldpath import MODEL, WordVectorizer, make_deps, small_settings, word_embed
@@ -23,7 +25,7 @@ from vcm.tasks import names, runtime
 from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults, Rule
 from vcm.workers.app import create_app
-from vcm.workers.dispatch import CeleryDispatcher
+from vcm.workers.dispatch import BackgroundDispatcher, CeleryDispatcher
 from vcm.workers.embedded import embedded_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -114,6 +116,36 @@ def test_conversation_is_committed_exactly_once(cold: Cold) -> None:
     t.send(60)
     cold.drain(t)
     assert_exactly_once(cold.deps.hot, cold.deps.store, t.agent_id, t.message_ids)
+
+
+def test_the_apis_background_publisher_spools_agents_together_exactly_once(cold: Cold) -> None:
+    # The API's dispatcher (vcm.workers.wiring.build_service): one spool_agents task per round for
+    # every agent that appended; an agent whose spool fails ("f" agents fail their first spool
+    # write) is handed to a spool task of its own and retried there.
+    ran: list[str] = []
+
+    def record(sender: Any = None, **_: Any) -> None:
+        ran.append(sender.name)
+
+    task_postrun.connect(record, weak=False)
+    publisher = BackgroundDispatcher(cold.dispatcher, linger_s=0.05)
+    try:
+        ok, failing = cold.traffic("bg"), cold.traffic("fbg")
+        ok.dispatcher = failing.dispatcher = publisher
+        for _ in range(40):
+            ok.send(1)
+            failing.send(1)
+        assert publisher.flush(10)
+        cold.drain(ok)
+        cold.drain(failing)
+    finally:
+        task_postrun.disconnect(record)
+        publisher.close()
+    for t in (ok, failing):
+        assert_exactly_once(cold.deps.hot, cold.deps.store, t.agent_id, t.message_ids)
+    assert cold.deps.faults.fired("spool.before_write", failing.agent_id) == 1
+    assert names.SPOOL_MANY in ran and names.SPOOL in ran  # the hand-over
+    assert ran.count(names.SPOOL_MANY) < 40  # coalesced: 80 appends, far fewer tasks
 
 
 @pytest.mark.parametrize("point", POINTS)
