@@ -88,7 +88,7 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
         client = _remote(args)
         calls: dict[str, Callable[[], Any]] = {
             "list": lambda: client.snapshots(args.agent),
-            "create": lambda: client.create_snapshot(args.agent, reason=args.reason),
+            "create": lambda: client.create_snapshot(args.agent, kind=args.kind, reason=args.reason),
             "restore": lambda: client.restore_snapshot(args.agent, _need_id(args)),
             "delete": lambda: client.delete_snapshot(args.agent, _need_id(args)),
         }
@@ -98,7 +98,7 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
         if args.action == "list":
             _print({"snapshots": [_snapshot_json(s) for s in service.list_snapshots(args.agent)]})
         elif args.action == "create":
-            _print(_snapshot_json(service.create_snapshot(args.agent, reason=args.reason, actor="cli")))
+            _print(_snapshot_json(service.create_snapshot(args.agent, kind=args.kind, reason=args.reason, actor="cli")))
         elif args.action == "restore":
             _print(service.restore_snapshot(args.agent, _need_id(args), actor="cli"))
         else:
@@ -126,6 +126,7 @@ def add_agent_commands(sub: Any, api_opts: Callable[[argparse.ArgumentParser], N
     p.add_argument("snapshot_id", nargs="?")
     p.add_argument("--agent", required=True)
     p.add_argument("--reason", default="", help="why (create)")
+    p.add_argument("--kind", default="manual", choices=["manual", "pre_upgrade"], help="(create)")
     api_opts(p)
     p.set_defaults(func=cmd_snapshots)
 

@@ -1,0 +1,40 @@
+"""``vcm agents`` / ``vcm snapshots`` / ``vcm context`` on an embedded data directory, as separate
+processes: each one rebuilds what it needs from the store, no server running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def vcm(data: Path, *args: str) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VCM_")}
+    env.update({"VCM_DATA_DIR": str(data), "VCM_LOG_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "vcm.cli.main", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_agents_and_snapshots_live_in_the_data_directory(tmp_path: Path) -> None:
+    created = json.loads(vcm(tmp_path, "agents", "create", "zoe", "--model", "vcm-demo-2k", "--system", "Be brief."))
+    assert created["agent_id"] == "zoe" and created["token"].startswith("vcm_")
+    assert json.loads(vcm(tmp_path, "agents", "list"))["agents"] == ["zoe"]
+    snap = json.loads(vcm(tmp_path, "snapshots", "create", "--agent", "zoe", "--reason", "first"))
+    listed = json.loads(vcm(tmp_path, "snapshots", "list", "--agent", "zoe"))["snapshots"]
+    assert [s["snapshot_id"] for s in listed] == [snap["snapshot_id"]] and listed[0]["reason"] == "first"
+    context = json.loads(vcm(tmp_path, "context", "--agent", "zoe", "--json"))
+    assert context["gauges"]["system"] > 0 and context["messages"][0]["content"] == "Be brief."
+    assert (tmp_path / "vcm.db").exists()
+    removed = json.loads(vcm(tmp_path, "agents", "delete", "zoe"))["removed"]
+    assert removed.get("agents") == 1
+    assert json.loads(vcm(tmp_path, "agents", "list"))["agents"] == []
