@@ -170,9 +170,7 @@ class Durability:
         if record.id_floor < self.reserve:
             self._raise_floor(agent_id, self.reserve)
 
-    def appended(
-        self, agent_id: str, message_ids: Sequence[str], seq: int, *, known: Sequence[Message] = ()
-    ) -> None:
+    def appended(self, agent_id: str, message_ids: Sequence[str], seq: int, *, known: Sequence[Message] = ()) -> None:
         """After a successful append: keep the id floor ahead, and write the messages through
         (``known``: those the caller holds already, saving a read of them back from Redis)."""
         floor = self._floor(agent_id)
@@ -303,8 +301,9 @@ class Durability:
         try:
             floor = self.store.get_agent(agent_id).id_floor
         except NotFound:
-            # An agent created before records existed: give it one now.
-            self.store.put_agent(agent_id, agent_config(self.hot.agent(agent_id).model, "", ()))
+            # An agent created before records existed: give it one now, from its hot state.
+            snap = self.hot.snapshot(agent_id)
+            self.store.put_agent(agent_id, agent_config(self.hot.agent(agent_id).model, snap.system_prompt, snap.tools))
             floor = 0
         self._remember_floor(agent_id, floor)
         return floor

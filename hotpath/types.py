@@ -110,7 +110,6 @@ class Block:
             metadata=data.get("metadata") or {},
         )
 
-
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -144,7 +143,7 @@ class BatchInfo:
     id: int
     count: int
     tokens: int
-    placeholder: int
+    placeholder: int  # tokens it added to the one placeholder all pending batches share (0: joined it)
     message_ids: tuple[str, ...]
 
     @classmethod

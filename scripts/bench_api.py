@@ -398,7 +398,8 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str, An
             for clients in args.clients:
                 nexts = [appender(agents, setup, seconds, clients) for _ in range(clients)]
                 row("append", "raw", clients, run_load(server.url, nexts, seconds))
-            row("append", "httpx", 1, run_httpx(server.url, appender(agents, setup, seconds, 1), seconds))
+                if clients == 1:  # beside it, before more clients leave a backlog behind
+                    row("append", "httpx", 1, run_httpx(server.url, appender(agents, setup, seconds, 1), seconds))
             reader = context_reader(agents, setup)
             for clients in args.clients:
                 row("context", "raw", clients, run_load(server.url, [reader] * clients, seconds))

@@ -487,7 +487,10 @@ def _memory_routes(service: MemoryService, authority: TokenAuthority, settings: 
 
     @router.post("/evictions", response_model=EvictOut, responses=_WRITE_ERRORS)
     def evict(agent_id: AgentId, body: EvictIn, who: Agent, idem: IdemHeader = None) -> EvictOut:
-        """Move up to ``count`` of the oldest unpinned messages out of the context now."""
+        """Move the oldest ``count`` unpinned messages (fewer when fewer are unpinned) out of the
+        context now. An eviction always frees room: when those messages hold no more tokens than
+        the placeholder replacing them adds, the next oldest go too; when all unpinned messages
+        cannot pay for it, the request is refused with ``TOKEN_BUDGET_EXCEEDED``."""
         total, batch = service.evict(
             agent_id, body.count, idempotency_key=_one_key(idem, body.idempotency_key), actor=who.actor
         )

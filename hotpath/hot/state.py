@@ -529,9 +529,10 @@ class HotState:
     ) -> tuple[int, BatchInfo | None]:
         """Begin a batch of the oldest ``count`` unpinned messages now (the ``evict_fifo`` tool).
 
-        More of the oldest are taken when ``count`` messages would free fewer tokens than the
-        placeholder grows by, so the total never rises; ``TokenBudgetExceeded`` when every unpinned
-        message together cannot pay for it (see ``vcm.hot.budget.decide_requested_eviction``).
+        More of the oldest are taken when ``count`` messages would free no more tokens than the
+        placeholder grows by, so an eviction always lowers the total; ``TokenBudgetExceeded``
+        when all unpinned messages together cannot pay for it (see
+        ``vcm.hot.budget.decide_requested_eviction``).
         Returns the new total and the batch (None when nothing was evictable).
         """
         validation.agent_id(agent_id)

@@ -65,8 +65,11 @@ def test_every_operation_over_real_http(live: LiveServer, service: MemoryService
         with pytest.raises(NotFound):
             me.block("alice", "persona")
 
+        # The two short messages above hold fewer tokens than the placeholder replacing them: an
+        # eviction takes the next oldest too, until it frees room.
+        before = me.append("alice", "user", "and a longer message, so that evicting up to it frees room")["total"]
         evicted = me.evict("alice", 1, idempotency_key="e-1")
-        assert evicted["batch"]["message_ids"] == ["m1"]
+        assert evicted["batch"]["message_ids"] == ["m1", "m2", "m3"] and evicted["total"] < before
 
         note = me.write_recall("alice", "the zebra crossed", idempotency_key="n-1")
         hits = me.search_recall("alice", "zebra", limit=5)

@@ -186,8 +186,11 @@ def test_pin_limit_and_token_budget(client: TestClient) -> None:
 
 def test_evictions_move_the_oldest_messages(client: TestClient, dispatcher: RecordingDispatcher) -> None:
     me = new_agent(client, "alice")
-    for i in range(4):
-        client.post("/v1/agents/alice/messages", json={"role": "user", "content": f"note {i}"}, headers=me)
+    # Notes long enough that two pay for the placeholder replacing them (shorter ones would take
+    # more of the oldest, so that the eviction frees room).
+    notes = [f"note {i} about the quarterly budget review" for i in range(4)]
+    for note in notes:
+        client.post("/v1/agents/alice/messages", json={"role": "user", "content": note}, headers=me)
     r = client.post("/v1/agents/alice/evictions", json={"count": 2}, headers={**me, "Idempotency-Key": "ev-1"})
     assert r.status_code == 200
     batch = r.json()["batch"]
@@ -198,7 +201,7 @@ def test_evictions_move_the_oldest_messages(client: TestClient, dispatcher: Reco
     # The replay may dispatch the same batch again (its commit is idempotent by batch id); no new batch.
     assert set(dispatcher.evictions) == {("alice", batch["id"])}
     ctx = client.get("/v1/agents/alice/context", headers=me).json()
-    assert [m["content"] for m in ctx["messages"] if m["role"] == "user"] == ["note 2", "note 3"]
+    assert [m["content"] for m in ctx["messages"] if m["role"] == "user"] == notes[2:]
 
 
 def test_recall_write_search_and_paging(client: TestClient) -> None:
@@ -389,13 +392,17 @@ def test_openapi_documents_every_route_with_a_response_model(client: TestClient,
                 assert op["responses"]["401"]["content"]["application/json"]["schema"]["$ref"].endswith("ErrorOut")
 
 
+# Long enough that evicting it alone frees more than the placeholder replacing it costs.
+ONCE = "once: a message long enough that moving it to recall frees more than its placeholder costs"
+
+
 def test_retries_with_the_same_key_return_the_first_result_and_change_nothing(
     client: TestClient, service: MemoryService, dispatcher: RecordingDispatcher
 ) -> None:
     me = new_agent(client, "alice")
     key = {**me, "Idempotency-Key": "retry-1"}
     requests: list[tuple[str, str, dict[str, Any]]] = [
-        ("POST", "/v1/agents/alice/messages", {"role": "user", "content": "once"}),
+        ("POST", "/v1/agents/alice/messages", {"role": "user", "content": ONCE}),
         ("PUT", "/v1/agents/alice/blocks/b", {"content": "v1"}),
         ("POST", "/v1/agents/alice/recall", {"content": "a note"}),
         ("POST", "/v1/agents/alice/archival", {"text": "para one\n\npara two"}),

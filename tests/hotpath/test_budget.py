@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from vcm.errors import PinLimitExceeded, TokenBudgetExceeded
-from vcm.hot.budget import Budget, FifoEntry, Parts, decide_growth, plan_eviction
+from vcm.hot.budget import Budget, FifoEntry, Parts, decide_growth, decide_requested_eviction, plan_eviction
 from vcm.hot.render import placeholder_tokens
 from vcm.settings import BudgetSettings
 
@@ -190,3 +192,40 @@ def test_non_admitted_change_is_rebalanced_not_refused() -> None:
         admit=False,
     )
     assert d.action == "flush" and d.total_after <= BUDGET.target
+
+
+def test_a_flush_joins_the_pending_placeholder_instead_of_adding_one() -> None:
+    # 12 messages already stand behind the placeholder; two more leave it at the same cost.
+    ph = placeholder_tokens(PH, 12)
+    plan = plan_eviction(fifo_of(300, 300, 300), 950, 500, PH, pending=12, placeholders=ph)
+    assert plan.message_ids == ("m1", "m2")
+    assert plan.placeholder == placeholder_tokens(PH, 14) - ph == 0
+    assert plan.total_after == 950 - 600
+
+
+def test_a_requested_eviction_takes_the_next_oldest_until_it_frees_room() -> None:
+    short = fifo_of(6, 6, 6, 6, 6, pinned={2})
+    d = decide_requested_eviction(parts(30, pinned_fifo=6), short, BUDGET, count=1, warned=False, placeholder_base=PH)
+    # One 6-token message cannot pay for an 18-token placeholder: the fewest that can (4 unpinned).
+    assert d.eviction is not None and d.eviction.message_ids == ("m1", "m3", "m4", "m5")
+    assert d.eviction.tokens == 24 > d.eviction.placeholder == placeholder_tokens(PH, 4)
+    assert d.total_after == 50 + 30 - 24 + placeholder_tokens(PH, 4) < 50 + 30
+    # With a batch pending, one message joins its placeholder for free.
+    pending = replace(parts(30, placeholders=placeholder_tokens(PH, 4)), placeholder_count=4)
+    d2 = decide_requested_eviction(pending, fifo_of(6, 6), BUDGET, count=1, warned=False, placeholder_base=PH)
+    assert d2.eviction is not None and d2.eviction.message_ids == ("m1",) and d2.eviction.placeholder == 0
+
+
+def test_a_requested_eviction_that_cannot_free_room_is_refused() -> None:
+    with pytest.raises(TokenBudgetExceeded) as err:
+        decide_requested_eviction(parts(10), fifo_of(5, 5), BUDGET, count=1, warned=False, placeholder_base=PH)
+    grown = placeholder_tokens(PH, 2)
+    assert err.value.details == {
+        "required_headroom": grown - 10,
+        "max_tokens": BUDGET.max_tokens,
+        "placeholder_tokens": grown,
+        "freed_tokens": 10,
+    }
+    # Nothing unpinned: nothing to do, not an error.
+    d = decide_requested_eviction(parts(5), fifo_of(5, pinned={1}), BUDGET, count=3, warned=False, placeholder_base=PH)
+    assert d.eviction is None and d.total_after == 55

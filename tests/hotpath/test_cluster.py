@@ -234,3 +234,14 @@ def test_a_cluster_url_selects_the_cluster_client(redis_cluster_url: str) -> Non
     with pytest.raises(ValueError, match="database 0 only"):
         connect(one_seed + "/3")
     assert load_settings(environ={"VCM_REDIS_URL": redis_cluster_url}).redis_url == redis_cluster_url
+
+
+def test_worker_delivery_counts_can_live_on_the_cluster(cluster: redis.Redis, redis_cluster_url: str) -> None:
+    """With RabbitMQ as the broker the workers count deliveries in the hot state's Redis, which
+    may be a cluster: each count is one key, its INCR and EXPIRE one single-slot transaction."""
+    from vcm.workers.deliveries import PREFIX, RedisDeliveryLog
+
+    log = RedisDeliveryLog(redis_cluster_url, ttl_s=60, prefix="t:")
+    assert [log.record(f"task-{i}", 0) for i in range(6)] == [1] * 6
+    assert log.record("task-0", 0) == 2 and log.record("task-0", 1) == 1
+    assert cluster.get(f"t:{PREFIX}task-0:0") == "2" and 0 < int(cluster.ttl(f"t:{PREFIX}task-0:0")) <= 60

@@ -87,7 +87,9 @@ def test_every_tool_runs_and_reports_tokens(h: Harness) -> None:
     assert edited.ok and edited.payload["_rev"] != created.payload["_rev"]
     assert h.service.get_block("a1", "persona").content == "Likes coffee."
 
-    appended = h.call("a1", "append_fifo", role="assistant", content="Noted: coffee.", idempotency_key="f1")
+    # Long enough that evicting it alone (below) frees more than its placeholder costs.
+    noted = "Noted: coffee, with oat milk and no sugar, every morning at eight."
+    appended = h.call("a1", "append_fifo", role="assistant", content=noted, idempotency_key="f1")
     assert appended.ok and h.fifo("a1")[-1].id == appended.payload["message_id"]
 
     note = h.call("a1", "write_recall", content="The locker code is 4711.", idempotency_key="r1")
@@ -217,10 +219,14 @@ def test_unknown_agent_is_not_found_and_not_governed(h: Harness) -> None:
 
 
 # --- idempotency and revisions ----------------------------------------------------------------------
+LONG_ONCE = "hello once: a message long enough that moving it to recall frees more than its placeholder costs"
+
+
 def test_idempotent_retries_return_the_first_result(h: Harness) -> None:
     calls: list[tuple[str, dict[str, Any]]] = [
         ("store_core", {"block_id": "b1", "content": "first", "idempotency_key": "s"}),
-        ("append_fifo", {"role": "user", "content": "hello once", "idempotency_key": "a"}),
+        # (long enough that the eviction below frees more than its placeholder costs)
+        ("append_fifo", {"role": "user", "content": LONG_ONCE, "idempotency_key": "a"}),
         ("write_recall", {"content": "a note", "idempotency_key": "w"}),
         ("ingest_archival", {"text": "One sentence. Another one.", "idempotency_key": "i"}),
         ("evict_fifo", {"count": 1, "idempotency_key": "e"}),

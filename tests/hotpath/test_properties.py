@@ -5,7 +5,9 @@ pure policy's (vcm.hot.budget) on the same inputs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import fakeredis
 import pytest
@@ -18,7 +20,7 @@ from tests.conftest import REDIS_URL
 from tests.hotpath.helpers import dump, policy_view, recount
 from vcm.errors import VcmError
 from vcm.hot import keys, render
-from vcm.hot.budget import decide_growth, decide_requested_eviction, placeholder_part
+from vcm.hot.budget import Decision, decide_growth, decide_requested_eviction, placeholder_part
 from vcm.hot.context import assemble
 from vcm.hot.state import HotState
 from vcm.settings import load_settings
@@ -45,9 +47,9 @@ class HotPathMachine(RuleBasedStateMachine):
         self.hot.create_agent(AGENT, model=window_model, system_prompt="Be brief.")
         self.appended: set[str] = set()
         self.finished: dict[int, list[str]] = {}
-        self.last_call: tuple[str, dict] | None = None
+        self.last_call: tuple[str, dict[str, Any]] | None = None
         self.salt = 0
-        self.last_result = None
+        self.last_result: Any = None
 
     def teardown(self) -> None:
         if hasattr(self, "client"):
@@ -63,7 +65,7 @@ class HotPathMachine(RuleBasedStateMachine):
         new_id: str = "",
         new_tokens: int = 0,
         new_pinned: bool = False,
-    ):
+    ) -> Decision | VcmError:
         parts, fifo, budget, m = policy_view(self.hot, AGENT)
         from vcm.hot.budget import FifoEntry
 
@@ -85,7 +87,7 @@ class HotPathMachine(RuleBasedStateMachine):
         except VcmError as exc:
             return exc
 
-    def check(self, expected, call):
+    def check(self, expected: Decision | VcmError, call: Callable[[], Any]) -> Any:
         before = dump(self.client, AGENT)
         try:
             result = call()
@@ -105,6 +107,7 @@ class HotPathMachine(RuleBasedStateMachine):
             assert result.batch is None
         if result.action == "flush":
             _, _, budget, _ = policy_view(self.hot, AGENT)
+            assert expected.eviction is not None
             if expected.eviction.target_unreachable:
                 assert getattr(result, "target_unreachable", True)
             else:
@@ -124,7 +127,7 @@ class HotPathMachine(RuleBasedStateMachine):
         pinned = pinned and n < 60  # pins are rare and small, as in real use
         self.salt += 1
         content = text_of(n, self.salt)
-        kwargs = {"role": role, "content": content, "pinned": pinned}
+        kwargs: dict[str, Any] = {"role": role, "content": content, "pinned": pinned}
         if role == "tool":  # a tool result names the call it answers
             kwargs["tool_call_id"] = f"call_{self.salt}"
         if keyed:
@@ -276,6 +279,7 @@ class HotPathMachine(RuleBasedStateMachine):
     def requested_eviction(self, count: int, keyed: bool) -> bool:
         """One ``evict_oldest`` checked against the policy; whether it began a batch."""
         parts, fifo, budget, m = policy_view(self.hot, AGENT)
+        expected: Decision | VcmError
         try:
             expected = decide_requested_eviction(
                 parts, fifo, budget, count=count, warned=m["warned"] == 1, placeholder_base=m["ph_base"]

@@ -4,9 +4,12 @@ and on the real Redis (the ``hot`` fixture)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.hotpath.helpers import dump, recount
+from tests.hotpath.services import Harness
 from vcm.errors import TokenBudgetExceeded
 from vcm.hot import render
 from vcm.hot.context import assemble
@@ -21,6 +24,11 @@ def agent(hot: HotState) -> str:
     return "ev1"
 
 
+def memory(hot: HotState, agent: str) -> dict[str, object]:
+    """The agent's keys but the heartbeat chain (a failed tool call asks for a heartbeat)."""
+    return {k: v for k, v in dump(hot.redis, agent).items() if not k.endswith(":heartbeat")}
+
+
 def placeholders_shown(hot: HotState, agent: str) -> list[str]:
     ctx = assemble(hot.snapshot(agent))
     return [c for m in ctx.messages if (c := m.get("content") or "").endswith("summary updating.")]
@@ -28,7 +36,7 @@ def placeholders_shown(hot: HotState, agent: str) -> list[str]:
 
 def test_150_single_evictions_never_push_a_2k_context_past_max(hot: HotState, agent: str) -> None:
     # The reported case: short messages (each cheaper than a placeholder) and 150 requests to
-    # evict one, with no cold path finishing the batches. It used to reach 3 279 tokens.
+    # evict one, with no cold path finishing the batches (the report saw 3 279 tokens).
     for i in range(200):
         hot.append(agent, "user", f"ok {i}")
     max_tokens = hot.gauges(agent).max_tokens
@@ -104,3 +112,26 @@ def test_finishing_a_batch_recomputes_the_shared_placeholder(hot: HotState, agen
         assert recount(hot, agent)["ph"] == snap.counter("ph")
         assert assemble(snap).gauges == hot.gauges(agent)
         assert hot.gauges(agent).total <= hot.gauges(agent).max_tokens
+
+
+def test_the_evict_fifo_tool_reports_a_refusal_and_the_service_audits_it(hot: HotState, tmp_path: Path) -> None:
+    h = Harness(hot, str(tmp_path / "vcm.db"))
+    try:
+        h.service.create_agent("t1", model=MODEL, system_prompt="Be brief.")
+        h.service.append("t1", "user", "ok")
+        before = memory(hot, "t1")
+        refused = h.call("t1", "evict_fifo", count=1, idempotency_key="e1")
+        assert refused.error is not None and refused.error["code"] == "TOKEN_BUDGET_EXCEEDED"
+        assert refused.error["placeholder_tokens"] > refused.error["freed_tokens"]
+        assert memory(hot, "t1") == before and h.dispatcher.evictions == []
+        rows = [e.payload for e in h.store.query_events("t1", ["error"], limit=10).items]
+        assert [(r["code"], r["op"]) for r in rows] == [("TOKEN_BUDGET_EXCEEDED", "evict")]
+        # Through the service as the API calls it: 150 single evictions of short messages.
+        for i in range(200):
+            h.service.append("t1", "user", f"ok {i}")
+        for _ in range(150):
+            total, batch = h.service.evict("t1", 1)
+            assert batch is not None and total == h.service.gauges("t1").total <= h.service.gauges("t1").max_tokens
+        assert len(h.dispatcher.evictions) == len(hot.pending_batches("t1")) > 1
+    finally:
+        h.close()

@@ -339,7 +339,7 @@ def _wait_for(check: Callable[[], bool], timeout_s: float) -> bool:
 
 @pytest.mark.parametrize("scenario", sorted(KILL_POINTS))
 def test_sigkill_mid_task_loses_and_duplicates_nothing(fleet: Fleet, scenario: str) -> None:
-    _sigkill_mid_task(fleet, scenario)
+    _sigkill_mid_task(fleet, scenario, respawn=scenario != max(KILL_POINTS))
 
 
 # One kill point on RabbitMQ: what the broker adds (a dead consumer's message handed back at once)
@@ -347,13 +347,13 @@ def test_sigkill_mid_task_loses_and_duplicates_nothing(fleet: Fleet, scenario: s
 # Redis leg covers; each scenario costs a drain with the real model (the suite's time budget).
 @pytest.mark.parametrize("scenario", ["k1"])
 def test_sigkill_mid_task_on_rabbitmq_loses_and_duplicates_nothing(rabbit_fleet: Fleet, scenario: str) -> None:
-    left = _sigkill_mid_task(rabbit_fleet, scenario)
+    left = _sigkill_mid_task(rabbit_fleet, scenario, respawn=False)  # the module's only kill on RabbitMQ
     # RabbitMQ handed the killed worker's eviction to the standby at once: delivered twice, and
     # (checked above) committed and finished once.
     assert any(rabbit_fleet.deliveries(line.split()[0]) >= 2 for line in left), left
 
 
-def _sigkill_mid_task(fleet: Fleet, scenario: str) -> list[str]:
+def _sigkill_mid_task(fleet: Fleet, scenario: str, *, respawn: bool) -> list[str]:
     fleet.ensure(standby=True)
     t = fleet.traffic(scenario)
     t.send(50)
@@ -369,7 +369,7 @@ def _sigkill_mid_task(fleet: Fleet, scenario: str) -> list[str]:
             return any(agent in raw and names.EVICT in raw for raw in fleet.unacked())
 
     assert _wait_for(in_flight, 30), "no eviction of this agent was ever in flight"
-    left = fleet.fail_over(respawn=scenario != max(KILL_POINTS))
+    left = fleet.fail_over(respawn=respawn)
     assert any(agent in raw for raw in left), "the kill should leave an unacknowledged task"
     t.send(20)  # the conversation goes on while the lost task waits for its visibility timeout
     fleet.drain(t)
@@ -531,8 +531,8 @@ def test_prefork_children_count_into_the_parents_metrics_endpoint(fleet: Fleet) 
         fleet.wait_warm(worker)
         runs = [fleet.traffic("slowdoom") for _ in range(4)]
         for t in runs:
-            for i in range(3):
-                fleet.hot.append(t.agent_id, "user", f"note {i}")
+            for i in range(3):  # (two pay for the placeholder an eviction leaves)
+                fleet.hot.append(t.agent_id, "user", f"note {i} about the quarterly budget review")
             assert fleet.hot.evict_oldest(t.agent_id, 2)[1] is not None  # batch 1, not dispatched
             fleet.dispatcher.app.send_task(names.EVICT, args=[t.agent_id, 1], queue="vcm-metrics")
 
