@@ -250,8 +250,9 @@ def content_for(key: str, n: int, rng: random.Random) -> str:
 
 
 def retryable(exc: VcmError) -> bool:
-    # 5xx: the API or Redis is down or restarting; 429: back-pressure; TOKEN_BUDGET_EXCEEDED:
-    # placeholders of pending batches filling the window while the cold path is down.
+    # 5xx: the API or Redis is down or restarting; 429: back-pressure; TOKEN_BUDGET_EXCEEDED: a
+    # refusal that frees up once the cold path installs its summaries (pending batches share one
+    # placeholder, so it is rare; retrying it keeps the exactly-once audit meaningful).
     return exc.status >= 500 or exc.status == 429 or str(exc.code) == "TOKEN_BUDGET_EXCEEDED"
 
 
