@@ -42,6 +42,9 @@ from vcm.store.types import (
     EdgeKind,
     EvictionCommit,
     EvictionResult,
+    Fact,
+    FactHit,
+    FactQuery,
     Forgotten,
     Health,
     MemoryEvent,
@@ -49,6 +52,7 @@ from vcm.store.types import (
     Page,
     RecallHit,
     SnapshotRecord,
+    StateEntry,
     StoredMessage,
     Summary,
     SummaryVersion,
@@ -111,6 +115,53 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def forget_document(self, agent_id: str, doc_id: str) -> Forgotten:
         """Remove one archival document's chunks (every embedding version) and their edges."""
+
+    # --- facts and state ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
+        """Create (``expected_version`` None: the id must be new) or replace (the stored version
+        must equal it; the new one is that plus one). RevConflict otherwise, nothing written."""
+
+    @abc.abstractmethod
+    def get_fact(self, agent_id: str, fact_id: str) -> Fact:
+        """NotFound when absent. Its embedding is left out."""
+
+    @abc.abstractmethod
+    def query_facts(self, agent_id: str, query: FactQuery) -> list[Fact]:
+        """Matching facts, most recently updated first, without embeddings."""
+
+    @abc.abstractmethod
+    def search_facts(
+        self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery
+    ) -> list[FactHit]:
+        """Hybrid search over the facts matching ``query``: BM25 on the value (and key, tags)
+        fused with cosine on the embeddings (``vcm.store.fact_rank``), best first."""
+
+    @abc.abstractmethod
+    def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
+        """Delete facts by id; returns how many existed."""
+
+    @abc.abstractmethod
+    def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
+        """Record a use: ``last_used`` = now, ``access_count`` + 1 (no version change)."""
+
+    @abc.abstractmethod
+    def put_state(
+        self, agent_id: str, key: str, value: Any, *, expires_at: float | None, expected_rev: str | None
+    ) -> StateEntry:
+        """Set a key; with ``expected_rev`` only if the current rev equals it (RevConflict)."""
+
+    @abc.abstractmethod
+    def get_state(self, agent_id: str, key: str, now: float) -> StateEntry:
+        """NotFound when absent or expired at ``now``."""
+
+    @abc.abstractmethod
+    def list_state(self, agent_id: str, now: float) -> list[StateEntry]:
+        """Unexpired keys, by key."""
+
+    @abc.abstractmethod
+    def delete_state(self, agent_id: str, key: str | None, expected_rev: str | None = None) -> int:
+        """Delete one key (``key`` None: every key of the agent); returns how many."""
 
     # --- snapshots ----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -303,8 +354,8 @@ class MemoryStore(abc.ABC):
     # --- maintenance ------------------------------------------------------------------------
     @abc.abstractmethod
     def expire(self, now: float) -> int:
-        """Delete messages whose ``expires_at`` < now (with their edges) and expired snapshots;
-        returns how many messages."""
+        """Delete messages whose ``expires_at`` < now (with their edges), expired snapshots and
+        state keys, and mark expired facts ``expired``; returns how many messages."""
 
     @abc.abstractmethod
     def health(self) -> Health: ...

@@ -273,3 +273,66 @@ class ContextReset:
     summary_tokens: int
     fifo_ids: Sequence[str]
     blocks: Sequence[CoreBlockWrite] | None = None
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A unit of what an agent knows (seed 001's long-term memory, seed 002's InfoUnit, seed
+    003's memory fact). ``evidence`` points at what supports it: ``{"kind": "message" |
+    "tool_call" | "document", "id": ..., "span": [start, end]?}``. ``version`` counts its writes
+    (optimistic locking); ``embedding`` is stored for vector search and never returned empty."""
+
+    agent_id: str
+    fact_id: str
+    scope: str  # agent | user | domain
+    type: str
+    value: str
+    key: str | None = None
+    category: str = ""
+    tags: Sequence[str] = ()
+    importance: float = 0.5
+    confidence: float = 0.5
+    evidence: Sequence[Mapping[str, Any]] = ()
+    status: str = "active"  # shadow | active | expired | archived
+    conflict_with: Sequence[str] = ()  # facts of the same key holding another value
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    last_used: float = 0.0
+    access_count: int = 0
+    expires_at: float | None = None
+    version: int = 1
+    embedding: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
+class FactQuery:
+    """Filters of a fact listing or search; every one given must match."""
+
+    scope: str | None = None
+    types: Sequence[str] | None = None
+    key: str | None = None
+    statuses: Sequence[str] | None = ("active", "shadow")
+    category: str | None = None
+    tags: Sequence[str] | None = None  # all of them
+    min_importance: float | None = None
+    since: float | None = None  # updated_at, inclusive
+    until: float | None = None  # updated_at, exclusive
+    limit: int = 100
+
+
+@dataclass(frozen=True)
+class FactHit:
+    fact: Fact
+    score: float
+
+
+@dataclass(frozen=True)
+class StateEntry:
+    """A working-memory key/value with an optional expiry (seeds 001 and 003)."""
+
+    agent_id: str
+    key: str
+    value: Any
+    rev: str
+    updated_at: float
+    expires_at: float | None = None

@@ -89,6 +89,44 @@ def json_mapping(name: str, value: Any) -> str:
         raise ValidationError(f"{name} must be JSON-serialisable: {exc}", field=name) from exc
 
 
+def json_value(name: str, value: Any) -> str:
+    """Any JSON value as canonical text (state values)."""
+    try:
+        return json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"{name} must be JSON-serialisable: {exc}", field=name) from exc
+
+
+def fact(f: Any) -> Any:
+    """The shape of a fact as the store keeps it (business rules live in vcm.facts)."""
+    from vcm.store.types import Fact
+
+    if not isinstance(f, Fact):
+        raise ValidationError("fact must be a Fact")
+    identifier("agent_id", f.agent_id)
+    identifier("fact_id", f.fact_id)
+    identifier("scope", f.scope)
+    identifier("type", f.type)
+    identifier("status", f.status)
+    text("value", f.value)
+    if f.key is not None:
+        identifier("key", f.key)
+    text("category", f.category)
+    for name in ("importance", "confidence", "created_at", "updated_at", "last_used"):
+        finite(name, getattr(f, name))
+    finite("expires_at", f.expires_at, optional=True)
+    non_negative_int("access_count", f.access_count)
+    for tag in f.tags:
+        text("tag", tag)
+    for e in f.evidence:
+        json_mapping("evidence", e)
+    if f.embedding is not None:
+        vector = [finite("embedding", x) for x in f.embedding]
+        if not vector:
+            raise ValidationError("embedding must not be empty", field="embedding")
+    return f
+
+
 def text(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise ValidationError(f"{name} must be a string", field=name)

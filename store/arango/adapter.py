@@ -60,6 +60,7 @@ from vcm.store.arango.core_memory import CoreMemoryOps
 from vcm.store.arango.errors import translated
 from vcm.store.arango.events import EventOps
 from vcm.store.arango.eviction import DEFAULT_CAP_BYTES
+from vcm.store.arango.facts import FactOps
 from vcm.store.arango.graph import GraphOps, order_traversal
 from vcm.store.arango.guard import GuardReport, run_guard
 from vcm.store.arango.lifecycle import LifecycleOps
@@ -77,6 +78,7 @@ _GUARDED: dict[str, GuardReport] = {}  # servers that passed the guard
 
 class ArangoStore(
     AgentOps,
+    FactOps,
     LifecycleOps,
     CoreMemoryOps,
     MessageOps,

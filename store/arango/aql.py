@@ -814,7 +814,7 @@ def advance_id_floor(key: str, floor: int) -> AqlQuery:
 def summary_versions(agent_id: str, limit: int) -> AqlQuery:
     text = (
         f"FOR b IN {names.BATCHES}\n"
-        "  FILTER b.agent_id == @agent_id AND HAS(b, \"summary_text\")\n"
+        '  FILTER b.agent_id == @agent_id AND HAS(b, "summary_text")\n'
         "  SORT b.batch_id DESC\n"
         "  LIMIT @limit\n"
         "  RETURN b"
@@ -833,9 +833,7 @@ def remove_of_agent(collection: str, agent_id: str) -> AqlQuery:
 
 
 def document_chunks(agent_id: str, doc_id: str) -> AqlQuery:
-    text = (
-        f"FOR d IN {names.ARCHIVAL}\n  FILTER d.agent_id == @agent_id AND d.doc_id == @doc_id\n  RETURN d._id"
-    )
+    text = f"FOR d IN {names.ARCHIVAL}\n  FILTER d.agent_id == @agent_id AND d.doc_id == @doc_id\n  RETURN d._id"
     return AqlQuery(text, {"agent_id": agent_id, "doc_id": doc_id})
 
 
@@ -882,8 +880,7 @@ def folded_message_vertices(summary_vertex: str) -> AqlQuery:
 def unfold_messages(summary_vertex: str, message_vertices: Sequence[str]) -> AqlQuery:
     """Remove the summary's ``recall_log`` edges to these messages (they re-enter the FIFO)."""
     text = (
-        f"FOR e IN {names.RECALL_LOG}\n  FILTER e._from == @summary AND e._to IN @ids\n"
-        f"  REMOVE e IN {names.RECALL_LOG}"
+        f"FOR e IN {names.RECALL_LOG}\n  FILTER e._from == @summary AND e._to IN @ids\n  REMOVE e IN {names.RECALL_LOG}"
     )
     return AqlQuery(text, {"summary": summary_vertex, "ids": list(message_vertices)})
 
@@ -891,3 +888,61 @@ def unfold_messages(summary_vertex: str, message_vertices: Sequence[str]) -> Aql
 def blocks_of(agent_id: str) -> AqlQuery:
     text = f'FOR b IN {names.CORE}\n  FILTER b.agent_id == @agent_id AND b.kind == "block"\n  RETURN b._key'
     return AqlQuery(text, {"agent_id": agent_id})
+
+
+# --- facts and state ------------------------------------------------------------------------------
+def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, key: str | None,
+                statuses: Sequence[str] | None, category: str | None, tags: Sequence[str] | None,
+                min_importance: float | None, since: float | None, until: float | None,
+                limit: int, with_embedding: bool) -> AqlQuery:  # fmt: skip
+    """Facts passing the filters, most recently updated first (``embedding`` only when asked)."""
+    lines = [f"FOR f IN {names.FACTS}", "  FILTER f.agent_id == @agent_id"]
+    bind: dict[str, Any] = {"agent_id": agent_id, "limit": limit}
+    for name, value, test in (
+        ("scope", scope, "f.scope == @scope"),
+        ("types", list(types) if types else None, "f.type IN @types"),
+        ("key", key, "f.key == @key"),
+        ("statuses", list(statuses) if statuses else None, "f.status IN @statuses"),
+        ("category", category, "f.category == @category"),
+        ("tags", list(tags) if tags else None, "@tags ALL IN f.tags"),
+        ("min_importance", min_importance, "f.importance >= @min_importance"),
+        ("since", since, "f.updated_at >= @since"),
+        ("until", until, "f.updated_at < @until"),
+    ):
+        if value is not None:
+            lines.append(f"  FILTER {test}")
+            bind[name] = value
+    lines += ["  SORT f.updated_at DESC, f.fact_id ASC", "  LIMIT @limit"]
+    lines.append("  RETURN f" if with_embedding else '  RETURN UNSET(f, "embedding")')
+    return AqlQuery("\n".join(lines), bind)
+
+
+def touch_facts(agent_id: str, keys_: Sequence[str], now: float) -> AqlQuery:
+    text = (
+        f"FOR k IN @keys\n  LET f = DOCUMENT({names.FACTS}, k)\n  FILTER f != null AND f.agent_id == @agent_id\n"
+        f"  UPDATE f WITH {{ last_used: @now, access_count: f.access_count + 1 }} IN {names.FACTS}"
+    )
+    return AqlQuery(text, {"keys": list(keys_), "agent_id": agent_id, "now": now})
+
+
+def list_state(agent_id: str, now: float) -> AqlQuery:
+    text = (
+        f"FOR s IN {names.STATE}\n  FILTER s.agent_id == @agent_id AND (s.expires_at == null OR s.expires_at >= @now)\n"
+        "  SORT s.key ASC\n  RETURN s"
+    )
+    return AqlQuery(text, {"agent_id": agent_id, "now": now})
+
+
+def expire_state(now: float) -> AqlQuery:
+    text = f"FOR s IN {names.STATE}\n  FILTER s.expires_at != null AND s.expires_at < @now\n  REMOVE s IN {names.STATE}"
+    return AqlQuery(text, {"now": now})
+
+
+def expire_facts(now: float) -> AqlQuery:
+    """Expired facts are marked, not deleted: their evidence stays auditable."""
+    text = (
+        f"FOR f IN {names.FACTS}\n  FILTER f.expires_at != null AND f.expires_at < @now"
+        ' AND f.status IN ["active", "shadow"]\n'
+        f'  UPDATE f WITH {{ status: "expired" }} IN {names.FACTS}'
+    )
+    return AqlQuery(text, {"now": now})

@@ -35,6 +35,8 @@ class MaintenanceOps(VectorSpaceOps):
         with contextlib.suppress(VcmError):  # housekeeping only
             self._run(self._rw, aql.purge_cursors(self._clock()), "expire")
             self._run(self._rw, aql.expire_snapshots(now), "expire")
+            self._run(self._rw, aql.expire_state(now), "expire")
+            self._run(self._rw, aql.expire_facts(now), "expire")
         return removed
 
     def health(self) -> Health:

@@ -56,6 +56,7 @@ from vcm.store.embedded.archival_ops import ArchivalOps
 from vcm.store.embedded.core_memory import CoreMemoryOps
 from vcm.store.embedded.db import Database, meta_add, meta_get, meta_set
 from vcm.store.embedded.events import EventOps
+from vcm.store.embedded.facts import FactOps
 from vcm.store.embedded.graph import GraphOps
 from vcm.store.embedded.indexer import TextIndexer
 from vcm.store.embedded.lifecycle import LifecycleOps
@@ -74,6 +75,7 @@ from vcm.store.port import FaultHook
 
 class EmbeddedStore(
     AgentOps,
+    FactOps,
     AgentSnapshotOps,
     LifecycleOps,
     CoreMemoryOps,

@@ -27,6 +27,8 @@ _PLAIN_TABLES = (
     "batches",
     "cursors",
     "agent_snapshots",
+    "facts",
+    "state",
     "edges",
     "message_vector_log",
 )

@@ -34,6 +34,12 @@ class MaintenanceOps(EmbeddedBase):
             delete_message_rows(conn, doomed)
             conn.execute("DELETE FROM cursors WHERE expires_at < ?", (self._clock(),))
             conn.execute("DELETE FROM agent_snapshots WHERE expires_at IS NOT NULL AND expires_at < ?", (now,))
+            conn.execute("DELETE FROM state WHERE expires_at IS NOT NULL AND expires_at < ?", (now,))
+            conn.execute(
+                "UPDATE facts SET status = 'expired' WHERE expires_at IS NOT NULL AND expires_at < ? "
+                "AND status IN ('active', 'shadow')",
+                (now,),
+            )
         if doomed:
             self._messages_written()
         return len(doomed)

@@ -201,6 +201,44 @@ CREATE TABLE IF NOT EXISTS agent_snapshots (
     PRIMARY KEY (agent_id, snapshot_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS agent_snapshots_expiry ON agent_snapshots (expires_at) WHERE expires_at IS NOT NULL;
+-- Facts an agent knows (vcm.facts): typed, scoped, with evidence, status and expiry.
+CREATE TABLE IF NOT EXISTS facts (
+    agent_id      TEXT NOT NULL,
+    fact_id       TEXT NOT NULL,
+    scope         TEXT NOT NULL,
+    type          TEXT NOT NULL,
+    key           TEXT,
+    value         TEXT NOT NULL,
+    category      TEXT NOT NULL DEFAULT '',
+    tags          TEXT NOT NULL DEFAULT '[]',
+    importance    REAL NOT NULL,
+    confidence    REAL NOT NULL,
+    evidence      TEXT NOT NULL DEFAULT '[]',
+    status        TEXT NOT NULL,
+    conflict_with TEXT NOT NULL DEFAULT '[]',
+    created_at    REAL NOT NULL,
+    updated_at    REAL NOT NULL,
+    last_used     REAL NOT NULL DEFAULT 0,
+    access_count  INTEGER NOT NULL DEFAULT 0,
+    expires_at    REAL,
+    version       INTEGER NOT NULL,
+    embedding     BLOB,                 -- float32, as given
+    PRIMARY KEY (agent_id, fact_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS facts_infokey ON facts (agent_id, scope, type, key);
+CREATE INDEX IF NOT EXISTS facts_updated ON facts (agent_id, updated_at);
+CREATE INDEX IF NOT EXISTS facts_expiry ON facts (expires_at) WHERE expires_at IS NOT NULL;
+-- Working-memory key/values with a TTL (vcm.facts state).
+CREATE TABLE IF NOT EXISTS state (
+    agent_id   TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    value      TEXT NOT NULL,           -- JSON
+    rev        TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    expires_at REAL,
+    PRIMARY KEY (agent_id, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS state_expiry ON state (expires_at) WHERE expires_at IS NOT NULL;
 -- Server-side snapshots of ranked result lists, so cursors stay stable while data arrives.
 CREATE TABLE IF NOT EXISTS cursors (
     id          TEXT PRIMARY KEY,

@@ -1,0 +1,194 @@
+"""Facts (``agent_longterm_memory``) and state (``agent_working_memory``) of the ArangoDB store.
+Search fetches the facts that pass the filters (indexed on agent, InfoKey, category, tags) and
+ranks them with :mod:`vcm.store.fact_rank`, exactly as the embedded adapter does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vcm.errors import NotFound, ValidationError
+from vcm.store import fact_rank, semantics, validation
+from vcm.store.arango import aql, keys, names
+from vcm.store.arango.base import ArangoBase
+from vcm.store.types import Fact, FactHit, FactQuery, StateEntry
+
+
+def fact_key(agent_id: str, fact_id: str) -> str:
+    return keys.doc_key(agent_id, fact_id)
+
+
+def state_key(agent_id: str, key: str) -> str:
+    return keys.doc_key(agent_id, key)
+
+
+def fact_doc(f: Fact, version: int) -> dict[str, Any]:
+    return {
+        "_key": fact_key(f.agent_id, f.fact_id),
+        "agent_id": f.agent_id,
+        "fact_id": f.fact_id,
+        "scope": f.scope,
+        "type": f.type,
+        "key": f.key,
+        "value": f.value,
+        "category": f.category,
+        "tags": list(f.tags),
+        "importance": f.importance,
+        "confidence": f.confidence,
+        "evidence": [dict(e) for e in f.evidence],
+        "status": f.status,
+        "conflict_with": list(f.conflict_with),
+        "created_at": f.created_at,
+        "updated_at": f.updated_at,
+        "last_used": f.last_used,
+        "access_count": f.access_count,
+        "expires_at": f.expires_at,
+        "version": version,
+        "embedding": [float(x) for x in f.embedding] if f.embedding else None,
+    }
+
+
+def fact_from_doc(d: Mapping[str, Any], *, with_embedding: bool = False) -> Fact:
+    return Fact(
+        agent_id=d["agent_id"],
+        fact_id=d["fact_id"],
+        scope=d["scope"],
+        type=d["type"],
+        key=d.get("key"),
+        value=d["value"],
+        category=d.get("category", ""),
+        tags=tuple(d.get("tags") or ()),
+        importance=float(d.get("importance", 0.5)),
+        confidence=float(d.get("confidence", 0.5)),
+        evidence=tuple(d.get("evidence") or ()),
+        status=d.get("status", "active"),
+        conflict_with=tuple(d.get("conflict_with") or ()),
+        created_at=float(d.get("created_at", 0.0)),
+        updated_at=float(d.get("updated_at", 0.0)),
+        last_used=float(d.get("last_used", 0.0)),
+        access_count=int(d.get("access_count", 0)),
+        expires_at=None if d.get("expires_at") is None else float(d["expires_at"]),
+        version=int(d.get("version", 1)),
+        embedding=d.get("embedding") if with_embedding else None,
+    )
+
+
+def _query(agent_id: str, q: FactQuery, limit: int, with_embedding: bool) -> aql.AqlQuery:
+    return aql.query_facts(
+        agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.min_importance, q.since, q.until,
+        limit, with_embedding,
+    )  # fmt: skip
+
+
+def _state(d: Mapping[str, Any]) -> StateEntry:
+    return StateEntry(
+        d["agent_id"], d["key"], d["value"], str(d["_rev"]), float(d["updated_at"]),
+        None if d.get("expires_at") is None else float(d["expires_at"]),
+    )  # fmt: skip
+
+
+class FactOps(ArangoBase):
+    """Facts (``put_fact`` ... ``touch_facts``) and state (``put_state`` ... ``delete_state``)."""
+
+    def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
+        validation.fact(fact)
+        with self._transaction((names.FACTS,), "put_fact") as txn:
+            facts = txn.collection(names.FACTS)
+            current = facts.get(fact_key(fact.agent_id, fact.fact_id))
+            current_version = None if current is None else int(current.get("version", 1))
+            if current_version != expected_version:
+                raise semantics.rev_conflict(
+                    f"fact {fact.fact_id!r}",
+                    None if expected_version is None else str(expected_version),
+                    None if current_version is None else str(current_version),
+                )
+            doc = fact_doc(fact, 1 if expected_version is None else expected_version + 1)
+            facts.insert(doc, overwrite=True)
+        return fact_from_doc(doc)
+
+    def get_fact(self, agent_id: str, fact_id: str) -> Fact:
+        validation.identifier("agent_id", agent_id)
+        validation.identifier("fact_id", fact_id)
+        doc = self._get(self._ro, names.FACTS, fact_key(agent_id, fact_id), "get_fact")
+        if doc is None:
+            raise NotFound(f"fact {fact_id!r} of agent {agent_id!r} does not exist", agent_id=agent_id)
+        return fact_from_doc(doc)
+
+    def query_facts(self, agent_id: str, query: FactQuery) -> list[Fact]:
+        validation.identifier("agent_id", agent_id)
+        n = validation.limit("limit", query.limit)
+        found = self._run(self._ro, _query(agent_id, query, n, False), "query_facts")
+        return [fact_from_doc(d) for d in found]
+
+    def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
+        validation.identifier("agent_id", agent_id)
+        n = validation.limit("limit", query.limit)
+        if not isinstance(text, str):
+            raise ValidationError("query must be a string", field="query")
+        found = self._run(self._ro, _query(agent_id, query, fact_rank.MAX_CANDIDATES, True), "search_facts")
+        return fact_rank.rank(text, vector, [fact_from_doc(d, with_embedding=True) for d in found], n)
+
+    def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
+        validation.identifier("agent_id", agent_id)
+        ids = [f"{names.FACTS}/{fact_key(agent_id, validation.identifier('fact_id', f))}" for f in fact_ids]
+        rows = self._run(self._rw, aql.remove_documents(names.FACTS, ids), "delete_facts")
+        return int(rows[0]) if rows else 0
+
+    def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
+        validation.identifier("agent_id", agent_id)
+        self._run(self._rw, aql.touch_facts(agent_id, [fact_key(agent_id, f) for f in fact_ids], now), "touch_facts")
+
+    # --- state ------------------------------------------------------------------------------------
+    def put_state(
+        self, agent_id: str, key: str, value: Any, *, expires_at: float | None, expected_rev: str | None
+    ) -> StateEntry:
+        validation.identifier("agent_id", agent_id)
+        validation.identifier("key", key)
+        value = json.loads(validation.json_value("value", value))
+        doc_key = state_key(agent_id, key)
+        with self._transaction((names.STATE,), "put_state") as txn:
+            state = txn.collection(names.STATE)
+            now = self._clock()
+            current = state.get(doc_key)
+            live = current is not None and (current.get("expires_at") is None or current["expires_at"] >= now)
+            current_rev = current["_rev"] if live and current is not None else None
+            if expected_rev is not None and expected_rev != current_rev:
+                raise semantics.rev_conflict(f"state key {key!r}", expected_rev, current_rev)
+            doc = {
+                "_key": doc_key, "agent_id": agent_id, "key": key, "value": value,
+                "updated_at": now, "expires_at": expires_at,
+            }  # fmt: skip
+            meta = state.insert(doc, overwrite=True)
+        return StateEntry(agent_id, key, value, str(meta["_rev"]), now, expires_at)
+
+    def get_state(self, agent_id: str, key: str, now: float) -> StateEntry:
+        validation.identifier("agent_id", agent_id)
+        validation.identifier("key", key)
+        doc = self._get(self._ro, names.STATE, state_key(agent_id, key), "get_state")
+        if doc is None or (doc.get("expires_at") is not None and float(doc["expires_at"]) < now):
+            raise NotFound(f"state key {key!r} of agent {agent_id!r} does not exist", agent_id=agent_id, key=key)
+        return _state(doc)
+
+    def list_state(self, agent_id: str, now: float) -> list[StateEntry]:
+        validation.identifier("agent_id", agent_id)
+        return [_state(d) for d in self._run(self._ro, aql.list_state(agent_id, now), "list_state")]
+
+    def delete_state(self, agent_id: str, key: str | None, expected_rev: str | None = None) -> int:
+        validation.identifier("agent_id", agent_id)
+        if key is None:
+            rows = self._run(self._rw, aql.remove_of_agent(names.STATE, agent_id), "delete_state")
+            return int(rows[0]) if rows else 0
+        validation.identifier("key", key)
+        doc_key = state_key(agent_id, key)
+        with self._transaction((names.STATE,), "delete_state") as txn:
+            state = txn.collection(names.STATE)
+            current = state.get(doc_key)
+            if expected_rev is not None and (current is None or current["_rev"] != expected_rev):
+                raise semantics.rev_conflict(
+                    f"state key {key!r}", expected_rev, None if current is None else current["_rev"]
+                )
+            if current is None:
+                return 0
+            state.delete(doc_key)
+            return 1

@@ -1,0 +1,261 @@
+"""Facts and state of the embedded store (``facts`` and ``state`` rows). Search fetches the facts
+that pass the filters and ranks them with :mod:`vcm.store.fact_rank`, like the ArangoDB adapter."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vcm.errors import NotFound, ValidationError
+from vcm.store import fact_rank, semantics, validation
+from vcm.store.embedded import rows
+from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.types import Fact, FactHit, FactQuery, StateEntry
+
+_COLUMNS = (
+    "agent_id, fact_id, scope, type, key, value, category, tags, importance, confidence, evidence, status, "
+    "conflict_with, created_at, updated_at, last_used, access_count, expires_at, version"
+)
+
+
+def _fact(row: sqlite3.Row, embedding: bytes | None = None) -> Fact:
+    return Fact(
+        agent_id=row["agent_id"],
+        fact_id=row["fact_id"],
+        scope=row["scope"],
+        type=row["type"],
+        key=row["key"],
+        value=row["value"],
+        category=row["category"],
+        tags=tuple(json.loads(row["tags"])),
+        importance=float(row["importance"]),
+        confidence=float(row["confidence"]),
+        evidence=tuple(json.loads(row["evidence"])),
+        status=row["status"],
+        conflict_with=tuple(json.loads(row["conflict_with"])),
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+        last_used=float(row["last_used"]),
+        access_count=int(row["access_count"]),
+        expires_at=None if row["expires_at"] is None else float(row["expires_at"]),
+        version=int(row["version"]),
+        embedding=None if embedding is None else np.frombuffer(embedding, dtype="<f4").tolist(),
+    )
+
+
+def _where(agent_id: str, q: FactQuery) -> tuple[str, list[Any]]:
+    clauses: list[str] = ["agent_id = ?"]
+    params: list[Any] = [agent_id]
+    if q.scope is not None:
+        clauses.append("scope = ?")
+        params.append(q.scope)
+    if q.types:
+        clauses.append(f"type IN ({','.join('?' * len(q.types))})")
+        params.extend(q.types)
+    if q.key is not None:
+        clauses.append("key = ?")
+        params.append(q.key)
+    if q.statuses:
+        clauses.append(f"status IN ({','.join('?' * len(q.statuses))})")
+        params.extend(q.statuses)
+    if q.category is not None:
+        clauses.append("category = ?")
+        params.append(q.category)
+    if q.min_importance is not None:
+        clauses.append("importance >= ?")
+        params.append(q.min_importance)
+    if q.since is not None:
+        clauses.append("updated_at >= ?")
+        params.append(q.since)
+    if q.until is not None:
+        clauses.append("updated_at < ?")
+        params.append(q.until)
+    return " AND ".join(clauses), params
+
+
+def _tagged(facts: list[Fact], tags: Sequence[str] | None) -> list[Fact]:
+    if not tags:
+        return facts
+    wanted = set(tags)
+    return [f for f in facts if wanted <= set(f.tags)]
+
+
+class FactOps(EmbeddedBase):
+    """Facts (``put_fact`` ... ``touch_facts``) and state (``put_state`` ... ``delete_state``)."""
+
+    def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
+        validation.fact(fact)
+        embedding = None if not fact.embedding else np.asarray(fact.embedding, dtype="<f4").tobytes()
+        with self._db.write("write a fact") as conn:
+            current = conn.execute(
+                "SELECT version FROM facts WHERE agent_id = ? AND fact_id = ?", (fact.agent_id, fact.fact_id)
+            ).fetchone()
+            current_version = None if current is None else int(current[0])
+            if current_version != expected_version:
+                raise semantics.rev_conflict(
+                    f"fact {fact.fact_id!r}",
+                    None if expected_version is None else str(expected_version),
+                    None if current_version is None else str(current_version),
+                )
+            version = 1 if expected_version is None else expected_version + 1
+            conn.execute(
+                f"INSERT OR REPLACE INTO facts ({_COLUMNS}, embedding) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    fact.agent_id,
+                    fact.fact_id,
+                    fact.scope,
+                    fact.type,
+                    fact.key,
+                    fact.value,
+                    fact.category,
+                    rows.dumps(list(fact.tags)),
+                    fact.importance,
+                    fact.confidence,
+                    rows.dumps([dict(e) for e in fact.evidence]),
+                    fact.status,
+                    rows.dumps(list(fact.conflict_with)),
+                    fact.created_at,
+                    fact.updated_at,
+                    fact.last_used,
+                    fact.access_count,
+                    fact.expires_at,
+                    version,
+                    embedding,
+                ),
+            )
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM facts WHERE agent_id = ? AND fact_id = ?", (fact.agent_id, fact.fact_id)
+            ).fetchone()
+        return _fact(row)
+
+    def get_fact(self, agent_id: str, fact_id: str) -> Fact:
+        validation.identifier("agent_id", agent_id)
+        validation.identifier("fact_id", fact_id)
+        found = self._db.query(
+            "read a fact", f"SELECT {_COLUMNS} FROM facts WHERE agent_id = ? AND fact_id = ?", (agent_id, fact_id)
+        )
+        if not found:
+            raise NotFound(f"fact {fact_id!r} of agent {agent_id!r} does not exist", agent_id=agent_id)
+        return _fact(found[0])
+
+    def query_facts(self, agent_id: str, query: FactQuery) -> list[Fact]:
+        validation.identifier("agent_id", agent_id)
+        n = validation.limit("limit", query.limit)
+        where, params = _where(agent_id, query)
+        # Tags are filtered after the read; read more so the limit still fills.
+        fetch = n if not query.tags else fact_rank.MAX_CANDIDATES
+        found = self._db.query(
+            "list facts",
+            f"SELECT {_COLUMNS} FROM facts WHERE {where} ORDER BY updated_at DESC, fact_id LIMIT ?",
+            (*params, fetch),
+        )
+        return _tagged([_fact(r) for r in found], query.tags)[:n]
+
+    def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
+        validation.identifier("agent_id", agent_id)
+        n = validation.limit("limit", query.limit)
+        if not isinstance(text, str):
+            raise ValidationError("query must be a string", field="query")
+        where, params = _where(agent_id, query)
+        found = self._db.query(
+            "search facts",
+            f"SELECT {_COLUMNS}, embedding FROM facts WHERE {where} ORDER BY updated_at DESC LIMIT ?",
+            (*params, fact_rank.MAX_CANDIDATES),
+        )
+        facts = _tagged([_fact(r, r["embedding"]) for r in found], query.tags)
+        return fact_rank.rank(text, vector, facts, n)
+
+    def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
+        validation.identifier("agent_id", agent_id)
+        ids = [validation.identifier("fact_id", f) for f in fact_ids]
+        with self._db.write("delete facts") as conn:
+            return sum(
+                conn.execute("DELETE FROM facts WHERE agent_id = ? AND fact_id = ?", (agent_id, f)).rowcount
+                for f in ids
+            )
+
+    def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
+        validation.identifier("agent_id", agent_id)
+        with self._db.write("touch facts") as conn:
+            conn.executemany(
+                "UPDATE facts SET last_used = ?, access_count = access_count + 1 WHERE agent_id = ? AND fact_id = ?",
+                [(now, agent_id, f) for f in fact_ids],
+            )
+
+    # --- state ------------------------------------------------------------------------------------
+    def put_state(
+        self, agent_id: str, key: str, value: Any, *, expires_at: float | None, expected_rev: str | None
+    ) -> StateEntry:
+        validation.identifier("agent_id", agent_id)
+        validation.identifier("key", key)
+        text = validation.json_value("value", value)
+        now = self._clock()
+        with self._db.write("write a state key") as conn:
+            current = conn.execute(
+                "SELECT rev, expires_at FROM state WHERE agent_id = ? AND key = ?", (agent_id, key)
+            ).fetchone()
+            live = current is not None and (current["expires_at"] is None or current["expires_at"] >= now)
+            current_rev = current["rev"] if live else None
+            if expected_rev is not None and expected_rev != current_rev:
+                raise semantics.rev_conflict(f"state key {key!r}", expected_rev, current_rev)
+            rev = self._next_rev(conn)
+            conn.execute(
+                "INSERT OR REPLACE INTO state (agent_id, key, value, rev, updated_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (agent_id, key, text, rev, now, expires_at),
+            )
+        return StateEntry(agent_id, key, json.loads(text), rev, now, expires_at)
+
+    def get_state(self, agent_id: str, key: str, now: float) -> StateEntry:
+        validation.identifier("agent_id", agent_id)
+        validation.identifier("key", key)
+        found = self._db.query(
+            "read a state key",
+            "SELECT agent_id, key, value, rev, updated_at, expires_at FROM state WHERE agent_id = ? AND key = ? "
+            "AND (expires_at IS NULL OR expires_at >= ?)",
+            (agent_id, key, now),
+        )
+        if not found:
+            raise NotFound(f"state key {key!r} of agent {agent_id!r} does not exist", agent_id=agent_id, key=key)
+        return _state(found[0])
+
+    def list_state(self, agent_id: str, now: float) -> list[StateEntry]:
+        validation.identifier("agent_id", agent_id)
+        found = self._db.query(
+            "list state",
+            "SELECT agent_id, key, value, rev, updated_at, expires_at FROM state WHERE agent_id = ? "
+            "AND (expires_at IS NULL OR expires_at >= ?) ORDER BY key",
+            (agent_id, now),
+        )
+        return [_state(r) for r in found]
+
+    def delete_state(self, agent_id: str, key: str | None, expected_rev: str | None = None) -> int:
+        validation.identifier("agent_id", agent_id)
+        with self._db.write("delete state") as conn:
+            if key is None:
+                return int(conn.execute("DELETE FROM state WHERE agent_id = ?", (agent_id,)).rowcount)
+            validation.identifier("key", key)
+            if expected_rev is not None:
+                current = conn.execute(
+                    "SELECT rev FROM state WHERE agent_id = ? AND key = ?", (agent_id, key)
+                ).fetchone()
+                current_rev = None if current is None else current["rev"]
+                if current_rev != expected_rev:
+                    raise semantics.rev_conflict(f"state key {key!r}", expected_rev, current_rev)
+            return int(conn.execute("DELETE FROM state WHERE agent_id = ? AND key = ?", (agent_id, key)).rowcount)
+
+
+def _state(row: sqlite3.Row) -> StateEntry:
+    return StateEntry(
+        row["agent_id"],
+        row["key"],
+        json.loads(row["value"]),
+        row["rev"],
+        float(row["updated_at"]),
+        None if row["expires_at"] is None else float(row["expires_at"]),
+    )

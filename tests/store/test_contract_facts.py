@@ -1,0 +1,109 @@
+"""Contract of facts and state, against every adapter."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from vcm.errors import NotFound, RevConflict, ValidationError
+from vcm.store.port import MemoryStore
+from vcm.store.types import Fact, FactQuery
+
+NOW = 1_700_000_000.0
+
+
+def fact(i: int, value: str, **over: object) -> Fact:
+    base = Fact(
+        agent_id="a1",
+        fact_id=f"f{i}",
+        scope="user",
+        type="preference",
+        value=value,
+        key=None,
+        tags=("food",),
+        evidence=({"kind": "message", "id": f"m{i}"},),
+        created_at=NOW + i,
+        updated_at=NOW + i,
+        embedding=[1.0, 0.0, 0.0],
+    )
+    return replace(base, **over)  # type: ignore[arg-type]
+
+
+def test_put_get_versions_and_conflicts(store: MemoryStore) -> None:
+    first = store.put_fact(fact(1, "Alice prefers green tea"), None)
+    assert first.version == 1 and first.embedding is None
+    with pytest.raises(RevConflict):
+        store.put_fact(fact(1, "again"), None)  # exists already
+    second = store.put_fact(replace(first, value="Alice prefers jasmine tea"), 1)
+    assert second.version == 2 and store.get_fact("a1", "f1").value == "Alice prefers jasmine tea"
+    with pytest.raises(RevConflict):
+        store.put_fact(replace(first, value="stale"), 1)
+    assert store.get_fact("a1", "f1").value == "Alice prefers jasmine tea"
+    with pytest.raises(NotFound):
+        store.get_fact("a1", "nope")
+    with pytest.raises(ValidationError):
+        store.put_fact(replace(first, fact_id="f9", importance=float("nan")), None)
+
+
+def test_query_filters_and_order(store: MemoryStore) -> None:
+    store.put_fact(fact(1, "likes tea", key="drink", importance=0.9), None)
+    store.put_fact(fact(2, "project Falcon due in May", type="project", tags=("work", "falcon")), None)
+    store.put_fact(fact(3, "shadow guess", status="shadow"), None)
+    store.put_fact(fact(4, "old news", status="archived"), None)
+    ids = lambda q: [f.fact_id for f in store.query_facts("a1", q)]  # noqa: E731
+    assert ids(FactQuery()) == ["f3", "f2", "f1"]  # active and shadow, newest first
+    assert ids(FactQuery(types=["project"])) == ["f2"]
+    assert ids(FactQuery(key="drink", scope="user")) == ["f1"]
+    assert ids(FactQuery(tags=["work", "falcon"])) == ["f2"]
+    assert ids(FactQuery(min_importance=0.8)) == ["f1"]
+    assert ids(FactQuery(statuses=["archived"])) == ["f4"]
+    assert ids(FactQuery(since=NOW + 2, until=NOW + 3)) == ["f2"]
+    assert ids(FactQuery(limit=1)) == ["f3"]
+
+
+def test_search_is_hybrid_text_and_vector(store: MemoryStore) -> None:
+    store.put_fact(fact(1, "Alice prefers green tea in the morning", embedding=[1.0, 0.0, 0.0]), None)
+    store.put_fact(fact(2, "The Falcon launch moved to May", embedding=[0.0, 1.0, 0.0]), None)
+    store.put_fact(fact(3, "Bob drinks coffee", embedding=[0.9, 0.1, 0.0]), None)
+    hits = store.search_facts("a1", "green tea", None, FactQuery())
+    assert [h.fact.fact_id for h in hits] == ["f1"]
+    # No word in common: the vector finds it.
+    by_meaning = store.search_facts("a1", "beverage habits", [1.0, 0.05, 0.0], FactQuery(limit=2))
+    assert [h.fact.fact_id for h in by_meaning] == ["f1", "f3"]
+    both = store.search_facts("a1", "launch", [0.0, 1.0, 0.0], FactQuery())
+    assert both[0].fact.fact_id == "f2" and both[0].fact.embedding is None
+
+
+def test_delete_touch_and_expiry(store: MemoryStore) -> None:
+    store.put_fact(fact(1, "keeps", expires_at=None), None)
+    store.put_fact(fact(2, "expires", expires_at=NOW + 10), None)
+    store.touch_facts("a1", ["f1"], NOW + 5)
+    touched = store.get_fact("a1", "f1")
+    assert (touched.access_count, touched.last_used, touched.version) == (1, NOW + 5, 1)
+    store.expire(NOW + 20)
+    assert store.get_fact("a1", "f2").status == "expired"
+    assert [f.fact_id for f in store.query_facts("a1", FactQuery())] == ["f1"]
+    assert store.delete_facts("a1", ["f1", "f2", "ghost"]) == 2
+    assert store.query_facts("a1", FactQuery(statuses=None)) == []
+
+
+def test_state_keys_revs_ttl_and_clear(store: MemoryStore) -> None:
+    one = store.put_state("a1", "mood", {"level": 3}, expires_at=None, expected_rev=None)
+    assert store.get_state("a1", "mood", NOW).value == {"level": 3}
+    two = store.put_state("a1", "mood", "calm", expires_at=None, expected_rev=one.rev)
+    assert two.rev != one.rev
+    with pytest.raises(RevConflict):
+        store.put_state("a1", "mood", "angry", expires_at=None, expected_rev=one.rev)
+    assert store.get_state("a1", "mood", NOW).value == "calm"
+    store.put_state("a1", "temp", [1, 2], expires_at=NOW + 5, expected_rev=None)
+    assert [s.key for s in store.list_state("a1", NOW)] == ["mood", "temp"]
+    assert [s.key for s in store.list_state("a1", NOW + 6)] == ["mood"]  # never returned once expired
+    with pytest.raises(NotFound):
+        store.get_state("a1", "temp", NOW + 6)
+    store.expire(NOW + 6)
+    with pytest.raises(ValidationError):
+        store.put_state("a1", "bad", {1, 2}, expires_at=None, expected_rev=None)
+    assert store.delete_state("a1", "mood", two.rev) == 1
+    store.put_state("a1", "x", 1, expires_at=None, expected_rev=None)
+    assert store.delete_state("a1", None) == 1 and store.list_state("a1", NOW) == []
