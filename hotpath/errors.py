@@ -19,6 +19,8 @@ same exceptions::
     │                                                       before its predecessor)
     ├── TaintedContent          TAINTED_CONTENT        422  instruction-like text promoted unjustified
     ├── SnapshotCorrupt         SNAPSHOT_CORRUPT       422  a snapshot failed its checksum; not restored
+    ├── PolicyRefused           POLICY_REFUSED         422  a memory write the policy guard refused
+    │                                                       (secret, PII); carries reasons
     ├── ConfigError             CONFIG_ERROR           500  invalid settings, raised at start
     ├── StoreUnavailable        STORE_UNAVAILABLE      503  backend down / transaction aborted
     │   └── InjectedFailure                                 raised by test fault hooks only
@@ -48,6 +50,7 @@ class ErrorCode(StrEnum):
     CONFLICT = "CONFLICT"
     TAINTED_CONTENT = "TAINTED_CONTENT"
     SNAPSHOT_CORRUPT = "SNAPSHOT_CORRUPT"
+    POLICY_REFUSED = "POLICY_REFUSED"
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
@@ -127,6 +130,14 @@ class SnapshotCorrupt(VcmError):
     """The stored snapshot does not match its SHA-256 (or cannot be read): nothing was restored."""
 
     code = ErrorCode.SNAPSHOT_CORRUPT
+    http_status = 422
+
+
+class PolicyRefused(VcmError):
+    """The policy guard refused a memory write (a secret, a PII class, instruction-like text)
+    given without a justification: nothing was written."""
+
+    code = ErrorCode.POLICY_REFUSED
     http_status = 422
 
 

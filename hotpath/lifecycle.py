@@ -264,7 +264,8 @@ class LifecycleOps:
         self.store.reset_context(ContextReset(agent_id, batch_id, text, tokens, fifo_ids=fifo))
 
     def _audit(self, agent_id: str, kind: str, payload: Mapping[str, Any], actor: str) -> None:
-        digest = hashlib.sha256(repr(sorted(payload.items())).encode() + str(self.clock()).encode()).hexdigest()[:24]
+        # Unique per call (two identical rows in one clock tick are still two events).
+        digest = hashlib.sha256(f"{kind}{sorted(payload.items())!r}{time.perf_counter_ns()}".encode()).hexdigest()[:24]
         self._write_event(
             audit.event(
                 agent_id,

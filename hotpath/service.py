@@ -40,10 +40,12 @@ from vcm.errors import (
     ValidationError,
     VcmError,
 )
+from vcm.facts.capture import capture
 from vcm.hot.context import AssembledContext, assemble
 from vcm.hot.jobs import IngestJob
 from vcm.hot.state import HotState
 from vcm.hot.tokens import TokenCounter
+from vcm.knowledge import KnowledgeOps
 from vcm.lifecycle import LifecycleOps
 from vcm.obs import audit, footprint, metrics
 from vcm.store.port import MemoryStore
@@ -86,7 +88,7 @@ def doc_id_for(text: str) -> str:
     return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-class MemoryService(LifecycleOps):
+class MemoryService(KnowledgeOps, LifecycleOps):
     def __init__(
         self,
         hot: HotState,
@@ -188,7 +190,18 @@ class MemoryService(LifecycleOps):
         token_sha256: str | None = None,
     ) -> AppendResult:
         """Append one message. ``token_sha256``: the caller's agent token digest, checked in the
-        append's own Lua call (see :meth:`HotState.append`)."""
+        append's own Lua call (see :meth:`HotState.append`).
+
+        An assistant message's ``[MEMORY:type]`` / ``[STATE:key]`` tags (:mod:`vcm.facts.capture`)
+        are kept as facts / state pointing at the message, and the message enters the context
+        without them."""
+        captured = capture(content) if role == "assistant" and isinstance(content, str) and "[" in content else None
+        if captured is not None and captured.any:
+            content = captured.stripped
+            metadata = {
+                **(dict(metadata) if isinstance(metadata, Mapping) else {}),
+                "memory_tags": {"facts": len(captured.memories), "state": [k for k, _ in captured.states]},
+            }
         with self._refusals_audited(agent_id, "append", actor, idempotency_key):
             res = self._hot(
                 agent_id,
@@ -217,6 +230,8 @@ class MemoryService(LifecycleOps):
             if res.batch is not None:
                 self._batch_begun(agent_id, res.batch, res.total, res.target_unreachable, actor, idempotency_key)
             return res
+        if captured is not None and captured.any:
+            self.keep_captured(agent_id, captured, res.message_id, actor)
         # The append's audit row is written by the spool task with the message (vcm.tasks.spool),
         # so the hot path stays one Redis round trip.
         if res.gauges is not None:

@@ -4,6 +4,7 @@ environment variables. Invalid values fail at start with :class:`ConfigError` na
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from functools import lru_cache
@@ -159,6 +160,10 @@ class WorkerSettings(BaseModel):
     dispatch_retries: int = Field(2, ge=0, le=10)
     metrics_port: int = Field(0, ge=0, le=65535)
     preload_embedder: bool = True
+    # RabbitMQ: a publish returns once the broker holds the message (publisher confirms). Off, a
+    # dispatch lost in a broker crash is repaired by the sweeper (batches, spools) but an ingestion
+    # job's document is lost; on, each publish waits a round trip (docs/capacity.md §3).
+    amqp_confirm_publish: bool = True
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
@@ -203,6 +208,38 @@ class DurabilitySettings(BaseModel):
     snapshot_ttl_s: int = Field(30 * 86400, ge=0, le=10 * 365 * 86400)
     # Periodic snapshots of every agent by beat (0: none).
     snapshot_interval_s: float = Field(0.0, ge=0.0, le=30 * 86400.0)
+
+
+class FactSettings(BaseModel):
+    """Structured memory (vcm.facts): types, dedup thresholds, the policy guard."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Fact type -> default lifetime in seconds (0: never expires). More types may be added.
+    types: dict[str, int] = Field(
+        default_factory=lambda: {"sticky": 0, "preference": 90 * 86400, "project": 30 * 86400, "learned": 30 * 86400}
+    )
+    max_value_chars: int = Field(4000, ge=16, le=100_000)
+    max_tags: int = Field(32, ge=0, le=1000)
+    # A write is the same fact when its words overlap this much (Jaccard) or its embedding is
+    # this close (cosine) to one of the agent's facts of the same scope and type.
+    word_overlap: float = Field(0.8, gt=0.0, le=1.0)
+    embedding_similarity: float = Field(0.92, gt=0.0, le=1.0)
+    # PII classes the guard refuses without a justification (secrets are always refused).
+    pii: list[Literal["email", "phone", "credit_card", "iban", "ssn", "ip_address"]] = Field(
+        default_factory=lambda: ["credit_card", "iban", "ssn"]
+    )
+    # Extraction of shadow facts from each eviction batch before it leaves the context.
+    extract_on_eviction: bool = True
+    # Consolidation (beat): promote shadow facts whose evidence still supports them.
+    consolidate_interval_s: float = Field(3600.0, ge=0.0, le=30 * 86400.0)
+
+    @model_validator(mode="after")
+    def _types(self) -> Self:
+        for name, ttl in self.types.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", name) or ttl < 0:
+                raise ValueError(f"facts.types: {name!r} must be a lower-case name with a lifetime >= 0")
+        return self
 
 
 class SummarizerSettings(BaseModel):
@@ -345,6 +382,7 @@ class Settings(BaseModel):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
     durability: DurabilitySettings = Field(default_factory=DurabilitySettings)
+    facts: FactSettings = Field(default_factory=FactSettings)
     summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)

@@ -142,6 +142,11 @@ class MemoryStore(abc.ABC):
         """Delete facts by id; returns how many existed."""
 
     @abc.abstractmethod
+    def fact_counts(self, agent_id: str) -> dict[str, dict[str, int]]:
+        """Counts of the agent's facts ``{"type": {...}, "status": {...}, "scope": {...}}``, and
+        ``{"conflicts": {"live": n}}`` for live facts marked as conflicting."""
+
+    @abc.abstractmethod
     def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
         """Record a use: ``last_used`` = now, ``access_count`` + 1 (no version change)."""
 

@@ -318,6 +318,7 @@ class FactQuery:
     since: float | None = None  # updated_at, inclusive
     until: float | None = None  # updated_at, exclusive
     limit: int = 100
+    with_embeddings: bool = False  # query_facts: return embeddings too (dedup compares them)
 
 
 @dataclass(frozen=True)

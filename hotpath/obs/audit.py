@@ -10,6 +10,8 @@ Actors name the caller, most specific last:
 ===========================  ==========================================================
 ``api:admin``                the operator's bearer token on the HTTP API
 ``api:agent:<id>``           an agent's own bearer token on the HTTP API
+``mcp:agent:<id>``           an agent's own bearer token on an MCP session (``vcm mcp``)
+``mcp:admin``                the operator's token on a stdio MCP session (``--agent``)
 ``agent:<id>``               an agent's tool call run in process (the executor's default)
 ``<caller>/tool:<name>``     a write done by tool ``<name>`` for that caller
 ``cli``                      the ``vcm`` command line
@@ -29,6 +31,7 @@ from vcm.store.types import MemoryEvent
 SYSTEM = "system"
 CLI = "cli"
 API_ADMIN = "api:admin"
+MCP_ADMIN = "mcp:admin"
 ALL_AGENTS = "*"  # agent_id of rows about no single agent (a retention sweep)
 MAX_ACTOR_CHARS = 200
 
@@ -39,6 +42,10 @@ def agent(agent_id: str) -> str:
 
 def api_agent(agent_id: str) -> str:
     return f"api:agent:{agent_id}"
+
+
+def mcp_agent(agent_id: str) -> str:
+    return f"mcp:agent:{agent_id}"
 
 
 def tool(caller: str, name: str) -> str:

@@ -27,6 +27,9 @@ from vcm.store.types import (
     EdgeKind,
     EvictionCommit,
     EvictionResult,
+    Fact,
+    FactHit,
+    FactQuery,
     Forgotten,
     Health,
     MemoryEvent,
@@ -34,6 +37,7 @@ from vcm.store.types import (
     Page,
     RecallHit,
     SnapshotRecord,
+    StateEntry,
     StoredMessage,
     Summary,
     SummaryVersion,
@@ -86,6 +90,43 @@ class MeteredStore(MemoryStore):
 
     def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
         return self._call("summary_versions", self.inner.summary_versions, agent_id, limit=limit)
+
+    def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
+        return self._call("put_fact", self.inner.put_fact, fact, expected_version)
+
+    def get_fact(self, agent_id: str, fact_id: str) -> Fact:
+        return self._call("get_fact", self.inner.get_fact, agent_id, fact_id)
+
+    def query_facts(self, agent_id: str, query: FactQuery) -> list[Fact]:
+        return self._call("query_facts", self.inner.query_facts, agent_id, query)
+
+    def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
+        return self._call("search_facts", self.inner.search_facts, agent_id, text, vector, query)
+
+    def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
+        return self._call("delete_facts", self.inner.delete_facts, agent_id, fact_ids)
+
+    def fact_counts(self, agent_id: str) -> dict[str, dict[str, int]]:
+        return self._call("fact_counts", self.inner.fact_counts, agent_id)
+
+    def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
+        self._call("touch_facts", self.inner.touch_facts, agent_id, fact_ids, now)
+
+    def put_state(
+        self, agent_id: str, key: str, value: Any, *, expires_at: float | None, expected_rev: str | None
+    ) -> StateEntry:
+        return self._call(
+            "put_state", self.inner.put_state, agent_id, key, value, expires_at=expires_at, expected_rev=expected_rev
+        )
+
+    def get_state(self, agent_id: str, key: str, now: float) -> StateEntry:
+        return self._call("get_state", self.inner.get_state, agent_id, key, now)
+
+    def list_state(self, agent_id: str, now: float) -> list[StateEntry]:
+        return self._call("list_state", self.inner.list_state, agent_id, now)
+
+    def delete_state(self, agent_id: str, key: str | None, expected_rev: str | None = None) -> int:
+        return self._call("delete_state", self.inner.delete_state, agent_id, key, expected_rev)
 
     def reset_context(self, change: ContextReset) -> None:
         self._call("reset_context", self.inner.reset_context, change)

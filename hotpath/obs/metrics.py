@@ -50,6 +50,14 @@ _HIT_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 PARTS = ("system", "working", "summary", "placeholders", "fifo", "free")
 # mostrecent: an agent's parts are state, last written by whichever process served its latest
 # append or context read; summing processes would count one agent once per process.
+FACT_DECISIONS = Counter(
+    "vcm_fact_decisions_total",
+    "Fact writes by dedup decision (MATCH, NEW, CONFLICT) and consolidation promotions (PROMOTED)",
+    ["decision"],
+)
+GUARD_REFUSALS = Counter(
+    "vcm_guard_refusals_total", "Memory writes the policy guard refused (secrets, PII, poisoning)", ["op"]
+)
 CONTEXT_TOKENS = Gauge(
     "vcm_context_tokens",
     "Tokens of one agent's main context by part (free = max minus the rest), as of its latest append or read",
@@ -185,6 +193,16 @@ def context(agent_id: str, gauges: Gauges, *, per_agent: bool, max_agents: int =
     values = (gauges.system, gauges.working, gauges.summary, gauges.placeholders, gauges.fifo, gauges.free)
     for child, value in zip(children, values, strict=True):
         child.set(value)
+
+
+@_never_raises
+def fact_decision(decision: str) -> None:
+    FACT_DECISIONS.labels(decision=decision).inc()
+
+
+@_never_raises
+def guard_refused(op: str) -> None:
+    GUARD_REFUSALS.labels(op=op).inc()
 
 
 @_never_raises

@@ -118,8 +118,8 @@ class FactOps(ArangoBase):
     def query_facts(self, agent_id: str, query: FactQuery) -> list[Fact]:
         validation.identifier("agent_id", agent_id)
         n = validation.limit("limit", query.limit)
-        found = self._run(self._ro, _query(agent_id, query, n, False), "query_facts")
-        return [fact_from_doc(d) for d in found]
+        found = self._run(self._ro, _query(agent_id, query, n, query.with_embeddings), "query_facts")
+        return [fact_from_doc(d, with_embedding=query.with_embeddings) for d in found]
 
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
         validation.identifier("agent_id", agent_id)
@@ -134,6 +134,14 @@ class FactOps(ArangoBase):
         ids = [f"{names.FACTS}/{fact_key(agent_id, validation.identifier('fact_id', f))}" for f in fact_ids]
         rows = self._run(self._rw, aql.remove_documents(names.FACTS, ids), "delete_facts")
         return int(rows[0]) if rows else 0
+
+    def fact_counts(self, agent_id: str) -> dict[str, dict[str, int]]:
+        validation.identifier("agent_id", agent_id)
+        found = self._run(self._ro, aql.fact_counts(agent_id), "fact_counts")
+        row = found[0] if found else {}
+        return {
+            k: {str(a): int(b) for a, b in (row.get(k) or {}).items()} for k in ("type", "status", "scope", "conflicts")
+        }
 
     def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
         validation.identifier("agent_id", agent_id)

@@ -151,10 +151,11 @@ class FactOps(EmbeddedBase):
         fetch = n if not query.tags else fact_rank.MAX_CANDIDATES
         found = self._db.query(
             "list facts",
-            f"SELECT {_COLUMNS} FROM facts WHERE {where} ORDER BY updated_at DESC, fact_id LIMIT ?",
+            f"SELECT {_COLUMNS}, embedding FROM facts WHERE {where} ORDER BY updated_at DESC, fact_id LIMIT ?",
             (*params, fetch),
         )
-        return _tagged([_fact(r) for r in found], query.tags)[:n]
+        facts = [_fact(r, r["embedding"] if query.with_embeddings else None) for r in found]
+        return _tagged(facts, query.tags)[:n]
 
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
         validation.identifier("agent_id", agent_id)
@@ -178,6 +179,23 @@ class FactOps(EmbeddedBase):
                 conn.execute("DELETE FROM facts WHERE agent_id = ? AND fact_id = ?", (agent_id, f)).rowcount
                 for f in ids
             )
+
+    def fact_counts(self, agent_id: str) -> dict[str, dict[str, int]]:
+        validation.identifier("agent_id", agent_id)
+        out: dict[str, dict[str, int]] = {}
+        for column in ("type", "status", "scope"):
+            found = self._db.query(
+                "count facts", f"SELECT {column}, COUNT(*) FROM facts WHERE agent_id = ? GROUP BY {column}", (agent_id,)
+            )
+            out[column] = {str(r[0]): int(r[1]) for r in found}
+        live = self._db.query(
+            "count conflicts",
+            "SELECT COUNT(*) FROM facts WHERE agent_id = ? AND conflict_with != '[]' "
+            "AND status IN ('active', 'shadow')",
+            (agent_id,),
+        )
+        out["conflicts"] = {"live": int(live[0][0])}
+        return out
 
     def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
         validation.identifier("agent_id", agent_id)

@@ -1,0 +1,111 @@
+"""Dedup and conflicts of fact writes (seed 002's InfoUnit dedup, seed 003's fuzzy dedup). Pure.
+
+A write is compared with the agent's facts of the same scope and type:
+
+* same InfoKey (scope + type + key) and the same value (normalised): MATCH, its evidence joins;
+* same InfoKey, another value: CONFLICT, both are kept and marked with each other;
+* no key, or a key of no fact: near-duplicate text (word overlap, Jaccard, or embedding cosine
+  above the thresholds) is a MATCH; anything else is NEW.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from vcm.store.types import Fact
+
+Decision = Literal["MATCH", "NEW", "CONFLICT"]
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "to",
+        "of",
+        "in",
+        "on",
+        "at",
+        "and",
+        "or",
+        "for",
+        "with",
+        "by",
+        "it",
+        "its",
+        "this",
+        "that",
+        "i",
+        "my",
+        "me",
+    ]
+)
+
+
+def normalise(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def word_set(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def jaccard(a: str, b: str) -> float:
+    x, y = word_set(a), word_set(b)
+    return len(x & y) / len(x | y) if x and y else 0.0
+
+
+def cosine(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
+    if not a or not b or len(a) != len(b):
+        return 0.0
+    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / (na * nb) if na and nb else 0.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    decision: Decision
+    target: Fact | None = None  # the fact a MATCH joins
+    conflicting: tuple[Fact, ...] = ()  # the facts a CONFLICT is marked against
+    similarity: float = 0.0
+
+
+def decide(
+    value: str,
+    key: str | None,
+    embedding: Sequence[float] | None,
+    candidates: Sequence[Fact],
+    *,
+    word_overlap: float,
+    embedding_similarity: float,
+) -> Outcome:
+    """``candidates``: the agent's live facts of the write's scope and type."""
+    if key is not None:
+        keyed = [f for f in candidates if f.key == key]
+        same = [f for f in keyed if normalise(f.value) == normalise(value)]
+        if same:
+            return Outcome("MATCH", same[0], similarity=1.0)
+        if keyed:
+            return Outcome("CONFLICT", conflicting=tuple(keyed))
+    best: tuple[float, Fact | None] = (0.0, None)
+    for f in candidates:
+        if key is not None and f.key is not None and f.key != key:
+            continue  # another key: another fact, however alike the words
+        overlap = jaccard(value, f.value)
+        near = cosine(embedding, f.embedding)
+        if overlap >= word_overlap or near >= embedding_similarity:
+            score = max(overlap, near)
+            if score > best[0]:
+                best = (score, f)
+    if best[1] is not None:
+        return Outcome("MATCH", best[1], similarity=best[0])
+    return Outcome("NEW")
