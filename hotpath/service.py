@@ -597,6 +597,12 @@ class MemoryService(KnowledgeOps, LifecycleOps):
         return self.hot.claim(agent_id, idempotency_key, op, request, result)
 
     # --- what entry points read without reaching into the tiers ---------------------------------
+    def settle(
+        self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
+    ) -> None:
+        """Record the final result of a claimed keyed operation (retries answer with it)."""
+        self.hot.settle(agent_id, idempotency_key, op, request, result)
+
     def mark(self, text: str) -> dict[str, Any]:
         """``tainted`` / ``taint_reasons`` for retrieved text that reads like instructions to the
         model: the model sees the mark next to the text, and :meth:`put_block` refuses such text

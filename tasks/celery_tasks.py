@@ -27,6 +27,7 @@ from vcm.service import MemoryService
 from vcm.tasks import evict, ingest_job, maintenance, reembed, runtime
 from vcm.tasks.backoff import delay_s
 from vcm.tasks.names import (
+    CONSOLIDATE,
     DEAD_LETTER,
     EVICT,
     EXPIRE,
@@ -180,6 +181,18 @@ def snapshot_agents(self: VcmTask) -> dict[str, Any]:
     deps = runtime.deps()
     taken = MemoryService(deps.hot, deps.store, deps.dispatcher).snapshot_all(kind="periodic")
     return {"outcome": "snapshots", "taken": taken}
+
+
+@shared_task(bind=True, base=VcmTask, name=CONSOLIDATE)
+def consolidate_facts(self: VcmTask) -> dict[str, Any]:
+    """Shadow facts of every agent through the replay test (SHADOW -> ACTIVE, seed 002 §8)."""
+    deps = runtime.deps()
+    service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed)
+    totals: dict[str, int] = {}
+    for agent_id in service.store_agent_ids():
+        for name, n in service.consolidate(agent_id).items():
+            totals[name] = totals.get(name, 0) + n
+    return {"outcome": "consolidated", **totals}
 
 
 @shared_task(bind=True, base=VcmTask, name=DEAD_LETTER)

@@ -28,11 +28,12 @@ import numpy as np
 
 from vcm import poisoning
 from vcm.durable import append_event, stored_message
-from vcm.errors import NotFound
+from vcm.errors import NotFound, VcmError
 from vcm.hot.budget import Budget
 from vcm.obs import audit, footprint, metrics
+from vcm.service import MemoryService
 from vcm.store.types import EvictionCommit, MemoryEvent, Summary
-from vcm.tasks import drift
+from vcm.tasks import drift, fact_extraction
 from vcm.tasks.deps import Deps
 from vcm.tasks.selection import Vectors
 from vcm.tasks.spool import backfill_vectors
@@ -76,6 +77,8 @@ def evict_batch(deps: Deps, agent_id: str, batch_id: int) -> EvictOutcome:
         draft = check.draft
         faults.point("evict.after_summarize")
         _record_drift(deps, agent_id, batch_id, check)
+        if deps.settings.facts.extract_on_eviction:
+            _extract_facts(deps, agent_id, messages)
         result = store.commit_eviction(
             EvictionCommit(
                 agent_id=agent_id,
@@ -128,6 +131,27 @@ def evict_batch(deps: Deps, agent_id: str, batch_id: int) -> EvictOutcome:
         outcome = _finish(deps, agent_id, batch_id, text, "replayed" if result.replayed else "committed", draft.score)
     _backfill(deps, agent_id, messages)
     return outcome
+
+
+def _extract_facts(deps: Deps, agent_id: str, messages: Sequence[Message]) -> None:
+    """Shadow facts of the batch, with evidence, before it leaves the context. Through the
+    façade (guard, dedup: a retried batch matches what its first attempt stored). A failure is
+    logged: facts are an index of the batch, the batch itself goes to recall regardless."""
+    service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed, clock=deps.clock)
+    for c in fact_extraction.extract(messages, _scanner(deps.settings.poisoning)):
+        try:
+            service.remember(
+                agent_id,
+                c.value,
+                type=c.type,
+                importance=c.importance,
+                confidence=0.5,
+                evidence=[{"kind": "message", "id": c.message_id}],
+                status="shadow",
+                actor=ACTOR,
+            )
+        except VcmError as exc:  # a refused or invalid candidate: the others still count
+            log.info("fact candidate of %s not kept: %s", agent_id, exc.code)
 
 
 def _backfill(deps: Deps, agent_id: str, messages: Sequence[Message]) -> None:

@@ -12,6 +12,8 @@ SWEEP_CONFIRM = "tasks.sweep_confirm"
 EXPIRE = "tasks.expire_recall"
 # Periodic snapshots of every agent (beat, when durability.snapshot_interval_s > 0).
 SNAPSHOT = "tasks.snapshot_agents"
+# Promotes shadow facts that pass the replay test (vcm.knowledge.KnowledgeOps.consolidate), beat.
+CONSOLIDATE = "tasks.consolidate_facts"
 # Records the dead letter of an eviction whose worker process died on its last attempt.
 DEAD_LETTER = "tasks.record_dead_letter"
 # Archival ingestion (tasks/ingest.py) registers under this name; it runs on the ingest queue.
@@ -21,4 +23,4 @@ REEMBED = "tasks.reembed_messages"
 
 # Tasks that take the shared retry policy (backoff, max_retries, delivery cap) from the worker
 # settings; a task subclassing vcm.tasks.celery_tasks.VcmTask should be listed here.
-RETRIED = (EVICT, SPOOL, SPOOL_MANY, SWEEP, SWEEP_CONFIRM, EXPIRE, SNAPSHOT, DEAD_LETTER, INGEST, REEMBED)
+RETRIED = (EVICT, SPOOL, SPOOL_MANY, SWEEP, SWEEP_CONFIRM, EXPIRE, SNAPSHOT, CONSOLIDATE, DEAD_LETTER, INGEST, REEMBED)

@@ -11,14 +11,17 @@ from vcm.tasks import names
 
 
 def schedule(settings: Settings) -> dict[str, dict[str, Any]]:
-    m = settings.maintenance
-    entries: dict[str, dict[str, Any]] = {
+    m, d, f = settings.maintenance, settings.durability, settings.facts
+    optional: dict[str, dict[str, Any]] = {}
+    if d.snapshot_interval_s > 0:  # periodic snapshots of every agent, when asked for
+        optional["snapshot-agents"] = {"task": names.SNAPSHOT, "schedule": d.snapshot_interval_s}
+    if f.consolidate_interval_s > 0:  # shadow facts through the replay test (SHADOW -> ACTIVE)
+        optional["consolidate-facts"] = {"task": names.CONSOLIDATE, "schedule": f.consolidate_interval_s}
+    return {
         # First look of the eviction sweeper; the second look follows sweep_grace_s later.
         "sweep-evictions": {"task": names.SWEEP, "schedule": m.sweep_interval_s},
         # Recall TTL: delete messages past expires_at (no-op while recall_ttl_s is 0); expired
-        # snapshots go with the same sweep.
+        # snapshots, state keys and facts go with the same sweep.
         "expire-recall": {"task": names.EXPIRE, "schedule": m.expire_interval_s},
+        **optional,
     }
-    if settings.durability.snapshot_interval_s > 0:
-        entries["snapshot-agents"] = {"task": names.SNAPSHOT, "schedule": settings.durability.snapshot_interval_s}
-    return entries

@@ -25,6 +25,7 @@ ROUTES: dict[str, dict[str, Any]] = {
     names.SWEEP_CONFIRM: {"queue": MAINTENANCE},
     names.EXPIRE: {"queue": MAINTENANCE},
     names.SNAPSHOT: {"queue": MAINTENANCE},
+    names.CONSOLIDATE: {"queue": MAINTENANCE},
     names.DEAD_LETTER: {"queue": MAINTENANCE},
     "tasks.drift*": {"queue": COLD},
     names.INGEST: {"queue": INGEST},

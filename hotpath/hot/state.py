@@ -573,6 +573,15 @@ class HotState:
         )
         return _reply(raw)
 
+    def settle(
+        self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
+    ) -> None:
+        """Replace a claimed key's recorded result with the operation's final one (same
+        fingerprint), so that retries answer with it (:meth:`claim` records what is known first)."""
+        fp = _fingerprint({"op": op, **request})
+        record = f"{fp}\n{_json(dict(result))}"
+        self.redis.set(keys.idempotency(agent_id, idempotency_key), record, ex=self.settings.idempotency_ttl_s)
+
     def cursor_secret(self) -> bytes:
         """The key of the MACs on result cursors: one per deployment (created by whichever process
         asks first), so any API or worker process can read a cursor another one issued."""

@@ -35,7 +35,7 @@ from vcm.hot.tokens import TokenCounter
 from vcm.obs import audit
 from vcm.service import MemoryService
 from vcm.store.types import Page, StoredMessage
-from vcm.tools import paging, results
+from vcm.tools import fact_tools, paging, results
 from vcm.tools.chains import NOT_GOVERNED, ChainEnd, HeartbeatGovernor, HeartbeatOutcome
 from vcm.tools.results import ToolResult
 from vcm.tools.schemas import TOOL_NAMES, schema_of
@@ -99,6 +99,12 @@ class ToolExecutor:
             "search_archival": self._search_archival,
             "ingest_archival": self._ingest_archival,
             "record_heartbeat": self._record_heartbeat,
+            "remember_fact": lambda c: self._keyed(c, "remember_fact", fact_tools.remember),
+            "recall_fact": lambda c: _Reply(fact_tools.recall(self.service, c.agent.agent_id, c.args)),
+            "search_facts": lambda c: _Reply(fact_tools.search(self.service, c.agent.agent_id, c.args)),
+            "forget_fact": lambda c: self._keyed(c, "forget_fact", fact_tools.forget),
+            "get_state": lambda c: _Reply(fact_tools.get_state(self.service, c.agent.agent_id, c.args)),
+            "set_state": lambda c: self._keyed(c, "set_state", fact_tools.set_state),
         }
 
     # --- entry points ---------------------------------------------------------------------------
@@ -314,6 +320,19 @@ class ToolExecutor:
         if batch is None:
             return _Reply({"evicted": 0, "note": "nothing to evict: the queue holds only pinned or no messages"})
         return _Reply({"evicted": batch.count, "batch_id": batch.id, "tokens_freed": batch.tokens})
+
+    def _keyed(self, call: _Call, name: str, run: Callable[..., dict[str, Any]]) -> _Reply:
+        """A structured-memory write under its idempotency key: a retry answers as the first call
+        did (its body is kept with the key) and changes nothing."""
+        a = call.args
+        request = {k: v for k, v in a.items() if k not in ("idempotency_key", "request_heartbeat")}
+        agent_id = call.agent.agent_id
+        first, replayed = self.service.claim(agent_id, a["idempotency_key"], name, request, {"pending": True})
+        if replayed and "body" in first:
+            return _Reply(_replayed(dict(first["body"]), True))
+        body = run(self.service, call.agent.agent_id, a, call.actor)
+        self.service.settle(call.agent.agent_id, a["idempotency_key"], name, request, {"body": body})
+        return _Reply(body)
 
     def _write_recall(self, call: _Call) -> _Reply:
         a = call.args

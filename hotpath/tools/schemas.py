@@ -139,6 +139,69 @@ _TOOLS: list[dict[str, Any]] = [
         ["text", "idempotency_key"],
     ),
     _tool(
+        "remember_fact",
+        "Keep a fact you learned (a preference, a project detail, a lesson) in long-term memory. A "
+        "fact matching one you hold joins it; one with the same key and another value is kept as a "
+        "CONFLICT for you to resolve. Secrets and personal data are refused (POLICY_REFUSED) unless "
+        "you give a justification.",
+        {
+            "value": {"type": "string", "minLength": 1, "maxLength": 4000},
+            "type": {"type": "string", "description": "sticky (never expires), preference, project, learned, ..."},
+            "key": {"type": "string", "description": "a stable name for the fact (e.g. home_city)"},
+            "scope": {"type": "string", "enum": ["agent", "user", "domain"]},
+            "category": {"type": "string", "maxLength": 64},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 64}, "maxItems": 32},
+            "importance": {"type": "number", "minimum": 0, "maximum": 1},
+            "evidence_message_ids": {"type": "array", "items": {"type": "string"}, "maxItems": 64},
+            "justification": {"type": "string", "description": "why a refused value must be kept anyway"},
+            "idempotency_key": IDEMPOTENCY,
+        },
+        ["value", "type", "idempotency_key"],
+    ),
+    _tool(
+        "recall_fact",
+        "Read the facts kept under a key (more than one: they conflict).",
+        {"key": {"type": "string", "minLength": 1}, "scope": {"type": "string", "enum": ["agent", "user", "domain"]}},
+        ["key"],
+    ),
+    _tool(
+        "search_facts",
+        "Search your long-term facts by meaning and keywords, optionally by type or tags.",
+        {
+            "query": {"type": "string", "minLength": 1},
+            "types": {"type": "array", "items": {"type": "string"}},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 20},
+        },
+        ["query"],
+    ),
+    _tool(
+        "forget_fact",
+        "Delete one fact from long-term memory.",
+        {"fact_id": {"type": "string", "minLength": 1}, "idempotency_key": IDEMPOTENCY},
+        ["fact_id", "idempotency_key"],
+    ),
+    _tool(
+        "get_state",
+        "Read a working-memory key (or every key when key is omitted).",
+        {"key": {"type": "string", "minLength": 1}},
+        [],
+    ),
+    _tool(
+        "set_state",
+        "Set a working-memory key to a JSON value, optionally expiring after ttl_s seconds; pass the "
+        "key's _rev to update it only if nobody changed it meanwhile.",
+        {
+            "key": {"type": "string", "minLength": 1, "maxLength": 128},
+            "value": {"description": "any JSON value"},
+            "ttl_s": {"type": "integer", "minimum": 1},
+            "_rev": {"type": "string"},
+            "delete": {"type": "boolean", "description": "delete the key instead"},
+            "idempotency_key": IDEMPOTENCY,
+        },
+        ["key", "idempotency_key"],
+    ),
+    _tool(
         "record_heartbeat",
         "Report the state of your heartbeat chain; set request_heartbeat=false to end the chain.",
         {"note": {"type": "string", "maxLength": 500}},

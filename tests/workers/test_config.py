@@ -68,6 +68,8 @@ def test_rabbitmq_keeps_the_reliability_settings_and_drops_the_redis_only_ones()
     assert {k: conf[k] for k in same} == {k: redis_conf[k] for k in same}
     # publisher confirms instead of the visibility timeout, restore cadence and key prefix of Redis
     assert conf["broker_transport_options"] == {"confirm_publish": True}
+    env = {"VCM_BROKER_URL": "amqp://127.0.0.1//", "VCM_WORKER__AMQP_CONFIRM_PUBLISH": "false"}
+    assert config.broker_transport_options(load_settings(environ=env)) == {"confirm_publish": False}
 
 
 def test_rabbitmq_refuses_tasks_that_outlive_its_consumer_timeout() -> None:
@@ -124,7 +126,13 @@ def test_routes(task: str, queue: str) -> None:
 def test_beat_runs_the_sweeper_and_the_ttl_cleanup() -> None:
     s = load_settings(overrides={"maintenance": {"sweep_interval_s": 30, "expire_interval_s": 600}}, environ={})
     schedule = beat.schedule(s)
-    assert {(e["task"], e["schedule"]) for e in schedule.values()} == {(names.SWEEP, 30), (names.EXPIRE, 600)}
+    assert {(e["task"], e["schedule"]) for e in schedule.values()} == {
+        (names.SWEEP, 30),
+        (names.EXPIRE, 600),
+        (names.CONSOLIDATE, s.facts.consolidate_interval_s),
+    }
+    off = load_settings(overrides={"facts": {"consolidate_interval_s": 0}}, environ={})
+    assert names.CONSOLIDATE not in {e["task"] for e in beat.schedule(off).values()}
 
 
 def test_a_dispatch_the_broker_refuses_is_counted_not_raised() -> None:
