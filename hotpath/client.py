@@ -158,6 +158,61 @@ class _Operations(Generic[R]):
     def summary_versions(self, agent_id: str, *, limit: int = 20) -> R:
         return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/summary/versions", params={"limit": limit}))
 
+    # --- facts and state ------------------------------------------------------------------------
+    def remember(
+        self,
+        agent_id: str,
+        value: str,
+        *,
+        type: str,
+        key: str | None = None,
+        scope: str = "agent",
+        tags: Sequence[str] = (),
+        importance: float = 0.5,
+        evidence: Sequence[Mapping[str, Any]] = (),
+        ttl_s: int | None = None,
+        justification: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> R:
+        body = _clean(
+            {
+                "value": value, "type": type, "key": key, "scope": scope, "tags": list(tags), "importance": importance,
+                "evidence": [dict(e) for e in evidence], "ttl_s": ttl_s, "justification": justification,
+            }
+        )  # fmt: skip
+        return self._send(Call("POST", f"/v1/agents/{_seg(agent_id)}/facts", json=body, headers=_idem(idempotency_key)))
+
+    def facts(
+        self, agent_id: str, *, types: Sequence[str] | None = None, key: str | None = None, limit: int = 100
+    ) -> R:
+        params = _clean({"type": list(types) if types else None, "key": key, "limit": limit})
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/facts", params=params))
+
+    def search_facts(self, agent_id: str, query: str, *, types: Sequence[str] | None = None, limit: int = 10) -> R:
+        params = _clean({"query": query, "type": list(types) if types else None, "limit": limit})
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/facts/search", params=params))
+
+    def fact(self, agent_id: str, fact_id: str) -> R:
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/facts/{_seg(fact_id)}"))
+
+    def forget_fact(self, agent_id: str, fact_id: str) -> R:
+        return self._send(Call("DELETE", f"/v1/agents/{_seg(agent_id)}/facts/{_seg(fact_id)}"))
+
+    def fact_stats(self, agent_id: str) -> R:
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/facts/stats"))
+
+    def state(self, agent_id: str, key: str | None = None) -> R:
+        path = f"/v1/agents/{_seg(agent_id)}/state" + (f"/{_seg(key)}" if key else "")
+        return self._send(Call("GET", path))
+
+    def set_state(self, agent_id: str, key: str, value: Any, *, ttl_s: int | None = None, rev: str | None = None) -> R:
+        body = _clean({"value": value, "ttl_s": ttl_s, "_rev": rev}) | {"value": value}
+        return self._send(Call("PUT", f"/v1/agents/{_seg(agent_id)}/state/{_seg(key)}", json=body))
+
+    def delete_state(self, agent_id: str, key: str | None = None) -> R:
+        path = f"/v1/agents/{_seg(agent_id)}/state" + (f"/{_seg(key)}" if key else "")
+        return self._send(Call("DELETE", path))
+
     # --- messages and context -------------------------------------------------------------------
     def append(
         self,

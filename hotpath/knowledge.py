@@ -220,11 +220,16 @@ class KnowledgeOps:
             self._audit(agent_id, "fact_forgotten", {"fact_id": fact_id}, actor)
         return removed
 
-    def archive_facts(self, agent_id: str, filters: FactQuery, *, actor: str = "system") -> int:
-        """Move the facts matching ``filters`` to ``archived`` (kept, no longer recalled)."""
+    def archive_facts(
+        self, agent_id: str, filters: FactQuery, *, actor: str = "system", only: set[str] | None = None
+    ) -> int:
+        """Move the facts matching ``filters`` (and in ``only``, when given) to ``archived``:
+        kept, no longer recalled or searched."""
         self.agent(agent_id)
         done = 0
         for f in self.store.query_facts(agent_id, filters):
+            if only is not None and f.fact_id not in only:
+                continue
             if f.status != "archived":
                 self.store.put_fact(replace(f, status="archived", updated_at=self.clock()), f.version)
                 done += 1

@@ -46,7 +46,9 @@ def extract(messages: Sequence[Message], scan: facts.Scan | None = None, *, limi
     for m in messages:
         if m.kind != "message" or m.role not in ("user", "assistant") or not m.content:
             continue
-        speaker = m.name or m.role
+        # A role as speaker would read like a chat-role marker ("assistant: ...", which the
+        # poisoning filter rightly flags): unnamed turns give bare sentences.
+        speaker = m.name or ""
         for sentence in sentences.split(m.content, MAX_SENTENCE_CHARS):
             unit = facts.unit_of(speaker, sentence, m.created_at, scan)
             if unit is None or unit.flagged or not facts.salient(unit, speakers):

@@ -80,6 +80,12 @@ from vcm.api.models import (
     EventPage,
     EvictIn,
     EvictOut,
+    FactArchiveIn,
+    FactHitOut,
+    FactHits,
+    FactIn,
+    FactList,
+    FactOut,
     HealthOut,
     IngestOut,
     MessageIn,
@@ -87,6 +93,7 @@ from vcm.api.models import (
     RecallHitOut,
     RecallNote,
     RecallPage,
+    RememberOut,
     RemovedOut,
     ReportOut,
     ResetOut,
@@ -94,6 +101,9 @@ from vcm.api.models import (
     SnapshotIn,
     SnapshotList,
     SnapshotOut,
+    StateIn,
+    StateList,
+    StateOut,
     SummaryVersionList,
     SummaryVersionOut,
     TokenOut,
@@ -108,6 +118,7 @@ from vcm.obs import metrics
 from vcm.obs.metrics_state import StateCollector
 from vcm.service import MemoryService
 from vcm.settings import Settings
+from vcm.store.types import FactQuery
 from vcm.tools import schemas as tools
 
 
@@ -181,6 +192,7 @@ def create_app(service: MemoryService, executor: ToolRunner | None, *, settings:
     app.include_router(_tool_routes(service, executor, authority))
     app.include_router(_probe_routes(service))
     app.include_router(_lifecycle_routes(service, authority))
+    app.include_router(_knowledge_routes(service, authority))
     # A route, not a mount: a mount answers GET /metrics with a redirect to /metrics/.
     app.add_route("/metrics", _metrics_route(service, authority, settings), methods=["GET"], include_in_schema=False)
     return app
@@ -774,5 +786,126 @@ def _lifecycle_routes(service: MemoryService, authority: TokenAuthority) -> APIR
                 for v in versions
             ]
         )
+
+    return router
+
+
+# --- facts and state --------------------------------------------------------------------------------
+
+
+def _knowledge_routes(service: MemoryService, authority: TokenAuthority) -> APIRouter:
+    """Structured memory: facts (remember, list, search, stats, get, forget, archive, consolidate)
+    and state (key/values with TTL); the agent itself or the admin."""
+    router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["facts"])
+    Agent = Annotated[Principal, Depends(_agent_dep(service, authority))]
+    TypeQ = Annotated[list[str] | None, Query(alias="type", description="fact types (repeat)")]
+    TagQ = Annotated[list[str] | None, Query(alias="tag", description="tags, all required (repeat)")]
+    StatusQ = Annotated[list[str] | None, Query(alias="status", description="default: active and shadow")]
+
+    @router.post("/facts", response_model=RememberOut, responses=_WRITE_ERRORS)
+    def remember(agent_id: AgentId, body: FactIn, who: Agent, idem: IdemHeader = None) -> RememberOut:
+        """Keep a fact: the policy guard first (POLICY_REFUSED without a justification), then
+        dedup: MATCH joins an existing fact, CONFLICT keeps both values of a key, NEW adds it."""
+        res = service.remember(
+            agent_id, body.value, type=body.type, scope=body.scope, key=body.key, category=body.category,
+            tags=body.tags, importance=body.importance, confidence=body.confidence,
+            evidence=[e.model_dump(exclude_none=True) for e in body.evidence], status=body.status, ttl_s=body.ttl_s,
+            justification=body.justification, idempotency_key=_one_key(idem, body.idempotency_key), actor=who.actor,
+        )  # fmt: skip
+        return RememberOut(
+            decision=res.decision, fact=FactOut.of(res.fact), conflicts=[FactOut.of(f) for f in res.conflicts]
+        )
+
+    @router.get("/facts", response_model=FactList, responses=_ERRORS)
+    def list_facts(
+        agent_id: AgentId,
+        who: Agent,
+        types: TypeQ = None,
+        tags: TagQ = None,
+        statuses: StatusQ = None,
+        scope: str | None = None,
+        key: str | None = None,
+        category: str | None = None,
+        min_importance: Annotated[float | None, Query(ge=0.0, le=1.0)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> FactList:
+        query = FactQuery(
+            scope=scope, types=types, key=key, statuses=statuses or ("active", "shadow"), category=category,
+            tags=tags, min_importance=min_importance, limit=limit,
+        )  # fmt: skip
+        return FactList(facts=[FactOut.of(f) for f in service.list_facts(agent_id, query)])
+
+    @router.get("/facts/search", response_model=FactHits, responses=_ERRORS)
+    def search_facts(
+        agent_id: AgentId,
+        who: Agent,
+        query: Annotated[str, Query(min_length=1, max_length=4000)],
+        types: TypeQ = None,
+        tags: TagQ = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    ) -> FactHits:
+        hits = service.search_facts(agent_id, query, filters=FactQuery(types=types, tags=tags, limit=limit))
+        return FactHits(hits=[FactHitOut(fact=FactOut.of(h.fact), score=h.score) for h in hits])
+
+    @router.get("/facts/stats", response_model=dict[str, Any], responses=_ERRORS)
+    def fact_stats(agent_id: AgentId, who: Agent) -> dict[str, Any]:
+        return service.fact_stats(agent_id)
+
+    @router.post("/facts/archive", response_model=dict[str, int], responses=_WRITE_ERRORS)
+    def archive(agent_id: AgentId, body: FactArchiveIn, who: Agent) -> dict[str, int]:
+        """Move matching facts to ``archived`` (kept, no longer recalled or searched)."""
+        query = FactQuery(types=body.types, tags=body.tags, category=body.category, until=body.until, limit=1000)
+        if body.max_importance is not None:
+            facts = [f for f in service.list_facts(agent_id, query) if f.importance <= body.max_importance]
+            ids = {f.fact_id for f in facts}
+            archived = service.archive_facts(agent_id, query, actor=who.actor, only=ids)
+        else:
+            archived = service.archive_facts(agent_id, query, actor=who.actor)
+        return {"archived": archived}
+
+    @router.post("/facts/consolidate", response_model=dict[str, int], responses=_WRITE_ERRORS)
+    def consolidate(agent_id: AgentId, who: Agent) -> dict[str, int]:
+        """Run the replay test on the agent's shadow facts now (beat does it periodically)."""
+        return service.consolidate(agent_id, actor=who.actor)
+
+    @router.get("/facts/{fact_id}", response_model=FactOut, responses=_ERRORS)
+    def get_fact(agent_id: AgentId, fact_id: Annotated[str, Path(max_length=256)], who: Agent) -> FactOut:
+        return FactOut.of(service.get_fact(agent_id, fact_id))
+
+    @router.delete("/facts/{fact_id}", response_model=RemovedOut, responses=_WRITE_ERRORS)
+    def forget_fact(agent_id: AgentId, fact_id: Annotated[str, Path(max_length=256)], who: Agent) -> RemovedOut:
+        deleted = service.forget_fact(agent_id, fact_id, actor=who.actor)
+        return RemovedOut(agent_id=agent_id, removed={"facts": 1} if deleted else {})
+
+    @router.get("/state", response_model=StateList, responses=_ERRORS)
+    def list_state(agent_id: AgentId, who: Agent) -> StateList:
+        return StateList(state=[StateOut.of(e) for e in service.list_state(agent_id)])
+
+    @router.delete("/state", response_model=RemovedOut, responses=_WRITE_ERRORS)
+    def clear_state(agent_id: AgentId, who: Agent) -> RemovedOut:
+        return RemovedOut(agent_id=agent_id, removed={"state": service.delete_state(agent_id, None, actor=who.actor)})
+
+    @router.get("/state/{key}", response_model=StateOut, responses=_ERRORS)
+    def get_state(agent_id: AgentId, key: Annotated[str, Path(max_length=128)], who: Agent) -> StateOut:
+        return StateOut.of(service.get_state(agent_id, key))
+
+    @router.put("/state/{key}", response_model=StateOut, responses=_WRITE_ERRORS)
+    def set_state(agent_id: AgentId, key: Annotated[str, Path(max_length=128)], body: StateIn, who: Agent) -> StateOut:
+        """Set a key (``_rev``: only if unchanged since; ``ttl_s``: expires after that long)."""
+        entry = service.set_state(
+            agent_id, key, body.value, ttl_s=body.ttl_s, expected_rev=body.rev, justification=body.justification,
+            actor=who.actor,
+        )  # fmt: skip
+        return StateOut.of(entry)
+
+    @router.delete("/state/{key}", response_model=RemovedOut, responses=_WRITE_ERRORS)
+    def delete_state(
+        agent_id: AgentId,
+        key: Annotated[str, Path(max_length=128)],
+        who: Agent,
+        rev: Annotated[str | None, Query(alias="_rev")] = None,
+    ) -> RemovedOut:
+        removed = service.delete_state(agent_id, key, expected_rev=rev, actor=who.actor)
+        return RemovedOut(agent_id=agent_id, removed={"state": removed} if removed else {})
 
     return router

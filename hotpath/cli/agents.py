@@ -1,6 +1,6 @@
-"""``vcm agents`` and ``vcm snapshots``: create, list, delete and reset agents, and manage their
-snapshots, against a running server (``--api``) or, in embedded mode, the data directory
-itself (the store is the source of truth; no server needs to run)."""
+"""``vcm agents``, ``vcm snapshots``, ``vcm facts`` and ``vcm state``: agents, their snapshots and
+their structured memory, against a running server (``--api``) or, in embedded mode, the data
+directory itself (the store is the source of truth; no server needs to run)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,96 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fact_json(f: Any) -> dict[str, Any]:
+    return {
+        "fact_id": f.fact_id, "type": f.type, "key": f.key, "value": f.value, "status": f.status,
+        "scope": f.scope, "tags": list(f.tags), "conflict_with": list(f.conflict_with),
+        "evidence": [dict(e) for e in f.evidence], "expires_at": f.expires_at,
+    }  # fmt: skip
+
+
+def cmd_facts(args: argparse.Namespace) -> int:
+    from vcm.store.types import FactQuery
+
+    if args.api:
+        client = _remote(args)
+        calls: dict[str, Callable[[], Any]] = {
+            "list": lambda: client.facts(args.agent, types=args.type),
+            "search": lambda: client.search_facts(args.agent, _need_text(args), types=args.type),
+            "remember": lambda: client.remember(
+                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key
+            ),
+            "forget": lambda: client.forget_fact(args.agent, _need_text(args)),
+            "stats": lambda: client.fact_stats(args.agent),
+        }
+        _print(calls[args.action]())
+        return 0
+    with _local() as service:
+        if args.action == "list":
+            found = service.list_facts(args.agent, FactQuery(types=args.type or None, limit=args.limit))
+            _print({"facts": [_fact_json(f) for f in found]})
+        elif args.action == "search":
+            hits = service.search_facts(
+                args.agent, _need_text(args), filters=FactQuery(types=args.type or None, limit=args.limit)
+            )
+            _print({"hits": [{"score": round(h.score, 4), **_fact_json(h.fact)} for h in hits]})
+        elif args.action == "remember":
+            res = service.remember(
+                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key, actor="cli"
+            )
+            _print({"decision": res.decision, "fact": _fact_json(res.fact)})
+        elif args.action == "forget":
+            _print({"deleted": service.forget_fact(args.agent, _need_text(args), actor="cli")})
+        else:
+            _print(service.fact_stats(args.agent))
+    return 0
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    if args.api:
+        client = _remote(args)
+        if args.action == "set":
+            _print(client.set_state(args.agent, _need_key(args), _json_value(args.value), ttl_s=args.ttl))
+        elif args.action == "delete":
+            _print(client.delete_state(args.agent, _need_key(args)))
+        else:
+            _print(client.state(args.agent, args.key))
+        return 0
+    with _local() as service:
+        if args.action == "set":
+            e = service.set_state(args.agent, _need_key(args), _json_value(args.value), ttl_s=args.ttl, actor="cli")
+            _print({"key": e.key, "value": e.value, "_rev": e.rev, "expires_at": e.expires_at})
+        elif args.action == "delete":
+            _print({"deleted": service.delete_state(args.agent, _need_key(args), actor="cli")})
+        elif args.key:
+            e = service.get_state(args.agent, args.key)
+            _print({"key": e.key, "value": e.value, "_rev": e.rev, "expires_at": e.expires_at})
+        else:
+            _print({"state": [{"key": e.key, "value": e.value, "_rev": e.rev} for e in service.list_state(args.agent)]})
+    return 0
+
+
+def _json_value(text: str | None) -> Any:
+    if text is None:
+        raise ValidationError("`vcm state set` needs a value", field="value")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # plain text is a string value
+
+
+def _need_text(args: argparse.Namespace) -> str:
+    if not args.text:
+        raise ValidationError(f"`vcm facts {args.action}` needs a text (or a fact id)", field="text")
+    return str(args.text)
+
+
+def _need_key(args: argparse.Namespace) -> str:
+    if not args.key:
+        raise ValidationError(f"`vcm state {args.action}` needs a key", field="key")
+    return str(args.key)
+
+
 def _need_id(args: argparse.Namespace) -> str:
     if not args.snapshot_id:
         raise ValidationError(f"`vcm snapshots {args.action}` needs a snapshot id", field="snapshot_id")
@@ -129,6 +219,25 @@ def add_agent_commands(sub: Any, api_opts: Callable[[argparse.ArgumentParser], N
     p.add_argument("--kind", default="manual", choices=["manual", "pre_upgrade"], help="(create)")
     api_opts(p)
     p.set_defaults(func=cmd_snapshots)
+
+    p = sub.add_parser("facts", help="an agent's facts: list, search, remember, forget, stats")
+    p.add_argument("action", choices=["list", "search", "remember", "forget", "stats"])
+    p.add_argument("text", nargs="?", help="query (search), value (remember) or fact id (forget)")
+    p.add_argument("--agent", required=True)
+    p.add_argument("--type", action="append", help="fact type (repeat to filter by several)")
+    p.add_argument("--key", help="the fact's key (remember)")
+    p.add_argument("--limit", type=int, default=20)
+    api_opts(p)
+    p.set_defaults(func=cmd_facts)
+
+    p = sub.add_parser("state", help="an agent's working-memory keys: get, set, delete")
+    p.add_argument("action", choices=["get", "set", "delete"])
+    p.add_argument("key", nargs="?", help="the key (get without one lists every key)")
+    p.add_argument("value", nargs="?", help="JSON value, or plain text (set)")
+    p.add_argument("--agent", required=True)
+    p.add_argument("--ttl", type=int, help="seconds until the key expires (set)")
+    api_opts(p)
+    p.set_defaults(func=cmd_state)
 
 
 def _with_agent(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -1,0 +1,85 @@
+"""Facts and state over HTTP: coded 4xx for bad input with nothing written, agent isolation,
+keyed retries, and the client SDK's methods against a real server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.conftest import ADMIN, new_agent
+
+
+def facts_of(client: TestClient, headers: dict[str, str], agent: str = "a1", **params: Any) -> list[dict[str, Any]]:
+    r = client.get(
+        f"/v1/agents/{agent}/facts", params={"status": ["active", "shadow", "archived"], **params}, headers=headers
+    )
+    assert r.status_code == 200, r.text
+    return list(r.json()["facts"])
+
+
+def test_remember_dedup_conflict_search_and_forget(client: TestClient) -> None:
+    h = new_agent(client, "a1")
+    body = {"value": "Alice's sister lives in Porto", "type": "learned", "evidence": [{"kind": "message", "id": "m1"}]}
+    first = client.post("/v1/agents/a1/facts", json=body, headers=h).json()
+    again = client.post(
+        "/v1/agents/a1/facts", json=body | {"evidence": [{"kind": "message", "id": "m2"}]}, headers=h
+    ).json()
+    assert (first["decision"], again["decision"]) == ("NEW", "MATCH")
+    assert [e["id"] for e in again["fact"]["evidence"]] == ["m1", "m2"]
+    client.post("/v1/agents/a1/facts", json={"value": "Paris", "type": "project", "key": "hq"}, headers=h)
+    clash = client.post("/v1/agents/a1/facts", json={"value": "Rome", "type": "project", "key": "hq"}, headers=h).json()
+    assert clash["decision"] == "CONFLICT" and clash["conflicts"][0]["value"] == "Paris"
+    hits = client.get("/v1/agents/a1/facts/search", params={"query": "sister Porto"}, headers=h).json()["hits"]
+    assert hits[0]["fact"]["fact_id"] == first["fact"]["fact_id"]
+    stats = client.get("/v1/agents/a1/facts/stats", headers=h).json()
+    assert stats["by_type"] == {"learned": 1, "project": 2} and stats["conflicts"] == 2
+    fid = first["fact"]["fact_id"]
+    assert client.delete(f"/v1/agents/a1/facts/{fid}", headers=h).json()["removed"] == {"facts": 1}
+    assert client.get(f"/v1/agents/a1/facts/{fid}", headers=h).json()["error"]["code"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"value": "x", "type": "gossip"}, "VALIDATION_ERROR"),
+        ({"value": "x" * 5000, "type": "learned"}, "VALIDATION_ERROR"),
+        ({"value": "x", "type": "learned", "ttl_s": -1}, "VALIDATION_ERROR"),
+        ({"value": "my api key is sk-live-abcdefghijklmnop1234", "type": "learned"}, "POLICY_REFUSED"),
+        ({"value": "x", "type": "learned", "unknown": 1}, "VALIDATION_ERROR"),
+    ],
+)
+def test_bad_fact_input_is_a_coded_4xx_and_writes_nothing(client: TestClient, body: dict[str, Any], code: str) -> None:
+    h = new_agent(client, "a1")
+    r = client.post("/v1/agents/a1/facts", json=body, headers=h)
+    assert r.status_code == 422 and r.json()["error"]["code"] == code
+    assert facts_of(client, h) == []
+
+
+def test_state_over_http_with_revs_ttl_and_isolation(client: TestClient) -> None:
+    h1, h2 = new_agent(client, "a1"), new_agent(client, "a2")
+    put = client.put("/v1/agents/a1/state/plan", json={"value": {"step": 1}}, headers=h1).json()
+    upd = client.put("/v1/agents/a1/state/plan", json={"value": {"step": 2}, "_rev": put["_rev"]}, headers=h1)
+    assert upd.status_code == 200
+    stale = client.put("/v1/agents/a1/state/plan", json={"value": {"step": 3}, "_rev": put["_rev"]}, headers=h1)
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "REV_CONFLICT"
+    assert client.get("/v1/agents/a1/state/plan", headers=h1).json()["value"] == {"step": 2}
+    # Another agent's token sees nothing of it, as if it did not exist.
+    assert client.get("/v1/agents/a1/state/plan", headers=h2).json()["error"]["code"] == "NOT_FOUND"
+    assert client.get("/v1/agents/a1/facts", headers=h2).status_code == 404
+    bad = client.put("/v1/agents/a1/state/plan", json={"value": 1, "ttl_s": 0}, headers=h1)
+    assert bad.status_code == 422
+    assert client.delete("/v1/agents/a1/state", headers=ADMIN).json()["removed"] == {"state": 1}
+    assert client.get("/v1/agents/a1/state", headers=h1).json()["state"] == []
+
+
+def test_keyed_remember_retry_answers_the_first_result(client: TestClient) -> None:
+    h = new_agent(client, "a1")
+    body = {"value": "Alice prefers tea", "type": "preference", "idempotency_key": "k-1"}
+    first = client.post("/v1/agents/a1/facts", json=body, headers=h).json()
+    retry = client.post("/v1/agents/a1/facts", json=body, headers=h).json()
+    assert retry["fact"]["fact_id"] == first["fact"]["fact_id"] and retry["decision"] == "REPLAYED"
+    assert len(facts_of(client, h)) == 1
+    other = client.post("/v1/agents/a1/facts", json=body | {"value": "Alice prefers coffee"}, headers=h)
+    assert other.status_code == 422 and other.json()["error"]["code"] == "IDEMPOTENCY_MISMATCH"
