@@ -23,6 +23,8 @@ ENV_PREFIX = "VCM_"
 ENV_NESTED = "__"
 # Variables under the prefix that are not settings: the config path and test-only knobs.
 _ENV_IGNORED = ("VCM_CONFIG", "VCM_TEST_")
+# Variables of the command line's clients (`--token`, `--api`), exactly these names: not settings.
+_ENV_CLIENT = frozenset({"VCM_TOKEN", "VCM_API_URL"})
 
 
 class TokenSettings(BaseModel):
@@ -525,7 +527,7 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in environ.items():
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper.startswith(_ENV_IGNORED):
+        if not upper.startswith(ENV_PREFIX) or upper.startswith(_ENV_IGNORED) or upper in _ENV_CLIENT:
             continue
         path = upper.removeprefix(ENV_PREFIX).lower().split(ENV_NESTED)
         node = out

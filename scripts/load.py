@@ -5,7 +5,7 @@ Redis or on a three-master Redis Cluster; prints one table row per hot-state mod
 
     .venv/bin/python scripts/load.py [--mode single|cluster|both] [--agents 20] [--clients 8]
         [--apis 2] [--workers 1] [--duration 20] [--search-share 0.1] [--model vcm-small-8k]
-        [--broker redis|amqp] [--drain-timeout 300] [--json out.json] [--keep]
+        [--broker redis|amqp] [--no-confirm] [--drain-timeout 300] [--json out.json] [--keep]
 
 Everything is private to the run (a temporary directory, ``redis-server`` processes on free
 ports in 7000-7099; with ``--broker amqp`` the local RabbitMQ, ``VCM_LOAD_AMQP_URL``): the hot
@@ -318,6 +318,7 @@ def run(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
             from vcm.settings import load_settings
             from vcm.workers.app import create_app
 
+            env["VCM_WORKER__AMQP_CONFIRM_PUBLISH"] = "false" if args.no_confirm else "true"
             create_app(load_settings(environ=env)).control.purge()
         worker = [str(BIN / "celery"), "-A", "vcm.workers.app", "worker", "-P", "solo", "-Q", "hot,cold,maintenance",
                   "--without-mingle", "--without-gossip", "--loglevel=WARNING"]  # fmt: skip
@@ -384,7 +385,7 @@ def run(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         store.close()
         return {
             "mode": mode,
-            "broker": args.broker,
+            "broker": args.broker + (" (no confirms)" if args.broker == "amqp" and args.no_confirm else ""),
             "agents": args.agents,
             "clients": args.clients,
             "apis": args.apis,
@@ -489,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search-share", type=float, default=0.1)
     p.add_argument("--model", default="vcm-small-8k")
     p.add_argument("--broker", choices=["redis", "amqp"], default="redis")
+    p.add_argument("--no-confirm", action="store_true", help="RabbitMQ without publisher confirms")
     p.add_argument("--startup-timeout", type=float, default=180.0)
     p.add_argument("--drain-timeout", type=float, default=300.0)
     p.add_argument("--json", type=Path)

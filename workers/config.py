@@ -42,7 +42,7 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
         # RabbitMQ hands a dead consumer's unacknowledged messages back at once (no visibility
         # timeout to tune). Publisher confirms: a send returns only once the broker holds the message,
         # as a Redis LPUSH does, so a dispatch that "succeeded" cannot vanish in a broker crash.
-        return {"confirm_publish": True}
+        return {"confirm_publish": w.amqp_confirm_publish}
     if not is_redis(settings.broker_url):
         # memory:// (embedded mode): the in-process worker polls its queues; 10 ms keeps a hand-off short.
         return {"polling_interval": 0.01}

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,47 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with running_service(settings) as service:
         app = create_app(service, ToolExecutor(service), settings=settings)
         uvicorn.run(app, host=args.host or settings.api.host, port=args.port or settings.api.port, log_level="warning")
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """vcm's memory tools and an agent's memory over the Model Context Protocol (vcm.mcp): over
+    stdio for the agent of ``--token``/``VCM_TOKEN`` (or the admin token and ``--agent``), checked
+    before serving; over streamable HTTP for the agent of each request's bearer token."""
+    import anyio
+    import uvicorn
+
+    from vcm.api.auth import TokenAuthority, admin_digest, with_admin_token
+    from vcm.mcp.server import build_server, fixed, reserved_stdio, serve_stdio, session_for
+    from vcm.tools.executor import ToolExecutor
+    from vcm.workers.wiring import running_service
+
+    # An admin token is needed only to name an agent over stdio; without one set, a random one that
+    # nobody knows stands in (never printed: agents' tokens are what MCP clients connect with).
+    settings, _ = with_admin_token(get_settings())
+    token = args.token or os.environ.get("VCM_TOKEN", "")
+    stdio = args.transport == "stdio"
+    if stdio and not token:
+        raise ValidationError("vcm mcp over stdio serves the agent of a token: --token or VCM_TOKEN", field="token")
+    # Over stdio, stdin and stdout are the wire from the start: the cold path started below (and
+    # any process it starts) prints to stderr.
+    with reserved_stdio() if stdio else nullcontext((0, 1)) as wire, running_service(settings) as service:
+        authority = TokenAuthority(
+            service.redis, admin_digest(settings), rebuild=service.rebuild, on_change=service.durable.token_changed
+        )
+        executor = ToolExecutor(service)
+        if stdio:
+            session = session_for(authority, service, token, args.agent)
+            anyio.run(serve_stdio, build_server(service, executor, fixed(session)), wire)
+            return 0
+        from vcm.mcp.http import http_app
+
+        host = args.host or settings.api.host
+        app = http_app(
+            service, executor, authority, host=host, path=args.path, max_body_bytes=settings.api.max_body_bytes
+        )
+        print(f"vcm mcp: streamable HTTP on http://{host}:{args.port}{args.path}", file=sys.stderr)
+        uvicorn.run(app, host=host, port=args.port, log_level="warning")
     return 0
 
 
@@ -391,6 +432,22 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "mcp",
+        help="serve the memory tools and an agent's memory over MCP (stdio or streamable HTTP)",
+        description="Model Context Protocol server: vcm's memory tools (the same executor as the HTTP "
+        "API's tool route) and the agent's context, blocks and facts as resources, one agent per session. "
+        "stdio serves the agent of --token (or VCM_TOKEN; the admin token with --agent); HTTP serves each "
+        "request's 'Authorization: Bearer <agent token>'.",
+    )
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--token", help="stdio: the agent's bearer token, or the admin token with --agent (or VCM_TOKEN)")
+    p.add_argument("--agent", help="stdio: the agent to serve (needed with the admin token)")
+    p.add_argument("--host", help="http: address to listen on (default [api] host)")
+    p.add_argument("--port", type=int, default=8081, help="http: port (default 8081)")
+    p.add_argument("--path", default="/mcp", help="http: the endpoint's path (default /mcp)")
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("worker", help="run a Celery worker for the cold path")
     p.add_argument("-Q", "--queues", default="hot,cold,ingest,maintenance")

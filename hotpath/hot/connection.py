@@ -69,7 +69,8 @@ def connect_cluster(url: str, *, decode_responses: bool = True, **options: objec
         "startup_nodes": nodes,
         "decode_responses": decode_responses,
         "ssl": parts.scheme == "rediss+cluster",
-        # A failover or resharding moves slots: follow MOVED/ASK and refresh the slot map.
+        # Refuse a cluster that does not serve every slot: it would fail only some agents' calls.
+        # (MOVED/ASK after a failover or resharding are followed either way.)
         "require_full_coverage": True,
     }
     if username:

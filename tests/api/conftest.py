@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -19,6 +19,7 @@ import redis
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from starlette.types import ASGIApp
 
 from vcm.api.app import ToolRunner, create_app
 from vcm.dispatch import RecordingDispatcher
@@ -193,8 +194,9 @@ def state(service: MemoryService, dispatcher: RecordingDispatcher) -> dict[str, 
 class LiveServer:
     """The app on a real uvicorn server on 127.0.0.1, in a thread."""
 
-    app: FastAPI
+    app: FastAPI | ASGIApp
     url: str = ""
+    lifespan: Literal["on", "off"] = "off"  # "on" for an app whose lifespan starts what it serves (the MCP app)
     _server: uvicorn.Server | None = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
@@ -202,7 +204,7 @@ class LiveServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off")
+        config = uvicorn.Config(self.app, log_level="warning", lifespan=self.lifespan)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()

@@ -67,7 +67,14 @@ def test_the_child_gives_the_vectors_of_the_model_in_process(local: Embedder, re
     )
     assert np.allclose(remote.encode(TEXTS), local.encode(TEXTS), atol=1e-5)
     assert remote.encode([]).shape == (0, local.dimension)
-    # Late chunking: planned with the parent's copy of the tokenizer, run in the child.
+    # The tokenizer runs in the child too (a long text's tokens come back as arrays, not lists
+    # built while holding the parent's GIL).
+    kwargs = {"add_special_tokens": False, "return_offsets_mapping": True}
+    theirs, mine = remote.tokenizer(DOCUMENT, **kwargs), local.tokenizer(DOCUMENT, **kwargs)
+    assert theirs["input_ids"].tolist() == list(mine["input_ids"])
+    assert [tuple(o) for o in theirs["offset_mapping"].tolist()] == [tuple(o) for o in mine["offset_mapping"]]
+    assert remote.tokenizer.pad_token_id == local.tokenizer.pad_token_id
+    # Late chunking: planned with the child's tokenizer, its model windows run in the child.
     near, far = LateChunker(local), LateChunker(remote)
     plans = [near.plan(DOCUMENT, ChunkingSettings()), near.plan(TEXTS[0], ChunkingSettings())]
     assert far.plan(DOCUMENT, ChunkingSettings()) == plans[0]
