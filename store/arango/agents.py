@@ -166,7 +166,7 @@ class AgentOps(ArangoBase):
                 self._run(txn, aql.unfold_messages(summary_vertex, returning), "reset_context")
             core = txn.collection(names.CORE)
             doc = documents.summary_doc(agent, change.summary_text, change.summary_tokens, change.batch_id, now)
-            meta = core.insert(doc, overwrite=True)
+            meta = core.insert(doc, overwrite_mode="replace")
             txn.collection(names.BATCHES).insert(
                 {
                     "_key": keys.batch_key(agent, change.batch_id),
@@ -179,11 +179,11 @@ class AgentOps(ArangoBase):
                     "event_id": f"{agent}:reset:{change.batch_id}",
                     "committed_at": now,
                 },
-                overwrite=True,
+                overwrite_mode="replace",
             )
             if blocks is not None:
                 for old in self._run(txn, aql.blocks_of(agent), "reset_context"):
                     core.delete(str(old))
                 for b in blocks:
-                    core.insert(documents.block_doc(b, now), overwrite=True)
+                    core.insert(documents.block_doc(b, now), overwrite_mode="replace")
             self._fault("reset_context.before_commit")

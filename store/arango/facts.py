@@ -104,7 +104,7 @@ class FactOps(ArangoBase):
                     None if current_version is None else str(current_version),
                 )
             doc = fact_doc(fact, 1 if expected_version is None else expected_version + 1)
-            facts.insert(doc, overwrite=True)
+            facts.insert(doc, overwrite_mode="replace")
         return fact_from_doc(doc)
 
     def get_fact(self, agent_id: str, fact_id: str) -> Fact:
@@ -167,7 +167,7 @@ class FactOps(ArangoBase):
                 "_key": doc_key, "agent_id": agent_id, "key": key, "value": value,
                 "updated_at": now, "expires_at": expires_at,
             }  # fmt: skip
-            meta = state.insert(doc, overwrite=True)
+            meta = state.insert(doc, overwrite_mode="replace")
         return StateEntry(agent_id, key, value, str(meta["_rev"]), now, expires_at)
 
     def get_state(self, agent_id: str, key: str, now: float) -> StateEntry:
