@@ -212,6 +212,10 @@ class DurabilitySettings(BaseModel):
     snapshot_interval_s: float = Field(0.0, ge=0.0, le=30 * 86400.0)
 
 
+PiiClass = Literal["email", "phone", "credit_card", "iban", "ssn", "ip_address"]
+DEFAULT_PII: tuple[PiiClass, ...] = ("credit_card", "iban", "ssn")
+
+
 class FactSettings(BaseModel):
     """Structured memory (vcm.facts): types, dedup thresholds, the policy guard."""
 
@@ -228,9 +232,7 @@ class FactSettings(BaseModel):
     word_overlap: float = Field(0.8, gt=0.0, le=1.0)
     embedding_similarity: float = Field(0.92, gt=0.0, le=1.0)
     # PII classes the guard refuses without a justification (secrets are always refused).
-    pii: list[Literal["email", "phone", "credit_card", "iban", "ssn", "ip_address"]] = Field(
-        default_factory=lambda: ["credit_card", "iban", "ssn"]
-    )
+    pii: list[PiiClass] = Field(default_factory=lambda: list(DEFAULT_PII))
     # Extraction of shadow facts from each eviction batch before it leaves the context.
     extract_on_eviction: bool = True
     # Consolidation (beat): promote shadow facts whose evidence still supports them.
