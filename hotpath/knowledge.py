@@ -18,8 +18,9 @@ from typing import Any
 
 from vcm import poisoning
 from vcm.errors import NotFound, PolicyRefused, ValidationError
-from vcm.facts import dedup, guard
+from vcm.facts import dedup, guard, working_set
 from vcm.facts.capture import Captured
+from vcm.facts.working_set import WorkingSet
 from vcm.hot.state import HotState
 from vcm.obs import metrics
 from vcm.settings import Settings
@@ -182,6 +183,8 @@ class KnowledgeOps:
                 )
             )
         self._decision(agent_id, outcome.decision, stored, actor, conflicts=[f.fact_id for f in marked])
+        if marked and type != "question" and "question" in cfg.types:
+            self._open_question(agent_id, stored, marked, now)
         return RememberResult(outcome.decision, stored, tuple(marked), replayed=replayed)
 
     def recall_fact(self, agent_id: str, key: str, *, scope: str | None = None, type: str | None = None) -> list[Fact]:
@@ -247,6 +250,23 @@ class KnowledgeOps:
             "conflicts": counts["conflicts"].get("live", 0),
         }
 
+    def working_set(self, agent_id: str, query: str = "", *, caps: Mapping[str, int] | None = None) -> WorkingSet:
+        """The agent's Working Set (seed 002): a bounded state snapshot of its live facts, ranked
+        by utility for ``query`` (relevance from the hybrid fact search); the items returned
+        count as used."""
+        self.agent(agent_id)
+        facts = self.store.query_facts(agent_id, FactQuery(limit=1000))
+        relevance: dict[str, float] = {}
+        if query.strip():
+            relevance = {
+                h.fact.fact_id: h.score for h in self.search_facts(agent_id, query, filters=FactQuery(limit=100))
+            }
+        ws = working_set.build(facts, relevance, self.clock(), caps)
+        used = [i.fact.fact_id for items in ws.sections.values() for i in items]
+        if used:
+            self.store.touch_facts(agent_id, used, self.clock())
+        return ws
+
     def consolidate(self, agent_id: str, *, actor: str = "worker:consolidate") -> dict[str, int]:
         """Promote shadow facts that pass the replay test: their evidence messages are still in
         recall and hold most of the fact's words, no live fact of their key says otherwise, and
@@ -273,6 +293,25 @@ class KnowledgeOps:
             self._decision(agent_id, "PROMOTED", stored, actor)
             promoted += 1
         return {"promoted": promoted, "kept_shadow": kept, "contradicted": contradicted}
+
+    def _open_question(self, agent_id: str, fact: Fact, others: Sequence[Fact], now: float) -> None:
+        """A conflict goes on the agenda as an open question, with both sides as evidence (the
+        seed's rule); written directly, as the question quotes values the guard already passed."""
+        values = " or ".join(dict.fromkeys(f'"{f.value[:80]}"' for f in [fact, *others]))
+        ttl = self.settings.facts.types["question"]
+        question = Fact(
+            agent_id=agent_id, fact_id="f" + uuid.uuid4().hex[:20], scope=fact.scope, type="question",
+            key=f"conflict:{fact.key}", value=f"Which holds for {fact.key}: {values}?", tags=("conflict",),
+            importance=max(f.importance for f in [fact, *others]), confidence=1.0,
+            evidence=tuple({"kind": "message", "id": str(e["id"])} for f in [fact, *others] for e in f.evidence
+                           if e.get("kind") == "message")[:MAX_EVIDENCE],
+            created_at=now, updated_at=now, expires_at=now + ttl if ttl else None,
+        )  # fmt: skip
+        existing = self.store.query_facts(agent_id, FactQuery(types=["question"], key=question.key))
+        if existing:
+            self.store.put_fact(replace(existing[0], value=question.value, updated_at=now), existing[0].version)
+        else:
+            self.store.put_fact(question, None)
 
     def _supported(self, agent_id: str, fact: Fact) -> bool:
         ids = [str(e["id"]) for e in fact.evidence if e.get("kind") == "message"]

@@ -223,7 +223,20 @@ class FactSettings(BaseModel):
 
     # Fact type -> default lifetime in seconds (0: never expires). More types may be added.
     types: dict[str, int] = Field(
-        default_factory=lambda: {"sticky": 0, "preference": 90 * 86400, "project": 30 * 86400, "learned": 30 * 86400}
+        default_factory=lambda: {
+            "sticky": 0,
+            "preference": 90 * 86400,
+            "project": 30 * 86400,
+            "learned": 30 * 86400,
+            # The working set's (seed 002): session-scale lifetimes.
+            "goal": 86400,
+            "question": 86400,
+            "action": 86400,
+            "risk": 86400,
+            "constraint": 7 * 86400,
+            "entity": 7 * 86400,
+            "relation": 7 * 86400,
+        }
     )
     max_value_chars: int = Field(4000, ge=16, le=100_000)
     max_tags: int = Field(32, ge=0, le=1000)

@@ -868,6 +868,14 @@ def _knowledge_routes(service: MemoryService, authority: TokenAuthority) -> APIR
         """Run the replay test on the agent's shadow facts now (beat does it periodically)."""
         return service.consolidate(agent_id, actor=who.actor)
 
+    @router.get("/working-set", response_model=dict[str, Any], responses=_ERRORS)
+    def working_set(
+        agent_id: AgentId, who: Agent, query: Annotated[str, Query(max_length=4000)] = ""
+    ) -> dict[str, Any]:
+        """The Working Set (seed 002): goal, constraints, top facts, entities, relations, open
+        questions, next actions and risk flags, each capped, ranked by utility for ``query``."""
+        return service.working_set(agent_id, query).as_dict()
+
     @router.get("/facts/{fact_id}", response_model=FactOut, responses=_ERRORS)
     def get_fact(agent_id: AgentId, fact_id: Annotated[str, Path(max_length=256)], who: Agent) -> FactOut:
         return FactOut.of(service.get_fact(agent_id, fact_id))

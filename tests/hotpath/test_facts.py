@@ -207,3 +207,26 @@ def test_state_keys_expire_and_keep_revisions(svc: MemoryService, clock: Clock) 
         svc.get_state("ann", "otp_hint")
     with pytest.raises(ValidationError):
         svc.set_state("ann", "x", "y", ttl_s=0)
+
+
+def test_the_working_set_is_capped_ranked_by_utility_and_never_shows_expired_items(
+    svc: MemoryService, clock: Clock
+) -> None:
+    svc.remember("ann", "Ship the Falcon launch plan by Friday", type="goal", confidence=0.9)
+    svc.remember("ann", "Draft an outline", type="goal", confidence=0.3)
+    for i in range(5):
+        svc.remember("ann", f"Question number {i} about the launch venue", type="question", key=f"q{i}")
+    svc.remember("ann", "Budget stays under 5000 euros", type="constraint", ttl_s=60)
+    svc.remember("ann", "Lisbon", type="project", key="venue")
+    svc.remember("ann", "Porto", type="project", key="venue")  # a conflict: an open question appears
+    ws = svc.working_set("ann", "launch plan", caps={"open_questions": 3})
+    data = ws.as_dict()["sections"]
+    assert [g["value"] for g in data["goal"]] == ["Ship the Falcon launch plan by Friday"]
+    assert ws.dropped["goal"] == 1 and ws.dropped["open_questions"] == 3  # 5 + the conflict's, cap 3
+    assert len(data["open_questions"]) == 3
+    (question,) = svc.recall_fact("ann", "conflict:venue")
+    assert question.type == "question" and "Lisbon" in question.value and "Porto" in question.value
+    assert {f["value"] for f in data["facts"]} == {"Lisbon", "Porto"} and all(f["conflict"] for f in data["facts"])
+    assert [c["value"] for c in data["constraints"]] == ["Budget stays under 5000 euros"]
+    clock.advance(120)
+    assert svc.working_set("ann").as_dict()["sections"]["constraints"] == []  # expired: gone, no exceptions
