@@ -34,7 +34,8 @@ def test_remember_dedup_conflict_search_and_forget(client: TestClient) -> None:
     hits = client.get("/v1/agents/a1/facts/search", params={"query": "sister Porto"}, headers=h).json()["hits"]
     assert hits[0]["fact"]["fact_id"] == first["fact"]["fact_id"]
     stats = client.get("/v1/agents/a1/facts/stats", headers=h).json()
-    assert stats["by_type"] == {"learned": 1, "project": 2} and stats["conflicts"] == 2
+    # The conflict also went on the agenda as an open question (seed 002).
+    assert stats["by_type"] == {"learned": 1, "project": 2, "question": 1} and stats["conflicts"] == 2
     fid = first["fact"]["fact_id"]
     assert client.delete(f"/v1/agents/a1/facts/{fid}", headers=h).json()["removed"] == {"facts": 1}
     assert client.get(f"/v1/agents/a1/facts/{fid}", headers=h).json()["error"]["code"] == "NOT_FOUND"
