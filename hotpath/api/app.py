@@ -68,12 +68,14 @@ from vcm.api.models import (
     ArchivalIngest,
     ArchivalPage,
     ArchivalSearch,
+    ArchivedOut,
     BatchOut,
     BlockList,
     BlockOut,
     BlockPut,
     BlockWriteOut,
     ComponentHealth,
+    ConsolidatedOut,
     ContextOut,
     ErrorOut,
     EventOut,
@@ -86,6 +88,7 @@ from vcm.api.models import (
     FactIn,
     FactList,
     FactOut,
+    FactStatsOut,
     HealthOut,
     IngestOut,
     MessageIn,
@@ -110,6 +113,7 @@ from vcm.api.models import (
     ToolCall,
     ToolCallOut,
     ToolList,
+    WorkingSetOut,
 )
 from vcm.errors import Conflict, NotFound, RevConflict, ValidationError
 from vcm.eval.report import build_report
@@ -847,12 +851,12 @@ def _knowledge_routes(service: MemoryService, authority: TokenAuthority) -> APIR
         hits = service.search_facts(agent_id, query, filters=FactQuery(types=types, tags=tags, limit=limit))
         return FactHits(hits=[FactHitOut(fact=FactOut.of(h.fact), score=h.score) for h in hits])
 
-    @router.get("/facts/stats", response_model=dict[str, Any], responses=_ERRORS)
-    def fact_stats(agent_id: AgentId, who: Agent) -> dict[str, Any]:
-        return service.fact_stats(agent_id)
+    @router.get("/facts/stats", response_model=FactStatsOut, responses=_ERRORS)
+    def fact_stats(agent_id: AgentId, who: Agent) -> FactStatsOut:
+        return FactStatsOut.model_validate(service.fact_stats(agent_id))
 
-    @router.post("/facts/archive", response_model=dict[str, int], responses=_WRITE_ERRORS)
-    def archive(agent_id: AgentId, body: FactArchiveIn, who: Agent) -> dict[str, int]:
+    @router.post("/facts/archive", response_model=ArchivedOut, responses=_WRITE_ERRORS)
+    def archive(agent_id: AgentId, body: FactArchiveIn, who: Agent) -> ArchivedOut:
         """Move matching facts to ``archived`` (kept, no longer recalled or searched)."""
         query = FactQuery(types=body.types, tags=body.tags, category=body.category, until=body.until, limit=1000)
         if body.max_importance is not None:
@@ -861,20 +865,20 @@ def _knowledge_routes(service: MemoryService, authority: TokenAuthority) -> APIR
             archived = service.archive_facts(agent_id, query, actor=who.actor, only=ids)
         else:
             archived = service.archive_facts(agent_id, query, actor=who.actor)
-        return {"archived": archived}
+        return ArchivedOut(archived=archived)
 
-    @router.post("/facts/consolidate", response_model=dict[str, int], responses=_WRITE_ERRORS)
-    def consolidate(agent_id: AgentId, who: Agent) -> dict[str, int]:
+    @router.post("/facts/consolidate", response_model=ConsolidatedOut, responses=_WRITE_ERRORS)
+    def consolidate(agent_id: AgentId, who: Agent) -> ConsolidatedOut:
         """Run the replay test on the agent's shadow facts now (beat does it periodically)."""
-        return service.consolidate(agent_id, actor=who.actor)
+        return ConsolidatedOut.model_validate(service.consolidate(agent_id, actor=who.actor))
 
-    @router.get("/working-set", response_model=dict[str, Any], responses=_ERRORS)
+    @router.get("/working-set", response_model=WorkingSetOut, responses=_ERRORS)
     def working_set(
         agent_id: AgentId, who: Agent, query: Annotated[str, Query(max_length=4000)] = ""
-    ) -> dict[str, Any]:
+    ) -> WorkingSetOut:
         """The Working Set (seed 002): goal, constraints, top facts, entities, relations, open
         questions, next actions and risk flags, each capped, ranked by utility for ``query``."""
-        return service.working_set(agent_id, query).as_dict()
+        return WorkingSetOut.model_validate(service.working_set(agent_id, query).as_dict())
 
     @router.get("/facts/{fact_id}", response_model=FactOut, responses=_ERRORS)
     def get_fact(agent_id: AgentId, fact_id: Annotated[str, Path(max_length=256)], who: Agent) -> FactOut:

@@ -645,3 +645,38 @@ class StateOut(BaseModel):
 
 class StateList(BaseModel):
     state: list[StateOut]
+
+
+class FactStatsOut(BaseModel):
+    facts: int
+    by_type: dict[str, int]
+    by_status: dict[str, int]
+    by_scope: dict[str, int]
+    conflicts: int = Field(description="live facts marked as conflicting with another value of their key")
+
+
+class ArchivedOut(BaseModel):
+    archived: int
+
+
+class ConsolidatedOut(BaseModel):
+    promoted: int
+    kept_shadow: int
+    contradicted: int
+
+
+class WorkingSetItemOut(BaseModel):
+    fact_id: str
+    type: str
+    key: str | None
+    value: str
+    utility: float
+    conflict: bool
+    evidence: list[dict[str, Any]]
+
+
+class WorkingSetOut(BaseModel):
+    sections: dict[str, list[WorkingSetItemOut]] = Field(
+        description="goal, constraints, facts, entities, relations, open_questions, next_actions, risk_flags"
+    )
+    dropped: dict[str, int] = Field(description="items each section's cap left out (lowest utility first)")
