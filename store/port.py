@@ -131,9 +131,7 @@ class MemoryStore(abc.ABC):
         """Matching facts, most recently updated first, without embeddings."""
 
     @abc.abstractmethod
-    def search_facts(
-        self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery
-    ) -> list[FactHit]:
+    def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
         """Hybrid search over the facts matching ``query``: BM25 on the value (and key, tags)
         fused with cosine on the embeddings (``vcm.store.fact_rank``), best first."""
 

@@ -873,9 +873,7 @@ def _knowledge_routes(service: MemoryService, authority: TokenAuthority) -> APIR
         return ConsolidatedOut.model_validate(service.consolidate(agent_id, actor=who.actor))
 
     @router.get("/working-set", response_model=WorkingSetOut, responses=_ERRORS)
-    def working_set(
-        agent_id: AgentId, who: Agent, query: Annotated[str, Query(max_length=4000)] = ""
-    ) -> WorkingSetOut:
+    def working_set(agent_id: AgentId, who: Agent, query: Annotated[str, Query(max_length=4000)] = "") -> WorkingSetOut:
         """The Working Set (seed 002): goal, constraints, top facts, entities, relations, open
         questions, next actions and risk flags, each capped, ranked by utility for ``query``."""
         return WorkingSetOut.model_validate(service.working_set(agent_id, query).as_dict())

@@ -951,12 +951,12 @@ def expire_facts(now: float) -> AqlQuery:
 def fact_counts(agent_id: str) -> AqlQuery:
     text = (
         f"LET mine = (FOR f IN {names.FACTS} FILTER f.agent_id == @agent_id "
-        "RETURN KEEP(f, \"type\", \"status\", \"scope\", \"conflict_with\"))\n"
+        'RETURN KEEP(f, "type", "status", "scope", "conflict_with"))\n'
         "RETURN {\n"
         "  type: MERGE(FOR f IN mine COLLECT v = f.type WITH COUNT INTO n RETURN {[v]: n}),\n"
         "  status: MERGE(FOR f IN mine COLLECT v = f.status WITH COUNT INTO n RETURN {[v]: n}),\n"
         "  scope: MERGE(FOR f IN mine COLLECT v = f.scope WITH COUNT INTO n RETURN {[v]: n}),\n"
-        '  conflicts: {live: LENGTH(FOR f IN mine FILTER LENGTH(f.conflict_with) > 0'
+        "  conflicts: {live: LENGTH(FOR f IN mine FILTER LENGTH(f.conflict_with) > 0"
         ' AND f.status IN ["active", "shadow"] RETURN 1)}\n'
         "}"
     )
