@@ -2,19 +2,21 @@
 """HTTP API benchmark (not a test): append and context-read latency as agents reach them.
 
     .venv/bin/python scripts/bench_api.py [--modes production,embedded] [--clients 1,8,32]
-        [--seconds 4] [--redis redis://127.0.0.1:6379/14] [--json out.json]
+        [--seconds 4] [--redis redis://127.0.0.1:6379/11] [--json out.json]
 
 Starts a real ``vcm serve`` process per mode and drives it over loopback HTTP, one keep-alive
 connection per client:
 
 * ``production``: hot state and Celery broker on the real Redis given by ``--redis`` (its database
-  is flushed before and after: point it at a scratch database), no worker running, so what is
+  must be empty, and is flushed after; ``--flush`` empties it first), no worker running, so what is
   measured is the API's own path (auth, the append, handing the cold-path work over);
 * ``embedded``: ``vcm serve`` with no services (in-process fakeredis, ``memory://`` broker, the
   in-process cold path) while the cold path is kept busy: a background loader keeps an archival
   ingestion job running, so the embedding model works through the whole measurement, and every
   append is spooled and embedded as well;
-* ``embedded-idle``: the same with nothing queued on the cold path but the appends' own spools.
+* ``embedded-idle``: the same with nothing queued on the cold path but the appends' own spools;
+* ``embedded-inproc``: ``embedded`` with the embedding model in the serving process
+  (``[embedding] subprocess = false``), for comparison.
 
 Per mode and client count it measures ``POST /v1/agents/{id}/messages`` (~100-token messages,
 ``gpt-4o`` agents, no evictions: a client moves to a fresh agent before the warning threshold)
@@ -129,6 +131,8 @@ def serve(mode: str, redis_url: str, workdir: Path) -> Iterator[Server]:
         env.update({"VCM_REDIS_URL": redis_url, "VCM_BROKER_URL": redis_url, "VCM_WORKER__BROKER_PREFIX": "bench:"})
     else:
         env.update({"VCM_REDIS_URL": "", "VCM_BROKER_URL": "memory://"})
+    if mode == "embedded-inproc":  # the model in the serving process, as before the child process
+        env["VCM_EMBEDDING__SUBPROCESS"] = "false"
     log = workdir / f"serve-{mode}.log"
     vcm = str(ROOT / ".venv" / "bin" / "vcm")
     with log.open("wb") as out:
@@ -378,7 +382,10 @@ def load_average() -> list[float]:
 
 def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     if mode == "production":
-        redis.Redis.from_url(args.redis).flushdb()
+        scratch = redis.Redis.from_url(args.redis)
+        if scratch.dbsize() and not args.flush:
+            raise SystemExit(f"{args.redis} is not empty (another user's?); pick an empty database or pass --flush")
+        scratch.flushdb()
     out: dict[str, Any] = {"mode": mode, "load_before": load_average(), "rows": []}
     seconds = args.seconds
 
@@ -389,7 +396,7 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str, An
     with serve(mode, args.redis, workdir) as server, httpx.Client(base_url=server.url, timeout=60) as setup:
         agents = Agents(server.url, f"bench-{mode}")
         load = None
-        if mode == "embedded":  # embedded-idle: nothing but the appends' own spools
+        if mode in ("embedded", "embedded-inproc"):  # embedded-idle: nothing but the appends' own spools
             load = ColdPathLoad(server.url, agents, args.doc_words)
             load.start()
         try:
@@ -415,7 +422,8 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str, An
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379/14", help="scratch database (flushed)")
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/11", help="scratch database (flushed)")
+    parser.add_argument("--flush", action="store_true", help="flush --redis even when it holds keys")
     parser.add_argument("--modes", default="production,embedded")
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--seconds", type=float, default=4.0, help="per measured row")
@@ -435,7 +443,7 @@ def main() -> int:
 
     ping = results["ping"]
     print(f"Redis PING (redis-py): p50 {ping['p50_ms']:.3f} ms, p99 {ping['p99_ms']:.3f} ms")
-    columns = [("mode", "<14"), ("request", "<14"), ("client", "<7"), ("clients", ">8"), ("n", ">7")]
+    columns = [("mode", "<17"), ("request", "<14"), ("client", "<7"), ("clients", ">8"), ("n", ">7")]
     columns += [("p50 ms", ">8"), ("p95 ms", ">8"), ("p99 ms", ">8"), ("max ms", ">8"), ("req/s", ">7"), ("load", ">6")]
     header = "".join(f"{name:{spec}}" for name, spec in columns)
     print(header)
@@ -443,7 +451,7 @@ def main() -> int:
     for m in results["modes"]:
         for row in m["rows"]:
             print(
-                f"{m['mode']:<14}{row['op']:<14}{row['client']:<7}{row['clients']:>8}{row['n']:>7}"
+                f"{m['mode']:<17}{row['op']:<14}{row['client']:<7}{row['clients']:>8}{row['n']:>7}"
                 f"{row['p50_ms']:>8.2f}{row['p95_ms']:>8.2f}{row['p99_ms']:>8.2f}{row['max_ms']:>8.1f}"
                 f"{row['per_s']:>7.0f}{row['load1']:>6.1f}"
             )

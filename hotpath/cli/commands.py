@@ -4,6 +4,7 @@ workers and tasks in, which the rest of hotpath never imports."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -72,6 +73,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"vcm serve: generated admin token (shown once): {generated}", file=sys.stderr)
     with running_service(settings) as service:
         app = create_app(service, ToolExecutor(service), settings=settings)
+        # Everything built so far (modules, the app, Celery, the store) lives as long as the
+        # process: keep it out of the cyclic collector, whose full passes over it paused every
+        # request for 40-80 ms in embedded mode (scripts/bench_api.py).
+        gc.collect()
+        gc.freeze()
         uvicorn.run(app, host=args.host or settings.api.host, port=args.port or settings.api.port, log_level="warning")
     return 0
 
