@@ -38,13 +38,23 @@ def settings(**over: Any) -> Settings:
     return load_settings(overrides={"durability": {"messages": "write_through", "id_reserve": 64}, **over}, environ={})
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
+@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
 def fresh_redis(request: pytest.FixtureRequest) -> Iterator[Any]:
+    yield from _clients(request.param)
+
+
+@pytest.fixture
+def fresh_fake() -> Iterator[Any]:
+    """fakeredis only: for what the Redis flavour cannot change (store-side behaviour)."""
+    yield from _clients("fakeredis")
+
+
+def _clients(kind: str) -> Iterator[Any]:
     """A factory of Redis clients whose state is lost at each call (same db, emptied)."""
     made: list[redis.Redis] = []
 
     def make() -> redis.Redis:
-        if request.param == "fakeredis":
+        if kind == "fakeredis":
             client: redis.Redis = fakeredis.FakeRedis(decode_responses=True)
         else:
             try:
@@ -208,9 +218,9 @@ def test_snapshot_mutate_restore_returns_the_agent_exactly(fresh_redis: Any, sto
 
 
 def test_a_corrupted_snapshot_is_refused_and_changes_nothing(
-    tmp_path: Path, fresh_redis: Any, store: MemoryStore
+    tmp_path: Path, fresh_fake: Any, store: MemoryStore
 ) -> None:
-    svc = service(fresh_redis(), store)
+    svc = service(fresh_fake(), store)
     svc.create_agent("fred", model=MODEL)
     for i in range(5):
         svc.append("fred", "user", line(i))
@@ -259,8 +269,8 @@ def test_deleting_an_agent_leaves_no_row_key_or_metric_label(fresh_redis: Any, s
     assert service(fresh_redis(), store).agents() == ["hank"]
 
 
-def test_reset_keeps_blocks_and_sends_the_conversation_to_recall(fresh_redis: Any, store: MemoryStore) -> None:
-    svc = service(fresh_redis(), store)
+def test_reset_keeps_blocks_and_sends_the_conversation_to_recall(fresh_fake: Any, store: MemoryStore) -> None:
+    svc = service(fresh_fake(), store)
     svc.create_agent("ivy", model=MODEL)
     svc.put_block("ivy", "persona", "Ivy likes tea.")
     for i in range(60):
@@ -271,11 +281,11 @@ def test_reset_keeps_blocks_and_sends_the_conversation_to_recall(fresh_redis: An
     assert svc.fifo_ids("ivy") == [] and svc.hot.summary("ivy")[0] == ""
     assert [b.id for b in svc.list_blocks("ivy")] == ["persona"]
     assert svc.search_recall("ivy", "Falcon", mode="text").page.items  # still searchable
-    assert service(fresh_redis(), store).fifo_ids("ivy") == []  # and it stays reset
+    assert service(fresh_fake(), store).fifo_ids("ivy") == []  # and it stays reset
 
 
-def test_forget_a_message_outside_the_context_but_not_one_inside(fresh_redis: Any, store: MemoryStore) -> None:
-    svc = service(fresh_redis(), store)
+def test_forget_a_message_outside_the_context_but_not_one_inside(fresh_fake: Any, store: MemoryStore) -> None:
+    svc = service(fresh_fake(), store)
     svc.create_agent("jack", model=MODEL)
     ids = [svc.append("jack", "user", line(i)).message_id for i in range(110)]
     commit_pending(svc, "jack")
