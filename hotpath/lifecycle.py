@@ -21,12 +21,12 @@ from typing import Any
 from vcm import snapshots, validation
 from vcm.durable import Durability, agent_config, append_event, block_write, stored_message
 from vcm.errors import Conflict, NotFound, ValidationError
-from vcm.hot.state import HotState
-from vcm.obs import audit, metrics
+from vcm.hot.state import HotState, Snapshot
+from vcm.obs import metrics
 from vcm.settings import Settings
 from vcm.store import validation as store_validation
 from vcm.store.port import MemoryStore
-from vcm.store.types import ContextReset, MemoryEvent, SnapshotRecord, SummaryVersion
+from vcm.store.types import ContextReset, SnapshotRecord, SummaryVersion
 from vcm.types import Block, Message
 
 # Audit rows about an agent that no longer exists go under this agent id.
@@ -49,7 +49,7 @@ class LifecycleOps:
     # Provided by MemoryService.
     agent: Callable[[str], Any]
     rebuild: Callable[[str], bool]
-    _write_event: Callable[[MemoryEvent], None]
+    _event: Callable[..., None]
 
     # --- delete and forget ------------------------------------------------------------------------
     def delete_agent(self, agent_id: str, *, actor: str = "system") -> dict[str, int]:
@@ -121,9 +121,7 @@ class LifecycleOps:
         ttl = self.settings.durability.snapshot_ttl_s if ttl_s is None else ttl_s
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
             raise ValidationError("ttl_s must be a non-negative integer (0: no expiry)", field="ttl_s")
-        snap = self.hot.snapshot(agent_id)
-        pending = [m for ids in self.hot.batch_message_ids(agent_id).values() for m in ids]
-        fifo = sorted([*self.hot.get_messages(agent_id, pending), *snap.fifo], key=lambda m: m.seq)
+        snap, fifo = self._held(agent_id)
         text, tokens, _, batch = self.hot.summary(agent_id)
         state = {
             "agent_id": agent_id,
@@ -226,9 +224,7 @@ class LifecycleOps:
     def _persist_hot(self, agent_id: str) -> int:
         """Write every message the hot state holds (FIFO and pending batches) to the store, so
         dropping the hot state loses none. Returns how many there were."""
-        snap = self.hot.snapshot(agent_id)
-        pending = [m for ids in self.hot.batch_message_ids(agent_id).values() for m in ids]
-        messages = [*snap.fifo, *self.hot.get_messages(agent_id, pending)]
+        _, messages = self._held(agent_id)
         ttl = self.settings.maintenance.recall_ttl_s
         if messages:
             self.store.spool_messages(
@@ -236,6 +232,13 @@ class LifecycleOps:
                 events=[append_event(agent_id, m) for m in messages],
             )
         return len(messages)
+
+    def _held(self, agent_id: str) -> tuple[Snapshot, list[Message]]:
+        """The hot state's snapshot, and every message it holds (FIFO and pending batches: the
+        summary does not cover those yet), oldest first."""
+        snap = self.hot.snapshot(agent_id)
+        pending = [m for ids in self.hot.batch_message_ids(agent_id).values() for m in ids]
+        return snap, sorted([*snap.fifo, *self.hot.get_messages(agent_id, pending)], key=lambda m: m.seq)
 
     def _fresh_id(self, agent_id: str) -> int:
         """A batch id no one has used: the current floor, with the floor moved past it (the hot
@@ -266,14 +269,4 @@ class LifecycleOps:
     def _audit(self, agent_id: str, kind: str, payload: Mapping[str, Any], actor: str) -> None:
         # Unique per call (two identical rows in one clock tick are still two events).
         digest = hashlib.sha256(f"{kind}{sorted(payload.items())!r}{time.perf_counter_ns()}".encode()).hexdigest()[:24]
-        self._write_event(
-            audit.event(
-                agent_id,
-                kind,
-                None,
-                actor=actor,
-                event_id=f"{agent_id}:{kind}:{digest}",
-                created_at=self.clock(),
-                details=dict(payload),
-            )
-        )
+        self._event(agent_id, kind, payload, actor, event_id=f"{agent_id}:{kind}:{digest}")

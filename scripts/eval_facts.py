@@ -33,7 +33,6 @@ import re
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ import fakeredis
 import numpy as np
 
 from vcm.dispatch import RecordingDispatcher
-from vcm.eval.conversation import parse_sample
+from vcm.eval.conversation import FixedClock, observations, parse_sample, session_time
 from vcm.hot.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
@@ -79,37 +78,11 @@ def hash_embed(texts: Sequence[str]) -> Any:
     return out
 
 
-def session_time(text: str) -> float | None:
-    try:
-        return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def observations(sample: Mapping[str, Any]) -> list[tuple[str, frozenset[str]]]:
-    out = []
-    for session in sample.get("observation", {}).values():
-        for facts in session.values():
-            for entry in facts:
-                if len(entry) >= 2:
-                    ids = [entry[1]] if isinstance(entry[1], str) else list(entry[1])
-                    out.append((str(entry[0]), frozenset(str(i).strip() for i in ids)))
-    return out
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def replay(sample: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     conv = parse_sample(dict(sample))
     tmp = Path(tempfile.mkdtemp(prefix="vcm-eval-facts-"))
     settings = load_settings(environ={}, overrides={"store_url": f"sqlite:///{tmp / 'vcm.db'}"})
-    clock = Clock()
+    clock = FixedClock()
     hot = HotState(fakeredis.FakeRedis(decode_responses=True), settings, clock=clock)
     store = open_store(settings.store_url)
     if args.embed == "hash":

@@ -40,7 +40,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ import fakeredis
 import numpy as np
 
 from vcm.dispatch import RecordingDispatcher
+from vcm.eval.conversation import FixedClock, observations, session_time
 from vcm.hot.budget import Budget
 from vcm.hot.state import HotState
 from vcm.settings import load_settings
@@ -279,40 +279,10 @@ def hash_embed(texts: Sequence[str]) -> Vectors:
     return out
 
 
-def session_time(text: str) -> float | None:
-    """LoCoMo's "1:56 pm on 8 May, 2023" as seconds since the epoch (UTC)."""
-    try:
-        return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def observations(sample: Mapping[str, Any]) -> list[tuple[str, frozenset[str]]]:
-    """(fact, its evidence dia_ids) of every session's ``observation``."""
-    out = []
-    for session in sample.get("observation", {}).values():
-        for facts in session.values():
-            for entry in facts:
-                if len(entry) < 2:
-                    continue
-                text, evidence = entry[0], entry[1]
-                ids = [evidence] if isinstance(evidence, str) else list(evidence)
-                out.append((str(text), frozenset(str(i).strip() for i in ids)))
-    return out
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def replay(sample: Mapping[str, Any], args: argparse.Namespace, summarizer: Summarizer) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="vcm-eval-summary-"))
     settings = load_settings(environ={}, overrides={"store_url": f"sqlite:///{tmp / 'vcm.db'}"})
-    clock = Clock()
+    clock = FixedClock()
     hot = HotState(fakeredis.FakeRedis(decode_responses=True), settings, clock=clock)
     store = open_store(settings.store_url)
     embed = hash_embed if args.embed == "hash" else _model_embed(settings)

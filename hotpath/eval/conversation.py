@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,34 @@ def generate(seed: int = 7, sessions: int = 12, turns_per_session: int = 24) -> 
 
 def iter_turns(conv: Conversation) -> Iterator[Turn]:
     yield from conv.turns
+
+
+def session_time(text: str) -> float | None:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as seconds since the epoch (UTC); None when unparsable."""
+    try:
+        return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def observations(sample: Mapping[str, Any]) -> list[tuple[str, frozenset[str]]]:
+    """(fact, its evidence dia_ids) of every session's ``observation`` in a LoCoMo sample."""
+    out = []
+    for session in sample.get("observation", {}).values():
+        for facts in session.values():
+            for entry in facts:
+                if len(entry) < 2:
+                    continue
+                ids = [entry[1]] if isinstance(entry[1], str) else list(entry[1])
+                out.append((str(entry[0]), frozenset(str(i).strip() for i in ids)))
+    return out
+
+
+class FixedClock:
+    """A clock a replay sets by hand (to each session's time)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now

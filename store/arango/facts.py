@@ -12,6 +12,7 @@ from vcm.errors import NotFound, ValidationError
 from vcm.store import fact_rank, semantics, validation
 from vcm.store.arango import aql, keys, names
 from vcm.store.arango.base import ArangoBase
+from vcm.store.arango.lifecycle import count_of
 from vcm.store.types import Fact, FactHit, FactQuery, StateEntry
 
 
@@ -132,8 +133,7 @@ class FactOps(ArangoBase):
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
         validation.identifier("agent_id", agent_id)
         ids = [f"{names.FACTS}/{fact_key(agent_id, validation.identifier('fact_id', f))}" for f in fact_ids]
-        rows = self._run(self._rw, aql.remove_documents(names.FACTS, ids), "delete_facts")
-        return int(rows[0]) if rows else 0
+        return count_of(self._run(self._rw, aql.remove_documents(names.FACTS, ids), "delete_facts"))
 
     def fact_counts(self, agent_id: str) -> dict[str, dict[str, int]]:
         validation.identifier("agent_id", agent_id)
@@ -185,8 +185,7 @@ class FactOps(ArangoBase):
     def delete_state(self, agent_id: str, key: str | None, expected_rev: str | None = None) -> int:
         validation.identifier("agent_id", agent_id)
         if key is None:
-            rows = self._run(self._rw, aql.remove_of_agent(names.STATE, agent_id), "delete_state")
-            return int(rows[0]) if rows else 0
+            return count_of(self._run(self._rw, aql.remove_of_agent(names.STATE, agent_id), "delete_state"))
         validation.identifier("key", key)
         doc_key = state_key(agent_id, key)
         with self._transaction((names.STATE,), "delete_state") as txn:

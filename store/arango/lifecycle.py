@@ -19,7 +19,8 @@ from vcm.store.arango.base import ArangoBase
 from vcm.store.types import Forgotten, SnapshotRecord, message_node
 
 
-def _count(rows: list[object]) -> int:
+def count_of(rows: list[object]) -> int:
+    """The count a ``COLLECT WITH COUNT`` removal returns (0 when it returned nothing)."""
     return int(rows[0]) if rows and isinstance(rows[0], int) else 0
 
 
@@ -64,9 +65,11 @@ class LifecycleOps(ArangoBase):
         agents = self._run(
             self._rw, aql.remove_documents(names.CORE, [f"{names.CORE}/{agent_key(agent_id)}"]), "delete_agent"
         )
-        counts["agents"] = _count(agents)
+        counts["agents"] = count_of(agents)
         for collection in names.AGENT_OWNED:
-            counts[collection] = _count(self._run(self._rw, aql.remove_of_agent(collection, agent_id), "delete_agent"))
+            counts[collection] = count_of(
+                self._run(self._rw, aql.remove_of_agent(collection, agent_id), "delete_agent")
+            )
         return Forgotten({k: v for k, v in counts.items() if v})
 
     def forget_message(self, agent_id: str, message_id: str) -> Forgotten:
@@ -74,7 +77,7 @@ class LifecycleOps(ArangoBase):
         validation.identifier("message_id", message_id)
         vertex = keys.vertex_id(message_node(agent_id, message_id))
         with self._transaction((names.MESSAGES, *names.EDGE_COLLECTIONS), "forget_message") as txn:
-            removed = _count(self._run(txn, aql.remove_documents(names.MESSAGES, [vertex]), "forget_message"))
+            removed = count_of(self._run(txn, aql.remove_documents(names.MESSAGES, [vertex]), "forget_message"))
             for edges in names.EDGE_COLLECTIONS:
                 self._run(txn, aql.remove_edges_of(edges, [vertex]), "forget_message")
         return Forgotten({"messages": removed} if removed else {})
@@ -86,7 +89,7 @@ class LifecycleOps(ArangoBase):
         if not ids:
             return Forgotten({})
         with self._transaction((names.ARCHIVAL, *names.EDGE_COLLECTIONS), "forget_document") as txn:
-            removed = _count(self._run(txn, aql.remove_documents(names.ARCHIVAL, ids), "forget_document"))
+            removed = count_of(self._run(txn, aql.remove_documents(names.ARCHIVAL, ids), "forget_document"))
             for edges in names.EDGE_COLLECTIONS:
                 self._run(txn, aql.remove_edges_of(edges, ids), "forget_document")
         return Forgotten({"archival_chunks": removed} if removed else {})
@@ -122,4 +125,4 @@ class LifecycleOps(ArangoBase):
         validation.identifier("agent_id", agent_id)
         validation.identifier("snapshot_id", snapshot_id)
         doc_id = f"{names.SNAPSHOTS}/{keys.doc_key(agent_id, snapshot_id)}"
-        return _count(self._run(self._rw, aql.remove_documents(names.SNAPSHOTS, [doc_id]), "delete_snapshot")) > 0
+        return count_of(self._run(self._rw, aql.remove_documents(names.SNAPSHOTS, [doc_id]), "delete_snapshot")) > 0

@@ -41,22 +41,13 @@ def _record(row: sqlite3.Row) -> AgentRecord:
     )
 
 
-def _config(config: Mapping[str, Any]) -> str:
-    if not isinstance(config, Mapping):
-        raise ValidationError("config must be a mapping", field="config")
-    try:
-        return rows.dumps(dict(config))
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"config must be JSON: {exc}", field="config") from None
-
-
 class AgentOps(EmbeddedBase):
     """``put_agent``, ``get_agent``, ``list_agents``, ``set_agent_token``, ``advance_id_floor``,
     ``uncommitted_messages``, ``summary_versions`` and ``reset_context``."""
 
     def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
         validation.identifier("agent_id", agent_id)
-        text = _config(config)
+        text = validation.json_mapping("config", config)
         now = self._clock()
         with self._db.write("write an agent") as conn:
             conn.execute(
