@@ -18,7 +18,7 @@ from typing import Any
 
 from vcm import poisoning
 from vcm.errors import NotFound, PolicyRefused, ValidationError
-from vcm.facts import dedup, guard, working_set
+from vcm.facts import dedup, entities, guard, working_set
 from vcm.facts.capture import Captured
 from vcm.facts.working_set import WorkingSet
 from vcm.hot.state import HotState
@@ -88,6 +88,7 @@ class KnowledgeOps:
     agent: Callable[[str], Any]
     claim: Callable[..., tuple[dict[str, Any], bool]]
     _audit: Callable[[str, str, Mapping[str, Any], str], None]
+    _link: Callable[[Fact, Sequence[Mapping[str, Any]], str], None]  # EntityGraphOps
 
     # --- facts ------------------------------------------------------------------------------------
     def remember(
@@ -120,6 +121,12 @@ class KnowledgeOps:
             raise ValidationError(f"scope must be one of {', '.join(SCOPES)}", field="scope")
         if status not in ("active", "shadow"):
             raise ValidationError("a new fact is active or shadow", field="status")
+        if type == "entity":  # the key is the name itself, folded: one entity, one fact
+            key = entities.canonical(key if key is not None else value)
+        elif type == "relation":
+            if key is None:
+                raise ValidationError("a relation needs its key 'source|relation|target'", field="key")
+            key = entities.relation_of(key).key
         if key is not None:
             key = store_validation.identifier("key", key)
         tags = self._tags(tags)
@@ -127,6 +134,7 @@ class KnowledgeOps:
         imp, conf = _unit("importance", importance), _unit("confidence", confidence)
         now = self.clock()
         expires_at = self._expiry(type, ttl_s, now)
+        lifetime = None if expires_at is None else expires_at - now
         self._guard(agent_id, "remember", f"{key or ''} {value}", justification, actor, type=type)
         request = {
             "value_sha256": hashlib.sha256(value.encode()).hexdigest(),
@@ -142,9 +150,15 @@ class KnowledgeOps:
                     return RememberResult("REPLAYED", self.store.get_fact(agent_id, fact_id), replayed=True)
                 except NotFound:
                     pass  # the first attempt died before writing: write it now
-        embedding = self._embedding(value)
+        identity = type in dedup.IDENTITY_TYPES
+        # An entity's value is its name: the key dedups it and text search finds it, so the
+        # model call an embedding costs buys nothing there.
+        embedding = None if type == "entity" else self._embedding(value)
         candidates = self.store.query_facts(
-            agent_id, FactQuery(scope=scope, types=[type], limit=1000, with_embeddings=True)
+            agent_id,
+            FactQuery(scope=scope, types=[type], key=key, limit=10)
+            if identity  # one key, one fact: however many entities the agent knows
+            else FactQuery(scope=scope, types=[type], limit=1000, with_embeddings=True),
         )
         outcome = dedup.decide(
             value,
@@ -153,6 +167,7 @@ class KnowledgeOps:
             candidates,
             word_overlap=cfg.word_overlap,
             embedding_similarity=cfg.embedding_similarity,
+            identity=identity,
         )
         if outcome.decision == "MATCH" and outcome.target is not None:
             target = outcome.target
@@ -164,17 +179,20 @@ class KnowledgeOps:
                 confidence=max(target.confidence, conf),
                 updated_at=now,
                 expires_at=expires_at,  # reconfirmed: its lifetime starts again
+                lifetime_s=lifetime,
             )
             stored = self.store.put_fact(joined, target.version)
             self._decision(agent_id, "MATCH", stored, actor, similarity=round(outcome.similarity, 3))
+            self._link(stored, pointers, actor)
             return RememberResult("MATCH", stored, replayed=replayed)
         fact = Fact(
             agent_id=agent_id, fact_id=fact_id, scope=scope, type=type, value=value, key=key, category=category,
             tags=tuple(tags), importance=imp, confidence=conf, evidence=tuple(pointers), status=status,
             conflict_with=tuple(f.fact_id for f in outcome.conflicting), created_at=now, updated_at=now,
-            expires_at=expires_at, embedding=embedding,
+            expires_at=expires_at, lifetime_s=lifetime, embedding=embedding,
         )  # fmt: skip
         stored = self.store.put_fact(fact, None)
+        self._link(stored, pointers, actor)
         marked: list[Fact] = []
         for other in outcome.conflicting:
             marked.append(
@@ -192,8 +210,7 @@ class KnowledgeOps:
         self.agent(agent_id)
         store_validation.identifier("key", key)
         found = self.store.query_facts(agent_id, FactQuery(scope=scope, types=[type] if type else None, key=key))
-        if found:
-            self.store.touch_facts(agent_id, [f.fact_id for f in found], self.clock())
+        self._use(agent_id, found)
         return found
 
     def search_facts(self, agent_id: str, query: str, *, filters: FactQuery | None = None) -> list[FactHit]:
@@ -203,8 +220,7 @@ class KnowledgeOps:
         hits = self.store.search_facts(
             agent_id, query, self._embedding(query) if query.strip() else None, filters or FactQuery(limit=10)
         )
-        if hits:
-            self.store.touch_facts(agent_id, [h.fact.fact_id for h in hits], self.clock())
+        self._use(agent_id, [h.fact for h in hits])
         return hits
 
     def list_facts(self, agent_id: str, filters: FactQuery | None = None) -> list[Fact]:
@@ -262,9 +278,7 @@ class KnowledgeOps:
                 h.fact.fact_id: h.score for h in self.search_facts(agent_id, query, filters=FactQuery(limit=100))
             }
         ws = working_set.build(facts, relevance, self.clock(), caps)
-        used = [i.fact.fact_id for items in ws.sections.values() for i in items]
-        if used:
-            self.store.touch_facts(agent_id, used, self.clock())
+        self._use(agent_id, [i.fact for items in ws.sections.values() for i in items])
         return ws
 
     def consolidate(self, agent_id: str, *, actor: str = "worker:consolidate") -> dict[str, int]:
@@ -305,7 +319,7 @@ class KnowledgeOps:
             importance=max(f.importance for f in [fact, *others]), confidence=1.0,
             evidence=tuple({"kind": "message", "id": str(e["id"])} for f in [fact, *others] for e in f.evidence
                            if e.get("kind") == "message")[:MAX_EVIDENCE],
-            created_at=now, updated_at=now, expires_at=now + ttl if ttl else None,
+            created_at=now, updated_at=now, expires_at=now + ttl if ttl else None, lifetime_s=ttl or None,
         )  # fmt: skip
         existing = self.store.query_facts(agent_id, FactQuery(types=["question"], key=question.key))
         if existing:
@@ -393,6 +407,12 @@ class KnowledgeOps:
         return kept
 
     # --- plumbing ---------------------------------------------------------------------------------
+    def _use(self, agent_id: str, used: Sequence[Fact]) -> None:
+        """Record a use of these facts: each with a lifetime lives it again from now (seed 002:
+        a TTL is refreshed by reconfirmation or use, and by nothing else)."""
+        if used:
+            self.store.touch_facts(agent_id, list(dict.fromkeys(f.fact_id for f in used)), self.clock())
+
     def _text(self, value: Any, name: str, limit: int) -> str:
         if not isinstance(value, str) or not value.strip():
             raise ValidationError(f"{name} must be a non-empty string", field=name)

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from vcm import poisoning, validation
 from vcm.dispatch import Dispatcher
 from vcm.durable import Durability, agent_config
+from vcm.entity_graph import EntityGraphOps
 from vcm.errors import (
     IdempotencyMismatch,
     NotFound,
@@ -88,7 +89,7 @@ def doc_id_for(text: str) -> str:
     return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-class MemoryService(KnowledgeOps, LifecycleOps):
+class MemoryService(KnowledgeOps, EntityGraphOps, LifecycleOps):
     def __init__(
         self,
         hot: HotState,
@@ -624,6 +625,10 @@ class MemoryService(KnowledgeOps, LifecycleOps):
 
     def gauges(self, agent_id: str) -> Gauges:
         return self._hot(agent_id, self.hot.gauges, agent_id)
+
+    def pending_batches(self, agent_id: str) -> list[int]:
+        """The agent's eviction batches begun and not yet finished: its cold-path backlog."""
+        return self._hot(agent_id, self.hot.pending_batches, agent_id)
 
     def fifo_ids(self, agent_id: str) -> list[str]:
         """The ids of the messages in the agent's FIFO, oldest first."""

@@ -146,7 +146,9 @@ class MemoryStore(abc.ABC):
 
     @abc.abstractmethod
     def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
-        """Record a use: ``last_used`` = now, ``access_count`` + 1 (no version change)."""
+        """Record a use: ``last_used`` = now, ``access_count`` + 1 (no version change), and a
+        live fact with a ``lifetime_s`` lives that long from now (a use refreshes a lifetime; it
+        never shortens one and never revives an expired fact)."""
 
     @abc.abstractmethod
     def put_state(

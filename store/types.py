@@ -9,9 +9,12 @@ from typing import Any, Generic, Literal, TypeVar
 T = TypeVar("T")
 
 Metric = Literal["cosine", "l2"]
-EdgeKind = Literal["recall_log", "cites", "derived_from"]
-EDGE_KINDS: tuple[EdgeKind, ...] = ("recall_log", "cites", "derived_from")
-NodeCollection = Literal["core_memory", "messages", "archival_docs", "memory_events"]
+# recall_log: summary -> evicted message; cites: fact -> its evidence message; derived_from: chunk
+# -> previous chunk; mentions: message -> entity fact it names; relates_to: entity -> entity
+# (attributes: relation, fact_id of the relation fact).
+EdgeKind = Literal["recall_log", "cites", "derived_from", "mentions", "relates_to"]
+EDGE_KINDS: tuple[EdgeKind, ...] = ("recall_log", "cites", "derived_from", "mentions", "relates_to")
+NodeCollection = Literal["core_memory", "messages", "archival_docs", "memory_events", "agent_longterm_memory"]
 SUMMARY_BLOCK_ID = "queue_head_summary"
 
 
@@ -163,6 +166,11 @@ def chunk_node(agent_id: str, doc_id: str, chunk_index: int, embedding_version: 
     return NodeRef("archival_docs", f"{agent_id}:{doc_id}:{chunk_index}:{embedding_version}")
 
 
+def fact_node(agent_id: str, fact_id: str) -> NodeRef:
+    """Graph node of a fact (entities and relations are facts too)."""
+    return NodeRef("agent_longterm_memory", f"{agent_id}:{fact_id}")
+
+
 def event_node(event_id: str) -> NodeRef:
     return NodeRef("memory_events", event_id)
 
@@ -302,6 +310,9 @@ class Fact:
     expires_at: float | None = None
     version: int = 1
     embedding: Sequence[float] | None = None
+    # What a use or reconfirmation gives it again: expires_at moves to now + lifetime_s (never
+    # earlier). None: it never expires, or its expiry is fixed.
+    lifetime_s: float | None = None
 
 
 @dataclass(frozen=True)

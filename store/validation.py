@@ -37,7 +37,7 @@ MAX_DEPTH = 32  # traversal depth; AQL's 1..@max_depth has no bound of its own
 MAX_ID_CHARS = 512
 METRICS = ("cosine", "l2")
 DIRECTIONS = ("outbound", "inbound", "any")
-NODE_COLLECTIONS = ("core_memory", "messages", "archival_docs", "memory_events")
+NODE_COLLECTIONS = ("core_memory", "messages", "archival_docs", "memory_events", "agent_longterm_memory")
 
 
 def identifier(name: str, value: Any) -> str:

@@ -144,6 +144,7 @@ def _extract_facts(deps: Deps, agent_id: str, messages: Sequence[Message]) -> No
                 agent_id,
                 c.value,
                 type=c.type,
+                key=c.key,
                 importance=c.importance,
                 confidence=0.5,
                 evidence=[{"kind": "message", "id": c.message_id}],

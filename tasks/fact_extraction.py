@@ -4,6 +4,10 @@ before compaction so they survive it"). Pure and offline: the summariser's fact 
 salient — they name, count or date something, or state a preference or a decision — each with a
 pointer to the turn it came from. The service stores them as ``shadow`` facts; consolidation
 promotes those its replay test confirms.
+
+Besides those, the names the salient units carry become ``entity`` candidates and relations the
+text states in a fixed form ("my sister Maya") ``relation`` candidates, so the context pack and
+the graph grow from what was said (:mod:`vcm.facts.entities`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vcm.errors import ValidationError
+from vcm.facts import entities
 from vcm.tasks import facts, sentences
 from vcm.types import Message
 
@@ -22,12 +28,17 @@ _PLAN = re.compile(r"\b(?:decid(?:e|ed|es)|plan(?:s|ned|ning)?|going to|will|dea
 MAX_SENTENCE_CHARS = 400
 
 
+MAX_ENTITIES = 15
+MAX_RELATIONS = 10
+
+
 @dataclass(frozen=True)
 class Candidate:
-    type: str  # preference | project | learned
-    value: str  # "Speaker: sentence" as the summary would hold it
+    type: str  # preference | project | learned | entity | relation
+    value: str  # "Speaker: sentence" as the summary would hold it; an entity's name
     message_id: str
     importance: float
+    key: str | None = None  # entity: canonical name; relation: "src|relation|dst"
 
 
 def kind_of(body: str) -> str:
@@ -62,4 +73,29 @@ def extract(messages: Sequence[Message], scan: facts.Scan | None = None, *, limi
             )
             out.append(Candidate(kind_of(unit.body), unit.line, m.id, round(importance, 2)))
     out.sort(key=lambda c: -c.importance)
-    return out[:limit]
+    return out[:limit] + _graph(messages, speakers, scan)
+
+
+def _graph(messages: Sequence[Message], speakers: frozenset[str], scan: facts.Scan | None) -> list[Candidate]:
+    """Entity and relation candidates: the names of salient units (first mention), relations
+    stated in a fixed form. Flagged text gives none."""
+    named: dict[str, Candidate] = {}
+    related: dict[str, Candidate] = {}
+    for m in messages:
+        if m.kind != "message" or m.role not in ("user", "assistant") or not m.content:
+            continue
+        for sentence in sentences.split(m.content, MAX_SENTENCE_CHARS):
+            unit = facts.unit_of(m.name or "", sentence, m.created_at, scan)
+            if unit is None or unit.flagged:
+                continue
+            for r in entities.stated(m.name or "", sentence):
+                related.setdefault(r.key, Candidate("relation", f"{m.name}: {sentence.strip()}", m.id, 0.6, r.key))
+            if not facts.salient(unit, speakers):
+                continue
+            for name in facts.entities(unit.body, speakers):
+                try:
+                    key = entities.canonical(name)
+                except ValidationError:
+                    continue
+                named.setdefault(key, Candidate("entity", name, m.id, 0.5, key))
+    return list(named.values())[:MAX_ENTITIES] + list(related.values())[:MAX_RELATIONS]

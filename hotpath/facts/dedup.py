@@ -71,6 +71,10 @@ def cosine(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) / (na * nb) if na and nb else 0.0
 
 
+# Types whose key names the thing itself: one key, one fact.
+IDENTITY_TYPES = frozenset({"entity", "relation"})
+
+
 @dataclass(frozen=True)
 class Outcome:
     decision: Decision
@@ -87,10 +91,15 @@ def decide(
     *,
     word_overlap: float,
     embedding_similarity: float,
+    identity: bool = False,
 ) -> Outcome:
-    """``candidates``: the agent's live facts of the write's scope and type."""
+    """``candidates``: the agent's live facts of the write's scope and type. ``identity``: the
+    key names the thing itself (an entity's name, a relation's triple), so one key is one fact
+    whatever its description says: a MATCH, never a CONFLICT."""
     if key is not None:
         keyed = [f for f in candidates if f.key == key]
+        if identity and keyed:
+            return Outcome("MATCH", keyed[0], similarity=1.0)
         same = [f for f in keyed if normalise(f.value) == normalise(value)]
         if same:
             return Outcome("MATCH", same[0], similarity=1.0)

@@ -918,9 +918,14 @@ def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, k
 
 
 def touch_facts(agent_id: str, keys_: Sequence[str], now: float) -> AqlQuery:
+    """A use: the expiry of a live fact with a lifetime moves to now + lifetime, only forward
+    (the port's rule)."""
     text = (
         f"FOR k IN @keys\n  LET f = DOCUMENT({names.FACTS}, k)\n  FILTER f != null AND f.agent_id == @agent_id\n"
-        f"  UPDATE f WITH {{ last_used: @now, access_count: f.access_count + 1 }} IN {names.FACTS}"
+        "  LET renewed = f.lifetime_s != null AND f.expires_at != null AND f.expires_at >= @now\n"
+        "    AND @now + f.lifetime_s > f.expires_at\n"
+        f"  UPDATE f WITH {{ last_used: @now, access_count: f.access_count + 1, "
+        f"expires_at: renewed ? @now + f.lifetime_s : f.expires_at }} IN {names.FACTS}"
     )
     return AqlQuery(text, {"keys": list(keys_), "agent_id": agent_id, "now": now})
 

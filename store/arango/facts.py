@@ -13,11 +13,12 @@ from vcm.store import fact_rank, semantics, validation
 from vcm.store.arango import aql, keys, names
 from vcm.store.arango.base import ArangoBase
 from vcm.store.arango.lifecycle import count_of
-from vcm.store.types import Fact, FactHit, FactQuery, StateEntry
+from vcm.store.types import Fact, FactHit, FactQuery, StateEntry, fact_node
 
 
 def fact_key(agent_id: str, fact_id: str) -> str:
-    return keys.doc_key(agent_id, fact_id)
+    # The document is a g_mem vertex: keyed by its node ref, so edges and documents line up.
+    return keys.vertex_key(fact_node(agent_id, fact_id))
 
 
 def state_key(agent_id: str, key: str) -> str:
@@ -47,6 +48,7 @@ def fact_doc(f: Fact, version: int) -> dict[str, Any]:
         "expires_at": f.expires_at,
         "version": version,
         "embedding": [float(x) for x in f.embedding] if f.embedding else None,
+        "lifetime_s": f.lifetime_s,
     }
 
 
@@ -72,6 +74,7 @@ def fact_from_doc(d: Mapping[str, Any], *, with_embedding: bool = False) -> Fact
         expires_at=None if d.get("expires_at") is None else float(d["expires_at"]),
         version=int(d.get("version", 1)),
         embedding=d.get("embedding") if with_embedding else None,
+        lifetime_s=None if d.get("lifetime_s") is None else float(d["lifetime_s"]),
     )
 
 
@@ -133,7 +136,12 @@ class FactOps(ArangoBase):
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
         validation.identifier("agent_id", agent_id)
         ids = [f"{names.FACTS}/{fact_key(agent_id, validation.identifier('fact_id', f))}" for f in fact_ids]
-        return count_of(self._run(self._rw, aql.remove_documents(names.FACTS, ids), "delete_facts"))
+        # No edge outlives its fact (entities and relations are facts with edges).
+        with self._transaction((names.FACTS, *names.EDGE_COLLECTIONS), "delete_facts") as txn:
+            removed = count_of(self._run(txn, aql.remove_documents(names.FACTS, ids), "delete_facts"))
+            for edges in names.EDGE_COLLECTIONS:
+                self._run(txn, aql.remove_edges_of(edges, ids), "delete_facts")
+        return removed
 
     def fact_counts(self, agent_id: str) -> dict[str, dict[str, int]]:
         validation.identifier("agent_id", agent_id)

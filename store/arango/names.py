@@ -17,6 +17,8 @@ EVENTS: Final = "memory_events"
 RECALL_LOG: Final = "recall_log"
 CITES: Final = "cites"
 DERIVED_FROM: Final = "derived_from"
+MENTIONS: Final = "mentions"
+RELATES_TO: Final = "relates_to"
 BATCHES: Final = "eviction_batches"
 IDEMPOTENCY: Final = "idempotency"
 CURSORS: Final = "cursors"
@@ -29,9 +31,9 @@ VIEW: Final = "messages_view"
 GRAPH: Final = "g_mem"
 TEXT_ANALYZER: Final = "text_en"
 
-NODE_COLLECTIONS: Final[tuple[NodeCollection, ...]] = (CORE, MESSAGES, ARCHIVAL, EVENTS)
+NODE_COLLECTIONS: Final[tuple[NodeCollection, ...]] = (CORE, MESSAGES, ARCHIVAL, EVENTS, FACTS)
 EDGE_COLLECTIONS: Final[tuple[EdgeKind, ...]] = EDGE_KINDS
-DOCUMENT_COLLECTIONS: Final = (*NODE_COLLECTIONS, BATCHES, IDEMPOTENCY, CURSORS, META, SNAPSHOTS, FACTS, STATE)
+DOCUMENT_COLLECTIONS: Final = (*NODE_COLLECTIONS, BATCHES, IDEMPOTENCY, CURSORS, META, SNAPSHOTS, STATE)
 ALL_COLLECTIONS: Final = (*DOCUMENT_COLLECTIONS, *EDGE_COLLECTIONS)
 
 # commit_eviction touches exactly these; a stream transaction must declare them up front.

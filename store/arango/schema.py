@@ -217,6 +217,7 @@ def bootstrap(db: Any, schema: Schema, *, retention: bool = False) -> BootstrapR
                     raise
         for graph in schema.graphs:
             if db.has_graph(graph["name"]):
+                _widen_graph(db.graph(graph["name"]), graph, report)
                 continue
             try:
                 db.create_graph(graph["name"], edge_definitions=graph["edge_definitions"])
@@ -225,6 +226,47 @@ def bootstrap(db: Any, schema: Schema, *, retention: bool = False) -> BootstrapR
                 if not is_error(exc, GRAPH_DUPLICATE, DUPLICATE_NAME):
                     raise
     return report
+
+
+def graph_changes(
+    current: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """What an existing graph lacks: ``("create", def)`` for a missing edge definition,
+    ``("replace", def)`` where an existing one allows fewer vertex collections than wanted (the
+    replacement is the union, so an upgrade only ever widens what a graph accepts). Pure."""
+    have = {str(d["edge_collection"]): d for d in current}
+    out: list[tuple[str, dict[str, Any]]] = []
+    for d in wanted:
+        name = str(d["edge_collection"])
+        old = have.get(name)
+        if old is None:
+            out.append(("create", dict(d)))
+            continue
+        merged = {
+            "edge_collection": name,
+            **{
+                side: sorted({*old.get(side, []), *d.get(side, [])})
+                for side in ("from_vertex_collections", "to_vertex_collections")
+            },
+        }
+        if any(
+            set(merged[side]) != set(old.get(side, [])) for side in ("from_vertex_collections", "to_vertex_collections")
+        ):
+            out.append(("replace", merged))
+    return out
+
+
+def _widen_graph(graph: Any, spec: Mapping[str, Any], report: BootstrapReport) -> None:
+    """New edge kinds and vertex collections reach a graph an earlier vcm created."""
+    current = cast(list[dict[str, Any]], graph.edge_definitions())
+    for op, d in graph_changes(current, spec["edge_definitions"]):
+        if op == "create":
+            graph.create_edge_definition(d["edge_collection"], d["from_vertex_collections"], d["to_vertex_collections"])
+        else:
+            graph.replace_edge_definition(
+                d["edge_collection"], d["from_vertex_collections"], d["to_vertex_collections"]
+            )
+        report.created.append(f"{op}d edge definition {d['edge_collection']} in graph {spec['name']}")
 
 
 def _check_analyzers(db: Any, schema: Schema, report: BootstrapReport) -> None:

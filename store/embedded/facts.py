@@ -14,11 +14,12 @@ from vcm.errors import NotFound, ValidationError
 from vcm.store import fact_rank, semantics, validation
 from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase
-from vcm.store.types import Fact, FactHit, FactQuery, StateEntry
+from vcm.store.embedded.graph import delete_node_edges
+from vcm.store.types import Fact, FactHit, FactQuery, StateEntry, fact_node
 
 _COLUMNS = (
     "agent_id, fact_id, scope, type, key, value, category, tags, importance, confidence, evidence, status, "
-    "conflict_with, created_at, updated_at, last_used, access_count, expires_at, version"
+    "conflict_with, created_at, updated_at, last_used, access_count, expires_at, version, lifetime_s"
 )
 
 
@@ -44,6 +45,7 @@ def _fact(row: sqlite3.Row, embedding: bytes | None = None) -> Fact:
         expires_at=None if row["expires_at"] is None else float(row["expires_at"]),
         version=int(row["version"]),
         embedding=None if embedding is None else np.frombuffer(embedding, dtype="<f4").tolist(),
+        lifetime_s=None if row["lifetime_s"] is None else float(row["lifetime_s"]),
     )
 
 
@@ -104,7 +106,7 @@ class FactOps(EmbeddedBase):
             version = 1 if expected_version is None else expected_version + 1
             conn.execute(
                 f"INSERT OR REPLACE INTO facts ({_COLUMNS}, embedding) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     fact.agent_id,
                     fact.fact_id,
@@ -125,6 +127,7 @@ class FactOps(EmbeddedBase):
                     fact.access_count,
                     fact.expires_at,
                     version,
+                    fact.lifetime_s,
                     embedding,
                 ),
             )
@@ -175,10 +178,13 @@ class FactOps(EmbeddedBase):
         validation.identifier("agent_id", agent_id)
         ids = [validation.identifier("fact_id", f) for f in fact_ids]
         with self._db.write("delete facts") as conn:
-            return sum(
+            removed = sum(
                 conn.execute("DELETE FROM facts WHERE agent_id = ? AND fact_id = ?", (agent_id, f)).rowcount
                 for f in ids
             )
+            # No edge outlives its fact (entities and relations are facts with edges).
+            delete_node_edges(conn, [fact_node(agent_id, f) for f in ids])
+            return removed
 
     def fact_counts(self, agent_id: str) -> dict[str, dict[str, int]]:
         validation.identifier("agent_id", agent_id)
@@ -201,7 +207,10 @@ class FactOps(EmbeddedBase):
         validation.identifier("agent_id", agent_id)
         with self._db.write("touch facts") as conn:
             conn.executemany(
-                "UPDATE facts SET last_used = ?, access_count = access_count + 1 WHERE agent_id = ? AND fact_id = ?",
+                "UPDATE facts SET last_used = ?1, access_count = access_count + 1, expires_at = CASE "
+                "WHEN lifetime_s IS NOT NULL AND expires_at IS NOT NULL AND expires_at >= ?1 "
+                "AND ?1 + lifetime_s > expires_at THEN ?1 + lifetime_s ELSE expires_at END "
+                "WHERE agent_id = ?2 AND fact_id = ?3",
                 [(now, agent_id, f) for f in fact_ids],
             )
 

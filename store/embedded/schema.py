@@ -223,6 +223,7 @@ CREATE TABLE IF NOT EXISTS facts (
     expires_at    REAL,
     version       INTEGER NOT NULL,
     embedding     BLOB,                 -- float32, as given
+    lifetime_s    REAL,                 -- what a use gives it again (NULL: fixed or no expiry)
     PRIMARY KEY (agent_id, fact_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS facts_infokey ON facts (agent_id, scope, type, key);
@@ -269,6 +270,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     try:
         for statement in _statements(DDL):
             conn.execute(statement)
+        _add_missing_columns(conn)
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_SCHEMA_VERSION,)).fetchone()
         if row is not None and int(row[0]) > SCHEMA_VERSION:
             raise StoreUnavailable(f"database schema {row[0]} is newer than this vcm ({SCHEMA_VERSION}); upgrade vcm")
@@ -287,6 +289,18 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+# Columns added after a table first shipped: (table, column, declaration). A database an earlier
+# vcm created gets them on open (ALTER TABLE ... ADD COLUMN keeps every row, value NULL).
+ADDED_COLUMNS = (("facts", "lifetime_s", "REAL"),)
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    for table, column, decl in ADDED_COLUMNS:
+        present = {str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
 
 def _statements(script: str) -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 
 from vcm.store.arango import names
 from vcm.store.arango.errors import ArangoConfigError
-from vcm.store.arango.schema import SCHEMA_PATH, load_schema, parse_schema, vector_state
+from vcm.store.arango.schema import SCHEMA_PATH, graph_changes, load_schema, parse_schema, vector_state
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +106,24 @@ def test_malformed_schema_is_a_config_error(raw: dict[str, object]) -> None:
         parse_schema(broken)
     with pytest.raises(ArangoConfigError):
         load_schema("/nonexistent/schema.json")
+
+
+def test_an_existing_graph_is_only_ever_widened() -> None:
+    wanted = load_schema().graphs[0]["edge_definitions"]
+    old_vertices = ["core_memory", "messages", "archival_docs", "memory_events"]
+    earlier = [
+        {"edge_collection": k, "from_vertex_collections": old_vertices, "to_vertex_collections": old_vertices}
+        for k in ("recall_log", "cites", "derived_from")
+    ]
+    changes = graph_changes(earlier, wanted)
+    assert [(op, d["edge_collection"]) for op, d in changes] == [
+        ("replace", "recall_log"), ("replace", "cites"), ("replace", "derived_from"),
+        ("create", "mentions"), ("create", "relates_to"),
+    ]  # fmt: skip
+    for _, d in changes:
+        assert "agent_longterm_memory" in d["from_vertex_collections"]
+        assert set(old_vertices) <= set(d["to_vertex_collections"])
+    # A graph that already allows more keeps it, and an up-to-date graph needs nothing.
+    wider = [{**d, "to_vertex_collections": [*d["to_vertex_collections"], "extra"]} for d in wanted]
+    assert graph_changes(wider, wanted) == []
+    assert graph_changes(wanted, wanted) == []

@@ -8,7 +8,7 @@ import pytest
 
 from vcm.errors import NotFound, RevConflict, ValidationError
 from vcm.store.port import MemoryStore
-from vcm.store.types import Fact, FactQuery
+from vcm.store.types import Edge, Fact, FactQuery, fact_node, message_node
 
 NOW = 1_700_000_000.0
 
@@ -86,6 +86,37 @@ def test_delete_touch_and_expiry(store: MemoryStore) -> None:
     assert [f.fact_id for f in store.query_facts("a1", FactQuery())] == ["f1"]
     assert store.delete_facts("a1", ["f1", "f2", "ghost"]) == 2
     assert store.query_facts("a1", FactQuery(statuses=None)) == []
+
+
+def test_a_use_renews_a_lifetime_forward_only(store: MemoryStore) -> None:
+    store.put_fact(fact(1, "renewable", expires_at=NOW + 10, lifetime_s=100.0), None)
+    store.put_fact(fact(2, "fixed expiry", expires_at=NOW + 10), None)
+    store.put_fact(fact(3, "long way off", expires_at=NOW + 1000, lifetime_s=100.0), None)
+    store.put_fact(fact(4, "never expires", lifetime_s=100.0), None)
+    store.touch_facts("a1", ["f1", "f2", "f3", "f4"], NOW + 5)
+    got = {f: store.get_fact("a1", f) for f in ("f1", "f2", "f3", "f4")}
+    assert got["f1"].expires_at == NOW + 105 and got["f1"].lifetime_s == 100.0
+    assert got["f2"].expires_at == NOW + 10  # no lifetime: fixed
+    assert got["f3"].expires_at == NOW + 1000  # never shortened
+    assert got["f4"].expires_at is None  # never given an expiry
+    store.touch_facts("a1", ["f1"], NOW + 500)  # already expired: not revived
+    assert store.get_fact("a1", "f1").expires_at == NOW + 105
+
+
+def test_fact_nodes_carry_edges_and_lose_them_with_the_fact(store: MemoryStore) -> None:
+    store.put_fact(fact(1, "Priya", type="entity", key="priya"), None)
+    store.put_fact(fact(2, "Maya", type="entity", key="maya"), None)
+    priya, maya, m7 = fact_node("a1", "f1"), fact_node("a1", "f2"), message_node("a1", "m7")
+    store.add_edge(Edge("relates_to", priya, maya, "a1", NOW, {"relation": "sister", "fact_id": "f3"}))
+    store.add_edge(Edge("mentions", m7, maya, "a1", NOW))
+    store.add_edge(Edge("cites", maya, m7, "a1", NOW))
+    assert store.traverse(priya, ["relates_to"]) == [maya]
+    assert store.traverse(maya, ["relates_to"], direction="inbound") == [priya]
+    assert store.traverse(maya, ["mentions"], direction="inbound") == [m7]
+    assert store.traverse(priya, ["relates_to", "mentions"], max_depth=2, direction="any") == [maya, m7]
+    assert store.delete_facts("a1", ["f2"]) == 1
+    assert store.traverse(priya, ["relates_to"], direction="any") == []
+    assert store.traverse(m7, ["mentions", "cites"], direction="any") == []
 
 
 def test_state_keys_revs_ttl_and_clear(store: MemoryStore) -> None:
