@@ -201,6 +201,15 @@ class _Operations(Generic[R]):
     def fact_stats(self, agent_id: str) -> R:
         return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/facts/stats"))
 
+    def working_set(self, agent_id: str, query: str = "") -> R:
+        """Goal, constraints, top facts, entities, relations and agenda, ranked for ``query``."""
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/working-set", params={"query": query}))
+
+    def entity_graph(self, agent_id: str, name: str, *, depth: int = 1) -> R:
+        """An entity, the entities related to it within ``depth`` hops, their relations and the
+        messages that mention it."""
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/entities/{_seg(name)}", params={"depth": depth}))
+
     def state(self, agent_id: str, key: str | None = None) -> R:
         path = f"/v1/agents/{_seg(agent_id)}/state" + (f"/{_seg(key)}" if key else "")
         return self._send(Call("GET", path))

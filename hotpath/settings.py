@@ -248,6 +248,13 @@ class FactSettings(BaseModel):
     pii: list[PiiClass] = Field(default_factory=lambda: list(DEFAULT_PII))
     # Extraction of shadow facts from each eviction batch before it leaves the context.
     extract_on_eviction: bool = True
+    # "extractive" (offline heuristics) or "llm" (an OpenAI-compatible chat endpoint, falling
+    # back to extractive on any failure).
+    extractor: Literal["extractive", "llm"] = "extractive"
+    llm_url: str = ""
+    llm_model: str = ""
+    llm_api_key_env: str = "OPENAI_API_KEY"
+    llm_timeout_s: float = Field(20.0, gt=0.0, le=600.0)
     # Consolidation (beat): promote shadow facts whose evidence still supports them.
     consolidate_interval_s: float = Field(3600.0, ge=0.0, le=30 * 86400.0)
 

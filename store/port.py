@@ -369,7 +369,8 @@ class MemoryStore(abc.ABC):
     def stats(self, agent_id: str | None = None) -> dict[str, Any]:
         """Counts (of one agent, or all): at least ``messages``, ``core_blocks`` (summary
         excluded), ``archival_chunks``, ``events``, ``edges``, ``committed_batches``,
-        ``recall_log_edges`` and ``message_vectors`` (messages with a recall vector, any version)."""
+        ``recall_log_edges`` and ``message_vectors`` (messages with a recall vector, any version).
+        Overall (no agent) also ``facts_by_type``: ``[{"type", "status", "count"}, ...]``."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -6,7 +6,7 @@ Nothing per agent lives here: every job reads the agent's state from Redis and t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -14,14 +14,23 @@ from vcm.dispatch import Dispatcher
 from vcm.hot.state import HotState
 from vcm.settings import Settings
 from vcm.store.port import MemoryStore
+from vcm.tasks.fact_extraction import Candidate
+from vcm.tasks.facts import Scan
 from vcm.tasks.faults import NO_FAULTS, Faults
 from vcm.tasks.ingest_job import Ingest
 from vcm.tasks.message_vectors import Vectorizer
 from vcm.tasks.summarize import Draft, Embed, Params, Request
+from vcm.types import Message
 
 
 class Summarizer(Protocol):
     def __call__(self, request: Request, params: Params) -> Draft: ...
+
+
+class FactExtractor(Protocol):
+    """Shadow-fact candidates of an eviction batch (vcm.tasks.fact_extraction, vcm.tasks.llm_facts)."""
+
+    def __call__(self, messages: Sequence[Message], scan: Scan | None = None) -> list[Candidate]: ...
 
 
 @dataclass
@@ -36,6 +45,8 @@ class Deps:
     clock: Callable[[], float] = time.time
     # Embeds spooled messages for vector recall; None: recall has BM25 only.
     vectorizer: Vectorizer | None = None
+    # Candidates of the facts kept before a batch leaves the context; None: the extractive ones.
+    extractor: FactExtractor | None = None
     # Chunks, embeds and stores archival documents (ingestion jobs); None: built from `embed`'s
     # model on the first job (vcm.tasks.runtime.ingester).
     ingest: Ingest | None = None

@@ -138,16 +138,18 @@ def _extract_facts(deps: Deps, agent_id: str, messages: Sequence[Message]) -> No
     façade (guard, dedup: a retried batch matches what its first attempt stored). A failure is
     logged: facts are an index of the batch, the batch itself goes to recall regardless."""
     service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed, clock=deps.clock)
-    for c in fact_extraction.extract(messages, _scanner(deps.settings.poisoning)):
+    extract = deps.extractor or fact_extraction.extract
+    for c in extract(messages, _scanner(deps.settings.poisoning)):
         try:
             service.remember(
                 agent_id,
                 c.value,
                 type=c.type,
                 key=c.key,
+                tags=c.aliases,
                 importance=c.importance,
                 confidence=0.5,
-                evidence=[{"kind": "message", "id": c.message_id}],
+                evidence=c.evidence(),
                 status="shadow",
                 actor=ACTOR,
             )

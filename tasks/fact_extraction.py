@@ -39,6 +39,11 @@ class Candidate:
     message_id: str
     importance: float
     key: str | None = None  # entity: canonical name; relation: "src|relation|dst"
+    also: tuple[str, ...] = ()  # further message ids that state it
+    aliases: tuple[str, ...] = ()  # an entity's other names (kept as its tags)
+
+    def evidence(self) -> list[dict[str, str]]:
+        return [{"kind": "message", "id": i} for i in dict.fromkeys((self.message_id, *self.also))]
 
 
 def kind_of(body: str) -> str:

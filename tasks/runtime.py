@@ -24,7 +24,7 @@ from vcm.hot.state import HotState
 from vcm.obs.metered_store import metered
 from vcm.settings import EmbeddingSettings, Settings, get_settings
 from vcm.store import MemoryStore, open_store
-from vcm.tasks.deps import Deps, Summarizer
+from vcm.tasks.deps import Deps, FactExtractor, Summarizer
 from vcm.tasks.embedding import Embedder, get_embedder
 from vcm.tasks.faults import Faults
 from vcm.tasks.ingest import DocumentIngester
@@ -181,6 +181,15 @@ def build_summarizer(settings: Settings) -> Summarizer:
     return extractive
 
 
+def build_extractor(settings: Settings) -> FactExtractor | None:
+    """The LLM fact extractor when ``[facts] extractor = "llm"``; None: the extractive one."""
+    if settings.facts.extractor == "llm":
+        from vcm.tasks.llm_facts import LlmFactExtractor
+
+        return LlmFactExtractor.of(settings.facts)
+    return None
+
+
 @dataclasses.dataclass
 class _Providers:
     dispatcher: Callable[[Settings], Dispatcher] | None = None
@@ -262,6 +271,7 @@ def build(settings: Settings) -> Deps:
         dispatcher=dispatcher,
         embed=LazyEmbed(settings, _providers.embed_threads),
         summarizer=build_summarizer(settings),
+        extractor=build_extractor(settings),
         faults=faults,
         clock=time.time,
         vectorizer=build_vectorizer(settings, _providers.embed_threads),

@@ -1,4 +1,4 @@
-"""``vcm agents`` / ``vcm snapshots`` / ``vcm context`` on an embedded data directory, as separate
+"""``vcm agents`` / ``vcm snapshots`` / ``vcm context`` / ``vcm facts`` on an embedded data directory, as separate
 processes: each one rebuilds what it needs from the store, no server running."""
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ def test_agents_and_snapshots_live_in_the_data_directory(tmp_path: Path) -> None
     context = json.loads(vcm(tmp_path, "context", "--agent", "zoe", "--json"))
     assert context["gauges"]["system"] > 0 and context["messages"][0]["content"] == "Be brief."
     assert (tmp_path / "vcm.db").exists()
+    vcm(tmp_path, "facts", "remember", "Maya is Priya's sister", "--agent", "zoe", "--type", "relation",
+        "--key", "Priya|sister|Maya")  # fmt: skip
+    around = json.loads(vcm(tmp_path, "facts", "entity", "priya", "--agent", "zoe"))
+    assert [n["key"] for n in around["neighbours"]] == ["maya"] and around["relations"][0]["type"] == "relation"
     removed = json.loads(vcm(tmp_path, "agents", "delete", "zoe"))["removed"]
     assert removed.get("agents") == 1
     assert json.loads(vcm(tmp_path, "agents", "list"))["agents"] == []

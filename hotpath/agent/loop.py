@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vcm.agent.chat import ChatClient, ChatError, Completion, ToolCall
+from vcm.llm import ChatClient, ChatError, Completion, ToolCall
 from vcm.obs import audit
 from vcm.service import MemoryService
 from vcm.tools.chains import HeartbeatOutcome

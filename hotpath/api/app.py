@@ -77,6 +77,7 @@ from vcm.api.models import (
     ComponentHealth,
     ConsolidatedOut,
     ContextOut,
+    EntityGraphOut,
     ErrorOut,
     EventOut,
     EventPage,
@@ -877,6 +878,23 @@ def _knowledge_routes(service: MemoryService, authority: TokenAuthority) -> APIR
         """The Working Set (seed 002): goal, constraints, top facts, entities, relations, open
         questions, next actions and risk flags, each capped, ranked by utility for ``query``."""
         return WorkingSetOut.model_validate(service.working_set(agent_id, query).as_dict())
+
+    @router.get("/entities/{name}", response_model=EntityGraphOut, responses=_ERRORS)
+    def entity_graph(
+        agent_id: AgentId,
+        name: Annotated[str, Path(max_length=80)],
+        who: Agent,
+        depth: Annotated[int, Query(ge=1, le=3)] = 1,
+    ) -> EntityGraphOut:
+        """An entity (any case) with the entities related to it within ``depth`` hops of the
+        graph, the relations among them and the messages that mention it."""
+        g = service.entity_graph(agent_id, name, depth=depth)
+        return EntityGraphOut(
+            entity=FactOut.of(g.entity),
+            neighbours=[FactOut.of(f) for f in g.neighbours],
+            relations=[FactOut.of(f) for f in g.relations],
+            mentioned_in=list(g.mentioned_in),
+        )
 
     @router.get("/facts/{fact_id}", response_model=FactOut, responses=_ERRORS)
     def get_fact(agent_id: AgentId, fact_id: Annotated[str, Path(max_length=256)], who: Agent) -> FactOut:

@@ -675,6 +675,13 @@ class WorkingSetItemOut(BaseModel):
     evidence: list[dict[str, Any]]
 
 
+class EntityGraphOut(BaseModel):
+    entity: FactOut
+    neighbours: list[FactOut] = Field(description="entities within depth relates_to hops, nearest first")
+    relations: list[FactOut] = Field(description="relation facts (key source|relation|target) among them")
+    mentioned_in: list[str] = Field(description="ids of messages that mention the entity")
+
+
 class WorkingSetOut(BaseModel):
     sections: dict[str, list[WorkingSetItemOut]] = Field(
         description="goal, constraints, facts, entities, relations, open_questions, next_actions, risk_flags"

@@ -127,6 +127,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
             ),
             "forget": lambda: client.forget_fact(args.agent, _need_text(args)),
             "stats": lambda: client.fact_stats(args.agent),
+            "entity": lambda: client.entity_graph(args.agent, _need_text(args), depth=args.depth),
         }
         _print(calls[args.action]())
         return 0
@@ -146,6 +147,12 @@ def cmd_facts(args: argparse.Namespace) -> int:
             _print({"decision": res.decision, "fact": _fact_json(res.fact)})
         elif args.action == "forget":
             _print({"deleted": service.forget_fact(args.agent, _need_text(args), actor="cli")})
+        elif args.action == "entity":
+            g = service.entity_graph(args.agent, _need_text(args), depth=args.depth)
+            _print({
+                "entity": _fact_json(g.entity), "neighbours": [_fact_json(f) for f in g.neighbours],
+                "relations": [_fact_json(f) for f in g.relations], "mentioned_in": list(g.mentioned_in),
+            })  # fmt: skip
         else:
             _print(service.fact_stats(args.agent))
     return 0
@@ -220,13 +227,14 @@ def add_agent_commands(sub: Any, api_opts: Callable[[argparse.ArgumentParser], N
     api_opts(p)
     p.set_defaults(func=cmd_snapshots)
 
-    p = sub.add_parser("facts", help="an agent's facts: list, search, remember, forget, stats")
-    p.add_argument("action", choices=["list", "search", "remember", "forget", "stats"])
-    p.add_argument("text", nargs="?", help="query (search), value (remember) or fact id (forget)")
+    p = sub.add_parser("facts", help="an agent's facts: list, search, remember, forget, stats, entity")
+    p.add_argument("action", choices=["list", "search", "remember", "forget", "stats", "entity"])
+    p.add_argument("text", nargs="?", help="query (search), value (remember), fact id (forget) or entity name (entity)")
     p.add_argument("--agent", required=True)
     p.add_argument("--type", action="append", help="fact type (repeat to filter by several)")
     p.add_argument("--key", help="the fact's key (remember)")
     p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--depth", type=int, default=1, help="relates_to hops around the entity (entity, 1-3)")
     api_opts(p)
     p.set_defaults(func=cmd_facts)
 

@@ -1,7 +1,8 @@
 """Metric families read at scrape time from shared state rather than recorded by one process.
 
-Eviction batches pending (the ``evicting:<id>`` batches every agent's hot state holds) and the
-vector index state (trained IVF or exact search, per index) are facts about Redis and the store,
+Eviction batches pending (the ``evicting:<id>`` batches every agent's hot state holds), facts by
+type and status, and the vector index state (trained IVF or exact search, per index) are facts
+about Redis and the store,
 the same whichever process is asked. Recording them as gauges in each process would need a
 multi-process aggregation that cannot be right for both (a batch begun in the API and finished in
 a worker is nobody's to decrement), so the API's ``/metrics`` reads them when scraped: one
@@ -38,7 +39,18 @@ class StateCollector:
             )
             family.add_metric([], pending)
             yield family
-        spaces = self._vector_spaces()
+        stats = self._store_stats()
+        facts = _rows(stats, "facts_by_type")
+        if facts is not None:
+            family = GaugeMetricFamily(
+                "vcm_facts",
+                "Facts of all agents by type and status (shadow, active, expired, archived; read at scrape)",
+                labels=["type", "status"],
+            )
+            for row in facts:
+                family.add_metric([str(row.get("type")), str(row.get("status"))], float(row.get("count") or 0))
+            yield family
+        spaces = _rows(stats, "vector_spaces")
         if spaces is not None:
             family = GaugeMetricFamily(
                 "vcm_vector_index_trained",
@@ -61,13 +73,20 @@ class StateCollector:
             log.warning("could not read pending eviction batches for /metrics", exc_info=True)
             return None
 
-    def _vector_spaces(self) -> list[dict[str, Any]] | None:
+    def _store_stats(self) -> Mapping[str, Any] | None:
+        """One read of the store's counts per scrape (fact counts, vector index state)."""
         try:
-            spaces = self._stats().get("vector_spaces", [])
-            return [s for s in spaces if isinstance(s, dict)]
+            return self._stats()
         except Exception:  # same: the store being down is /healthz's to report
-            log.warning("could not read the vector index state for /metrics", exc_info=True)
+            log.warning("could not read the store's counts for /metrics", exc_info=True)
             return None
+
+
+def _rows(stats: Mapping[str, Any] | None, name: str) -> list[dict[str, Any]] | None:
+    if stats is None:
+        return None
+    rows = stats.get(name, [])
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else None
 
 
 def _text(value: Any) -> str:

@@ -953,6 +953,15 @@ def expire_facts(now: float) -> AqlQuery:
     return AqlQuery(text, {"now": now})
 
 
+def fact_type_counts() -> AqlQuery:
+    """Facts of all agents by type and status (the /metrics gauge)."""
+    text = (
+        f"FOR f IN {names.FACTS}\n  COLLECT type = f.type, status = f.status WITH COUNT INTO n\n"
+        "  RETURN {type, status, count: n}"
+    )
+    return AqlQuery(text, {})
+
+
 def fact_counts(agent_id: str) -> AqlQuery:
     text = (
         f"LET mine = (FOR f IN {names.FACTS} FILTER f.agent_id == @agent_id "

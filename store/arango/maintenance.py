@@ -85,5 +85,6 @@ class MaintenanceOps(VectorSpaceOps):
         counts = {k: int(v or 0) for k, v in (rows[0] if rows else {}).items()}
         out: dict[str, Any] = {"backend": self.backend, "agent_id": agent_id, **counts}
         if agent_id is None:
+            out["facts_by_type"] = list(self._run(self._ro, aql.fact_type_counts(), "stats"))
             out.update(self._details())
         return out

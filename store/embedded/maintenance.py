@@ -129,6 +129,10 @@ class MaintenanceOps(EmbeddedBase):
             ).fetchone()[0]
         out: dict[str, Any] = {"backend": self.backend, "agent_id": agent_id, **counts}
         if agent_id is None:
+            found = self._db.query(
+                "count facts", "SELECT type, status, COUNT(*) FROM facts GROUP BY type, status ORDER BY type, status"
+            )
+            out["facts_by_type"] = [{"type": r[0], "status": r[1], "count": int(r[2])} for r in found]
             out.update(self._details())
         return out
 

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.conftest import ADMIN, new_agent
+from tests.api.conftest import ADMIN, LiveServer, new_agent
+from vcm.client import VcmClient
+from vcm.errors import NotFound, ValidationError
 
 
 def facts_of(client: TestClient, headers: dict[str, str], agent: str = "a1", **params: Any) -> list[dict[str, Any]]:
@@ -84,3 +86,27 @@ def test_keyed_remember_retry_answers_the_first_result(client: TestClient) -> No
     assert len(facts_of(client, h)) == 1
     other = client.post("/v1/agents/a1/facts", json=body | {"value": "Alice prefers coffee"}, headers=h)
     assert other.status_code == 422 and other.json()["error"]["code"] == "IDEMPOTENCY_MISMATCH"
+
+
+def test_entity_graph_over_http_and_through_the_client(live: LiveServer, client: TestClient) -> None:
+    h = new_agent(client, "a1")
+    other = new_agent(client, "b1")
+    token = h["Authorization"].removeprefix("Bearer ")
+    with VcmClient(live.url, token) as me:
+        me.remember("a1", "Maya is Priya's sister", type="relation", key="Priya|sister|Maya",
+                    evidence=[{"kind": "message", "id": "m1"}])  # fmt: skip
+        me.remember("a1", "Jo is Maya's friend", type="relation", key="maya|friend|jo")
+        near = me.entity_graph("a1", "Priya")
+        assert near["entity"]["key"] == "priya" and [n["key"] for n in near["neighbours"]] == ["maya"]
+        assert near["mentioned_in"] == ["m1"]
+        far = me.entity_graph("a1", "priya", depth=2)
+        assert [n["key"] for n in far["neighbours"]] == ["maya", "jo"] and len(far["relations"]) == 2
+        assert {s for s in me.working_set("a1")["sections"]} >= {"entities", "relations"}
+        with pytest.raises(NotFound):
+            me.entity_graph("a1", "nobody")
+        with pytest.raises(ValidationError):
+            me.entity_graph("a1", "priya", depth=4)
+    # Another agent's token sees none of it (not even that it exists), nor has it any of its own.
+    for path in ("/v1/agents/a1/entities/priya", "/v1/agents/b1/entities/priya"):
+        r = client.get(path, headers=other)
+        assert r.status_code == 404 and "maya" not in r.text.lower()

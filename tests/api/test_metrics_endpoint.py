@@ -64,6 +64,7 @@ MOVED = [
     "vcm_summary_drift_score",
     "vcm_resummarizations",
     "vcm_vector_index_trained",
+    "vcm_facts",
     "vcm_store_errors",
 ]
 # Exposed too, but this session has nothing to move them.
@@ -187,6 +188,13 @@ def test_metrics_expose_every_family_and_move_after_a_scripted_session(session: 
     ).json()
     assert none["items"] == []
 
+    # facts: one sticky, one project fact later archived
+    for value, type_ in (("Talker prefers email", "sticky"), ("Invoice run every Friday", "project")):
+        r = http.post("/v1/agents/talker/facts", json={"value": value, "type": type_}, headers=talk)
+        assert r.status_code in (200, 201), r.text
+    archived = http.post("/v1/agents/talker/facts/archive", json={"types": ["project"]}, headers=talk).json()
+    assert archived["archived"] >= 1  # ours, and any project fact extraction found in evicted turns
+
     # a store error: a damaged cursor is the store's VALIDATION_ERROR
     bad = http.post("/v1/agents/talker/archival/search", json={**search, "cursor": "garbage"}, headers=talk)
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "VALIDATION_ERROR"
@@ -239,6 +247,9 @@ def test_metrics_expose_every_family_and_move_after_a_scripted_session(session: 
             (("dimension", "32"), ("embedding_version", "hash32:v1"), ("metric", "cosine")),
         ): 1.0
     }
+    facts = after["vcm_facts"]
+    assert facts[("vcm_facts", (("status", "active"), ("type", "sticky")))] == 1.0
+    assert facts[("vcm_facts", (("status", "archived"), ("type", "project")))] == archived["archived"]
     tokens = after["vcm_context_tokens"]
     assert tokens[("vcm_context_tokens", (("agent", "talker"), ("part", "fifo")))] > 0
     assert {labels[1][1] for _, labels in tokens if labels[0] == ("agent", "talker")} == {

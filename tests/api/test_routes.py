@@ -396,6 +396,7 @@ def test_openapi_documents_every_route_with_a_response_model(client: TestClient,
         ("PUT", "/v1/agents/{agent_id}/state/{key}"),
         ("DELETE", "/v1/agents/{agent_id}/state/{key}"),
         ("GET", "/v1/agents/{agent_id}/working-set"),
+        ("GET", "/v1/agents/{agent_id}/entities/{name}"),
     }
     for p, item in spec["paths"].items():
         for method, op in item.items():

@@ -5,100 +5,19 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from tests.fake_openai import Action, FakeLLM, answer, calls, status
 from tests.hotpath.services import Harness
-from vcm.agent.chat import endpoint
 from vcm.agent.loop import AgentLoop, ChatClient, ChatError, wire_messages
 from vcm.hot.state import HotState
+from vcm.llm import endpoint
 from vcm.tools.schemas import tool_schemas
 
 MODEL = "vcm-small-8k"
-
-
-# --- the scripted endpoint ------------------------------------------------------------------------
-@dataclass
-class Action:
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0  # answer this late (past the client's timeout, in the timeout tests)
-
-
-def calls(*items: tuple[str, dict[str, Any]], content: str | None = None) -> Action:
-    tool_calls = [
-        {"id": f"call_{i}_{name}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-        for i, (name, args) in enumerate(items)
-    ]
-    message = {"role": "assistant", "content": content, "tool_calls": tool_calls}
-    return Action(
-        body={"id": "chatcmpl-1", "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]}
-    )
-
-
-def answer(text: str) -> Action:
-    message = {"role": "assistant", "content": text}
-    return Action(body={"id": "chatcmpl-2", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
-
-
-def status(code: int, headers: dict[str, str] | None = None) -> Action:
-    return Action(status=code, body={"error": {"message": f"scripted {code}"}}, headers=headers or {})
-
-
-class FakeLLM:
-    """An OpenAI-compatible endpoint that plays a script, one action per request, and records them."""
-
-    def __init__(self, script: list[Action]) -> None:
-        self.script = list(script)
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.paths: list[str] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                owner.requests.append(json.loads(raw))
-                owner.headers.append(dict(self.headers))
-                owner.paths.append(self.path)
-                act = owner.script.pop(0) if owner.script else status(418)  # 418: the script ran out
-                if act.delay_s:
-                    time.sleep(act.delay_s)
-                data = json.dumps(act.body).encode()
-                try:
-                    self.send_response(act.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for k, v in act.headers.items():
-                        self.send_header(k, v)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:
-                    pass  # the client gave up (timeout test)
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.block_on_close = False
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
