@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from vcm import poisoning, validation
+from vcm.context_builder import ContextBuilderOps
 from vcm.dispatch import Dispatcher
 from vcm.durable import Durability, agent_config
 from vcm.entity_graph import EntityGraphOps
@@ -89,7 +90,7 @@ def doc_id_for(text: str) -> str:
     return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-class MemoryService(KnowledgeOps, EntityGraphOps, LifecycleOps):
+class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOps):
     def __init__(
         self,
         hot: HotState,

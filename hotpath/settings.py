@@ -41,6 +41,9 @@ class BudgetSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     output_reserve: float = Field(0.10, ge=0.0, lt=0.9)
+    # Held back from the hot context for the memory the context builder injects per call
+    # (state header, sticky facts, relevant memory, skills): it lowers max like output_reserve.
+    memory_reserve: float = Field(0.0, ge=0.0, lt=0.5)
     warning: float = Field(0.70, gt=0.0, lt=1.0)
     flush: float = Field(0.90, gt=0.0, le=1.0)
     target: float = Field(0.50, gt=0.0, lt=1.0)
@@ -50,6 +53,8 @@ class BudgetSettings(BaseModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
+        if self.output_reserve + self.memory_reserve >= 1.0 - self.target:
+            raise ValueError("output_reserve + memory_reserve must leave room above target")
         if not self.target < self.warning < self.flush:
             raise ValueError(f"need target < warning < flush, got {self.target} / {self.warning} / {self.flush}")
         if self.pinned_cap + self.summary_cap >= self.target:
@@ -266,6 +271,26 @@ class FactSettings(BaseModel):
         return self
 
 
+class ContextSettings(BaseModel):
+    """The context builder's layers (vcm.prompt.layers): token budgets as shares of the window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    identity: bool = True  # a line with today's date, the agent and the user's name
+    user_name: str = Field("", max_length=200)
+    tools_hint: float = Field(0.01, ge=0.0, le=0.2)
+    state: float = Field(0.04, ge=0.0, le=0.3)
+    sticky: float = Field(0.03, ge=0.0, le=0.3)
+    memory: float = Field(0.08, ge=0.0, le=0.5)
+    skills: float = Field(0.04, ge=0.0, le=0.3)
+    # Relevant memory: at most this many facts and recalled messages (hybrid search on the latest
+    # user message; messages still in the FIFO and facts already shown are left out).
+    memory_facts: int = Field(5, ge=0, le=100)
+    memory_messages: int = Field(5, ge=0, le=100)
+    # A directory of skill files (.md with YAML front matter); "" = none.
+    skills_dir: str = ""
+
+
 class SummarizerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -407,6 +432,7 @@ class Settings(BaseModel):
     maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
     durability: DurabilitySettings = Field(default_factory=DurabilitySettings)
     facts: FactSettings = Field(default_factory=FactSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
     summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)

@@ -435,7 +435,19 @@ def _memory_routes(service: MemoryService, authority: TokenAuthority, settings: 
         )
 
     @router.get("/context", response_model=ContextOut, responses=_ERRORS)
-    def get_context(agent_id: AgentId, who: TokenChecked) -> ContextOut:
+    def get_context(
+        agent_id: AgentId,
+        who: TokenChecked,
+        built: bool = False,
+        query: Annotated[str | None, Query(max_length=4000)] = None,
+        user: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> ContextOut:
+        """The main context as the hot state holds it; ``built=true``: the prompt the model sees,
+        with the builder's layers (identity, tools hint, state, sticky facts, relevant memory for
+        ``query`` or the latest user message, skills), each with its tokens and sources."""
+        if built:
+            ctx = service.build_context(agent_id, query=query, user=user, token_sha256=who.token_sha256)
+            return ContextOut.built(agent_id, ctx)
         return ContextOut.of(agent_id, service.context(agent_id, token_sha256=who.token_sha256))
 
     @router.get("/blocks", response_model=BlockList, responses=_ERRORS)

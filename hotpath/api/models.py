@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from vcm.context_builder import BuiltContext
 from vcm.hot.context import AssembledContext
 from vcm.store.types import ArchivalHit, MemoryEvent, StoredMessage
 from vcm.types import AgentInfo, BatchInfo, Block, BlockResult
@@ -224,21 +225,66 @@ class Gauges(BaseModel):
     occupancy: float
 
 
+class InjectedLayerOut(BaseModel):
+    name: str
+    tokens: int
+    items: int
+    dropped: int = Field(description="items its budget left out")
+    sources: list[dict[str, Any]] = Field(description="{kind: fact|message|state|skill, id, tainted?} per item")
+
+
 class ContextOut(BaseModel):
     agent_id: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     gauges: Gauges
     message_tokens: list[int]
+    layers: list[str] = Field(
+        description="each message's layer: system, working, summary, placeholder or fifo; with built=true also "
+        "identity, tools_hint, state, sticky, memory and skills"
+    )
+    layer_tokens: dict[str, int] = Field(default_factory=dict, description="tokens per layer")
+    injected: list[InjectedLayerOut] = Field(
+        default_factory=list, description="with built=true: the layers the builder added, with their sources"
+    )
+    room: int | None = Field(None, description="with built=true: tokens the injected layers could use")
+    query: str | None = Field(None, description="with built=true: what relevant memory and skills were chosen for")
+    problems: list[dict[str, str]] = Field(default_factory=list, description="skill files left out, and why")
 
     @classmethod
     def of(cls, agent_id: str, ctx: AssembledContext) -> ContextOut:
+        per_layer: dict[str, int] = {}
+        for name, n in zip(ctx.layers, ctx.message_tokens, strict=True):
+            per_layer[name] = per_layer.get(name, 0) + n
         return cls(
             agent_id=agent_id,
             messages=ctx.messages,
             tools=ctx.tools,
             gauges=Gauges.model_validate(ctx.gauges.as_dict()),
             message_tokens=ctx.message_tokens,
+            layers=ctx.layers,
+            layer_tokens=per_layer,
+        )
+
+    @classmethod
+    def built(cls, agent_id: str, ctx: BuiltContext) -> ContextOut:
+        return cls(
+            agent_id=agent_id,
+            messages=ctx.messages,
+            tools=ctx.tools,
+            gauges=Gauges.model_validate(ctx.gauges.as_dict()),
+            message_tokens=ctx.message_tokens,
+            layers=ctx.layers,
+            layer_tokens=ctx.layer_tokens(),
+            injected=[
+                InjectedLayerOut(
+                    name=x.name, tokens=x.tokens, items=x.items, dropped=x.dropped, sources=list(x.sources)
+                )
+                for x in ctx.injected
+            ],
+            room=ctx.room,
+            query=ctx.query,
+            problems=ctx.problems,
         )
 
 

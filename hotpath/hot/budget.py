@@ -5,7 +5,8 @@ trip; property tests replay random operations through both and compare.
 
 Rules (all thresholds are shares of the window, turned into whole tokens once per agent):
 
-* ``max = window - output_reserve``; nothing may push the main context above it.
+* ``max = window - output_reserve - memory_reserve``; nothing may push the main context above it
+  (the memory reserve is the room the context builder's injected layers always have).
 * The batches still pending (begun, not yet finished) share ONE placeholder in the main context,
   naming their total message count: its cost is ``placeholder_tokens(base, count)``, at most
   ``base + 4`` for any count below 10**12, however many batches wait on the cold path. (One
@@ -54,7 +55,7 @@ class Budget:
 
     @classmethod
     def for_window(cls, window: int, settings: BudgetSettings) -> Budget:
-        max_tokens = window - math.ceil(window * settings.output_reserve)
+        max_tokens = window - math.ceil(window * (settings.output_reserve + settings.memory_reserve))
         return cls(
             window=window,
             max_tokens=max_tokens,

@@ -17,6 +17,8 @@ class AssembledContext:
     gauges: Gauges
     # Token count of each message in `messages`, as stored when its part was written.
     message_tokens: list[int]
+    # The layer of each message in `messages`: system, working, summary, placeholder or fifo.
+    layers: list[str]
 
 
 def assemble(snap: Snapshot) -> AssembledContext:
@@ -26,19 +28,24 @@ def assemble(snap: Snapshot) -> AssembledContext:
     messages: list[dict[str, Any]] = [{"role": "system", "content": snap.system_prompt}]
     # The system part's stored count also covers the tool schemas and reply priming.
     per_message: list[int] = [snap.counter("system")]
+    layers = ["system"]
     for block in snap.blocks:
         messages.append({"role": "system", "content": render.block(block.id, block.role, block.content, block.pinned)})
         per_message.append(block.tokens)
+        layers.append("working")
     if snap.summary_text or snap.summary_tokens:
         messages.append({"role": "system", "content": render.summary(snap.summary_text)})
         per_message.append(snap.summary_tokens)
+        layers.append("summary")
     if snap.placeholder is not None:
         count, tokens = snap.placeholder
         messages.append({"role": "system", "content": render.placeholder(count)})
         per_message.append(tokens)
+        layers.append("placeholder")
     for msg in snap.fifo:
         messages.append(msg.chat())
         per_message.append(msg.tokens)
+        layers.append("fifo")
     gauges = Gauges(
         window=snap.counter("window"),
         max_tokens=snap.counter("max"),
@@ -49,4 +56,4 @@ def assemble(snap: Snapshot) -> AssembledContext:
         fifo=snap.counter("fifo"),
         pinned=snap.counter("pinned_blocks") + snap.counter("pinned_fifo"),
     )
-    return AssembledContext(messages, list(snap.tools), gauges, per_message)
+    return AssembledContext(messages, list(snap.tools), gauges, per_message, layers)

@@ -110,3 +110,21 @@ def test_entity_graph_over_http_and_through_the_client(live: LiveServer, client:
     for path in ("/v1/agents/a1/entities/priya", "/v1/agents/b1/entities/priya"):
         r = client.get(path, headers=other)
         assert r.status_code == 404 and "maya" not in r.text.lower()
+
+
+def test_the_built_context_shows_each_layer_with_its_tokens_and_sources(client: TestClient) -> None:
+    h = new_agent(client, "a1")
+    client.post("/v1/agents/a1/facts", json={"value": "Priya is vegetarian", "type": "sticky"}, headers=h)
+    client.post("/v1/agents/a1/facts", json={"value": "The Porto office opens at 9", "type": "learned"}, headers=h)
+    client.post(
+        "/v1/agents/a1/messages", json={"role": "user", "content": "When does the Porto office open?"}, headers=h
+    )
+    hot = client.get("/v1/agents/a1/context", headers=h).json()
+    assert "memory" not in hot["layers"] and hot["layer_tokens"]["fifo"] > 0
+    built = client.get("/v1/agents/a1/context", params={"built": "true", "user": "Priya"}, headers=h).json()
+    assert {"identity", "sticky", "memory"} <= set(built["layers"])
+    assert built["query"] == "When does the Porto office open?"
+    assert sum(built["layer_tokens"].values()) == sum(built["message_tokens"])
+    memory = next(x for x in built["injected"] if x["name"] == "memory")
+    assert memory["sources"][0]["kind"] == "fact" and memory["tokens"] == built["layer_tokens"]["memory"]
+    assert sum(x["tokens"] for x in built["injected"]) <= built["room"]
