@@ -7,7 +7,10 @@ can use :class:`RecordingDispatcher`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 from vcm.types import IngestRequest
@@ -43,3 +46,41 @@ class RecordingDispatcher:
 
     def ingest(self, request: IngestRequest) -> None:
         self.ingests.append(request)
+
+
+class ColdPathGate:
+    """Lets the cold path wait while a model generates in this process (seed 004: the cold path
+    pauses during generation, so summarising and embedding do not compete with the answer for
+    the CPU). Only work running in the same process waits: the in-process worker of embedded
+    mode. Worker processes never see a generation here and never wait. A wait is bounded, so a
+    long or stuck generation delays evictions by at most ``max_wait_s``."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0
+
+    @contextmanager
+    def generating(self) -> Iterator[None]:
+        with self._cond:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    def wait_idle(self, max_wait_s: float) -> float:
+        """Block while a generation runs, at most ``max_wait_s``; the seconds waited."""
+        start = time.monotonic()
+        with self._cond:
+            self._cond.wait_for(lambda: self._active == 0, timeout=max_wait_s)
+        return time.monotonic() - start
+
+
+# One per process: the API's chat handlers hold it, the in-process worker's tasks wait on it.
+COLD_PATH = ColdPathGate()

@@ -51,6 +51,8 @@ class ErrorCode(StrEnum):
     TAINTED_CONTENT = "TAINTED_CONTENT"
     SNAPSHOT_CORRUPT = "SNAPSHOT_CORRUPT"
     POLICY_REFUSED = "POLICY_REFUSED"
+    LLM_UNAVAILABLE = "LLM_UNAVAILABLE"
+    LLM_REJECTED = "LLM_REJECTED"
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
@@ -149,6 +151,21 @@ class ConfigError(VcmError):
 class StoreUnavailable(VcmError):
     code = ErrorCode.STORE_UNAVAILABLE
     http_status = 503
+
+
+class LlmUnavailable(VcmError):
+    """The model endpoint vcm calls (chat, /v1/chat/completions) failed or is not configured;
+    retrying later may work."""
+
+    code = ErrorCode.LLM_UNAVAILABLE
+    http_status = 503
+
+
+class LlmRejected(VcmError):
+    """The model endpoint refused vcm's request or answered something unusable."""
+
+    code = ErrorCode.LLM_REJECTED
+    http_status = 502
 
 
 class InjectedFailure(StoreUnavailable):

@@ -3,8 +3,10 @@
 Retries with exponential backoff and jitter on 429, 5xx, timeouts and connection failures
 (honouring ``Retry-After``, capped); any other 4xx is the request's fault and is raised at once.
 The base URL and API key default to ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` from the
-environment. The one I/O seam is the httpx transport, which tests may replace; the loop's own
-tests use a real local HTTP server instead.
+environment. :meth:`ChatClient.stream` asks for server-sent events and yields each chunk as it
+arrives (retrying, like ``complete``, only until the first byte of an answer), then returns the
+whole :class:`Completion` that :class:`StreamAccumulator` put together from the chunks. The one
+I/O seam is the httpx transport, which tests may replace; the tests use a real local HTTP server.
 
 Errors::
 
@@ -20,7 +22,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +91,22 @@ def retry_after_s(response: httpx.Response) -> float | None:
     return max(0.0, seconds)
 
 
+def _event_data(lines: Iterator[str]) -> Iterator[str]:
+    """The ``data:`` payloads of a server-sent event stream (comments and other fields skipped;
+    a multi-line data field joined with newlines, as the SSE format says)."""
+    buffer: list[str] = []
+    for line in lines:
+        if not line:
+            if buffer:
+                yield "\n".join(buffer)
+                buffer = []
+            continue
+        if line.startswith("data:"):
+            buffer.append(line[5:].removeprefix(" "))
+    if buffer:
+        yield "\n".join(buffer)
+
+
 def parse_completion(data: Any) -> Completion:
     """The first choice of a chat-completions response; ChatError when it has no usable shape."""
     try:
@@ -112,6 +130,59 @@ def parse_completion(data: Any) -> Completion:
         call_id = raw.get("id") or "call_" + uuid.uuid4().hex[:24]
         calls.append(ToolCall(str(call_id), fn["name"], text))
     return Completion(content, calls, choice.get("finish_reason"), data)
+
+
+@dataclass
+class StreamAccumulator:
+    """A streamed answer put back together: content pieces joined, tool calls by ``index``
+    (id and name from their first chunk, arguments concatenated), the last finish reason and
+    the usage chunk some servers send at the end. Pure."""
+
+    content: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Mapping[str, Any] | None = None
+    model: str | None = None
+
+    def add(self, chunk: Mapping[str, Any]) -> str:
+        """Take one chunk; the content text it adds ('' for none)."""
+        if isinstance(chunk.get("usage"), Mapping):
+            self.usage = chunk["usage"]
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        choices = chunk.get("choices") or []
+        if not choices or not isinstance(choices[0], Mapping):
+            return ""
+        choice = choices[0]
+        if choice.get("finish_reason"):
+            self.finish_reason = str(choice["finish_reason"])
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, Mapping):
+            raise ChatError("a stream chunk's delta is not an object")
+        for raw in delta.get("tool_calls") or []:
+            index = int(raw.get("index", len(self.calls)))
+            call = self.calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
+            call["id"] = raw.get("id") or call["id"]
+            fn = raw.get("function") or {}
+            call["name"] = call["name"] or str(fn.get("name") or "")
+            call["arguments"] += str(fn.get("arguments") or "")
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            self.content.append(text)
+            return text
+        return ""
+
+    def completion(self) -> Completion:
+        calls = []
+        for _, c in sorted(self.calls.items()):
+            if not c["name"]:
+                raise ChatError("the endpoint streamed a tool call without a function name")
+            calls.append(ToolCall(str(c["id"] or "call_" + uuid.uuid4().hex[:24]), c["name"], c["arguments"] or "{}"))
+        raw: dict[str, Any] = {"usage": dict(self.usage)} if self.usage else {}
+        if self.model:
+            raw["model"] = self.model
+        content = "".join(self.content) if self.content else None
+        return Completion(content, calls, self.finish_reason, raw)
 
 
 class ChatClient:
@@ -182,6 +253,61 @@ class ChatClient:
             delay = backoff_s(attempt, self.backoff_base_s, self.backoff_max_s, self._rand)
             self._sleep(min(self.retry_after_max_s, wait) if wait is not None else delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def stream(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] = (),
+        **options: Any,
+    ) -> Generator[Mapping[str, Any], None, Completion]:
+        """Yield each chunk of a streamed answer; return the whole completion."""
+        body: dict[str, Any] = {"model": model, "messages": list(messages), "stream": True, **options}
+        if tools:
+            body["tools"] = list(tools)
+        for attempt in range(self.max_retries + 1):
+            wait: float | None = None
+            try:
+                with self._http.stream("POST", self.url, json=body) as response:
+                    if response.is_success:
+                        return (yield from self._chunks(response))
+                    response.read()
+                    status = response.status_code
+                    error = ChatError(f"the endpoint answered HTTP {status}: {response.text[:300]}", status=status)
+                    error.retryable = status == 429 or status >= 500
+                    if not error.retryable:
+                        raise error
+                    wait = retry_after_s(response)
+            except httpx.TimeoutException as exc:
+                error = ChatError(f"the endpoint timed out ({type(exc).__name__})", retryable=True)
+            except httpx.TransportError as exc:
+                error = ChatError(f"the endpoint could not be reached: {exc}", retryable=True)
+            error.attempts = attempt + 1
+            if attempt == self.max_retries:
+                raise error
+            delay = backoff_s(attempt, self.backoff_base_s, self.backoff_max_s, self._rand)
+            self._sleep(min(self.retry_after_max_s, wait) if wait is not None else delay)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @staticmethod
+    def _chunks(response: httpx.Response) -> Generator[Mapping[str, Any], None, Completion]:
+        acc = StreamAccumulator()
+        try:
+            for line in _event_data(response.iter_lines()):
+                if line == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(line)
+                except ValueError:
+                    raise ChatError("a stream chunk is not JSON") from None
+                if not isinstance(chunk, Mapping):
+                    raise ChatError("a stream chunk is not an object")
+                acc.add(chunk)
+                yield chunk
+        except httpx.HTTPError as exc:  # cut off mid-answer: not retried, part of it was delivered
+            raise ChatError(f"the endpoint's stream broke off: {exc}", retryable=True) from None
+        return acc.completion()
 
     def close(self) -> None:
         self._http.close()

@@ -635,6 +635,32 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         """The ids of the messages in the agent's FIFO, oldest first."""
         return [m.id for m in self._hot(agent_id, self.hot.snapshot, agent_id).fifo]
 
+    def agent_stats(self, agent_id: str) -> dict[str, Any]:
+        """One agent at a glance (seed 004's /stats): tokens by layer of its main context, what
+        the store holds of it, evictions, facts, pending cold-path work and its last activity."""
+        snap = self._hot(agent_id, self.hot.snapshot, agent_id)
+        ctx = assemble(snap)
+        layers: dict[str, int] = {}
+        for name, n in zip(ctx.layers, ctx.message_tokens, strict=True):
+            layers[name] = layers.get(name, 0) + n
+        counts = self.store.stats(agent_id)
+        last = max((m.created_at for m in snap.fifo), default=None)
+        return {
+            "agent_id": agent_id,
+            "model": self.agent(agent_id).model,
+            "window": ctx.gauges.window,
+            "tokens": ctx.gauges.total,
+            "tokens_by_layer": layers,
+            "fifo_messages": len(snap.fifo),
+            "messages_stored": int(counts.get("messages", 0)),
+            "archival_chunks": int(counts.get("archival_chunks", 0)),
+            "evictions": int(counts.get("committed_batches", 0)),
+            "pending_batches": len(self.hot.pending_batches(agent_id)),
+            "facts": self.fact_stats(agent_id),
+            "state_keys": len(self.list_state(agent_id)),
+            "last_activity": last,
+        }
+
     @property
     def redis(self) -> Any:
         """The hot state's Redis client, for components that keep hot state of their own under

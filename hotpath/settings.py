@@ -66,6 +66,21 @@ class BudgetSettings(BaseModel):
         return self
 
 
+class ChatSettings(BaseModel):
+    """The OpenAI-compatible model vcm calls for chat and /v1/chat/completions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # e.g. http://127.0.0.1:8000/v1 ; "" = no model: the chat routes answer LLM_UNAVAILABLE.
+    base_url: str = ""
+    # Sent upstream; "" = the model the request names (/v1/chat/completions) or the agent's.
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = Field(120.0, gt=0.0, le=3600.0)
+    max_retries: int = Field(2, ge=0, le=10)
+    max_message_chars: int = Field(100_000, ge=1, le=10_000_000)
+
+
 class HeartbeatSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -433,6 +448,7 @@ class Settings(BaseModel):
     durability: DurabilitySettings = Field(default_factory=DurabilitySettings)
     facts: FactSettings = Field(default_factory=FactSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
+    chat: ChatSettings = Field(default_factory=ChatSettings)
     summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)

@@ -23,6 +23,7 @@ from typing import Any
 from celery import Task, shared_task
 from celery.exceptions import Reject
 
+from vcm.dispatch import COLD_PATH
 from vcm.service import MemoryService
 from vcm.tasks import evict, ingest_job, maintenance, reembed, runtime
 from vcm.tasks.backoff import delay_s
@@ -51,7 +52,12 @@ class VcmTask(Task):  # type: ignore[misc]  # celery ships no type information
     retry_backoff_max = 120.0
     max_deliveries = 5
 
+    # Seconds a task waits for a generation in this process to end (embedded mode; 0: never).
+    pause_for_generation_s = 10.0
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if COLD_PATH.active and self.pause_for_generation_s:
+            COLD_PATH.wait_idle(self.pause_for_generation_s)
         request = self.request
         if request.id and not request.is_eager:
             deliveries = runtime.deliveries().record(request.id, request.retries or 0)

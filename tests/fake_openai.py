@@ -17,6 +17,7 @@ class Action:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0  # answer this late (past the client's timeout, in the timeout tests)
+    events: list[dict[str, Any]] | None = None  # a streamed answer: these chunks as server-sent events
 
 
 def calls(*items: tuple[str, dict[str, Any]], content: str | None = None) -> Action:
@@ -35,15 +36,49 @@ def answer(text: str) -> Action:
     return Action(body={"id": "chatcmpl-2", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
 
 
+def streamed(*pieces: str, usage: dict[str, int] | None = None) -> Action:
+    """An answer streamed in these content pieces (then a finish chunk, and usage if given)."""
+    base = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "model": "fake-model"}
+    events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    events += [{**base, "choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+    events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    if usage:
+        events.append({**base, "choices": [], "usage": usage})
+    return Action(events=events)
+
+
+def streamed_calls(*items: tuple[str, dict[str, Any]]) -> Action:
+    """Tool calls streamed the way OpenAI does: name first, arguments in two pieces."""
+    base = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "model": "fake-model"}
+    events: list[dict[str, Any]] = []
+    for i, (name, args) in enumerate(items):
+        text = json.dumps(args)
+        head = {"index": i, "id": f"call_{i}_{name}", "type": "function", "function": {"name": name, "arguments": ""}}
+        events.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [head]}}]})
+        for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
+            events.append(
+                {
+                    **base,
+                    "choices": [
+                        {"index": 0, "delta": {"tool_calls": [{"index": i, "function": {"arguments": piece}}]}}
+                    ],
+                }
+            )
+    events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    return Action(events=events)
+
+
 def status(code: int, headers: dict[str, str] | None = None) -> Action:
     return Action(status=code, body={"error": {"message": f"scripted {code}"}}, headers=headers or {})
 
 
 class FakeLLM:
-    """An OpenAI-compatible endpoint that plays a script, one action per request, and records them."""
+    """An OpenAI-compatible endpoint that plays a script, one action per request, and records them.
+    When the script runs out it answers ``default``, or 418 when there is none."""
 
-    def __init__(self, script: list[Action]) -> None:
+    def __init__(self, script: list[Action], default: Action | None = None) -> None:
         self.script = list(script)
+        self.default = default
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
@@ -55,9 +90,12 @@ class FakeLLM:
                 owner.requests.append(json.loads(raw))
                 owner.headers.append(dict(self.headers))
                 owner.paths.append(self.path)
-                act = owner.script.pop(0) if owner.script else status(418)  # 418: the script ran out
+                act = owner.script.pop(0) if owner.script else owner.default or status(418)  # 418: it ran out
                 if act.delay_s:
                     time.sleep(act.delay_s)
+                if act.events is not None:
+                    self._stream(act.events)
+                    return
                 data = json.dumps(act.body).encode()
                 try:
                     self.send_response(act.status)
@@ -69,6 +107,17 @@ class FakeLLM:
                     self.wfile.write(data)
                 except OSError:
                     pass  # the client gave up (timeout test)
+
+            def _stream(self, events: list[dict[str, Any]]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for chunk in events:
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
 
             def log_message(self, *_: Any) -> None:
                 pass

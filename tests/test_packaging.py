@@ -54,6 +54,9 @@ def test_the_wheel_holds_one_top_level_package_with_every_module(wheel: Path) ->
             assert f"{prefix}/{source.relative_to(ROOT / folder).as_posix()}" in names
     for lua in (ROOT / "hotpath").rglob("*.lua"):
         assert f"vcm/{lua.relative_to(ROOT / 'hotpath').as_posix()}" in names
+    # The memory viewer's page and scripts, which the API serves from the package.
+    viewer = {f"vcm/api/static/{p.name}" for p in (ROOT / "hotpath" / "api" / "static").iterdir()}
+    assert "vcm/api/static/index.html" in viewer and viewer <= names
 
 
 def test_server_dependencies_are_an_extra(wheel: Path) -> None:

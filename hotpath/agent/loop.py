@@ -14,7 +14,7 @@ chain leaks into the next turn.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -40,6 +40,8 @@ class TurnResult:
     heartbeat_end: EndReason | None  # how the heartbeat chain ended, if one ran
     depth: int  # heartbeats run in this turn
     tool_results: list[ToolResult] = field(default_factory=list)
+    # Token usage the endpoint reported, summed over the turn's steps (keys as the endpoint sent).
+    usage: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,7 +51,13 @@ class TurnResult:
             "heartbeat_end": self.heartbeat_end,
             "depth": self.depth,
             "tool_results": [r.as_dict() for r in self.tool_results],
+            "usage": dict(self.usage),
         }
+
+
+# What a streamed turn yields as it goes: {"type": "delta", "content": text} for each piece of
+# the model's text, {"type": "tool_result", ...ToolResult.as_dict()} after each tool call ran.
+TurnEvent = dict[str, Any]
 
 
 class AgentLoop:
@@ -80,35 +88,78 @@ class AgentLoop:
     def _actor(self, agent_id: str) -> str:
         return self.actor or audit.agent(agent_id)
 
-    def run_turn(self, agent_id: str, user_message: str, *, name: str | None = None) -> TurnResult:
+    def run_turn(
+        self, agent_id: str, user_message: str, *, name: str | None = None, user: str | None = None
+    ) -> TurnResult:
+        turn = self.turn(agent_id, user_message, name=name, user=user, stream=False)
+        while True:
+            try:
+                next(turn)
+            except StopIteration as done:
+                result: TurnResult = done.value
+                return result
+
+    def turn(
+        self,
+        agent_id: str,
+        user_message: str,
+        *,
+        name: str | None = None,
+        user: str | None = None,
+        stream: bool = True,
+    ) -> Generator[TurnEvent, None, TurnResult]:
+        """One turn, yielding the model's text as it streams and each tool result; returns the
+        turn's result. Every step's prompt is the built context (vcm.context_builder): relevant
+        memory for the user's message rides along without a tool call."""
         model = self.model or self.service.agent(agent_id).model
         self.service.append(agent_id, "user", user_message, name=name, actor="user")
         done: list[ToolResult] = []
+        usage: dict[str, int] = {}
         steps, depth, chain_open = 0, 0, False
         final: str | None = None
         try:
             while steps < self.max_steps:
-                context = self.service.context(agent_id)
-                completion = self.client.complete(
-                    model=model, messages=wire_messages(context.messages), tools=self.tools, **self.options
-                )
+                context = self.service.build_context(agent_id, query=user_message, user=user or name)
+                messages = wire_messages(context.messages)
+                if stream:
+                    completion = yield from self._streamed(model, messages)
+                else:
+                    completion = self.client.complete(model=model, messages=messages, tools=self.tools, **self.options)
+                _add_usage(usage, completion)
                 steps += 1
                 final = completion.content
                 if not completion.tool_calls:
                     if final and final.strip():
                         self.service.append(agent_id, "assistant", final, actor=self._actor(agent_id))
-                    return self._end(agent_id, "answer", final, steps, depth, done, chain_open)
+                    return self._end(agent_id, "answer", final, steps, depth, done, chain_open, usage)
+                before = len(done)
                 outcome = self._run_calls(agent_id, completion, done)
+                for result in done[before:]:
+                    yield {"type": "tool_result", **result.as_dict()}
                 chain_open = outcome.run
                 if not outcome.run:
                     stop: Stop = "heartbeat_end" if outcome.ended else "yield"
-                    return TurnResult(final, steps, stop, outcome.ended, depth, done)
+                    return TurnResult(final, steps, stop, outcome.ended, depth, done, usage)
                 depth = outcome.depth
-            return self._end(agent_id, "max_steps", final, steps, depth, done, chain_open)
+            return self._end(agent_id, "max_steps", final, steps, depth, done, chain_open, usage)
         except BaseException:
             if chain_open:  # an aborted turn must not leave its chain to the next one
                 self.executor.govern(agent_id, False, actor=self._actor(agent_id))
             raise
+
+    def _streamed(self, model: str, messages: list[dict[str, Any]]) -> Generator[TurnEvent, None, Completion]:
+        chunks = self.client.stream(model=model, messages=messages, tools=self.tools, **self.options)
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration as end:
+                completion: Completion = end.value
+                return completion
+            choices = chunk.get("choices") or []
+            delta = choices[0].get("delta") if choices and isinstance(choices[0], Mapping) else None
+            text = delta.get("content") if isinstance(delta, Mapping) else None
+            if isinstance(text, str) and text:
+                yield {"type": "delta", "content": text}
 
     def _run_calls(self, agent_id: str, completion: Completion, done: list[ToolResult]) -> HeartbeatOutcome:
         calls = completion.tool_calls
@@ -146,11 +197,21 @@ class AgentLoop:
         depth: int,
         done: list[ToolResult],
         chain_open: bool,
+        usage: dict[str, int],
     ) -> TurnResult:
         ended: EndReason | None = None
         if chain_open:
             ended = self.executor.govern(agent_id, False, actor=self._actor(agent_id)).ended
-        return TurnResult(final, steps, stop, ended, depth, done)
+        return TurnResult(final, steps, stop, ended, depth, done, usage)
+
+
+def _add_usage(total: dict[str, int], completion: Completion) -> None:
+    usage = completion.raw.get("usage") if isinstance(completion.raw, Mapping) else None
+    if isinstance(usage, Mapping):
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
 
 
 def wire_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -32,6 +32,9 @@ GET     /readyz                                      nobody  Redis and store hea
 GET     /metrics                                     nobody  Prometheus exposition (admin with [metrics] require_admin)
 ======  ===========================================  ======  ==========================================
 
+The memory viewer's page, ``GET /v1/whoami`` and the agent's live stream (``GET
+/v1/agents/{id}/stream``, server-sent events) are :mod:`vcm.api.viewer`'s.
+
 "agent" means that agent's own token or the admin token (see :mod:`vcm.api.auth`); errors are coded
 JSON (see :mod:`vcm.api.errors`). Handlers are plain ``def``: the service blocks on Redis and
 the store, so FastAPI runs them in its thread pool. Two exceptions, for the hot path's sake:
@@ -57,10 +60,13 @@ from starlette.concurrency import run_in_threadpool
 from vcm import validation
 from vcm.api import errors as api_errors
 from vcm.api.auth import Caller, Principal, TokenAuthority, admin_digest, derived_token, digest
+from vcm.api.chat import Upstream, chat_routes
 from vcm.api.health import HealthCache
 from vcm.api.models import (
+    ERROR_RESPONSES,
     AgentCreate,
     AgentCreated,
+    AgentId,
     AgentList,
     AgentOut,
     AppendOut,
@@ -116,6 +122,7 @@ from vcm.api.models import (
     ToolList,
     WorkingSetOut,
 )
+from vcm.api.viewer import viewer_routes
 from vcm.errors import Conflict, NotFound, RevConflict, ValidationError
 from vcm.eval.report import build_report
 from vcm.lifecycle import new_snapshot_id
@@ -125,6 +132,7 @@ from vcm.service import MemoryService
 from vcm.settings import Settings
 from vcm.store.types import FactQuery
 from vcm.tools import schemas as tools
+from vcm.tools.executor import ToolExecutor
 
 
 class ToolOutcome(Protocol):
@@ -150,22 +158,13 @@ class ToolRunner(Protocol):
     ) -> ToolOutcome: ...
 
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut, "description": description}
-    for status, description in [
-        (401, "UNAUTHORIZED: missing or invalid bearer token"),
-        (404, "NOT_FOUND: no such agent (or not yours), block or route"),
-        (422, "VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH"),
-        (503, "STORE_UNAVAILABLE"),
-    ]
-}
+_ERRORS = ERROR_RESPONSES
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     **_ERRORS,
     409: {"model": ErrorOut, "description": "REV_CONFLICT or CONFLICT"},
     412: {"model": ErrorOut, "description": "REV_CONFLICT: If-Match does not name the current _rev"},
 }
 
-AgentId = Annotated[str, Path(description="the agent's id", max_length=128)]
 BlockId = Annotated[str, Path(description="the block's id", max_length=64)]
 IdemHeader = Annotated[
     str | None,
@@ -198,6 +197,13 @@ def create_app(service: MemoryService, executor: ToolRunner | None, *, settings:
     app.include_router(_probe_routes(service))
     app.include_router(_lifecycle_routes(service, authority))
     app.include_router(_knowledge_routes(service, authority))
+    app.include_router(
+        chat_routes(
+            service, executor if isinstance(executor, ToolExecutor) else None, Upstream(settings.chat),
+            _principal_dep(authority), _agent_dep(service, authority),
+        )
+    )  # fmt: skip
+    app.include_router(viewer_routes(service, authority, _principal_dep(authority), _agent_dep(service, authority)))
     # A route, not a mount: a mount answers GET /metrics with a redirect to /metrics/.
     app.add_route("/metrics", _metrics_route(service, authority, settings), methods=["GET"], include_in_schema=False)
     return app

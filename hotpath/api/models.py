@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vcm.context_builder import BuiltContext
@@ -145,6 +146,19 @@ class ErrorDetail(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorDetail
+
+
+# The error answers every /v1 route documents (OpenAPI), and the agent id of its path.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": description}
+    for status, description in [
+        (401, "UNAUTHORIZED: missing or invalid bearer token"),
+        (404, "NOT_FOUND: no such agent (or not yours), block or route"),
+        (422, "VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH"),
+        (503, "STORE_UNAVAILABLE"),
+    ]
+}
+AgentId = Annotated[str, Path(description="the agent's id", max_length=128)]
 
 
 class AgentOut(BaseModel):

@@ -99,7 +99,7 @@ def tools_hint(tool_names: Sequence[str]) -> str:
 
 MEMORY_TOOLS = (
     "search_recall", "search_archival", "recall_fact", "search_facts", "remember_fact", "get_state", "set_state",
-    "write_recall", "core_memory_replace",
+    "write_recall", "store_core", "fetch_core",
 )  # fmt: skip
 
 

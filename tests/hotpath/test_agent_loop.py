@@ -90,7 +90,13 @@ def test_a_turn_runs_tool_calls_and_honours_heartbeats(h: Harness, llm: Callable
     fifo = h.fifo("a1")
     assert [m.role for m in fifo] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     assert fifo[-1].content == "Saved your name, Ada."
-    assert server.requests[2]["messages"] == wire_messages(h.service.context("a1").messages)[:-1]
+    # The endpoint got the built context: the hot context in order, with vcm's layers around it.
+    sent = server.requests[2]["messages"]
+    hot = wire_messages(h.service.context("a1").messages)[:-1]
+    assert [m for m in sent if not str(m.get("content") or "").startswith("[vcm] ")] == [
+        m for m in hot if not str(m.get("content") or "").startswith("[vcm] ")
+    ]
+    assert any(str(m.get("content")).startswith("[vcm] Today is") for m in sent)
 
 
 def test_the_depth_limit_ends_the_turn(h: Harness, llm: Callable[[list[Action]], FakeLLM]) -> None:

@@ -1,0 +1,212 @@
+"""Chatting through vcm against a local OpenAI-compatible fake upstream that records what it was
+sent: /v1/chat/completions driven by the official ``openai`` package (streaming and not), the
+agent chat route with vcm's tools (streaming and not), coded errors when the model fails, /stats."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI
+
+from tests.api.conftest import ADMIN_TOKEN, LiveServer, api_settings, executor_for
+from tests.fake_openai import Action, FakeLLM, answer, calls, status, streamed, streamed_calls
+from vcm.api.app import create_app
+from vcm.service import MemoryService
+from vcm.settings import Settings
+from vcm.tools.schemas import tool_schemas
+
+MODEL = "vcm-small-8k"
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeLLM]:
+    server = FakeLLM([])
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def settings(upstream: FakeLLM) -> Settings:
+    s = api_settings()
+    return s.model_copy(update={"chat": s.chat.model_copy(update={"base_url": upstream.url, "max_retries": 0})})
+
+
+@pytest.fixture
+def live(app: FastAPI) -> Iterator[LiveServer]:
+    with LiveServer(app) as server:
+        yield server
+
+
+def agent(live: LiveServer, agent_id: str = "ann", **body: Any) -> str:
+    r = httpx.post(
+        f"{live.url}/v1/agents",
+        json={"agent_id": agent_id, "model": MODEL, "system_prompt": "You are Ann's assistant.", **body},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["token"])
+
+
+def contents(request: dict[str, Any]) -> list[str]:
+    return [str(m.get("content") or "") for m in request["messages"]]
+
+
+def test_the_openai_sdk_gets_virtual_context_without_code_changes(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    token = agent(live)
+    service.remember("ann", "Ann's door code is 4412", type="sticky")
+    sdk = openai.OpenAI(base_url=f"{live.url}/v1", api_key=token, max_retries=0)
+    upstream.script += [answer("Hello Ann!"), answer("It is 4412.")]
+    history: list[Any] = [
+        {"role": "system", "content": "Client-side system prompt the agent's own one overrides."},
+        {"role": "user", "content": "Hi, I am Ann."},
+    ]
+    first = sdk.chat.completions.create(model="gpt-4o-mini", messages=history)
+    assert first.choices[0].message.content == "Hello Ann!" and first.model == "gpt-4o-mini"
+    sent = contents(upstream.requests[0])
+    assert sent[0] == "You are Ann's assistant." and sent[-1] == "Hi, I am Ann."
+    assert any("door code is 4412" in c for c in sent)  # the sticky fact rides along
+    assert not any("Client-side system prompt" in c for c in sent)
+    # The client resends the whole history with the reply and a new question: each lands once.
+    history += [first.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "My code?"}]
+    second = sdk.chat.completions.create(model="gpt-4o-mini", messages=history)
+    assert second.choices[0].message.content == "It is 4412."
+    fifo = [m for m in service.context("ann").messages if m["role"] in ("user", "assistant")]
+    assert [m["content"] for m in fifo] == ["Hi, I am Ann.", "Hello Ann!", "My code?", "It is 4412."]
+    # What the upstream saw was vcm's assembled context, within the window.
+    built = service.build_context("ann", query="My code?")
+    window = built.gauges.window
+    assert built.total <= window - math.ceil(window * service.settings.budget.output_reserve)
+    assert len(upstream.requests[1]["messages"]) == len(built.messages) - 1  # all but the new reply
+
+
+def test_streaming_through_the_sdk(live: LiveServer, upstream: FakeLLM, service: MemoryService) -> None:
+    token = agent(live)
+    sdk = openai.OpenAI(base_url=f"{live.url}/v1", api_key=token, max_retries=0)
+    upstream.script.append(
+        streamed(
+            "The Porto ",
+            "office opens ",
+            "at 9.",
+            usage={"prompt_tokens": 50, "completion_tokens": 7, "total_tokens": 57},
+        )
+    )
+    stream = sdk.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "When does the office open?"}], stream=True
+    )
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == "The Porto office opens at 9." and len(pieces) == 3
+    assert upstream.requests[0]["stream"] is True
+    assert [m["content"] for m in service.context("ann").messages if m["role"] == "assistant"] == [
+        "The Porto office opens at 9."
+    ]
+
+
+def test_client_tools_pass_through_and_their_calls_come_back(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    token = agent(live)
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    upstream.script.append(calls(("get_weather", {"city": "Porto"})))
+    sdk = openai.OpenAI(base_url=f"{live.url}/v1", api_key=token, max_retries=0)
+    out = sdk.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "Weather in Porto?"}],
+        tools=[weather],  # type: ignore[list-item]
+    )
+    call = out.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert call.function.name == "get_weather" and out.choices[0].finish_reason == "tool_calls"  # type: ignore[union-attr]
+    assert upstream.requests[0]["tools"] == [weather]
+    assert service.context("ann").messages[-1]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+@pytest.mark.parametrize(
+    ("script", "status_code", "code"),
+    [([status(500)], 503, "LLM_UNAVAILABLE"), ([status(400)], 502, "LLM_REJECTED")],
+)
+def test_model_failures_are_coded(
+    live: LiveServer, upstream: FakeLLM, script: list[Action], status_code: int, code: str
+) -> None:
+    token = agent(live)
+    upstream.script += script
+    r = httpx.post(
+        f"{live.url}/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert r.status_code == status_code and r.json()["error"]["code"] == code
+
+
+def test_bad_completion_requests_are_refused(live: LiveServer, upstream: FakeLLM) -> None:
+    token = agent(live)
+    auth = {"Authorization": f"Bearer {token}"}
+    for body in ({"model": "m", "messages": []}, {"model": "m", "messages": [{"role": "wizard", "content": "x"}]}):
+        r = httpx.post(f"{live.url}/v1/chat/completions", json=body, headers=auth)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_ERROR"
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    r = httpx.post(
+        f"{live.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}, headers=admin
+    )
+    assert r.status_code == 422  # the admin names the agent in X-VCM-Agent
+    assert upstream.requests == []
+
+
+def test_agent_chat_runs_vcm_tools_and_streams(live: LiveServer, upstream: FakeLLM, service: MemoryService) -> None:
+    token = agent(live, tools=tool_schemas())
+    auth = {"Authorization": f"Bearer {token}"}
+    upstream.script += [
+        calls(
+            (
+                "store_core",
+                {"block_id": "user", "content": "Name: Ada", "idempotency_key": "k1", "request_heartbeat": True},
+            )
+        ),
+        answer("Saved, Ada."),
+    ]
+    r = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "I am Ada.", "name": "Ada"}, headers=auth)
+    out = r.json()
+    assert r.status_code == 200, out
+    assert out["reply"] == "Saved, Ada." and out["stop"] == "answer" and out["steps"] == 2
+    assert out["tool_calls"][0]["name"] == "store_core" and out["tool_calls"][0]["ok"] is True
+    assert "Name: Ada" in service.get_block("ann", "user").content
+    # Streamed: deltas as the model writes, then done.
+    upstream.script += [
+        streamed_calls(("search_recall", {"query": "Ada", "mode": "text", "request_heartbeat": True})),
+        streamed("Yes, ", "Ada."),
+    ]
+    events = []
+    with httpx.stream(
+        "POST", f"{live.url}/v1/agents/ann/chat", json={"message": "Who am I?", "stream": True}, headers=auth
+    ) as s:
+        event = ""
+        for line in s.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                events.append((event, json.loads(line[6:])))
+    kinds = [e for e, _ in events]
+    assert kinds[0] == "tool_result" and kinds[-1] == "done" and kinds.count("delta") == 2
+    assert "".join(d["content"] for e, d in events if e == "delta") == "Yes, Ada."
+    assert events[-1][1]["reply"] == "Yes, Ada." and events[-1][1]["steps"] == 2
+    assert service.context("ann").messages[-1]["content"] == "Yes, Ada."
+
+
+def test_stats_and_no_model_configured(service: MemoryService) -> None:
+    app = create_app(service, executor_for(service), settings=api_settings())
+    with LiveServer(app) as live:
+        token = agent(live)
+        auth = {"Authorization": f"Bearer {token}"}
+        r = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "hi"}, headers=auth)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "LLM_UNAVAILABLE"
+        httpx.post(f"{live.url}/v1/agents/ann/messages", json={"role": "user", "content": "hello"}, headers=auth)
+        stats = httpx.get(f"{live.url}/v1/agents/ann/stats", headers=auth).json()
+        assert stats["fifo_messages"] == 1 and stats["tokens_by_layer"]["fifo"] > 0
+        assert stats["tokens"] == sum(stats["tokens_by_layer"].values()) and stats["last_activity"] > 0
+        assert stats["facts"]["facts"] == 0 and stats["evictions"] == 0
