@@ -251,8 +251,19 @@ class _Operations(Generic[R]):
             Call("POST", f"/v1/agents/{_seg(agent_id)}/messages", json=body, headers=_idem(idempotency_key))
         )
 
-    def context(self, agent_id: str) -> R:
-        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/context"))
+    def context(self, agent_id: str, *, built: bool = False, query: str | None = None) -> R:
+        """The main context; ``built``: the prompt the model sees, with the builder's layers."""
+        params = _clean({"built": "true" if built else None, "query": query})
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/context", params=params or None))
+
+    def chat(self, agent_id: str, message: str, *, name: str | None = None) -> R:
+        """One turn of the agent over the server's configured model (tools and heartbeats run)."""
+        return self._send(
+            Call("POST", f"/v1/agents/{_seg(agent_id)}/chat", json=_clean({"message": message, "name": name}))
+        )
+
+    def stats(self, agent_id: str) -> R:
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/stats"))
 
     def evict(self, agent_id: str, count: int, *, idempotency_key: str | None = None) -> R:
         return self._send(

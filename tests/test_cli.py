@@ -198,6 +198,12 @@ def test_render_context_shows_gauges_and_messages() -> None:
     text = render_context(data)
     assert "398 of 1000 tokens (40%)" in text and "502 free" in text
     assert "hello there" in text and "fifo" in text
+    # A built context names each message's layer and sums the injected ones.
+    built = {**data, "messages": [*data["messages"], {"role": "system", "content": "[vcm] memory"}],
+             "message_tokens": [50, 7, 33], "layers": ["system", "fifo", "memory"]}  # fmt: skip
+    shown = render_context(built)
+    assert "injected for this call" in shown and "memory" in shown.split("injected")[1].split("\n")[1]
+    assert shown.splitlines()[-1].split()[1] == "memory"
 
 
 def test_events_time_arguments() -> None:

@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 
+from tests.fake_openai import FakeLLM, streamed
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
-def vcm(data: Path, *args: str) -> Any:
+def vcm(data: Path, *args: str, **extra_env: str) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VCM_")}
-    env.update({"VCM_DATA_DIR": str(data), "VCM_LOG_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"})
+    env.update({"VCM_DATA_DIR": str(data), "VCM_LOG_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1", **extra_env})
     done = subprocess.run(
         [sys.executable, "-m", "vcm.cli.main", *args], env=env, capture_output=True, text=True, timeout=120
     )
@@ -39,6 +41,16 @@ def test_agents_and_snapshots_live_in_the_data_directory(tmp_path: Path) -> None
         "--key", "Priya|sister|Maya")  # fmt: skip
     around = json.loads(vcm(tmp_path, "facts", "entity", "priya", "--agent", "zoe"))
     assert [n["key"] for n in around["neighbours"]] == ["maya"] and around["relations"][0]["type"] == "relation"
+    # A terminal chat turn over a local OpenAI-compatible model: streamed, then kept in memory.
+    llm = FakeLLM([streamed("Hello ", "Priya!")])
+    try:
+        said = vcm(tmp_path, "chat", "--agent", "zoe", "--name", "Priya", "--message", "Hi, who is Maya?",
+                   VCM_CHAT__BASE_URL=llm.url)  # fmt: skip
+    finally:
+        llm.close()
+    assert said.strip() == "zoe> Hello Priya!"
+    sent = [m["content"] for m in llm.requests[0]["messages"]]
+    assert sent[0] == "Be brief." and sent[-1] == "Hi, who is Maya?" and any("Maya" in c for c in sent[1:-1])
     removed = json.loads(vcm(tmp_path, "agents", "delete", "zoe"))["removed"]
     assert removed.get("agents") == 1
     assert json.loads(vcm(tmp_path, "agents", "list"))["agents"] == []

@@ -52,11 +52,21 @@ def render_context(data: Mapping[str, Any]) -> str:
     for part in ("system", "working", "summary", "placeholders", "fifo"):
         lines.append(f"  {part:<13}{g[part]:>7}  {_bar(g[part], g['window'])}")
     lines.append(f"  {'free':<13}{g['free']:>7}  {_bar(max(g['free'], 0), g['window'])}")
+    layers = data.get("layers") or []
+    injected: dict[str, int] = {}
+    for name, n in zip(layers, data.get("message_tokens", []), strict=False):
+        if name not in ("system", "working", "summary", "placeholder", "fifo"):
+            injected[name] = injected.get(name, 0) + n
+    if injected:
+        lines.append("  injected for this call (within the window less the output reserve):")
+        for name, n in injected.items():
+            lines.append(f"    {name:<11}{n:>7}  {_bar(n, g['window'])}")
     lines.append("")
     for i, msg in enumerate(data["messages"]):
         tokens = data["message_tokens"][i] if i < len(data.get("message_tokens", [])) else ""
+        layer = layers[i] if i < len(layers) else msg["role"]
         text = " ".join(str(msg.get("content", "")).split())
-        lines.append(f"{i:>4} {msg['role']:<9}{tokens:>6}  {text[:100]}{'…' if len(text) > 100 else ''}")
+        lines.append(f"{i:>4} {layer:<11}{tokens:>6}  {text[:100]}{'…' if len(text) > 100 else ''}")
     return "\n".join(lines)
 
 
@@ -189,17 +199,18 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_context(args: argparse.Namespace) -> int:
     if args.api:
-        data = _client(args).context(args.agent)
+        data = _client(args).context(args.agent, built=args.built, query=args.query)
         print(json.dumps(data, indent=2) if args.json else render_context(data))
         return 0
     # In embedded mode this process rebuilds the agent's hot state from the data directory.
     with _service(args) as service:
-        ctx = service.context(args.agent)
+        ctx = service.build_context(args.agent, query=args.query) if args.built else service.context(args.agent)
         data = {
             "agent_id": args.agent,
             "gauges": ctx.gauges.as_dict(),
             "messages": ctx.messages,
             "message_tokens": ctx.message_tokens,
+            "layers": ctx.layers,
         }
         print(json.dumps(data, indent=2) if args.json else render_context(data))
     return 0
@@ -431,8 +442,10 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--token", help="bearer token for --api (or VCM_TOKEN)")
 
     from vcm.cli.agents import add_agent_commands
+    from vcm.cli.chat import add_chat_command
 
     add_agent_commands(sub, api_opts)
+    add_chat_command(sub, api_opts)
 
     p = sub.add_parser("serve", help="run the HTTP API (with the in-process worker in embedded mode)")
     p.add_argument("--host")
@@ -486,6 +499,10 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("context", help="show an agent's main context with its token gauges")
     p.add_argument("--agent", required=True)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--built", action="store_true", help="the prompt the model sees: with the builder's layers")
+    p.add_argument(
+        "--query", help="with --built: retrieve relevant memory for this text (default: the last user message)"
+    )
     api_opts(p)
     p.set_defaults(func=cmd_context)
 
