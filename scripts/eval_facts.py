@@ -112,10 +112,15 @@ def replay(sample: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any
             if outcome.outcome != "committed":
                 raise RuntimeError(f"batch {batch_id}: {outcome}")
     consolidated = service.consolidate(agent)
-    kept = service.list_facts(agent, FactQuery(statuses=["active", "shadow"], limit=1000))
+    # An entity fact is a name with pointers to where it was said: it says nothing an observation
+    # could be covered by, so it is counted apart (relations, which state something, count).
+    stated = [t for t in service.settings.facts.types if t != "entity"]
+    kept = service.list_facts(agent, FactQuery(types=stated, statuses=["active", "shadow"], limit=1000))
+    entities = len(service.list_facts(agent, FactQuery(types=["entity"], statuses=["active", "shadow"], limit=1000)))
     seconds = time.perf_counter() - started
     store.close()
     return score(sample, kept, dia_of, evicted, consolidated, args.overlap) | {
+        "entities": entities,
         "turns": len(turns),
         "seconds": round(seconds, 1),
     }

@@ -22,6 +22,8 @@ from vcm.settings import Settings
 from vcm.tools.schemas import tool_schemas
 
 MODEL = "vcm-small-8k"
+# The chat routes sit above the hot path, whose Redis legs the other suites cover: real Redis only.
+pytestmark = pytest.mark.parametrize("redis_client", ["redis"], indirect=True)
 
 
 @pytest.fixture
