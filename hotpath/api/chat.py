@@ -308,21 +308,25 @@ def _reply_key(messages: Sequence[Mapping[str, Any]]) -> Callable[[Mapping[str, 
 def reconcile(
     service: MemoryService, agent_id: str, messages: Sequence[Mapping[str, Any]], actor: str, limit: int
 ) -> str:
-    """Append the client's messages the agent does not hold yet; the latest user text."""
-    latest = ""
-    for m, key in zip(messages, keys_of(messages), strict=True):
+    """Append the client's messages the agent does not hold yet; the latest user text. Every
+    message is checked before the first is appended, so a bad one changes nothing."""
+    checked: list[tuple[Mapping[str, Any], str, str]] = []
+    for m in messages:
         role = m.get("role")
         if role not in ("system", "developer", "user", "assistant", "tool"):
             raise ValidationError(f"unknown message role {role!r}", field="messages")
         content = _text(m.get("content"))
         if len(content) > limit:
             raise ValidationError(f"a message is longer than {limit} characters", field="messages", limit=limit)
+        checked.append((m, str(role), content))
+    latest = ""
+    for (m, role, content), key in zip(checked, keys_of(messages), strict=True):
         if role in ("system", "developer"):
             continue  # the agent's own system prompt and blocks rule its context
         if role == "user":
             latest = content
         service.append(
-            agent_id, str(role), content, name=m.get("name"), tool_call_id=m.get("tool_call_id"),
+            agent_id, role, content, name=m.get("name"), tool_call_id=m.get("tool_call_id"),
             tool_calls=m.get("tool_calls") or None, idempotency_key=key, actor=actor,
         )  # fmt: skip
     return latest

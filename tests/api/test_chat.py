@@ -149,9 +149,11 @@ def test_model_failures_are_coded(
 def test_bad_completion_requests_are_refused(live: LiveServer, upstream: FakeLLM) -> None:
     token = agent(live)
     auth = {"Authorization": f"Bearer {token}"}
-    for body in ({"model": "m", "messages": []}, {"model": "m", "messages": [{"role": "wizard", "content": "x"}]}):
+    wizard = [{"role": "user", "content": "first"}, {"role": "wizard", "content": "x"}]
+    for body in ({"model": "m", "messages": []}, {"model": "m", "messages": wizard}):
         r = httpx.post(f"{live.url}/v1/chat/completions", json=body, headers=auth)
         assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_ERROR"
+    assert httpx.get(f"{live.url}/v1/agents/ann/stats", headers=auth).json()["fifo_messages"] == 0  # nothing kept
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     r = httpx.post(
         f"{live.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}, headers=admin
