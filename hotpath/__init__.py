@@ -3,6 +3,7 @@
 What a user imports::
 
     from vcm import VcmClient              # talk to a running `vcm serve` (needs only httpx)
+    from vcm import CacheConfig            # VcmClient(..., cache=CacheConfig()): local cache + sync
     from vcm import MemoryService          # the in-process façade (needs the `server` extra)
     from vcm import tool_schemas           # the LLM tools in OpenAI function format
     from vcm import VcmError, RevConflict  # the one exception tree (vcm.errors)
@@ -40,6 +41,7 @@ from vcm.errors import (
     ValidationError,
     VcmError,
 )
+from vcm.sync import CacheConfig
 from vcm.tools.schemas import schema_of, tool_schemas
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ERRORS",
     "AsyncVcmClient",
+    "CacheConfig",
     "ConfigError",
     "Conflict",
     "ErrorCode",

@@ -18,16 +18,20 @@ to route requests anywhere (``httpx.ASGITransport(app)``, ``httpx.MockTransport`
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
-from urllib.parse import quote
 
 import httpx
 
-from vcm.errors import ErrorCode, VcmError, from_payload
+from vcm.errors import ErrorCode, RevConflict, VcmError, from_payload
+from vcm.sync.background import Follower, Periodic
+from vcm.sync.config import CacheConfig
+from vcm.sync.replica import Flow, Replica, SyncResult, adrive, drive
 from vcm.tools.schemas import tool_schemas
+from vcm.wire import Call
+from vcm.wire import seg as _seg
 
 R = TypeVar("R")
 Json = dict[str, Any]
@@ -62,10 +66,6 @@ def _decode(response: httpx.Response, ok: Sequence[int]) -> Json:
     return data
 
 
-def _seg(value: str) -> str:
-    return quote(value, safe="")
-
-
 def _idem(key: str | None) -> dict[str, str]:
     return {"Idempotency-Key": key} if key is not None else {}
 
@@ -74,20 +74,15 @@ def _clean(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
-@dataclass(frozen=True)
-class Call:
-    """One request, built once and sent by the sync or the async client."""
-
-    method: str
-    path: str
-    params: Mapping[str, Any] | None = None
-    json: Any = None
-    headers: Mapping[str, str] | None = None
-    ok: tuple[int, ...] = ()  # statuses besides 2xx whose body is a result (503 from /healthz)
-
-
 class _Operations(Generic[R]):
+    # The local cache and sync (``cache=CacheConfig(...)``); None: every call goes to the server.
+    _replica: Replica | None = None
+
     def _send(self, call: Call) -> R:
+        raise NotImplementedError
+
+    def _run(self, flow: Flow[Json]) -> R:
+        """Drive a flow of the local cache (:mod:`vcm.sync.replica`) with this client."""
         raise NotImplementedError
 
     # --- agents ---------------------------------------------------------------------------------
@@ -180,7 +175,10 @@ class _Operations(Generic[R]):
                 "evidence": [dict(e) for e in evidence], "ttl_s": ttl_s, "justification": justification,
             }
         )  # fmt: skip
-        return self._send(Call("POST", f"/v1/agents/{_seg(agent_id)}/facts", json=body, headers=_idem(idempotency_key)))
+        call = Call("POST", f"/v1/agents/{_seg(agent_id)}/facts", json=body, headers=_idem(idempotency_key))
+        if (replica := self._replica) is not None:
+            return self._run(replica.direct(agent_id, call, lambda reply: replica.fact_written(agent_id, reply)))
+        return self._send(call)
 
     def facts(
         self, agent_id: str, *, types: Sequence[str] | None = None, key: str | None = None, limit: int = 100
@@ -193,10 +191,15 @@ class _Operations(Generic[R]):
         return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/facts/search", params=params))
 
     def fact(self, agent_id: str, fact_id: str) -> R:
+        if self._replica is not None:
+            return self._run(self._replica.read(agent_id, "fact", fact_id))
         return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/facts/{_seg(fact_id)}"))
 
     def forget_fact(self, agent_id: str, fact_id: str) -> R:
-        return self._send(Call("DELETE", f"/v1/agents/{_seg(agent_id)}/facts/{_seg(fact_id)}"))
+        call = Call("DELETE", f"/v1/agents/{_seg(agent_id)}/facts/{_seg(fact_id)}")
+        if (replica := self._replica) is not None:
+            return self._run(replica.direct(agent_id, call, lambda _: replica.forgotten(agent_id, "fact", fact_id)))
+        return self._send(call)
 
     def fact_stats(self, agent_id: str) -> R:
         return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/facts/stats"))
@@ -212,15 +215,31 @@ class _Operations(Generic[R]):
 
     def state(self, agent_id: str, key: str | None = None) -> R:
         path = f"/v1/agents/{_seg(agent_id)}/state" + (f"/{_seg(key)}" if key else "")
+        if self._replica is not None:
+            if key:
+                return self._run(self._replica.read(agent_id, "state", key))
+            return self._run(self._replica.listing(agent_id, "state", Call("GET", path)))
         return self._send(Call("GET", path))
 
     def set_state(self, agent_id: str, key: str, value: Any, *, ttl_s: int | None = None, rev: str | None = None) -> R:
+        """Set a key. With a cache, the change is based on ``rev`` or else on the version this
+        client last saw, and a stale one is a conflict (``CacheConfig.conflict``)."""
+        if self._replica is not None:
+            change = self._replica.change(agent_id, "state", key, value, rev, ttl_s=ttl_s)
+            return self._run(self._replica.submit(change))
         body = _clean({"value": value, "ttl_s": ttl_s, "_rev": rev}) | {"value": value}
         return self._send(Call("PUT", f"/v1/agents/{_seg(agent_id)}/state/{_seg(key)}", json=body))
 
-    def delete_state(self, agent_id: str, key: str | None = None) -> R:
+    def delete_state(self, agent_id: str, key: str | None = None, *, rev: str | None = None) -> R:
+        """Delete one key (only if still at ``rev``, when given), or every key (``key`` None)."""
         path = f"/v1/agents/{_seg(agent_id)}/state" + (f"/{_seg(key)}" if key else "")
-        return self._send(Call("DELETE", path))
+        if (replica := self._replica) is not None:
+            if key:
+                return self._run(replica.submit(replica.change(agent_id, "state", key, None, rev)))
+            return self._run(
+                replica.direct(agent_id, Call("DELETE", path), lambda _: replica.cleared(agent_id, "state"))
+            )
+        return self._send(Call("DELETE", path, params=_clean({"_rev": rev}) or None))
 
     # --- messages and context -------------------------------------------------------------------
     def append(
@@ -277,9 +296,14 @@ class _Operations(Generic[R]):
 
     # --- working blocks ---------------------------------------------------------------------------
     def blocks(self, agent_id: str) -> R:
-        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/blocks"))
+        call = Call("GET", f"/v1/agents/{_seg(agent_id)}/blocks")
+        if self._replica is not None:
+            return self._run(self._replica.listing(agent_id, "block", call))
+        return self._send(call)
 
     def block(self, agent_id: str, block_id: str) -> R:
+        if self._replica is not None:
+            return self._run(self._replica.read(agent_id, "block", block_id))
         return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/blocks/{_seg(block_id)}"))
 
     def put_block(
@@ -294,7 +318,15 @@ class _Operations(Generic[R]):
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> R:
-        """Create (``rev=None``) or replace a block; a stale ``rev`` raises RevConflict."""
+        """Create (``rev=None``) or replace a block; a stale ``rev`` raises RevConflict. With a
+        cache, ``rev`` defaults to the version this client last saw (a stale one is a conflict,
+        settled by ``CacheConfig.conflict``)."""
+        if self._replica is not None:
+            change = self._replica.change(
+                agent_id, "block", block_id, content, rev, idempotency_key=idempotency_key, role=role, pinned=pinned,
+                metadata=dict(metadata) if metadata is not None else None,
+            )  # fmt: skip
+            return self._run(self._replica.submit(change))
         body = _clean(
             {
                 "content": content,
@@ -307,9 +339,26 @@ class _Operations(Generic[R]):
         path = f"/v1/agents/{_seg(agent_id)}/blocks/{_seg(block_id)}"
         return self._send(Call("PUT", path, json=body, headers=_idem(idempotency_key)))
 
-    def delete_block(self, agent_id: str, block_id: str, rev: str, *, idempotency_key: str | None = None) -> R:
+    def delete_block(
+        self, agent_id: str, block_id: str, rev: str | None = None, *, idempotency_key: str | None = None
+    ) -> R:
+        """Delete a block at ``rev`` (with a cache: by default the version this client last saw)."""
+        if self._replica is not None:
+            change = self._replica.change(agent_id, "block", block_id, None, rev, idempotency_key=idempotency_key)
+            return self._run(self._replica.submit(change))
         path = f"/v1/agents/{_seg(agent_id)}/blocks/{_seg(block_id)}"
-        return self._send(Call("DELETE", path, params={"_rev": rev}, headers=_idem(idempotency_key)))
+        return self._send(Call("DELETE", path, params=_clean({"_rev": rev}), headers=_idem(idempotency_key)))
+
+    # --- instances: change feed, sync status --------------------------------------------------------
+    def changes(self, agent_id: str, *, after: str | None = None, limit: int = 100) -> R:
+        """A page of the agent's change feed (kind, key, version, op, time of each change of its
+        blocks, state and facts). Without ``after``: none, and ``next_after`` is where it is now."""
+        params = _clean({"after": after, "limit": limit})
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/changes", params=params))
+
+    def instances(self, agent_id: str) -> R:
+        """The sync status every client instance of the agent reported last."""
+        return self._send(Call("GET", f"/v1/agents/{_seg(agent_id)}/instances"))
 
     # --- recall and archival ----------------------------------------------------------------------
     def write_recall(self, agent_id: str, content: str, *, idempotency_key: str, role: str = "assistant") -> R:
@@ -466,6 +515,16 @@ def _http_kwargs(call: Call) -> dict[str, Any]:
     }
 
 
+def _rejected(result: SyncResult) -> VcmError:
+    first = result.rejected[0]
+    if len(result.rejected) == 1:
+        return first
+    return RevConflict(
+        f"{len(result.rejected)} pending changes were refused: {first.message}",
+        rejected=[e.to_dict() for e in result.rejected],
+    )
+
+
 def _finished(job: Json) -> Json:
     if job["status"] == "failed":
         raise from_payload(job.get("error") or {"code": "INTERNAL_ERROR", "message": "ingestion failed"})
@@ -473,7 +532,11 @@ def _finished(job: Json) -> Json:
 
 
 class VcmClient(_Operations[Json]):
-    """Synchronous client. ``token`` is an agent's token or the admin token."""
+    """Synchronous client. ``token`` is an agent's token or the admin token.
+
+    ``cache=CacheConfig(...)`` keeps a local cache of blocks, state keys and facts (see
+    :mod:`vcm.sync`): a background thread per agent follows its change feed, another syncs every
+    ``sync_interval_s``; :meth:`sync` syncs now and :meth:`close` flushes what is pending."""
 
     def __init__(
         self,
@@ -482,17 +545,71 @@ class VcmClient(_Operations[Json]):
         *,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        cache: CacheConfig | None = None,
     ) -> None:
-        self._http = httpx.Client(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout,
-            transport=transport,
-        )
+        options: dict[str, Any] = {
+            "base_url": base_url, "headers": {"Authorization": f"Bearer {token}"}, "transport": transport,
+        }  # fmt: skip
+        self._http = httpx.Client(timeout=timeout, **options)
+        self._replica = Replica(cache) if cache is not None else None
+        self._stop = threading.Event()
+        self._sync_lock = threading.Lock()
+        self._followers: dict[str, Follower] = {}
+        self._stream_http: httpx.Client | None = None
+        if cache is not None and self._replica is not None:
+            if cache.follow:
+                self._stream_http = httpx.Client(timeout=timeout, **options)
+                self._replica.on_new_agent = self._follow
+            if cache.sync_interval_s > 0:
+                Periodic(cache.sync_interval_s, self._periodic, self._stop).start()
 
     def _send(self, call: Call) -> Json:
         response = self._http.request(call.method, call.path, **_http_kwargs(call))
         return _decode(response, call.ok)
+
+    def _run(self, flow: Flow[Json]) -> Json:
+        return drive(flow, self._send)
+
+    # --- local cache and sync ---------------------------------------------------------------------
+    def sync(self) -> Json:
+        """Push pending changes, pull the changes the cache may have missed, report this
+        instance's status. Raises RevConflict when the ``reject`` strategy refused pending
+        changes (each in ``.details["rejected"]``); they are dropped, the remote versions kept."""
+        replica = self._cached()
+        with self._sync_lock:
+            result = drive(replica.sync(), self._send)
+        if result.rejected:
+            raise _rejected(result)
+        return result.as_dict()
+
+    def sync_metrics(self) -> Json:
+        """This instance's counters: cache hits, misses and hit ratio, syncs, failures, conflicts
+        and conflict rate, sync latency, notifications, pending changes."""
+        return self._cached().metrics()
+
+    def on_change(self, listener: Callable[[str, Json], None]) -> None:
+        """Call ``listener(agent_id, change)`` for each change of the feed this client applies
+        (in the follower's thread; keep it short)."""
+        self._cached().listen(listener)
+
+    @property
+    def instance_id(self) -> str:
+        return self._cached().instance_id
+
+    def _cached(self) -> Replica:
+        if self._replica is None:
+            raise VcmError("this client has no local cache: pass cache=CacheConfig(...)")
+        return self._replica
+
+    def _follow(self, agent_id: str) -> None:
+        if self._stream_http is None or self._stop.is_set() or agent_id in self._followers:
+            return
+        follower = self._followers[agent_id] = Follower(self._stream_http, self._cached(), agent_id, self._stop)
+        follower.start()
+
+    def _periodic(self) -> None:
+        with self._sync_lock:
+            drive(self._cached().sync(), self._send)
 
     def wait_for_ingest(self, agent_id: str, job_id: str, *, timeout: float = 300.0, poll: float = 0.25) -> Json:
         """Poll an ingestion job until it is done (its job) or failed (raises its coded error)."""
@@ -506,7 +623,17 @@ class VcmClient(_Operations[Json]):
             time.sleep(poll)
 
     def close(self) -> None:
-        self._http.close()
+        """Flush pending changes (a sync; raises as :meth:`sync` does), then stop and close."""
+        try:
+            if self._replica is not None and self._replica.pending:
+                self.sync()
+        finally:
+            self._stop.set()
+            for follower in self._followers.values():
+                follower.halt()
+            if self._stream_http is not None:
+                self._stream_http.close()
+            self._http.close()
 
     def __enter__(self) -> VcmClient:
         return self
@@ -525,6 +652,7 @@ class AsyncVcmClient(_Operations[Awaitable[Json]]):
         *,
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        cache: CacheConfig | None = None,
     ) -> None:
         self._http = httpx.AsyncClient(
             base_url=base_url,
@@ -532,10 +660,30 @@ class AsyncVcmClient(_Operations[Awaitable[Json]]):
             timeout=timeout,
             transport=transport,
         )
+        # The async client reads and writes through the cache and syncs when asked (no threads:
+        # other instances' changes reach it by sync(), or when entries' lifetimes end).
+        self._replica = Replica(cache) if cache is not None else None
 
     async def _send(self, call: Call) -> Json:
         response = await self._http.request(call.method, call.path, **_http_kwargs(call))
         return _decode(response, call.ok)
+
+    async def _run(self, flow: Flow[Json]) -> Json:
+        return await adrive(flow, self._send)
+
+    async def sync(self) -> Json:
+        """As :meth:`VcmClient.sync`."""
+        if self._replica is None:
+            raise VcmError("this client has no local cache: pass cache=CacheConfig(...)")
+        result = await adrive(self._replica.sync(), self._send)
+        if result.rejected:
+            raise _rejected(result)
+        return result.as_dict()
+
+    def sync_metrics(self) -> Json:
+        if self._replica is None:
+            raise VcmError("this client has no local cache: pass cache=CacheConfig(...)")
+        return self._replica.metrics()
 
     async def wait_for_ingest(self, agent_id: str, job_id: str, *, timeout: float = 300.0, poll: float = 0.25) -> Json:
         """Poll an ingestion job until it is done (its job) or failed (raises its coded error)."""
@@ -549,7 +697,12 @@ class AsyncVcmClient(_Operations[Awaitable[Json]]):
             await asyncio.sleep(poll)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        """Flush pending changes (a sync), then close."""
+        try:
+            if self._replica is not None and self._replica.pending:
+                await self.sync()
+        finally:
+            await self._http.aclose()
 
     async def __aenter__(self) -> AsyncVcmClient:
         return self
@@ -558,4 +711,4 @@ class AsyncVcmClient(_Operations[Awaitable[Json]]):
         await self.aclose()
 
 
-__all__ = ["AsyncVcmClient", "VcmClient", "error_from", "tool_schemas"]
+__all__ = ["AsyncVcmClient", "CacheConfig", "Call", "VcmClient", "error_from", "tool_schemas"]

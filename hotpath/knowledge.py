@@ -89,6 +89,7 @@ class KnowledgeOps:
     claim: Callable[..., tuple[dict[str, Any], bool]]
     _audit: Callable[[str, str, Mapping[str, Any], str], None]
     _link: Callable[[Fact, Sequence[Mapping[str, Any]], str], None]  # EntityGraphOps
+    _changed: Callable[..., None]  # ReplicaOps: publish a change to the agent's feed
 
     # --- facts ------------------------------------------------------------------------------------
     def remember(
@@ -181,7 +182,7 @@ class KnowledgeOps:
                 expires_at=expires_at,  # reconfirmed: its lifetime starts again
                 lifetime_s=lifetime,
             )
-            stored = self.store.put_fact(joined, target.version)
+            stored = self._put_fact(joined, target.version)
             self._decision(agent_id, "MATCH", stored, actor, similarity=round(outcome.similarity, 3))
             self._link(stored, pointers, actor)
             return RememberResult("MATCH", stored, replayed=replayed)
@@ -191,12 +192,12 @@ class KnowledgeOps:
             conflict_with=tuple(f.fact_id for f in outcome.conflicting), created_at=now, updated_at=now,
             expires_at=expires_at, lifetime_s=lifetime, embedding=embedding,
         )  # fmt: skip
-        stored = self.store.put_fact(fact, None)
+        stored = self._put_fact(fact, None)
         self._link(stored, pointers, actor)
         marked: list[Fact] = []
         for other in outcome.conflicting:
             marked.append(
-                self.store.put_fact(
+                self._put_fact(
                     replace(other, conflict_with=tuple(dict.fromkeys([*other.conflict_with, fact_id]))), other.version
                 )
             )
@@ -236,6 +237,7 @@ class KnowledgeOps:
         store_validation.identifier("fact_id", fact_id)
         removed = self.store.delete_facts(agent_id, [fact_id]) > 0
         if removed:
+            self._changed(agent_id, "fact", fact_id, None, "delete")
             self._audit(agent_id, "fact_forgotten", {"fact_id": fact_id}, actor)
         return removed
 
@@ -250,7 +252,7 @@ class KnowledgeOps:
             if only is not None and f.fact_id not in only:
                 continue
             if f.status != "archived":
-                self.store.put_fact(replace(f, status="archived", updated_at=self.clock()), f.version)
+                self._put_fact(replace(f, status="archived", updated_at=self.clock()), f.version)
                 done += 1
         self._audit(agent_id, "facts_archived", {"count": done}, actor)
         return done
@@ -298,12 +300,12 @@ class KnowledgeOps:
                 if rivals:
                     contradicted += 1
                     if not f.conflict_with:
-                        self.store.put_fact(replace(f, conflict_with=tuple(r.fact_id for r in rivals)), f.version)
+                        self._put_fact(replace(f, conflict_with=tuple(r.fact_id for r in rivals)), f.version)
                     continue
             if not self._supported(agent_id, f) or guard.check(f.value, self.settings.facts.pii).refused:
                 kept += 1
                 continue
-            stored = self.store.put_fact(replace(f, status="active", updated_at=self.clock()), f.version)
+            stored = self._put_fact(replace(f, status="active", updated_at=self.clock()), f.version)
             self._decision(agent_id, "PROMOTED", stored, actor)
             promoted += 1
         return {"promoted": promoted, "kept_shadow": kept, "contradicted": contradicted}
@@ -323,9 +325,9 @@ class KnowledgeOps:
         )  # fmt: skip
         existing = self.store.query_facts(agent_id, FactQuery(types=["question"], key=question.key))
         if existing:
-            self.store.put_fact(replace(existing[0], value=question.value, updated_at=now), existing[0].version)
+            self._put_fact(replace(existing[0], value=question.value, updated_at=now), existing[0].version)
         else:
-            self.store.put_fact(question, None)
+            self._put_fact(question, None)
 
     def _supported(self, agent_id: str, fact: Fact) -> bool:
         ids = [str(e["id"]) for e in fact.evidence if e.get("kind") == "message"]
@@ -364,6 +366,7 @@ class KnowledgeOps:
             expires_at=self.clock() + ttl_s if ttl_s else None,
             expected_rev=expected_rev,
         )
+        self._changed(agent_id, "state", key, entry.rev)
         self._audit(agent_id, "state_set", {"key": key, "rev": entry.rev, "bytes": len(text)}, actor)
         return entry
 
@@ -381,6 +384,8 @@ class KnowledgeOps:
         """Delete one key, or every key (``key`` None: clear)."""
         self.agent(agent_id)
         removed = self.store.delete_state(agent_id, key, expected_rev)
+        if removed:
+            self._changed(agent_id, "state", "*" if key is None else key, None, "clear" if key is None else "delete")
         self._audit(agent_id, "state_deleted", {"key": key, "removed": removed}, actor)
         return removed
 
@@ -407,6 +412,12 @@ class KnowledgeOps:
         return kept
 
     # --- plumbing ---------------------------------------------------------------------------------
+    def _put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
+        """Every fact write: the store's, then its change on the agent's feed."""
+        stored = self.store.put_fact(fact, expected_version)
+        self._changed(stored.agent_id, "fact", stored.fact_id, stored.version)
+        return stored
+
     def _use(self, agent_id: str, used: Sequence[Fact]) -> None:
         """Record a use of these facts: each with a lifetime lives it again from now (seed 002:
         a TTL is refreshed by reconfirmation or use, and by nothing else)."""

@@ -50,6 +50,7 @@ class LifecycleOps:
     agent: Callable[[str], Any]
     rebuild: Callable[[str], bool]
     _event: Callable[..., None]
+    _changed: Callable[..., None]  # ReplicaOps: publish a change to the agent's feed
 
     # --- delete and forget ------------------------------------------------------------------------
     def delete_agent(self, agent_id: str, *, actor: str = "system") -> dict[str, int]:
@@ -121,22 +122,27 @@ class LifecycleOps:
         ttl = self.settings.durability.snapshot_ttl_s if ttl_s is None else ttl_s
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
             raise ValidationError("ttl_s must be a non-negative integer (0: no expiry)", field="ttl_s")
-        snap, fifo = self._held(agent_id)
-        text, tokens, _, batch = self.hot.summary(agent_id)
-        state = {
-            "agent_id": agent_id,
-            "config": agent_config(info.model, snap.system_prompt, snap.tools),
-            "blocks": [b.as_json() for b in snap.blocks],
-            "summary": {"text": text, "tokens": tokens, "batch_id": batch},
-            "fifo": [m.as_json() for m in fifo],
-        }
-        payload, sha, size = snapshots.encode(state)
         now = self.clock()
         snapshot_id = snapshot_id or new_snapshot_id(kind, now)
         store_validation.identifier("snapshot_id", snapshot_id)
-        record = self.store.put_snapshot(
-            SnapshotRecord(agent_id, snapshot_id, kind, reason, payload, sha, size, now, now + ttl if ttl else None)
-        )
+        try:
+            snap, fifo = self._held(agent_id)
+            text, tokens, _, batch = self.hot.summary(agent_id)
+            state = {
+                "agent_id": agent_id,
+                "config": agent_config(info.model, snap.system_prompt, snap.tools),
+                "blocks": [b.as_json() for b in snap.blocks],
+                "summary": {"text": text, "tokens": tokens, "batch_id": batch},
+                "fifo": [m.as_json() for m in fifo],
+            }
+            payload, sha, size = snapshots.encode(state)
+            record = self.store.put_snapshot(
+                SnapshotRecord(agent_id, snapshot_id, kind, reason, payload, sha, size, now, now + ttl if ttl else None)
+            )
+        except Exception:  # counted for the failed-snapshot alert (compose/alerts.yml), then raised
+            metrics.snapshot("failed")
+            raise
+        metrics.snapshot("taken")
         self._audit(
             agent_id,
             "snapshot",
@@ -198,6 +204,8 @@ class LifecycleOps:
             )
         )
         self._reload(agent_id)
+        # Blocks, state and facts may all differ now: instances drop their cache of the agent.
+        self._changed(agent_id, "agent", "*", None, "reset")
         self._audit(
             agent_id,
             "snapshot_restored",

@@ -50,6 +50,7 @@ from vcm.hot.tokens import TokenCounter
 from vcm.knowledge import KnowledgeOps
 from vcm.lifecycle import LifecycleOps
 from vcm.obs import audit, footprint, metrics
+from vcm.replicas import ReplicaOps
 from vcm.store.port import MemoryStore
 from vcm.store.types import ArchivalHit, MemoryEvent, Page, RecallHit, StoredMessage
 from vcm.types import AgentInfo, AppendResult, BatchInfo, Block, BlockResult, Gauges, IngestRequest
@@ -90,7 +91,7 @@ def doc_id_for(text: str) -> str:
     return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOps):
+class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOps, ReplicaOps):
     def __init__(
         self,
         hot: HotState,
@@ -398,6 +399,9 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         # Replays too: the first attempt may have died before its copy reached the store.
         self.durable.block_written(agent_id, block_id)
         if not res.replayed:
+            # Not on a replay: a retry changes nothing, the feed included (a first attempt that
+            # died before this line leaves caches to their entries' lifetimes).
+            self._changed(agent_id, "block", block_id, res.rev)
             before = res.previous
             details: dict[str, Any] = {
                 "block_id": block_id,
@@ -449,6 +453,8 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         )
         if res.deleted:
             self.durable.block_deleted(agent_id, block_id)
+        if res.deleted and not res.replayed:
+            self._changed(agent_id, "block", block_id, None, "delete")
         if not res.replayed:
             before = res.previous
             self._event(

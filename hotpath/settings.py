@@ -236,6 +236,27 @@ PiiClass = Literal["email", "phone", "credit_card", "iban", "ssn", "ip_address"]
 DEFAULT_PII: tuple[PiiClass, ...] = ("credit_card", "iban", "ssn")
 
 
+class SyncSettings(BaseModel):
+    """Agents whose memory is cached by client instances on many machines: the change feed those
+    instances follow and the sync status they report (:mod:`vcm.replicas`, :mod:`vcm.sync`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Changes kept per agent in its feed (a Redis stream, trimmed approximately). A client that
+    # falls further behind than this is told so (a gap) and drops its whole cache of the agent.
+    feed_maxlen: int = Field(1000, ge=10, le=1_000_000)
+    # A feed with no change for this long is dropped (a client resuming later sees a gap).
+    feed_ttl_s: int = Field(7 * 86400, ge=60, le=365 * 86400)
+    # How often an open change stream looks for new changes (one XRANGE; the notification latency).
+    poll_s: float = Field(0.1, ge=0.01, le=60.0)
+    # A change stream ends after this long; the client reconnects from the last change it saw.
+    max_stream_s: float = Field(300.0, ge=1.0, le=86400.0)
+    # Sync status records of instances that stopped reporting are dropped after this long.
+    instance_ttl_s: int = Field(86400, ge=60, le=30 * 86400)
+    # At most this many instances are listed per agent (the longest silent go first).
+    max_instances: int = Field(100, ge=1, le=100_000)
+
+
 class FactSettings(BaseModel):
     """Structured memory (vcm.facts): types, dedup thresholds, the policy guard."""
 
@@ -377,6 +398,10 @@ class MetricsSettings(BaseModel):
     # token: ``authorization.credentials_file``). On by default: per-agent series name agent ids,
     # and a token must never reveal whether another agent exists.
     require_admin: bool = True
+    # Stored items (messages, archival chunks, blocks) an agent may hold before the alert
+    # VcmAgentOverMemoryQuota fires (compose/alerts.yml); 0 = no quota. When set, /metrics counts
+    # each agent's items at scrape (vcm_agent_memory_items; at most max_agent_series agents).
+    memory_quota_items: int = Field(0, ge=0, le=10**12)
 
 
 class PoisoningSettings(BaseModel):
@@ -446,6 +471,7 @@ class Settings(BaseModel):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
     durability: DurabilitySettings = Field(default_factory=DurabilitySettings)
+    sync: SyncSettings = Field(default_factory=SyncSettings)
     facts: FactSettings = Field(default_factory=FactSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     chat: ChatSettings = Field(default_factory=ChatSettings)

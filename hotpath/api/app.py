@@ -34,6 +34,8 @@ GET     /metrics                                     nobody  Prometheus expositi
 
 The memory viewer's page, ``GET /v1/whoami`` and the agent's live stream (``GET
 /v1/agents/{id}/stream``, server-sent events) are :mod:`vcm.api.viewer`'s.
+The change feed, conflict records and sync status of an agent's client instances (``/changes``,
+``/changes/stream``, ``/conflicts``, ``/instances``) are :mod:`vcm.api.sync`'s.
 
 "agent" means that agent's own token or the admin token (see :mod:`vcm.api.auth`); errors are coded
 JSON (see :mod:`vcm.api.errors`). Handlers are plain ``def``: the service blocks on Redis and
@@ -122,6 +124,7 @@ from vcm.api.models import (
     ToolList,
     WorkingSetOut,
 )
+from vcm.api.sync import sync_routes
 from vcm.api.viewer import viewer_routes
 from vcm.errors import Conflict, NotFound, RevConflict, ValidationError
 from vcm.eval.report import build_report
@@ -204,6 +207,7 @@ def create_app(service: MemoryService, executor: ToolRunner | None, *, settings:
         )
     )  # fmt: skip
     app.include_router(viewer_routes(service, authority, _principal_dep(authority), _agent_dep(service, authority)))
+    app.include_router(sync_routes(service, authority, _agent_dep(service, authority)))
     # A route, not a mount: a mount answers GET /metrics with a redirect to /metrics/.
     app.add_route("/metrics", _metrics_route(service, authority, settings), methods=["GET"], include_in_schema=False)
     return app
@@ -214,7 +218,11 @@ def _metrics_route(
 ) -> Callable[[Request], Response]:
     """Prometheus exposition: this process's vcm_* families (every process's, summed, under
     PROMETHEUS_MULTIPROC_DIR) and the state read at scrape time (:mod:`vcm.obs.metrics_state`)."""
-    registry = metrics.registry(StateCollector(service.redis, service.stats))
+    m = settings.metrics
+    registry = metrics.registry(
+        StateCollector(service.redis, service.stats, agent_stats=service.stats,
+                       memory_quota_items=m.memory_quota_items, max_agents=m.max_agent_series)
+    )  # fmt: skip
 
     def exposition(request: Request) -> Response:
         if settings.metrics.require_admin:

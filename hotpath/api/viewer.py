@@ -43,7 +43,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import redis
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
@@ -88,7 +88,7 @@ _PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
-_STREAM_HEADERS = {
+STREAM_HEADERS = {
     "Cache-Control": "no-store",
     # nginx buffers responses by default, which would hold frames back.
     "X-Accel-Buffering": "no",
@@ -199,8 +199,17 @@ class Watch:
         return [f"event: status\ndata: {text}\n\n"]
 
 
+class Poller(Protocol):
+    """What :func:`feed` polls: :class:`Watch`, or another stream's source of frames (the change
+    feed's, :mod:`vcm.api.sync`)."""
+
+    agent_id: str
+
+    def poll(self) -> list[str]: ...
+
+
 async def feed(
-    request: Request, watch: Watch, allowed: Callable[[], None], *, poll_s: float, max_s: float
+    request: Request, watch: Poller, allowed: Callable[[], None], *, poll_s: float, max_s: float
 ) -> AsyncIterator[str]:
     """The frames of one stream until the client leaves, the token stops working, or ``max_s``."""
     opened = last_sent = time.monotonic()
@@ -232,7 +241,7 @@ async def feed(
             return
 
 
-def _tick(watch: Watch, allowed: Callable[[], None]) -> list[str]:
+def _tick(watch: Poller, allowed: Callable[[], None]) -> list[str]:
     allowed()
     return watch.poll()
 
@@ -300,7 +309,7 @@ def viewer_routes(
             authority.principal(authorization).authorize(agent_id)
 
         frames = feed(request, watch, allowed, poll_s=poll_s, max_s=max_stream_s)
-        return StreamingResponse(frames, media_type="text/event-stream", headers=_STREAM_HEADERS)
+        return StreamingResponse(frames, media_type="text/event-stream", headers=STREAM_HEADERS)
 
     return router
 
@@ -313,4 +322,4 @@ def _asset(assets: dict[str, tuple[bytes, str]], name: str) -> Response:
     return Response(body, media_type=media_type, headers=_PAGE_HEADERS)
 
 
-__all__ = ["StreamStatus", "Watch", "WhoAmIOut", "feed", "frame", "viewer_routes"]
+__all__ = ["STREAM_HEADERS", "Poller", "StreamStatus", "Watch", "WhoAmIOut", "feed", "frame", "viewer_routes"]

@@ -30,6 +30,9 @@ HEARTBEAT = "heartbeat"  # hash: v (version, for compare-and-set), s (heartbeat 
 RECONCILED = "reconciled"
 JOB = "job:"  # hash per archival ingestion job: status, progress, result (see vcm.hot.jobs)
 TOKEN = "token"  # string: SHA-256 (hex) of the agent's API bearer token; the token itself is never stored
+# stream: the agent's change feed (kind, key, version, op, time of each change; never content)
+CHANGES = "changes"
+INSTANCES = "instances"  # hash: client instance id -> its latest sync status report (JSON)
 
 
 def prefix(agent_id: str) -> str:

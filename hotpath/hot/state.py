@@ -25,6 +25,8 @@ from vcm.errors import (
 )
 from vcm.hot import keys, lua, render
 from vcm.hot.budget import Budget
+from vcm.hot.changes import ChangeFeed
+from vcm.hot.instances import InstanceBoard
 from vcm.hot.jobs import JobBoard
 from vcm.hot.tokens import TokenCounter
 from vcm.settings import Settings
@@ -139,6 +141,10 @@ class HotState:
         self._restore = client.register_script(lua.RESTORE_AGENT)
         # Archival ingestion jobs; a record outlives its last change as long as an idempotency key.
         self.jobs = JobBoard(client, settings.idempotency_ttl_s)
+        # What client instances of an agent follow and report (vcm.replicas).
+        sync = settings.sync
+        self.changes = ChangeFeed(client, maxlen=sync.feed_maxlen, ttl_s=sync.feed_ttl_s, clock=clock)
+        self.instances = InstanceBoard(client, ttl_s=sync.instance_ttl_s, max_instances=sync.max_instances)
         self._models: dict[str, str] = {}  # agent -> model; immutable after creation
         self._counters: dict[str, TokenCounter] = {}
         self._lock = threading.Lock()

@@ -138,6 +138,33 @@ STORE_ERRORS = Counter(
     "vcm_store_errors", "Store calls that raised, by operation and error code", ["operation", "code"]
 )
 
+# --- client instances: change feed, syncs, conflicts (vcm.replicas) ---------------------------------
+CHANGES_PUBLISHED = Counter(
+    "vcm_changes_published", "Changes of blocks, state and facts published to agents' change feeds", ["kind"]
+)
+CHANGE_FEED_FAILURES = Counter(
+    "vcm_change_feed_failures", "Changes that could not be published (Redis refused): caches learn at their next sync"
+)
+SYNCS = Counter(
+    "vcm_syncs",
+    "Syncs client instances reported (sync runs and write-through pushes), by outcome (ok, failed)",
+    ["outcome"],
+)
+SYNC_CONFLICTS = Counter(
+    "vcm_sync_conflicts",
+    "Conflicts client instances found (a change based on a stale version), by strategy and resolution",
+    ["strategy", "resolution"],
+)
+SYNC_SECONDS = Histogram(
+    "vcm_sync_duration_seconds",
+    "Duration of client instances' latest sync, observed once per status report that follows a sync",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+CLIENT_CACHE = Counter(
+    "vcm_client_cache_lookups", "Lookups in client instances' local caches, as they report them (hit, miss)", ["result"]
+)
+SNAPSHOTS = Counter("vcm_snapshots", "Agent snapshots by outcome (taken, failed)", ["outcome"])
+
 for _kind in ("evict", "spool"):
     DISPATCH_FAILURES.labels(kind=_kind)
 for _trigger in ("threshold", "request"):
@@ -149,6 +176,13 @@ for _reason in ("depth", "duration", "tokens", "explicit_yield", "rate_limited")
     CHAIN_ENDS.labels(reason=_reason)
 for _attempt in ("first", "retry"):
     DRIFT.labels(attempt=_attempt)
+
+for _outcome in ("ok", "failed"):
+    SYNCS.labels(outcome=_outcome)
+for _result in ("hit", "miss"):
+    CLIENT_CACHE.labels(result=_result)
+for _outcome in ("taken", "failed"):
+    SNAPSHOTS.labels(outcome=_outcome)
 
 P = ParamSpec("P")
 
@@ -271,6 +305,41 @@ def archival_search(seconds: float, hits: int, offset: int | None, judged: int, 
 @_never_raises
 def store_error(operation: str, code: str) -> None:
     STORE_ERRORS.labels(operation=operation, code=code).inc()
+
+
+@_never_raises
+def change_published(kind: str) -> None:
+    CHANGES_PUBLISHED.labels(kind=kind).inc()
+
+
+@_never_raises
+def change_feed_failed() -> None:
+    CHANGE_FEED_FAILURES.inc()
+
+
+@_never_raises
+def sync_conflict(strategy: str, resolution: str) -> None:
+    SYNC_CONFLICTS.labels(strategy=strategy, resolution=resolution).inc()
+
+
+@_never_raises
+def sync_reported(*, ok: int, failed: int, latency_s: float | None, hits: int, misses: int) -> None:
+    """What an instance's status report says happened since its previous one."""
+    if ok:
+        SYNCS.labels(outcome="ok").inc(ok)
+    if failed:
+        SYNCS.labels(outcome="failed").inc(failed)
+    if latency_s is not None:
+        SYNC_SECONDS.observe(latency_s)
+    if hits:
+        CLIENT_CACHE.labels(result="hit").inc(hits)
+    if misses:
+        CLIENT_CACHE.labels(result="miss").inc(misses)
+
+
+@_never_raises
+def snapshot(outcome: str) -> None:
+    SNAPSHOTS.labels(outcome=outcome).inc()
 
 
 # --- exposition ----------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Eviction batches pending (the ``evicting:<id>`` batches every agent's hot state holds), facts by
 type and status, and the vector index state (trained IVF or exact search, per index) are facts
 about Redis and the store,
-the same whichever process is asked. Recording them as gauges in each process would need a
+the same whichever process is asked. So are the sync status client instances reported
+(``vcm_sync_instances``, ``vcm_sync_consecutive_failures``) and, when a quota is set, each
+agent's stored items (``vcm_agent_memory_items``). Recording them as gauges in each process would need a
 multi-process aggregation that cannot be right for both (a batch begun in the API and finished in
 a worker is nobody's to decrement), so the API's ``/metrics`` reads them when scraped: one
 ``SMEMBERS`` plus one pipelined ``ZCARD`` per agent, and the store's ``stats()``. A failed read
@@ -12,6 +14,7 @@ leaves its family out of that scrape and is logged; it never fails the scrape.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -26,11 +29,25 @@ log = logging.getLogger(__name__)
 
 
 class StateCollector:
-    def __init__(self, client: redis.Redis, stats: Callable[[], Mapping[str, Any]]) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        stats: Callable[[], Mapping[str, Any]],
+        *,
+        agent_stats: Callable[[str], Mapping[str, Any]] | None = None,
+        memory_quota_items: int = 0,
+        max_agents: int = 1000,
+    ) -> None:
         self._redis = client
         self._stats = stats  # the store's stats() (through the service)
+        # One agent's store counts, read per agent at scrape only when a memory quota is set.
+        self._agent_stats = agent_stats
+        self._quota = memory_quota_items
+        self._max_agents = max_agents
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._instances()
+        yield from self._memory()
         pending = self._pending()
         if pending is not None:
             family = GaugeMetricFamily(
@@ -62,12 +79,78 @@ class StateCollector:
                 family.add_metric(labels, 1.0 if space.get("kind") == "ivf" else 0.0)
             yield family
 
-    def _pending(self) -> int | None:
+    def _agents(self) -> list[str]:
+        return sorted(_text(a) for a in self._redis.smembers(keys.AGENTS))
+
+    def _instances(self) -> Iterator[Metric]:
+        """Client instances by reported status, and per agent the longest run of failed syncs one
+        of its instances reports (only agents with one): one pipelined HGETALL per agent."""
         try:
-            agents = sorted(self._redis.smembers(keys.AGENTS))
+            agents = self._agents()
             pipe = self._redis.pipeline(transaction=False)
             for agent_id in agents:
-                pipe.zcard(keys.key(_text(agent_id), keys.BATCHES))
+                pipe.hgetall(keys.key(agent_id, keys.INSTANCES))
+            boards = pipe.execute()
+        except Exception:  # a scrape must not fail because Redis did
+            log.warning("could not read client instances for /metrics", exc_info=True)
+            return
+        statuses = {s: 0 for s in ("synced", "syncing", "conflict", "error")}
+        failing: dict[str, int] = {}
+        for agent_id, board in zip(agents, boards, strict=True):
+            for raw in (board or {}).values():
+                try:
+                    record = json.loads(_text(raw))
+                except ValueError:
+                    continue
+                status = str(record.get("status"))
+                statuses[status] = statuses.get(status, 0) + 1
+                run = int(record.get("consecutive_failures") or 0)
+                if run > 0:
+                    failing[agent_id] = max(failing.get(agent_id, 0), run)
+        family = GaugeMetricFamily(
+            "vcm_sync_instances", "Client instances by their last reported status (read at scrape)", labels=["status"]
+        )
+        for status, count in sorted(statuses.items()):
+            family.add_metric([status], count)
+        yield family
+        runs = GaugeMetricFamily(
+            "vcm_sync_consecutive_failures",
+            "Longest run of failed syncs an instance of the agent reported last; agents with one only (read at scrape)",
+            labels=["agent"],
+        )
+        for agent_id, run in sorted(failing.items()):
+            runs.add_metric([agent_id], run)
+        yield runs
+
+    def _memory(self) -> Iterator[Metric]:
+        """With ``[metrics] memory_quota_items`` set: each agent's stored items (messages,
+        archival chunks, blocks; at most ``max_agents`` agents, one store count each) and the quota."""
+        if self._quota <= 0 or self._agent_stats is None:
+            return
+        family = GaugeMetricFamily(
+            "vcm_agent_memory_items",
+            "Items the store holds of the agent: messages, archival chunks, working blocks (read at scrape)",
+            labels=["agent"],
+        )
+        try:
+            for agent_id in self._agents()[: self._max_agents]:
+                counts = self._agent_stats(agent_id)
+                size = sum(int(counts.get(n) or 0) for n in ("messages", "archival_chunks", "core_blocks"))
+                family.add_metric([agent_id], size)
+        except Exception:
+            log.warning("could not read agents' memory sizes for /metrics", exc_info=True)
+            return
+        yield family
+        quota = GaugeMetricFamily("vcm_agent_memory_quota_items", "[metrics] memory_quota_items: items per agent")
+        quota.add_metric([], self._quota)
+        yield quota
+
+    def _pending(self) -> int | None:
+        try:
+            agents = self._agents()
+            pipe = self._redis.pipeline(transaction=False)
+            for agent_id in agents:
+                pipe.zcard(keys.key(agent_id, keys.BATCHES))
             return sum(int(n) for n in pipe.execute())
         except Exception:  # a scrape must not fail because Redis did
             log.warning("could not read pending eviction batches for /metrics", exc_info=True)

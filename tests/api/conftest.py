@@ -171,6 +171,8 @@ def state(service: MemoryService, dispatcher: RecordingDispatcher) -> dict[str, 
             keys[k] = r.zrange(k, 0, -1, withscores=True)
         elif kind == "set":
             keys[k] = sorted(r.smembers(k))
+        elif kind == "stream":  # the agent's change feed
+            keys[k] = r.xrange(k)
         else:
             keys[k] = r.get(k)
     stats = service.store.stats()

@@ -403,6 +403,10 @@ def test_openapi_documents_every_route_with_a_response_model(client: TestClient,
         ("GET", "/v1/agents/{agent_id}/stats"),
         ("POST", "/v1/chat/completions"),
         ("GET", "/v1/whoami"),
+        ("GET", "/v1/agents/{agent_id}/changes"),
+        ("POST", "/v1/agents/{agent_id}/conflicts"),
+        ("PUT", "/v1/agents/{agent_id}/instances/{instance_id}"),
+        ("GET", "/v1/agents/{agent_id}/instances"),
     }
     for p, item in spec["paths"].items():
         for method, op in item.items():
