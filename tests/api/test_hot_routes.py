@@ -94,7 +94,9 @@ def test_healthz_answers_from_memory_and_readyz_probes(counted: tuple[TestClient
     first, _ = round_trips(lambda: client.get("/healthz"))  # the first ask probes
     assert first.status_code == 200 and first.json()["redis"]["ok"] is True
     answers, trips = round_trips(lambda: [client.get("/healthz") for _ in range(20)])
-    assert trips == 0 and all(a.json() == first.json() for a in answers)
+    # From memory: no probe per request. On a loaded machine the 20 asks may outlast the report's
+    # max age (1 s), which starts one background refresh, so at most one round trip.
+    assert trips <= 1 and all(a.json()["redis"]["ok"] is True for a in answers)
     ready, trips = round_trips(lambda: client.get("/readyz"))
     assert ready.status_code == 200 and ready.json() == first.json() and trips == 1  # the PING
 

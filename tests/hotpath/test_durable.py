@@ -92,9 +92,11 @@ def commit_pending(svc: MemoryService, agent: str) -> int:
         summarizer=extractive,
     )
     done = 0
-    for batch in svc.hot.pending_batches(agent):
-        assert evict_batch(deps, agent, batch).outcome in ("committed", "replayed")
-        done += 1
+    # A finish may begin the next batch (its summary crossed the flush line): until none waits.
+    while pending := svc.hot.pending_batches(agent):
+        for batch in pending:
+            assert evict_batch(deps, agent, batch).outcome in ("committed", "replayed")
+            done += 1
     return done
 
 
