@@ -262,11 +262,19 @@ class LifecycleOps:
 
     def _note_in_summary(self, agent_id: str, note: str) -> None:
         """Append a note to the summary in the store, keeping the FIFO as it is; the hot state
-        takes it on its next rebuild or summary install (a note is a few tokens)."""
+        takes it on its next rebuild or summary install (a note is a few tokens, for which the
+        summary's newest clauses make room when it fills its cap)."""
         summary = self.store.get_summary(agent_id)
-        text = f"{summary.text}\n{note}".strip() if summary else note
+        kept = summary.text if summary else ""
+        cap = int(self.agent(agent_id).window * self.settings.budget.summary_cap)
+        text = f"{kept}\n{note}".strip()
         tokens = self.hot.summary_tokens(agent_id, text)
-        if tokens > int(self.agent(agent_id).window * self.settings.budget.summary_cap):
+        while tokens > cap and kept:
+            # A summary fills its cap: its newest clauses ("; "-separated) or lines give way.
+            kept = kept[: max(kept.rfind("; "), kept.rfind("\n"), 0)]
+            text = f"{kept}\n{note}".strip()
+            tokens = self.hot.summary_tokens(agent_id, text)
+        if tokens > cap:
             return  # no room under the summary cap: the audit row is the note
         fifo = [m.message_id for m in self.durable.uncommitted(agent_id)]
         # Under the current summary's batch id: the hot state keeps its batch sequence, and the

@@ -4,14 +4,16 @@ salience, safety marks and the loss score. Pure (no I/O; the poisoning scan come
 A *unit* is one sentence of one turn, rendered ``Speaker: sentence`` so who said it survives, and
 compressed: leading interjections and greetings ("Hey Mel!", "Wow,", "Yeah,") and hedges ("you
 know", "I mean", "really", "just") are dropped. Relative dates are anchored to the turn's time
-when it is known: "yesterday" becomes "yesterday (7 May 2023)". A sentence the poisoning filter
+when it is known: "yesterday" becomes "yesterday (7 May 2023)", or in a summary's note style
+(``telegraphic``, :mod:`vcm.tasks.telegraph`) just "on 7 May 2023". A sentence the poisoning filter
 flags is never emitted as it stands: its unit becomes a quoted, marked report (:func:`flagged_line`)
 that says it is not an instruction.
 
 Salience is what a later question needs: named entities (capitalised words that do not start the
 sentence and are not the speakers' names), numbers and dates, preference and decision verbs, and
 content words that the summary does not already hold (:class:`Coverage`). A unit with fewer than two content
-words and no entity or number is filler and never enters a summary.
+words and no entity or number, or a pleasantry ("Take care", "Sorry to hear about the job") that
+names nothing, is filler and never enters a summary.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from vcm.tasks import sentences
+from vcm.tasks import sentences, telegraph
 
 Scan = Callable[[str], tuple[str, ...]]  # the names of the poisoning patterns a text matches
 
@@ -285,6 +287,19 @@ _PREFERENCE = re.compile(
     r"finished|researching|hope|dream|goal|allergic|vegetarian|vegan|chose|agreed|promised|booked)\b",
     re.IGNORECASE,
 )
+# Sign-offs, thanks, sympathy and cheering that open a sentence: what follows them is about the
+# listener, not a fact of the speaker's.
+_PLEASANTRY = re.compile(
+    r"^(?:take care|stay (?:safe|strong|tuned)|have (?:fun|a (?:good|great|nice) \w+)|enjoy (?:it|your|the rest)"
+    r"|(?:good|best of) luck|keep (?:it )?up|keep (?:me|ya|you) (?:posted|updated)|(?:will|i'll) keep (?:ya|you) posted"
+    r"|(?:chat|talk|speak) (?:soon|later)|see (?:ya|you)|catch (?:ya|you)|bye|goodbye|congrat(?:s|ulations)|cheers"
+    r"|sorry (?:to hear|about)|appreciate (?:it|that|the|your|you)|you(?:'ve)? got this|you can do it"
+    r"|spill (?:the )?beans|your (?:kind )?words"
+    r"|tell me more|can't wait to (?:see|hear)|let me know|me too|same here|agreed|i (?:100% )?agree|of course"
+    r"|no (?:problem|worries)|you're welcome|my pleasure|will do|hope (?:you|your|it|that|they)"
+    r"|wish(?:ing)? you|proud of you|happy for you|glad (?:you|to hear|it)|thanks|thank you)\b",
+    re.IGNORECASE,
+)
 # Greetings, interjections and reactions at the start of a sentence; hedges anywhere.
 _LEAD = re.compile(
     r"^(?:(?:hey|hi|hello|wow|whoa|oh|ooh|aw+|yeah|yes|yep|yup|ok|okay|well|so|haha|lol|omg|thanks|thank you"
@@ -293,6 +308,9 @@ _LEAD = re.compile(
     re.IGNORECASE,
 )
 _HEDGE = re.compile(
+    # Not where the words carry the meaning: "let you know", "did you know", "what kind of music".
+    r"(?<!\blet )(?<!\bdid )(?<!\bdo )(?<!\bif )(?<!\bwhat )(?<!\bwhich )(?<!\bthis )(?<!\bthat )(?<!\bthe )"
+    r"(?<!\bsome )(?<!\bany )(?<!\ba )(?<!\bsame )"
     r"\b(?:you know|i mean|kind of|sort of|to be honest|honestly|actually|basically|literally|really|just|"
     r"totally|pretty much)\b,?\s*",
     re.IGNORECASE,
@@ -372,9 +390,11 @@ def _day(d: datetime) -> str:
     return f"{d.day} {d:%B %Y}"
 
 
-def anchor(text: str, at: float | None) -> str:
+def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
     """Relative dates of ``text`` followed by the date they mean, from the turn's time ``at``
-    (seconds since the epoch, UTC); unchanged when ``at`` is unknown."""
+    (seconds since the epoch, UTC); unchanged when ``at`` is unknown. ``compact``: the date
+    replaces the relative words ("yesterday" -> "on 7 May 2023", "last week" -> "week of 1 May
+    2023"), the form of a telegraphic summary line."""
     if at is None or at <= 0:
         return text
     day = datetime.fromtimestamp(at, tz=UTC)
@@ -383,35 +403,81 @@ def anchor(text: str, at: float | None) -> str:
         m = d.month - 1 + delta
         return f"{datetime(d.year + m // 12, m % 12 + 1, 1):%B %Y}"
 
+    def put(match: re.Match[str], date: str, short: str = "") -> str:
+        if not compact:
+            return f"{match.group(0)} ({date})"
+        if short or date.startswith("week of"):
+            return short or date  # "week of …", "weekend before …" read on their own
+        # "on 7 May 2023", "in 2022": unless a preposition already stands there ("about 2018").
+        before = match.string[: match.start()].split()[-1:]
+        if before and before[0].lower() in _PREPOSITIONS:
+            return date
+        return f"{'on' if date[0].isdigit() and ' ' in date else 'in'} {date}"
+
     def ago(match: re.Match[str]) -> str:
         n = int(match.group(1)) if match.group(1).isdigit() else _SMALL.get(match.group(1).lower(), 1)
         unit = match.group(2).lower().rstrip("s")
         if unit == "day":
-            return f"{match.group(0)} ({_day(day - timedelta(days=n))})"
+            return put(match, _day(day - timedelta(days=n)))
         if unit == "week":
-            return f"{match.group(0)} (week of {_day(day - timedelta(weeks=n))})"
+            return put(match, f"week of {_day(day - timedelta(weeks=n))}")
         if unit == "month":
-            return f"{match.group(0)} ({month(day, -n)})"
-        return f"{match.group(0)} ({day.year - n})"
+            return put(match, month(day, -n))
+        return put(match, str(day.year - n))
 
+    before = f"before {_day(day)}"
     rules: list[tuple[str, Callable[[re.Match[str]], str]]] = [
-        (r"\byesterday\b", lambda m: f"{m.group(0)} ({_day(day - timedelta(days=1))})"),
-        (r"\btomorrow\b", lambda m: f"{m.group(0)} ({_day(day + timedelta(days=1))})"),
-        (r"\b(?:today|tonight|this morning|this afternoon|this evening)\b", lambda m: f"{m.group(0)} ({_day(day)})"),
-        (r"\blast weekend\b", lambda m: f"{m.group(0)} (before {_day(day)})"),
-        (r"\blast week\b", lambda m: f"{m.group(0)} (week of {_day(day - timedelta(weeks=1))})"),
-        (r"\bnext week\b", lambda m: f"{m.group(0)} (week of {_day(day + timedelta(weeks=1))})"),
-        (r"\blast month\b", lambda m: f"{m.group(0)} ({month(day, -1)})"),
-        (r"\bnext month\b", lambda m: f"{m.group(0)} ({month(day, 1)})"),
-        (r"\bthis month\b", lambda m: f"{m.group(0)} ({month(day, 0)})"),
-        (r"\blast year\b", lambda m: f"{m.group(0)} ({day.year - 1})"),
-        (r"\bnext year\b", lambda m: f"{m.group(0)} ({day.year + 1})"),
-        (r"\bthis year\b", lambda m: f"{m.group(0)} ({day.year})"),
+        (r"\byesterday\b", lambda m: put(m, _day(day - timedelta(days=1)))),
+        (r"\btomorrow\b", lambda m: put(m, _day(day + timedelta(days=1)))),
+        (r"\b(?:today|tonight|this morning|this afternoon|this evening)\b", lambda m: put(m, _day(day))),
+        (r"\blast weekend\b", lambda m: put(m, before, f"weekend {before}")),
+        (rf"(?<!the )\blast ({_WEEKDAY})\b", lambda m: put(m, _day(_last(day, m.group(1))))),
+        (r"\blast week\b", lambda m: put(m, f"week of {_day(day - timedelta(weeks=1))}")),
+        (r"\bnext week\b", lambda m: put(m, f"week of {_day(day + timedelta(weeks=1))}")),
+        (r"\blast month\b", lambda m: put(m, month(day, -1))),
+        (r"\bnext month\b", lambda m: put(m, month(day, 1))),
+        (r"\bthis month\b", lambda m: put(m, month(day, 0))),
+        (r"\blast year\b", lambda m: put(m, str(day.year - 1))),
+        (r"\bnext year\b", lambda m: put(m, str(day.year + 1))),
+        (r"\bthis year\b", lambda m: put(m, str(day.year))),
         (r"\b(\d+|a|an|one|two|three|four|five|six|a few|few) (days?|weeks?|months?|years?) ago\b", ago),
     ]
     for pattern, replace in rules:
         text = re.sub(pattern, replace, text, flags=re.IGNORECASE)
     return text
+
+
+_PREPOSITIONS = frozenset(
+    [
+        "about",
+        "around",
+        "since",
+        "from",
+        "until",
+        "till",
+        "by",
+        "in",
+        "on",
+        "before",
+        "after",
+        "nearly",
+        "almost",
+        "over",
+        "roughly",
+        "approximately",
+        "of",
+        "for",
+        "than",
+    ]
+)
+_WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_WEEKDAY = r"(?:mon|tues?|wed(?:nes)?|thu(?:rs?)?|fri|sat(?:ur)?|sun)(?:day)?"
+
+
+def _last(day: datetime, name: str) -> datetime:
+    """The latest such weekday before ``day`` ("last Friday" said on a Friday: a week before)."""
+    back = (day.weekday() - _WEEKDAYS.index(name[:3].lower())) % 7 or 7
+    return day - timedelta(days=back)
 
 
 _SMALL = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "few": 3}
@@ -427,20 +493,27 @@ def flagged_line(speaker: str, sentence: str, reasons: Sequence[str], limit: int
     return f'{FLAG_PREFIX} {", ".join(reasons)}] {who} {note}: "{quoted}"'
 
 
-def unit_of(speaker: str, sentence: str, at: float | None, scan: Scan | None) -> Unit | None:
-    """The unit of one sentence of a turn; None when compression leaves nothing."""
+def unit_of(
+    speaker: str, sentence: str, at: float | None, scan: Scan | None, *, telegraphic: bool = False
+) -> Unit | None:
+    """The unit of one sentence of a turn; None when compression leaves nothing. ``telegraphic``:
+    in note style with compact dates (:func:`vcm.tasks.telegraph.condense`), as a summary holds it."""
     reasons = scan(sentence) if scan is not None else ()
     if reasons:
         return Unit(speaker, flagged_line(speaker, sentence, reasons), tuple(reasons))
     body = compress(sentence)
     if not body:
         return None
-    return Unit(speaker, anchor(body, at))
+    if not telegraphic:
+        return Unit(speaker, anchor(body, at))
+    body = telegraph.condense(anchor(body, at, compact=True))
+    return Unit(speaker, body) if words(body) or _NUMBER.search(body) else None
 
 
 def previous_units(lines: Iterable[str], scan: Scan | None) -> list[Unit]:
-    """The previous summary's lines as units (speaker split off again); a line that the filter
-    flags and that is not already marked is marked now (a summary written before the filter)."""
+    """The previous summary's lines as units: the speaker split off again and a joined line
+    (``Speaker: a; b``) split into its clauses. A clause that the filter flags and that is not
+    already marked is marked now (a summary written before the filter)."""
     out = []
     for line in lines:
         line = line.strip()
@@ -452,23 +525,35 @@ def previous_units(lines: Iterable[str], scan: Scan | None) -> list[Unit]:
         speaker, _, body = line.partition(": ")
         if not body or len(speaker) > 64 or " " in speaker.strip():
             speaker, body = "", line
-        reasons = scan(line) if scan is not None else ()
-        if reasons:
-            out.append(Unit(speaker, flagged_line(speaker, body, reasons), tuple(reasons), previous=True))
-        else:
-            out.append(Unit(speaker, body, previous=True))
+        for clause in telegraph.clauses(body) if speaker else [body]:
+            reasons = scan(f"{speaker}: {clause}" if speaker else clause) if scan is not None else ()
+            if reasons:
+                out.append(Unit(speaker, flagged_line(speaker, clause, reasons), tuple(reasons), previous=True))
+            else:
+                out.append(Unit(speaker, clause, previous=True))
     return out
 
 
 def entities(body: str, speakers: frozenset[str]) -> list[str]:
-    return [w for w in _ENTITY.findall(body) if w not in _COMMON_CAPS and w.lower() not in speakers]
+    """Names in ``body`` that are not the speakers' own, nor their short forms ("Mel")."""
+    return [
+        w
+        for w in _ENTITY.findall(body)
+        if w not in _COMMON_CAPS
+        and not any(s.startswith(w.lower()) and len(w) >= 3 for s in speakers)
+        and w.lower() not in speakers
+    ]
 
 
 def is_filler(unit: Unit, speakers: frozenset[str]) -> bool:
+    """Fewer than two content words and no number, or a pleasantry ("Take care and enjoy your
+    day", "Sorry to hear about the job") that names or counts nothing."""
     if unit.flagged or unit.body.startswith(FLAG_PREFIX):
         return False
     content = {w for w in words(unit.body) if w not in speakers}
-    return len(content) < 2 and not _NUMBER.search(unit.body)
+    if len(content) < 2 and not _NUMBER.search(unit.body):
+        return True
+    return bool(_PLEASANTRY.match(unit.body)) and not entities(unit.body, speakers) and not _NUMBER.search(unit.body)
 
 
 def salient(unit: Unit, speakers: frozenset[str]) -> bool:

@@ -85,7 +85,7 @@ class LlmSummarizer:
         )
 
     def _complete(self, request: Request) -> str:
-        transcript = "\n".join(u.line for u in units(request, Params()).batch)
+        transcript = "\n".join(u.line for u in units(request, Params(), telegraphic=False).batch)
         body: dict[str, Any] = {
             "model": self.model,
             "temperature": 0,

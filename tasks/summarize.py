@@ -3,16 +3,29 @@
 Pure: token counting, embedding and the poisoning scan come in as callables, so nothing here does I/O.
 
 The default, :func:`extractive`, is **fact-keeping** (see :mod:`vcm.tasks.facts`): each sentence of
-the batch becomes a unit ``Speaker: sentence``, compressed (greetings, interjections and hedges
-dropped) with relative dates anchored to the turn's time; filler units are dropped; the rest are
-picked greedily by weighted coverage per token: content words not yet held by the summary, names
-and numbers weighing more, plus preferences and decisions (:class:`vcm.tasks.facts.Coverage`),
-so a line repeating what is already kept gains nothing. The previous summary's lines are units
-too: kept unless a newer unit of the same speaker supersedes them (covers most of their content
-words), picked first within ``previous_share`` of the cap, then the batch, then whatever fits.
+the batch becomes a unit of its speaker, compressed (greetings, interjections, hedges and
+pleasantries dropped), with relative dates replaced by the date they mean, rewritten in note style
+(:func:`vcm.tasks.telegraph.condense`: "I ran the Porto half marathon in 97 minutes yesterday" ->
+"ran Porto half marathon in 97 minutes on 7 May 2023") and cut into its independent clauses
+(:func:`vcm.tasks.telegraph.split`), so the clause that carries a fact can be kept without the one
+that comments on it. Filler units are dropped; the rest are picked greedily by weighted coverage per
+token: content words not yet held by the summary, names and numbers weighing more, plus
+preferences and decisions (:class:`vcm.tasks.facts.Coverage`), so a clause repeating what is
+already kept gains nothing.
+
+The summary is **hierarchical**: its text is the previous summary's block, then the batch's, each
+with one line per speaker joining that speaker's clauses (``Priya: ran Porto half marathon in 97
+minutes; allergic to peanuts``); the next eviction reads the lines back as units, so older blocks
+fold into one line per speaker. The previous summary's units are picked first within
+``previous_share`` of the cap (unless a newer unit of the same speaker supersedes them: covers most
+of their content words); after that, old and new units compete on the same terms, so an older fact
+leaves the summary only when newer ones carry more per token. When that leaves the batch under the
+loss score's threshold, the retry gives the batch a floor, the least share of the cap up to half
+that lifts the score to its threshold (:func:`extractive`).
 The cosine drift is measured against at most ``max_candidates`` of the source's units.
-Sentences the poisoning filter flags become marked, quoted reports, never bare text. Each draft
-says how many of the batch's salient units it retained (the loss score, beside the cosine drift).
+Sentences the poisoning filter flags become marked, quoted reports on lines of their own, never
+bare text. Each draft says how many of the batch's salient units it retained (the loss score,
+beside the cosine drift).
 
 :func:`by_centrality` is the earlier summariser, kept for comparison (``scripts/eval_summary.py
 --summarizer old``). Its candidates are the previous summary's lines and the batch's
@@ -36,7 +49,7 @@ candidates (see :mod:`vcm.tasks.drift`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -45,7 +58,7 @@ import numpy.typing as npt
 
 from vcm import poisoning
 from vcm.settings import DriftSettings, SummarizerSettings
-from vcm.tasks import drift, facts, sentences
+from vcm.tasks import drift, facts, sentences, telegraph
 from vcm.tasks.selection import (
     Vectors,
     centrality,
@@ -325,7 +338,9 @@ class Units:
     flagged: int  # batch sentences (or whole turns) the filter flagged
 
 
-def units(request: Request, params: Params) -> Units:
+def units(request: Request, params: Params, *, telegraphic: bool = True) -> Units:
+    """The request's units; the batch's in note style unless ``telegraphic`` is off (an LLM reads
+    the sentences as they were said)."""
     scan = request.scan or default_scan
     previous = facts.previous_units(request.previous.split("\n"), scan)
     speakers = {t.speaker.lower() for t in request.turns} | {u.speaker.lower() for u in previous if u.speaker}
@@ -334,11 +349,13 @@ def units(request: Request, params: Params) -> Units:
     flagged = 0
     for turn in request.turns:
         parts = sentences.split(turn.text, params.max_sentence_chars)
-        made = [facts.unit_of(turn.speaker, p, turn.at, scan) for p in parts]
+        made = [facts.unit_of(turn.speaker, p, turn.at, scan, telegraphic=telegraphic) for p in parts]
         whole = scan(turn.text)
         if whole and not any(u is not None and u.flagged for u in made):
             # The pattern spans sentences: the whole turn is reported, none of its sentences bare.
             made = [facts.Unit(turn.speaker, facts.flagged_line(turn.speaker, turn.text, whole), whole)]
+        if telegraphic:  # a sentence's clauses compete on their own (see telegraph.split)
+            made = [c for u in made for c in _clauses(u)]
         for unit in made:
             if unit is None or unit.line in seen:
                 continue
@@ -348,79 +365,155 @@ def units(request: Request, params: Params) -> Units:
     return Units(previous, batch, frozenset(s for s in speakers if s), flagged)
 
 
-def _superseded(old: facts.Unit, newer: Sequence[facts.Unit], cover: float = 0.7) -> bool:
-    """A newer unit of the same speaker holds most of ``old``'s content words: it replaces it."""
+def _clauses(unit: facts.Unit | None) -> list[facts.Unit | None]:
+    if unit is None or unit.flagged or not unit.speaker:
+        return [unit]
+    return [replace(unit, body=b) for b in telegraph.split(unit.body, facts.words)]
+
+
+def _superseded(old: facts.Unit, newer: Mapping[str, list[set[str]]], cover: float = 0.7) -> bool:
+    """A newer unit of the same speaker (``newer``: their content words by speaker) holds most of
+    ``old``'s content words: it replaces it."""
     if old.flagged or not old.speaker:
         return False
     content = set(facts.words(old.body))
     if not content:
         return False
-    return any(
-        u.speaker == old.speaker and len(content & set(facts.words(u.body))) / len(content) >= cover for u in newer
+    return any(len(content & held) / len(content) >= cover for held in newer.get(old.speaker, ()))
+
+
+Group = tuple[bool, str, int]  # (in the previous block, speaker, own row or -1)
+
+
+def _group(unit: facts.Unit, row: int) -> Group:
+    """The summary line a unit goes on: one per speaker in each block (the previous summary's,
+    the batch's); a flagged or speakerless unit has a line of its own."""
+    if unit.flagged or not unit.speaker or unit.body.startswith(facts.FLAG_PREFIX):
+        return unit.previous, "", row
+    return unit.previous, unit.speaker, -1
+
+
+def render(pool: Sequence[facts.Unit], rows: Sequence[int]) -> str:
+    """The summary text of the units ``rows`` of ``pool``: the previous summary's block, then the
+    batch's; in each, one line per speaker joining that speaker's clauses in their order
+    (``Priya: ran Porto half marathon; adopted dog Max``), speakers in order of first appearance."""
+    lines: dict[Group, list[str]] = {}
+    for i in sorted(rows, key=lambda i: (not pool[i].previous, i)):
+        lines.setdefault(_group(pool[i], i), []).append(pool[i].body if pool[i].speaker else pool[i].line)
+    return "\n".join(
+        telegraph.join(speaker, bodies) if own < 0 else bodies[0] for (_, speaker, own), bodies in lines.items()
     )
 
 
 def extractive(request: Request, params: Params) -> Draft:
     """The fact-keeping summary of ``request`` (see the module docstring).
 
-    Selection is greedy weighted coverage: each step takes the unit adding the most not yet
-    covered content-word weight per token (a word weighs more when it names something, is a
-    number or recurs in the source; :func:`vcm.tasks.facts.weights`), so the summary holds as
-    many distinct facts as the cap allows and a second line saying the same thing gains nothing.
+    The previous summary's units are picked first, up to ``previous_share`` of the cap; then every
+    unit, old or new, competes for the rest on the same terms, so an older fact is not dropped for
+    being older. The retry after drift or loss (``attempt`` > 0) gives the batch a floor: the
+    least share of the cap (a tenth, two tenths, ... up to half) that brings the loss score to its
+    threshold. Not more than half: that would wipe out the older facts, so the alarm says instead
+    that the batch lost facts.
     """
     source = units(request, params)
     if not (source.previous or source.batch):  # nothing but pleasantries: nothing to drift from
         return replace(_empty(request), score=1.0)
+    if request.cap - request.count("") <= 0:
+        return _empty(request)
+    if params.attempt == 0:
+        return _select(request, params, source, 0.0)
+    for floor in _BATCH_FLOORS:
+        draft = _select(request, params, source, floor)
+        if draft.retention >= params.retention_threshold:
+            break
+    return draft
+
+
+_BATCH_FLOORS = (0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def _select(request: Request, params: Params, source: Units, batch_floor: float) -> Draft:
+    """Greedy weighted coverage: each step takes the unit adding the most not yet covered
+    content-word weight per token (a word weighs more when it names something, is a number or
+    recurs in the source; :class:`vcm.tasks.facts.Coverage`), so the summary holds as many distinct
+    facts as the cap allows and a second line saying the same thing gains nothing. A unit costs its
+    clause and separator, plus its speaker's line header when it opens that line. After the
+    previous summary's share, the batch takes ``batch_floor`` of the cap before the rest is open."""
     base = request.count("")
     available = request.cap - base
-    if available <= 0:
-        return _empty(request)
-    kept_previous = [u for u in source.previous if not _superseded(u, source.batch)]
+    newer: dict[str, list[set[str]]] = {}
+    for unit in source.batch:
+        newer.setdefault(unit.speaker, []).append(set(facts.words(unit.body)))
+    kept_previous = [u for u in source.previous if not _superseded(u, newer)]
     pool = kept_previous + source.batch
     value = facts.Coverage(pool, source.speakers)
-    costs = [max(1, request.count(u.line) - base + 1) for u in pool]  # +1: the line break
+    tokens = _Tokens(request, base)
+    # A clause follows "; " (or its speaker's ": "), a line of its own a line break.
+    costs = [tokens(f"; {u.body}") if u.speaker else tokens(u.line) + 1 for u in pool]
+    groups = [_group(u, i) for i, u in enumerate(pool)]
+    header = {g: tokens(f"{g[1]}:") + 1 if g[2] < 0 else 0 for g in set(groups)}  # +1: the line break
+    opened: set[Group] = set()
     worth = [i for i in range(len(pool)) if value.worth(i)]
-    previous_rows = [i for i in worth if pool[i].previous]
-    batch_rows = [i for i in worth if not pool[i].previous]
     picked: list[int] = []
     spent = 0
+
+    def cost(i: int) -> int:
+        return costs[i] + (0 if groups[i] in opened else header[groups[i]])
 
     def take(rows: Sequence[int], budget: int) -> None:
         nonlocal spent
         left = set(rows) - set(picked)
         while left:
-            fits = [i for i in left if costs[i] <= budget - spent]
+            fits = [i for i in left if cost(i) <= budget - spent]
             if not fits:
                 return
-            best = max(fits, key=lambda i: (value.gain(i) / costs[i] ** 0.9, -i))
+            best = max(fits, key=lambda i: (value.gain(i) / cost(i) ** 0.9, -i))
             if value.gain(best) <= 0:
                 return
             picked.append(best)
             value.cover(best)
-            spent += costs[best]
+            spent += cost(best)
+            opened.add(groups[best])
             left.discard(best)
 
-    take(previous_rows, int(available * params.previous_share))
-    take(batch_rows, available)
+    take([i for i in worth if pool[i].previous], int(available * params.previous_share))
+    if batch_floor > 0:
+        take([i for i in worth if not pool[i].previous], spent + int(available * batch_floor))
     take(worth, available)
-    order = {i: rank for rank, i in enumerate(picked)}  # pick order: the last picked goes first
-    density = [-float(order.get(i, len(pool))) for i in range(len(pool))]
-    return _fact_draft(request, params, source, pool, picked, density)
+    # The costs are estimates (tokens merge across a clause's boundaries): what the rendered text
+    # really leaves goes to more units.
+    spent = request.count(render(pool, picked)) - base
+    take(worth, available)
+    return _fact_draft(request, params, source, pool, picked)
 
 
-def _fact_draft(
-    request: Request, params: Params, source: Units, pool: list[facts.Unit], picked: list[int], density: list[float]
-) -> Draft:
-    kept = sorted(picked)
+class _Tokens:
+    """Tokens of a piece of summary text, as the main context counts it, memoised."""
+
+    def __init__(self, request: Request, base: int) -> None:
+        self.request = request
+        self.base = base
+        self.memo: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        if text not in self.memo:
+            self.memo[text] = max(1, self.request.count(text) - self.base)
+        return self.memo[text]
+
+
+def _fact_draft(request: Request, params: Params, source: Units, pool: list[facts.Unit], picked: list[int]) -> Draft:
+    """Render the picked units; while the (non-additive) recount is over the cap, drop the unit
+    picked last."""
+    kept = list(picked)
     while True:
-        text = "\n".join(pool[i].line for i in kept)
+        text = render(pool, kept)
         tokens = request.count(text)
         if tokens <= request.cap or not kept:
             break
-        kept.remove(min(kept, key=lambda i: (density[i], -i)))
+        kept.pop()
     if not kept:
         return replace(_empty(request), score=0.0 if picked else 1.0)
-    lines = [pool[i].line for i in kept]
+    lines = [pool[i].line for i in sorted(kept)]
     salient, retained = facts.retention(source.batch, lines, source.speakers)
     room = room_for(request, source)
     return Draft(
@@ -428,7 +521,7 @@ def _fact_draft(
         tokens,
         _cosine(request, params, [u.line for u in pool], [float(bool(u.body)) for u in pool], lines),
         "extractive",
-        len(lines),
+        text.count("\n") + 1,
         salient=salient,
         retained=retained,
         flagged=source.flagged,
