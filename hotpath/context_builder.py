@@ -26,7 +26,7 @@ from typing import Any
 
 from vcm.errors import VcmError
 from vcm.facts.working_set import WorkingSet
-from vcm.hot.context import AssembledContext
+from vcm.hot.context import AssembledContext, layer_tokens
 from vcm.hot.tokens import TokenCounter
 from vcm.prompt import layers as prompt
 from vcm.prompt import skills as skill_files
@@ -57,10 +57,7 @@ class BuiltContext:
         return sum(self.message_tokens)
 
     def layer_tokens(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for name, n in zip(self.layers, self.message_tokens, strict=True):
-            out[name] = out.get(name, 0) + n
-        return out
+        return layer_tokens(self.layers, self.message_tokens)
 
 
 class ContextBuilderOps:

@@ -89,6 +89,7 @@ class KnowledgeOps:
     claim: Callable[..., tuple[dict[str, Any], bool]]
     _audit: Callable[[str, str, Mapping[str, Any], str], None]
     _link: Callable[[Fact, Sequence[Mapping[str, Any]], str], None]  # EntityGraphOps
+    vector_of: Callable[[str], list[float]]
     _changed: Callable[..., None]  # ReplicaOps: publish a change to the agent's feed
 
     # --- facts ------------------------------------------------------------------------------------
@@ -457,7 +458,7 @@ class KnowledgeOps:
         if self.embed is None:
             return None
         try:
-            return [float(x) for x in self.embed([text])[0]]
+            return self.vector_of(text)
         except Exception:  # an embedder failure must not fail a memory write: text still dedups
             return None
 

@@ -21,6 +21,7 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -91,6 +92,10 @@ def doc_id_for(text: str) -> str:
     return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+# Query vectors a service keeps (see MemoryService.vector_of).
+QUERY_VECTORS = 64
+
+
 class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOps, ReplicaOps):
     def __init__(
         self,
@@ -116,6 +121,9 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         self._cursor_secret: bytes | None = None
         # The store is the source of truth for agents; Redis is rebuilt from it (vcm.durable).
         self.durable = Durability(hot, store)
+        # Vectors of recent query texts: one prompt build searches facts twice and recall once
+        # with the same text, and a model call costs 15-70 ms where the lookup costs nothing.
+        self._vectors: OrderedDict[tuple[int, str], list[float]] = OrderedDict()
 
     # --- agents -----------------------------------------------------------------------------
     def create_agent(
@@ -508,7 +516,7 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         if mode not in ("text", "vector", "hybrid"):
             raise ValidationError("mode must be text, vector or hybrid", field="mode")
         if mode != "text" and self.embed is not None and self.settings.recall.vectors:
-            vector = [float(x) for x in self.embed([query])[0]]
+            vector = self.vector_of(query)
             version = self.recall_version() if self.recall_version is not None else None
             page = self.store.search_recall_hybrid(
                 agent_id,
@@ -525,6 +533,18 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         page = self.store.search_recall(agent_id, query, limit, cursor, since=since, until=until)
         return RecallResult(page, "text", [self.mark(h.message.content) for h in page.items])
 
+    def vector_of(self, text: str) -> list[float]:
+        """The embedding of one text, from the last few asked for when it is among them."""
+        assert self.embed is not None
+        key = (id(self.embed), text)  # a swapped embedder never answers from the old one's vectors
+        found = self._vectors.get(key)
+        if found is None:
+            found = [float(x) for x in self.embed([text])[0]]
+            self._vectors[key] = found
+            while len(self._vectors) > QUERY_VECTORS:
+                self._vectors.popitem(last=False)
+        return found
+
     def search_archival(
         self,
         agent_id: str,
@@ -538,7 +558,7 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         query = validation.text(query, "query", 10_000)
         if self.embed is None:
             raise ValidationError("archival search needs an embedding model; none is configured", field="query")
-        vector = [float(x) for x in self.embed([query])[0]]
+        vector = self.vector_of(query)
         page = self.store.search_archival(agent_id, vector, k, filters=filters, cursor=cursor)
         return ArchivalResult(page, [self.mark(h.chunk.text) for h in page.items])
 
@@ -646,9 +666,7 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         the store holds of it, evictions, facts, pending cold-path work and its last activity."""
         snap = self._hot(agent_id, self.hot.snapshot, agent_id)
         ctx = assemble(snap)
-        layers: dict[str, int] = {}
-        for name, n in zip(ctx.layers, ctx.message_tokens, strict=True):
-            layers[name] = layers.get(name, 0) + n
+        layers = ctx.layer_tokens()
         counts = self.store.stats(agent_id)
         last = max((m.created_at for m in snap.fifo), default=None)
         return {

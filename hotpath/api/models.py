@@ -267,9 +267,6 @@ class ContextOut(BaseModel):
 
     @classmethod
     def of(cls, agent_id: str, ctx: AssembledContext) -> ContextOut:
-        per_layer: dict[str, int] = {}
-        for name, n in zip(ctx.layers, ctx.message_tokens, strict=True):
-            per_layer[name] = per_layer.get(name, 0) + n
         return cls(
             agent_id=agent_id,
             messages=ctx.messages,
@@ -277,7 +274,7 @@ class ContextOut(BaseModel):
             gauges=Gauges.model_validate(ctx.gauges.as_dict()),
             message_tokens=ctx.message_tokens,
             layers=ctx.layers,
-            layer_tokens=per_layer,
+            layer_tokens=ctx.layer_tokens(),
         )
 
     @classmethod

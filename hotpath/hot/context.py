@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,17 @@ class AssembledContext:
     message_tokens: list[int]
     # The layer of each message in `messages`: system, working, summary, placeholder or fifo.
     layers: list[str]
+
+    def layer_tokens(self) -> dict[str, int]:
+        return layer_tokens(self.layers, self.message_tokens)
+
+
+def layer_tokens(layers: Sequence[str], tokens: Sequence[int]) -> dict[str, int]:
+    """Tokens per layer, in the order the layers first appear."""
+    out: dict[str, int] = {}
+    for name, n in zip(layers, tokens, strict=True):
+        out[name] = out.get(name, 0) + n
+    return out
 
 
 def assemble(snap: Snapshot) -> AssembledContext:

@@ -3,51 +3,18 @@ fakeredis and a real SQLite store."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import fakeredis
 import pytest
 
-from tests.hotpath.services import Clock, hash_embed
-from vcm.dispatch import RecordingDispatcher
+from tests.hotpath.services import Clock
 from vcm.errors import NotFound, ValidationError
 from vcm.facts import entities
-from vcm.hot.state import HotState
 from vcm.service import MemoryService
-from vcm.settings import load_settings
-from vcm.store import open_store
 from vcm.store.port import MemoryStore
 from vcm.store.types import FactQuery, fact_node
 from vcm.tasks import fact_extraction
 from vcm.types import Message
 
 DAY = 86400.0
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MemoryStore]:
-    s = open_store(f"sqlite:///{tmp_path / 'vcm.db'}", text_index_lag_ok=False)
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(step=0.01)
-
-
-@pytest.fixture
-def svc(store: MemoryStore, clock: Clock) -> MemoryService:
-    service = MemoryService(
-        HotState(fakeredis.FakeRedis(decode_responses=True), load_settings(environ={}), clock=clock),
-        store,
-        RecordingDispatcher(),
-        embed=hash_embed,
-        clock=clock,
-    )
-    service.create_agent("ann", model="vcm-demo-2k")
-    return service
 
 
 def msg(i: int) -> list[dict[str, str]]:

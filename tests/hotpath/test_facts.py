@@ -4,19 +4,11 @@ store, with the real eviction task."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import fakeredis
 import pytest
 
 from tests.hotpath.services import Clock, hash_embed
-from vcm.dispatch import RecordingDispatcher
 from vcm.errors import NotFound, PolicyRefused, ValidationError
-from vcm.hot.state import HotState
 from vcm.service import MemoryService
-from vcm.settings import load_settings
-from vcm.store import open_store
 from vcm.store.port import MemoryStore
 from vcm.store.types import FactQuery
 from vcm.tasks.deps import Deps
@@ -24,31 +16,6 @@ from vcm.tasks.evict import evict_batch
 from vcm.tasks.summarize import extractive
 
 MODEL = "vcm-demo-2k"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MemoryStore]:
-    s = open_store(f"sqlite:///{tmp_path / 'vcm.db'}", text_index_lag_ok=False)
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(step=0.01)
-
-
-@pytest.fixture
-def svc(store: MemoryStore, clock: Clock) -> MemoryService:
-    service = MemoryService(
-        HotState(fakeredis.FakeRedis(decode_responses=True), load_settings(environ={}), clock=clock),
-        store,
-        RecordingDispatcher(),
-        embed=hash_embed,
-        clock=clock,
-    )
-    service.create_agent("ann", model=MODEL)
-    return service
 
 
 def live(svc: MemoryService, **q: object) -> list[str]:
