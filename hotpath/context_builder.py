@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vcm.errors import VcmError
-from vcm.facts.working_set import WorkingSet
+from vcm.facts.working_set import RELEVANCE_HITS, WorkingSet
 from vcm.hot.context import AssembledContext, layer_tokens
 from vcm.hot.tokens import TokenCounter
 from vcm.prompt import layers as prompt
@@ -72,7 +72,8 @@ class ContextBuilderOps:
     fifo_ids: Callable[[str], list[str]]
     working_set: Callable[..., WorkingSet]
     list_facts: Callable[..., list[Fact]]
-    search_facts: Callable[..., list[FactHit]]
+    rank_facts: Callable[..., list[FactHit]]
+    record_fact_use: Callable[[str, Sequence[Fact]], None]
     list_state: Callable[[str], list[StateEntry]]
     search_recall: Callable[..., Any]
 
@@ -100,11 +101,22 @@ class ContextBuilderOps:
         }  # fmt: skip
         skills, problems = self._skills()
         shown: set[str] = set()
+        used: list[Fact] = []  # facts the prompt shows: their use is recorded once, at the end
+        # One fact search serves the state header's ranking and the relevant memory.
+        found: list[list[FactHit]] = []
+
+        def hits() -> list[FactHit]:
+            if not found:
+                text = query or ""
+                limit = RELEVANCE_HITS + cfg.memory_facts
+                found.append(self.rank_facts(agent_id, text, filters=FactQuery(limit=limit)) if text.strip() else [])
+            return found[0]
+
         makers: dict[str, Callable[[int], prompt.Layer | None]] = {
             "identity": lambda b: self._identity(agent_id, user, b, count) if cfg.identity else None,
-            "state": lambda b: self._state(agent_id, query or "", b, count, shown),
+            "state": lambda b: self._state(agent_id, query or "", b, count, shown, hits, used),
             "sticky": lambda b: self._sticky(agent_id, b, count, shown),
-            "memory": lambda b: self._memory(agent_id, query or "", b, count, shown),
+            "memory": lambda b: self._memory(agent_id, query or "", b, count, shown, hits, used),
             "skills": lambda b: prompt.fit(
                 "skills", [prompt.Item(f"## {s.name}\n{s.body}", {"kind": "skill", "id": s.slug})
                            for _, s in skill_files.triggered(skills, query or "")], b, count,
@@ -118,6 +130,8 @@ class ContextBuilderOps:
             if layer is not None:
                 injected.append(layer)
                 left -= layer.tokens
+        if used:
+            self.record_fact_use(agent_id, used)
         built = prompt.assemble(hot.messages, hot.layers, hot.message_tokens, injected)
         return BuiltContext(
             built.messages, hot.tools, built.layers, built.message_tokens, hot.gauges, built.injected, room,
@@ -139,25 +153,42 @@ class ContextBuilderOps:
         return prompt.Layer("tools_hint", text, n) if text and n <= budget else None
 
     def _state(
-        self, agent_id: str, query: str, budget: int, count: Callable[[str], int], shown: set[str]
+        self,
+        agent_id: str,
+        query: str,
+        budget: int,
+        count: Callable[[str], int],
+        shown: set[str],
+        hits: Callable[[], list[FactHit]],
+        used: list[Fact],
     ) -> prompt.Layer | None:
         if budget <= 0:
             return None
-        ws = self.working_set(agent_id, query, caps={"facts": 0, "relations": 0, "entities": 10})
+        ws = self.working_set(
+            agent_id, query, caps={"facts": 0, "relations": 0, "entities": 10}, hits=hits(), record_use=False
+        )
+        facts: dict[str, Fact] = {}
         items: list[prompt.Item] = []
         labels = {"goal": "Goal", "constraints": "Constraint", "next_actions": "Next", "open_questions": "Open",
                   "risk_flags": "Risk"}  # fmt: skip
         for section, label in labels.items():
             for i in ws.sections.get(section, []):
                 items.append(prompt.Item(f"{label}: {i.fact.value} [fact {i.fact.fact_id}]", _fact_source(i.fact)))
+                facts[i.fact.fact_id] = i.fact
                 shown.add(i.fact.fact_id)
-        names = [i.fact.value for i in ws.sections.get("entities", [])]
-        if names:
-            items.append(prompt.Item("Active entities: " + ", ".join(names)))
+        entities = [i.fact for i in ws.sections.get("entities", [])]
+        if entities:
+            items.append(prompt.Item("Active entities: " + ", ".join(f.value for f in entities)))
         for entry in self.list_state(agent_id):
             items.append(prompt.Item(f"{entry.key} = {prompt.quote(_json(entry.value), 200)}",
                                      {"kind": "state", "id": entry.key}))  # fmt: skip
-        return prompt.fit("state", items, budget, count)
+        layer = prompt.fit("state", items, budget, count)
+        if layer is not None:
+            kept = {str(src["id"]) for src in layer.sources if src.get("kind") == "fact"}
+            used.extend(f for i, f in facts.items() if i in kept)
+            if any(line.startswith("Active entities: ") for line in layer.text.splitlines()):
+                used.extend(entities)
+        return layer
 
     def _sticky(self, agent_id: str, budget: int, count: Callable[[str], int], shown: set[str]) -> prompt.Layer | None:
         if budget <= 0:
@@ -171,42 +202,49 @@ class ContextBuilderOps:
         return layer
 
     def _memory(
-        self, agent_id: str, query: str, budget: int, count: Callable[[str], int], shown: set[str]
+        self,
+        agent_id: str,
+        query: str,
+        budget: int,
+        count: Callable[[str], int],
+        shown: set[str],
+        hits: Callable[[], list[FactHit]],
+        used: list[Fact],
     ) -> prompt.Layer | None:
         cfg = self.settings.context
         if budget <= 0 or not query.strip():
             return None
         items: list[prompt.Item] = []
+        facts: dict[str, Fact] = {}
         if cfg.memory_facts:
-            for hit in self.search_facts(agent_id, query, filters=FactQuery(limit=cfg.memory_facts + len(shown))):
+            for hit in hits():
                 f = hit.fact
                 if f.fact_id in shown:
                     continue
                 status = "" if f.status == "active" else f", {f.status}"
                 items.append(prompt.Item(f"- [fact {f.fact_id}, {f.type}{status}] {f.value}", _fact_source(f)))
+                facts[f.fact_id] = f
                 if len(items) >= cfg.memory_facts:
                     break
         if cfg.memory_messages:
-            in_fifo = set(self.fifo_ids(agent_id))
             try:
-                found = self.search_recall(agent_id, query, limit=cfg.memory_messages + len(in_fifo))
+                found = self.search_recall(agent_id, query, limit=cfg.memory_messages, exclude=self.fifo_ids(agent_id))
             except VcmError as exc:  # recall is an index: a failure leaves the facts in place
                 log.warning("relevant memory of %s: recall search failed (%s)", agent_id, exc.code)
                 found = None
             if found is not None:
-                kept = 0
-                for hit, mark in zip(found.page.items, found.marks, strict=False):
+                for hit, mark in zip(found.page.items, found.marks, strict=True):
                     m = hit.message
-                    if m.message_id in in_fifo or kept >= cfg.memory_messages:
-                        continue
                     flag = f", flagged: {', '.join(mark.get('taint_reasons', []))}" if mark.get("tainted") else ""
                     who = m.name or m.role
                     head = f"- [message {m.message_id}, {who}, {prompt.stamp(m.created_at)}{flag}]"
                     line = f"{head} {prompt.quote(m.content)}"
                     source = {"kind": "message", "id": m.message_id, "tainted": bool(mark.get("tainted"))}
                     items.append(prompt.Item(line, source))
-                    kept += 1
-        return prompt.fit("memory", items, budget, count)
+        layer = prompt.fit("memory", items, budget, count)
+        if layer is not None:
+            used.extend(facts[str(src["id"])] for src in layer.sources if src.get("kind") == "fact")
+        return layer
 
     # --- skills -----------------------------------------------------------------------------------
     def _skills(self) -> tuple[list[skill_files.Skill], list[skill_files.Problem]]:

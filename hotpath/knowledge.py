@@ -216,14 +216,23 @@ class KnowledgeOps:
         return found
 
     def search_facts(self, agent_id: str, query: str, *, filters: FactQuery | None = None) -> list[FactHit]:
+        hits = self.rank_facts(agent_id, query, filters=filters)
+        self._use(agent_id, [h.fact for h in hits])
+        return hits
+
+    def rank_facts(self, agent_id: str, query: str, *, filters: FactQuery | None = None) -> list[FactHit]:
+        """``search_facts`` without recording a use: for callers that show only some of the hits
+        and record those (the prompt builder)."""
         self.agent(agent_id)
         if not isinstance(query, str) or len(query) > 4000:
             raise ValidationError("query must be a string of at most 4000 characters", field="query")
-        hits = self.store.search_facts(
+        return self.store.search_facts(
             agent_id, query, self._embedding(query) if query.strip() else None, filters or FactQuery(limit=10)
         )
-        self._use(agent_id, [h.fact for h in hits])
-        return hits
+
+    def record_fact_use(self, agent_id: str, facts: Sequence[Fact]) -> None:
+        """Count these facts as used now (their lifetimes refreshed)."""
+        self._use(agent_id, facts)
 
     def list_facts(self, agent_id: str, filters: FactQuery | None = None) -> list[Fact]:
         self.agent(agent_id)
@@ -269,19 +278,28 @@ class KnowledgeOps:
             "conflicts": counts["conflicts"].get("live", 0),
         }
 
-    def working_set(self, agent_id: str, query: str = "", *, caps: Mapping[str, int] | None = None) -> WorkingSet:
+    def working_set(
+        self,
+        agent_id: str,
+        query: str = "",
+        *,
+        caps: Mapping[str, int] | None = None,
+        hits: Sequence[FactHit] | None = None,
+        record_use: bool = True,
+    ) -> WorkingSet:
         """The agent's Working Set (seed 002): a bounded state snapshot of its live facts, ranked
-        by utility for ``query`` (relevance from the hybrid fact search); the items returned
-        count as used."""
+        by utility for ``query`` (relevance from the hybrid fact search, or from ``hits`` of one
+        already made for it); the items returned count as used unless ``record_use`` is off
+        (the caller records what it shows)."""
         self.agent(agent_id)
         facts = self.store.query_facts(agent_id, FactQuery(limit=1000))
         relevance: dict[str, float] = {}
-        if query.strip():
-            relevance = {
-                h.fact.fact_id: h.score for h in self.search_facts(agent_id, query, filters=FactQuery(limit=100))
-            }
+        if hits is None and query.strip():
+            hits = self.search_facts(agent_id, query, filters=FactQuery(limit=working_set.RELEVANCE_HITS))
+        relevance = {h.fact.fact_id: h.score for h in hits or ()}
         ws = working_set.build(facts, relevance, self.clock(), caps)
-        self._use(agent_id, [i.fact for items in ws.sections.values() for i in items])
+        if record_use:
+            self._use(agent_id, [i.fact for items in ws.sections.values() for i in items])
         return ws
 
     def consolidate(self, agent_id: str, *, actor: str = "worker:consolidate") -> dict[str, int]:

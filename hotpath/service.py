@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -52,6 +52,7 @@ from vcm.knowledge import KnowledgeOps
 from vcm.lifecycle import LifecycleOps
 from vcm.obs import audit, footprint, metrics
 from vcm.replicas import ReplicaOps
+from vcm.store import validation as store_validation
 from vcm.store.port import MemoryStore
 from vcm.store.types import ArchivalHit, MemoryEvent, Page, RecallHit, StoredMessage
 from vcm.types import AgentInfo, AppendResult, BatchInfo, Block, BlockResult, Gauges, IngestRequest
@@ -508,13 +509,21 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         since: float | None = None,
         until: float | None = None,
         mode: str = "hybrid",
+        exclude: Collection[str] = (),
     ) -> RecallResult:
         """Hybrid (BM25 + message vectors) by default; text when this process has no embedder or
-        messages get no vectors (``[recall] vectors`` off). The result says which mode ran."""
+        messages get no vectors (``[recall] vectors`` off). The result says which mode ran.
+
+        ``exclude``: message ids left out of this page (the prompt builder's FIFO); the store is
+        asked for that many more, and such a page has no next cursor."""
         self.agent(agent_id)
         query = validation.text(query, "query", 10_000)
         if mode not in ("text", "vector", "hybrid"):
             raise ValidationError("mode must be text, vector or hybrid", field="mode")
+        fetch = limit
+        if exclude:
+            store_validation.limit("limit", limit)
+            fetch = min(store_validation.MAX_LIMIT, limit + len(exclude))
         if mode != "text" and self.embed is not None and self.settings.recall.vectors:
             vector = self.vector_of(query)
             version = self.recall_version() if self.recall_version is not None else None
@@ -522,16 +531,22 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
                 agent_id,
                 query,
                 vector,
-                limit=limit,
+                limit=fetch,
                 cursor=cursor,
                 since=since,
                 until=until,
                 mode=mode,
                 embedding_version=version,
             )
-            return RecallResult(page, mode, [self.mark(h.message.content) for h in page.items])
-        page = self.store.search_recall(agent_id, query, limit, cursor, since=since, until=until)
-        return RecallResult(page, "text", [self.mark(h.message.content) for h in page.items])
+        else:
+            mode = "text"
+            page = self.store.search_recall(agent_id, query, fetch, cursor, since=since, until=until)
+        if exclude:
+            left_out = set(exclude)
+            kept = [h for h in page.items if h.message.message_id not in left_out][:limit]
+            page = Page(kept, None, page.stats)
+        # Marks only for the hits returned: a scan per hit is most of a small search's cost.
+        return RecallResult(page, mode, [self.mark(h.message.content) for h in page.items])
 
     def vector_of(self, text: str) -> list[float]:
         """The embedding of one text, from the last few asked for when it is among them."""

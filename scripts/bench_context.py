@@ -24,7 +24,8 @@ the fact and recall searches in the store, the listing of facts, the write that 
 facts as used, the taint marks, the hot snapshot; ``builder`` is the rest (layer assembly and
 token counting). Conversations are replayed in order until ``--turns`` user turns are measured;
 the first ``--warmup`` are left out. ``--torch-threads``: the model's intra-op threads (default:
-torch's own choice, one per core, as ``vcm serve`` runs the service's model).
+one, as ``vcm serve`` runs the service's query model; 2 shows what torch's default of one per
+core would cost).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from vcm.eval.conversation import Turn, parse_sample
 TARGET_MS = 30.0
 # What build_context reaches through the service and through its store, by the name reported.
 SERVICE_CALLS = {
-    "embed": "embed", "hot snapshot": "context", "fact search": "search_facts", "recall search": "search_recall",
+    "embed": "embed", "hot snapshot": "context", "fact search": "rank_facts", "recall search": "search_recall",
     "working set": "working_set", "fact listing": "list_facts", "state listing": "list_state",
     "fifo ids": "fifo_ids", "fact use": "_use", "taint marks": "mark", "agent": "agent", "skills": "_skills",
 }  # fmt: skip
@@ -235,12 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="vcm-demo-4k", help="a model of [models]: sets the window")
     parser.add_argument("--turns", type=int, default=200, help="user turns measured (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=10, help="first measured turns left out")
-    parser.add_argument("--torch-threads", type=int, default=0, help="0: torch's default (as vcm serve)")
+    parser.add_argument("--torch-threads", type=int, default=0, help="0: as vcm serve's query model (1)")
     args = parser.parse_args(argv)
-    if args.torch_threads:
-        import torch
+    import torch
 
-        torch.set_num_threads(args.torch_threads)
+    from vcm.tasks.runtime import QUERY_THREADS
+
+    # The cold path runs in this process too, so the setting is the process's, set before either loads.
+    torch.set_num_threads(args.torch_threads or QUERY_THREADS)
     result = measure(args)
     print_table(result)
     if args.json:

@@ -4,15 +4,23 @@ An agent holds thousands of facts, not millions of messages, so both adapters fe
 that pass the filters and rank them here: BM25 over the analysed value, key and tags (the same
 formula and analyzer as message recall) fused with cosine on the fact embeddings by the same
 convex combination as hybrid recall (:func:`vcm.store.fusion.convex`).
+
+A prompt build searches facts on every turn, so the per-fact work is kept small: candidates are
+light (id, text, update time, vector; the embedded adapter reads whole facts only for the hits),
+a fact's analysed terms are cached by its text (a write that changes the text makes a new key),
+BM25 touches only the query's terms, and embeddings arrive as arrays (the embedded adapter's
+float32 blobs, zero-copy) rather than lists of Python floats.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.typing as npt
 
 from vcm.store import fusion
 from vcm.store.embedded import bm25
@@ -22,41 +30,86 @@ from vcm.store.types import Fact, FactHit
 # Candidates fetched per search; beyond this, filters should narrow the search.
 MAX_CANDIDATES = 5000
 
+Vector = npt.NDArray[np.float32]
+
+
+def fact_text(fact: Fact) -> str:
+    return " ".join([fact.value, fact.key or "", *fact.tags, fact.category])
+
 
 def fact_terms(fact: Fact) -> list[str]:
-    return analyze(" ".join([fact.value, fact.key or "", *fact.tags, fact.category]))
+    return analyze(fact_text(fact))
 
 
-def rank(text: str, vector: Sequence[float] | None, facts: Sequence[Fact], limit: int) -> list[FactHit]:
-    if not facts:
+@functools.lru_cache(maxsize=1 << 16)
+def _term_counts(text: str) -> tuple[int, dict[str, int]]:
+    """Length and term frequencies of an analysed fact text (cached: the analyzer is the cost)."""
+    terms = analyze(text)
+    return len(terms), dict(Counter(terms))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What ranking needs of a fact: adapters read these light columns for every candidate and
+    the whole fact only for the hits."""
+
+    fact_id: str
+    text: str  # see fact_text
+    updated_at: float
+    vector: Vector | None = None
+
+
+def candidate(fact: Fact, vector: Vector | None = None) -> Candidate:
+    if vector is None and fact.embedding:
+        vector = np.asarray(fact.embedding, dtype=np.float32)
+    return Candidate(fact.fact_id, fact_text(fact), fact.updated_at, vector)
+
+
+def _text_scores(wanted: Sequence[str], candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
+    docs = [_term_counts(c.text) for c in candidates]
+    avg = sum(n for n, _ in docs) / len(docs)
+    df = {t: sum(1 for _, counts in docs if t in counts) for t in wanted}
+    weights = {t: bm25.idf(df[t], len(docs)) * (1.0 + bm25.K1) for t in wanted if df[t]}
+    out: list[tuple[str, float]] = []
+    if not weights:
+        return out
+    for c, (length, counts) in zip(candidates, docs, strict=True):
+        if not length:
+            continue
+        norm = bm25.K1 * (1.0 - bm25.B + bm25.B * length / (avg if avg > 0 else float(length)))
+        s = 0.0
+        for t, w in weights.items():
+            tf = counts.get(t, 0)
+            if tf:
+                s += w * tf / (tf + norm)
+        if s > 0:
+            out.append((c.fact_id, s))
+    out.sort(key=lambda kv: -kv[1])
+    return out
+
+
+def _vector_scores(q: Vector, candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
+    dim = q.shape[0]
+    rows = [c for c in candidates if c.vector is not None and c.vector.shape[0] == dim]
+    if not rows:
         return []
-    terms = [fact_terms(f) for f in facts]
+    matrix = np.vstack([c.vector for c in rows if c.vector is not None]).astype(np.float32, copy=False)
+    norms = np.linalg.norm(matrix, axis=1)
+    norms[norms == 0] = 1.0
+    sims = (matrix @ q) / norms
+    return sorted(((c.fact_id, float(s)) for c, s in zip(rows, sims, strict=True)), key=lambda kv: -kv[1])
+
+
+def order(
+    text: str, vector: Sequence[float] | None, candidates: Sequence[Candidate], limit: int
+) -> list[tuple[str, float]]:
+    """The ids and fused scores of the best ``limit`` candidates for the query, best first (ties:
+    the newer first, then by id)."""
+    if not candidates:
+        return []
     wanted = query_terms(text) if text.strip() else []
-    text_scores: list[tuple[str, float]] = []
-    if wanted:
-        df: Counter[str] = Counter()
-        for t in terms:
-            df.update(set(t))
-        avg = sum(len(t) for t in terms) / len(terms)
-        for f, t in zip(facts, terms, strict=True):
-            s = bm25.score(wanted, t, doc_freq=df, num_docs=len(facts), avg_doc_len=avg)
-            if s > 0:
-                text_scores.append((f.fact_id, s))
-        text_scores.sort(key=lambda kv: -kv[1])
-    vector_scores: list[tuple[str, float]] = []
-    embedded = [f for f in facts if f.embedding]
-    if vector is not None and embedded:
-        q = fusion.unit_vector(vector)
-        dim = q.shape[0]
-        same = [f for f in embedded if len(f.embedding or ()) == dim]
-        if same:
-            matrix = np.asarray([f.embedding for f in same], dtype=np.float32)
-            norms = np.linalg.norm(matrix, axis=1)
-            norms[norms == 0] = 1.0
-            sims = (matrix / norms[:, None]) @ q
-            vector_scores = sorted(
-                ((f.fact_id, float(s)) for f, s in zip(same, sims, strict=True)), key=lambda kv: -kv[1]
-            )
+    text_scores = _text_scores(wanted, candidates) if wanted else []
+    vector_scores = _vector_scores(fusion.unit_vector(vector), candidates) if vector is not None else []
     if not text_scores and not vector_scores:
         return []
     if not vector_scores:
@@ -64,8 +117,29 @@ def rank(text: str, vector: Sequence[float] | None, facts: Sequence[Fact], limit
     elif not text_scores:
         fused = fusion.minmax(vector_scores)  # no word in common: meaning alone ranks
     else:
-        unembedded = {f.fact_id for f in facts if not f.embedding}
+        unembedded = {c.fact_id for c in candidates if c.vector is None}
         fused = fusion.convex(text_scores, vector_scores, unembedded=unembedded)
+    updated = {c.fact_id: c.updated_at for c in candidates}
+    return sorted(fused.items(), key=lambda kv: (-kv[1], -updated[kv[0]], kv[0]))[:limit]
+
+
+def rank(text: str, vector: Sequence[float] | None, facts: Sequence[Fact], limit: int) -> list[FactHit]:
+    """:func:`order` over whole facts (their embeddings in ``Fact.embedding``); hits never carry
+    embeddings."""
     by_id = {f.fact_id: f for f in facts}
-    ordered = sorted(fused.items(), key=lambda kv: (-kv[1], -by_id[kv[0]].updated_at, kv[0]))
-    return [FactHit(replace(by_id[i], embedding=None), s) for i, s in ordered[:limit]]
+    out: list[FactHit] = []
+    for i, s in order(text, vector, [candidate(f) for f in facts], limit):
+        f = by_id[i]
+        out.append(FactHit(f if f.embedding is None else replace(f, embedding=None), s))
+    return out
+
+
+def blob_vector(blob: bytes | None) -> Vector | None:
+    """A stored little-endian float32 embedding, without copying (None: no embedding)."""
+    if not blob:
+        return None
+    v: Vector = np.frombuffer(blob, dtype="<f4")
+    return v
+
+
+__all__ = ("MAX_CANDIDATES", "Candidate", "blob_vector", "candidate", "fact_terms", "fact_text", "order", "rank")

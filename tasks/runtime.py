@@ -68,6 +68,10 @@ def cold_embedder(settings: EmbeddingSettings) -> Embedder:
     return factory(settings) if factory is not None else get_embedder(settings)
 
 
+# Intra-op threads of a serving process's query model (see LazyEmbed.local).
+QUERY_THREADS = 1
+
+
 class LazyEmbed:
     """The process's embedder, loaded on first call (or :meth:`warm`): the cold path's
     (:func:`cold_embedder`), or with ``local`` this process's own (an API request's query)."""
@@ -87,9 +91,16 @@ class LazyEmbed:
         return get_embedder(self._settings) if self._local else cold_embedder(self._settings)
 
     def local(self) -> LazyEmbed:
-        """The same model, always loaded in this process."""
+        """The same model, always loaded in this process: a serving process's, for queries. With
+        ``threads`` unset it runs on :data:`QUERY_THREADS` intra-op threads: a query is one short
+        text, and torch's default (one thread per core) makes it wait on cores that request
+        threads and the cold path are using (on 2 shared cores: 13 ms p50 on one thread,
+        67 ms p50 / 490 ms p95 on two, ``scripts/bench_context.py``)."""
         found = LazyEmbed.__new__(LazyEmbed)
-        found._settings, found._local = self._settings, True
+        settings = self._settings
+        if not settings.threads:
+            settings = settings.model_copy(update={"threads": QUERY_THREADS})
+        found._settings, found._local = settings, True
         return found
 
     def warm(self) -> None:

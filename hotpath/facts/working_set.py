@@ -41,6 +41,8 @@ CAPS: dict[str, int] = {
     "risk_flags": 10,
 }
 HALF_LIFE_S = 86400.0
+# Fact search hits the relevance is taken from (facts beyond them count as irrelevant).
+RELEVANCE_HITS = 100
 WEIGHTS = {"relevance": 0.4, "recency": 0.25, "explicitness": 0.2, "stability": 0.15}
 
 

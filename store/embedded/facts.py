@@ -14,6 +14,7 @@ from vcm.errors import NotFound, ValidationError
 from vcm.store import fact_rank, semantics, validation
 from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.db import chunked
 from vcm.store.embedded.graph import delete_node_edges
 from vcm.store.types import Fact, FactHit, FactQuery, StateEntry, fact_node
 
@@ -21,6 +22,11 @@ _COLUMNS = (
     "agent_id, fact_id, scope, type, key, value, category, tags, importance, confidence, evidence, status, "
     "conflict_with, created_at, updated_at, last_used, access_count, expires_at, version, lifetime_s"
 )
+
+
+def _strings(column: str) -> tuple[str, ...]:
+    # Most facts have no tags and no conflicts: skip the JSON parser for them.
+    return () if column == "[]" else tuple(json.loads(column))
 
 
 def _fact(row: sqlite3.Row, embedding: bytes | None = None) -> Fact:
@@ -32,12 +38,12 @@ def _fact(row: sqlite3.Row, embedding: bytes | None = None) -> Fact:
         key=row["key"],
         value=row["value"],
         category=row["category"],
-        tags=tuple(json.loads(row["tags"])),
+        tags=_strings(row["tags"]),
         importance=float(row["importance"]),
         confidence=float(row["confidence"]),
         evidence=tuple(json.loads(row["evidence"])),
         status=row["status"],
-        conflict_with=tuple(json.loads(row["conflict_with"])),
+        conflict_with=_strings(row["conflict_with"]),
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
         last_used=float(row["last_used"]),
@@ -166,13 +172,38 @@ class FactOps(EmbeddedBase):
         if not isinstance(text, str):
             raise ValidationError("query must be a string", field="query")
         where, params = _where(agent_id, query)
+        # Rank on the light columns; read whole facts for the hits only.
         found = self._db.query(
             "search facts",
-            f"SELECT {_COLUMNS}, embedding FROM facts WHERE {where} ORDER BY updated_at DESC LIMIT ?",
+            "SELECT fact_id, value, key, tags, category, updated_at, embedding FROM facts "
+            f"WHERE {where} ORDER BY updated_at DESC LIMIT ?",
             (*params, fact_rank.MAX_CANDIDATES),
         )
-        facts = _tagged([_fact(r, r["embedding"]) for r in found], query.tags)
-        return fact_rank.rank(text, vector, facts, n)
+        wanted = set(query.tags or ())
+        candidates: list[fact_rank.Candidate] = []
+        for r in found:
+            tags = _strings(r["tags"])
+            if wanted and not wanted <= set(tags):
+                continue
+            doc = " ".join([r["value"], r["key"] or "", *tags, r["category"]])
+            candidates.append(
+                fact_rank.Candidate(r["fact_id"], doc, float(r["updated_at"]), fact_rank.blob_vector(r["embedding"]))
+            )
+        ranked = fact_rank.order(text, vector, candidates, n)
+        if not ranked:
+            return []
+        ids = [i for i, _ in ranked]
+        whole = {
+            r["fact_id"]: r
+            for part in chunked(ids)
+            for r in self._db.query(
+                "read fact hits",
+                f"SELECT {_COLUMNS} FROM facts WHERE agent_id = ? AND fact_id IN ({','.join('?' * len(part))})",
+                (agent_id, *part),
+            )
+        }
+        # A hit deleted between the two reads is left out.
+        return [FactHit(_fact(whole[i]), s) for i, s in ranked if i in whole]
 
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
         validation.identifier("agent_id", agent_id)

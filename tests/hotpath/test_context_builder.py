@@ -139,3 +139,39 @@ def test_skill_files_parse_score_and_report_problems(tmp_path: Path) -> None:
     (tmp_path / "b.md").write_text(SKILL)  # the same slug twice
     loaded, problems = skills.load(tmp_path)
     assert [s.slug for s in loaded] == ["refunds"] and "slug" in problems[0].reason
+
+
+def test_one_fact_search_per_build_and_only_shown_facts_count_as_used(svc: MemoryService) -> None:
+    for i in range(12):
+        svc.remember("ann", f"Falcon milestone {i} is owned by team {i}", type="learned")
+    svc.remember("ann", "Ship the Falcon launch plan by Friday", type="goal")
+    calls: list[str] = []
+    search = svc.store.search_facts
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append("search")
+        return search(*args, **kwargs)  # type: ignore[arg-type]
+
+    svc.store.search_facts = counted  # type: ignore[method-assign]
+    built = svc.build_context("ann", query="Who owns the Falcon milestone?")
+    assert calls == ["search"]  # the state header and relevant memory share one search
+    shown = {str(s["id"]) for layer in built.injected for s in layer.sources if s.get("kind") == "fact"}
+    memory = next(layer for layer in built.injected if layer.name == "memory")
+    assert 0 < sum(1 for s in memory.sources if s["kind"] == "fact") <= svc.settings.context.memory_facts
+    facts = svc.list_facts("ann")
+    assert len(facts) > len(shown) + 3  # more matched than the prompt shows
+    for f in facts:
+        assert (f.access_count > 0) == (f.fact_id in shown), f.value
+
+
+def test_recall_can_leave_out_ids_and_marks_only_what_it_returns(svc: MemoryService) -> None:
+    for i in range(40):
+        svc.append("ann", "user", f"note {i}: the Porto door code changed to {4400 + i}")
+    evict_all(svc)
+    everything = svc.search_recall("ann", "Porto door code", limit=30)
+    first = [h.message.message_id for h in everything.page.items]
+    assert len(first) >= 6
+    left_out = first[:4]
+    page = svc.search_recall("ann", "Porto door code", limit=2, exclude=left_out)
+    ids = [h.message.message_id for h in page.page.items]
+    assert ids == first[4:6] and len(page.marks) == 2 and page.page.next_cursor is None

@@ -44,6 +44,15 @@ def test_embedded_settings_build_working_dependencies(built: runtime.Deps, tmp_p
     assert (tmp_path / "vcm.db").exists() and built.store.health().ok
 
 
+def test_a_serving_process_embeds_queries_on_one_thread_unless_configured(tmp_path: Path) -> None:
+    settings = embedded(tmp_path)
+    assert settings.embedding.threads == 0
+    assert runtime.LazyEmbed(settings).settings.threads == 0  # the cold path's: torch's default
+    assert runtime.LazyEmbed(settings).local().settings.threads == runtime.QUERY_THREADS == 1
+    configured = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"threads": 3})})
+    assert runtime.LazyEmbed(configured).local().settings.threads == 3
+
+
 def test_faults_from_the_environment_reach_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FAULTS_ENV, json.dumps([{"point": "commit_eviction.before_commit", "agent_prefix": "x"}]))
     deps = runtime.build(embedded(tmp_path))
