@@ -292,7 +292,8 @@ class KnowledgeOps:
         already made for it); the items returned count as used unless ``record_use`` is off
         (the caller records what it shows)."""
         self.agent(agent_id)
-        facts = self.store.query_facts(agent_id, FactQuery(limit=1000))
+        types = working_set.types_needed(caps)
+        facts = self.store.query_facts(agent_id, FactQuery(types=types, limit=1000)) if types != [] else []
         relevance: dict[str, float] = {}
         if hits is None and query.strip():
             hits = self.search_facts(agent_id, query, filters=FactQuery(limit=working_set.RELEVANCE_HITS))

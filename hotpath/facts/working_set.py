@@ -93,6 +93,15 @@ def utility(fact: Fact, relevance: float, now: float) -> float:
     return sum(WEIGHTS[k] * v for k, v in parts.items())
 
 
+def types_needed(caps: Mapping[str, int] | None = None) -> list[str] | None:
+    """The fact types a Working Set with these caps can show (None: all of them, since the
+    ``facts`` section takes every type the others do not name)."""
+    limits = {**CAPS, **(caps or {})}
+    if limits.get("facts", 0) > 0:
+        return None
+    return [t for name, types in SECTIONS.items() if limits.get(name, 0) > 0 for t in types]
+
+
 def build(
     facts: Sequence[Fact], relevance: Mapping[str, float], now: float, caps: Mapping[str, int] | None = None
 ) -> WorkingSet:

@@ -8,6 +8,7 @@ import pytest
 
 from tests.hotpath.services import Clock, hash_embed
 from vcm.errors import NotFound, PolicyRefused, ValidationError
+from vcm.facts import working_set
 from vcm.service import MemoryService
 from vcm.store.port import MemoryStore
 from vcm.store.types import FactQuery
@@ -196,5 +197,17 @@ def test_the_working_set_is_capped_ranked_by_utility_and_never_shows_expired_ite
     assert question.type == "question" and "Lisbon" in question.value and "Porto" in question.value
     assert {f["value"] for f in data["facts"]} == {"Lisbon", "Porto"} and all(f["conflict"] for f in data["facts"])
     assert [c["value"] for c in data["constraints"]] == ["Budget stays under 5000 euros"]
+    # With the facts section off, only the types the other sections show are read, same answer.
+    header = svc.working_set("ann", "launch plan", caps={"open_questions": 3, "facts": 0}).as_dict()["sections"]
+
+    def ids(sections: dict[str, list[dict[str, object]]]) -> dict[str, set[object]]:
+        # Sets: the first call's recorded uses may reorder near-equal utilities.
+        return {name: {i["fact_id"] for i in items} for name, items in sections.items() if name != "facts"}
+
+    assert header["facts"] == [] and ids(header) == ids(data)
+    assert working_set.types_needed({"facts": 0, "entities": 0}) == [
+        "goal", "constraint", "relation", "question", "action", "risk"
+    ]  # fmt: skip
+    assert working_set.types_needed() is None and working_set.types_needed({"facts": 1}) is None
     clock.advance(120)
     assert svc.working_set("ann").as_dict()["sections"]["constraints"] == []  # expired: gone, no exceptions
