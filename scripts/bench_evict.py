@@ -135,6 +135,7 @@ def main() -> None:
                 phases.add("total", time.perf_counter() - wall, time.process_time() - cpu)
                 assert outcome.outcome == "committed", outcome
                 jobs.append(dict(phases.current))
+        evicted = hot.snapshot(agent).counter("evicted")  # read before a scratch Redis is cleaned up
     finally:
         if client is not None:
             for key in client.scan_iter(match=f"vcm:{{{agent}}}:*"):
@@ -148,7 +149,7 @@ def main() -> None:
         "window": budget.window,
         "summary_cap_tokens": budget.summary_cap,
         "batches": len(measured),
-        "messages_per_batch": round(hot.snapshot(agent).counter("evicted") / len(jobs), 1),
+        "messages_per_batch": round(evicted / len(jobs), 1),
         "embedder_load_s": round(load_s, 2),
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
