@@ -48,6 +48,7 @@ from vcm.hot.context import AssembledContext, assemble
 from vcm.hot.jobs import IngestJob
 from vcm.hot.state import HotState
 from vcm.hot.tokens import TokenCounter
+from vcm.hot.turns import Turn
 from vcm.knowledge import KnowledgeOps
 from vcm.lifecycle import LifecycleOps
 from vcm.obs import audit, footprint, metrics
@@ -645,6 +646,12 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
     ) -> None:
         """Record the final result of a claimed keyed operation (retries answer with it)."""
         self.hot.settle(agent_id, idempotency_key, op, request, result)
+
+    def turn(self, agent_id: str) -> Turn:
+        """Hold the agent's chat turn (one at a time across processes; see :mod:`vcm.hot.turns`):
+        ``with service.turn(agent):`` or ``release()`` when the turn ends."""
+        self.agent(agent_id)
+        return self.hot.turns.acquire(agent_id)
 
     def mark(self, text: str) -> dict[str, Any]:
         """``tainted`` / ``taint_reasons`` for retrieved text that reads like instructions to the

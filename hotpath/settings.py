@@ -79,6 +79,10 @@ class ChatSettings(BaseModel):
     timeout_s: float = Field(120.0, gt=0.0, le=3600.0)
     max_retries: int = Field(2, ge=0, le=10)
     max_message_chars: int = Field(100_000, ge=1, le=10_000_000)
+    # One turn at a time per agent: a second waits this long for the first, then gets CONFLICT.
+    turn_wait_s: float = Field(30.0, ge=0.0, le=3600.0)
+    # The turn lock's lifetime: frees an agent whose turn died with its process.
+    turn_hold_s: float = Field(600.0, gt=0.0, le=86400.0)
 
 
 class HeartbeatSettings(BaseModel):

@@ -28,6 +28,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
 
 from vcm.agent.loop import AgentLoop, TurnResult, wire_messages
 from vcm.api.auth import Principal
@@ -147,6 +148,7 @@ def coded(exc: ChatError) -> VcmError:
 # The chat routes also answer the model's failures.
 ERRORS: dict[int | str, dict[str, Any]] = {
     **ERROR_RESPONSES,
+    409: {"model": ErrorOut, "description": "CONFLICT: a turn of this agent is still running (waited turn_wait_s)"},
     502: {"model": ErrorOut, "description": "LLM_REJECTED: the model refused the request or answered garbage"},
     503: {"model": ErrorOut, "description": "LLM_UNAVAILABLE (no model configured, or it failed), STORE_UNAVAILABLE"},
 }
@@ -184,14 +186,15 @@ def chat_routes(
         loop = loop_for(who)
         if not body.stream:
             try:
-                with COLD_PATH.generating():
+                with service.turn(agent_id), COLD_PATH.generating():
                     result = loop.run_turn(agent_id, body.message, name=body.name)
             except ChatError as exc:
                 raise coded(exc) from None
             return ChatOut.of(agent_id, result)
+        held = service.turn(agent_id)  # before the 200: a busy agent is a CONFLICT, not an event
 
         def events() -> Iterator[str]:
-            with COLD_PATH.generating():
+            with held, COLD_PATH.generating():
                 turn = loop.turn(agent_id, body.message, name=body.name, stream=True)
                 try:
                     while True:
@@ -206,7 +209,10 @@ def chat_routes(
                 except VcmError as exc:
                     yield sse("error", exc.to_dict())
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"},
+            background=BackgroundTask(held.release),  # a stream never started still frees the turn
+        )  # fmt: skip
 
     @router.get("/v1/agents/{agent_id}/stats", response_model=StatsOut, responses=ERROR_RESPONSES)
     def stats(agent_id: AgentId, who: Principal = agent_scope) -> StatsOut:
@@ -223,8 +229,13 @@ def chat_routes(
         agent_id = _agent_of(who, x_vcm_agent)
         service.agent(agent_id)
         client = upstream.client()
-        query = reconcile(service, agent_id, body.messages, who.actor, limit)
-        context = service.build_context(agent_id, query=query)
+        held = service.turn(agent_id)
+        try:
+            query = reconcile(service, agent_id, body.messages, who.actor, limit)
+            context = service.build_context(agent_id, query=query)
+        except BaseException:
+            held.release()
+            raise
         options = {k: v for k, v in (body.model_extra or {}).items() if k in PASSTHROUGH}
         model = upstream.settings.model or body.model or service.agent(agent_id).model
         request_model = body.model or model
@@ -232,34 +243,39 @@ def chat_routes(
         tools = body.tools or ()
         reply_key = _reply_key(body.messages)
         if not body.stream:
-            try:
-                with COLD_PATH.generating():
-                    completion = client.complete(model=model, messages=messages, tools=tools, **options)
-            except ChatError as exc:
-                raise coded(exc) from None
-            _keep_reply(service, agent_id, completion, reply_key, who.actor)
+            with held:
+                try:
+                    with COLD_PATH.generating():
+                        completion = client.complete(model=model, messages=messages, tools=tools, **options)
+                except ChatError as exc:
+                    raise coded(exc) from None
+                _keep_reply(service, agent_id, completion, reply_key, who.actor)
             return JSONResponse(_completion_json(completion, request_model))
 
         def chunks() -> Iterator[str]:
             created, cid = int(time.time()), "chatcmpl-vcm-" + uuid.uuid4().hex[:24]
-            with COLD_PATH.generating():
-                acc = StreamAccumulator()
-                stream = client.stream(model=model, messages=messages, tools=tools, **options)
-                try:
-                    for chunk in stream:
-                        acc.add(chunk)
-                        yield (
-                            "data: "
-                            + json.dumps({**chunk, "id": cid, "created": created, "model": request_model})
-                            + "\n\n"
-                        )
-                except ChatError as exc:
-                    yield "data: " + json.dumps({"error": coded(exc).to_dict()}) + "\n\n"
-                    return
-            _keep_reply(service, agent_id, acc.completion(), reply_key, who.actor)
+            with held:
+                with COLD_PATH.generating():
+                    acc = StreamAccumulator()
+                    stream = client.stream(model=model, messages=messages, tools=tools, **options)
+                    try:
+                        for chunk in stream:
+                            acc.add(chunk)
+                            yield (
+                                "data: "
+                                + json.dumps({**chunk, "id": cid, "created": created, "model": request_model})
+                                + "\n\n"
+                            )
+                    except ChatError as exc:
+                        yield "data: " + json.dumps({"error": coded(exc).to_dict()}) + "\n\n"
+                        return
+                _keep_reply(service, agent_id, acc.completion(), reply_key, who.actor)
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(chunks(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        return StreamingResponse(
+            chunks(), media_type="text/event-stream", headers={"Cache-Control": "no-store"},
+            background=BackgroundTask(held.release),
+        )  # fmt: skip
 
     return router
 

@@ -59,7 +59,7 @@ def cmd_chat(args: argparse.Namespace, stdin: TextIO = sys.stdin) -> int:
         for line in _lines(args, stdin):
             print(f"{args.agent}> ", end="", flush=True)
             try:
-                with COLD_PATH.generating():
+                with service.turn(args.agent), COLD_PATH.generating():
                     _stream(loop.turn(args.agent, line, name=args.name, stream=True), print)
             except ChatError as exc:
                 print(f"\n[vcm] the model failed: {exc.message}", file=sys.stderr)

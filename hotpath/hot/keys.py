@@ -33,6 +33,7 @@ TOKEN = "token"  # string: SHA-256 (hex) of the agent's API bearer token; the to
 # stream: the agent's change feed (kind, key, version, op, time of each change; never content)
 CHANGES = "changes"
 INSTANCES = "instances"  # hash: client instance id -> its latest sync status report (JSON)
+TURN = "turn"  # string with a TTL: the lock of the chat turn running (vcm.hot.turns)
 
 
 def prefix(agent_id: str) -> str:

@@ -29,6 +29,7 @@ from vcm.hot.changes import ChangeFeed
 from vcm.hot.instances import InstanceBoard
 from vcm.hot.jobs import JobBoard
 from vcm.hot.tokens import TokenCounter
+from vcm.hot.turns import TurnLocks
 from vcm.settings import Settings
 from vcm.types import (
     AgentImage,
@@ -145,6 +146,7 @@ class HotState:
         sync = settings.sync
         self.changes = ChangeFeed(client, maxlen=sync.feed_maxlen, ttl_s=sync.feed_ttl_s, clock=clock)
         self.instances = InstanceBoard(client, ttl_s=sync.instance_ttl_s, max_instances=sync.max_instances)
+        self.turns = TurnLocks(client, hold_s=settings.chat.turn_hold_s, wait_s=settings.chat.turn_wait_s)
         self._models: dict[str, str] = {}  # agent -> model; immutable after creation
         self._counters: dict[str, TokenCounter] = {}
         self._lock = threading.Lock()

@@ -214,3 +214,44 @@ def test_stats_and_no_model_configured(service: MemoryService) -> None:
         assert stats["fifo_messages"] == 1 and stats["tokens_by_layer"]["fifo"] > 0
         assert stats["tokens"] == sum(stats["tokens_by_layer"].values()) and stats["last_activity"] > 0
         assert stats["facts"]["facts"] == 0 and stats["evictions"] == 0
+
+
+def test_one_turn_at_a_time_per_agent(app: FastAPI, upstream: FakeLLM, service: MemoryService) -> None:
+    import dataclasses
+    import threading
+
+    service.hot.turns.wait_s = 0.3  # a second turn waits this long, then is refused
+    with LiveServer(app) as live:
+        token = agent(live)
+        auth = {"Authorization": f"Bearer {token}"}
+        upstream.script += [dataclasses.replace(answer("First."), delay_s=2.0), answer("Third.")]
+        first: dict[str, Any] = {}
+
+        def run_first() -> None:
+            r = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "one"}, headers=auth, timeout=30)
+            first.update(r.json())
+
+        thread = threading.Thread(target=run_first)
+        thread.start()
+        deadline = 50
+        while not any(m["content"] == "one" for m in service.context("ann").messages) and deadline:
+            deadline -= 1
+            threading.Event().wait(0.05)
+        before = len(service.context("ann").messages)
+        busy = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "two"}, headers=auth)
+        assert busy.status_code == 409, busy.text
+        error = busy.json()["error"]
+        assert error["code"] == "CONFLICT" and error["reason"] == "turn_in_progress"
+        assert len(service.context("ann").messages) == before  # nothing of the refused turn appended
+        # The OpenAI-compatible route shares the lock (the same agent, chosen by its token).
+        sdk = openai.OpenAI(base_url=f"{live.url}/v1", api_key=token, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as refused:
+            sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "two"}])
+        assert refused.value.status_code == 409
+        thread.join()
+        assert first["reply"] == "First."
+        # Released when the turn ended: the next one runs.
+        r = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "three"}, headers=auth)
+        assert r.status_code == 200 and r.json()["reply"] == "Third."
+        texts = [m["content"] for m in service.context("ann").messages if m["role"] != "system"]
+        assert texts[-4:] == ["one", "First.", "three", "Third."]
