@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from vcm.tasks import sentences, telegraph
+from vcm.tasks import aging, sentences, telegraph
 
 Scan = Callable[[str], tuple[str, ...]]  # the names of the poisoning patterns a text matches
 
@@ -510,10 +510,12 @@ def unit_of(
     return Unit(speaker, body) if words(body) or _NUMBER.search(body) else None
 
 
-def previous_units(lines: Iterable[str], scan: Scan | None) -> list[Unit]:
+def previous_units(lines: Iterable[str], scan: Scan | None, shorten: Callable[[str], str] | None = None) -> list[Unit]:
     """The previous summary's lines as units: the speaker split off again and a joined line
-    (``Speaker: a; b``) split into its clauses. A clause that the filter flags and that is not
-    already marked is marked now (a summary written before the filter)."""
+    (``Speaker: a; b``) split into its clauses, each rewritten by ``shorten`` when given (a clause
+    compressed further as it ages, :func:`vcm.tasks.aging.shorten`). A clause that the filter
+    flags, as it will stand, and that is not already marked is marked now (a summary written
+    before the filter)."""
     out = []
     for line in lines:
         line = line.strip()
@@ -526,6 +528,7 @@ def previous_units(lines: Iterable[str], scan: Scan | None) -> list[Unit]:
         if not body or len(speaker) > 64 or " " in speaker.strip():
             speaker, body = "", line
         for clause in telegraph.clauses(body) if speaker else [body]:
+            clause = shorten(clause) if shorten is not None and speaker else clause
             reasons = scan(f"{speaker}: {clause}" if speaker else clause) if scan is not None else ()
             if reasons:
                 out.append(Unit(speaker, flagged_line(speaker, clause, reasons), tuple(reasons), previous=True))
@@ -588,13 +591,20 @@ def retention(
     return total, retained
 
 
+# The weight of a note describing a shared image ("[shared photo of …]"): on LoCoMo's dev data such
+# a note carried a third as many of the facts per token as a clause the speaker said.
+ATTACHMENT = 0.3
+
+
 class Coverage:
     """Weighted coverage of content words by picked units (greedy selection's bookkeeping).
 
     A word weighs 1, plus 1 when it is part of a name or a number, plus half the log of how many
     units hold it (the conversation's recurring subjects); a unit adds the weight of its words not
-    yet covered, plus 1 for a preference or decision, times 0.35 for a question. A flagged unit is
-    worth a fixed 0.5 (a marked report, kept when there is room); filler is worth nothing."""
+    yet covered, plus 1 for a preference or decision, times 0.35 for a question and
+    :data:`ATTACHMENT` for a note that only describes a shared image (:func:`vcm.tasks.aging.attachment`).
+    A flagged unit is worth a fixed 0.5 (a marked report, kept when there is room); filler is worth
+    nothing."""
 
     def __init__(self, pool: Sequence[Unit], speakers: frozenset[str]) -> None:
         self.pool = pool
@@ -622,7 +632,7 @@ class Coverage:
                 special.update(words(name))
             special.update(w for w in words(body) if any(c.isdigit() for c in w))
             self.bonus.append(1.0 if _PREFERENCE.search(body) else 0.0)
-            self.factor.append(0.35 if body.rstrip().endswith("?") else 1.0)
+            self.factor.append(0.35 if body.rstrip().endswith("?") else ATTACHMENT if aging.attachment(body) else 1.0)
             self.fixed.append(0.0)
         frequency = Counter(w for ws in self.words for w in ws)
         self.weight = {w: 1.0 + (w in special) + 0.5 * math.log(n) for w, n in frequency.items()}

@@ -15,13 +15,15 @@ already kept gains nothing.
 
 The summary is **hierarchical**: its text is the previous summary's block, then the batch's, each
 with one line per speaker joining that speaker's clauses (``Priya: ran Porto half marathon in 97
-minutes; allergic to peanuts``); the next eviction reads the lines back as units, so older blocks
-fold into one line per speaker. The previous summary's units are picked first within
-``previous_share`` of the cap (unless a newer unit of the same speaker supersedes them: covers most
-of their content words); after that, old and new units compete on the same terms, so an older fact
-leaves the summary only when newer ones carry more per token. When that leaves the batch under the
-loss score's threshold, the retry gives the batch a floor, the least share of the cap up to half
-that lifts the score to its threshold (:func:`extractive`).
+minutes; allergic to peanuts``); the next eviction reads the lines back as units, each clause
+compressed further as it ages (headline style, :func:`vcm.tasks.aging.shorten`, before the
+poisoning re-scan), so older blocks fold into one line per speaker and take fewer tokens. The
+previous summary's units are picked first within ``previous_share`` of the cap (unless a newer
+unit of the same speaker supersedes them: covers most of their content words); after that, old
+and new units compete on the same terms, so an older fact leaves the summary only when newer ones
+carry more per token. When that leaves the batch under the loss score's threshold, the retry
+gives the batch a floor, the least share of the cap up to half that lifts the score to its
+threshold (:func:`extractive`).
 The cosine drift is measured against at most ``max_candidates`` of the source's units.
 Sentences the poisoning filter flags become marked, quoted reports on lines of their own, never
 bare text. Each draft says how many of the batch's salient units it retained (the loss score,
@@ -58,7 +60,7 @@ import numpy.typing as npt
 
 from vcm import poisoning
 from vcm.settings import DriftSettings, SummarizerSettings
-from vcm.tasks import drift, facts, sentences, telegraph
+from vcm.tasks import aging, drift, facts, sentences, telegraph
 from vcm.tasks.selection import (
     Vectors,
     centrality,
@@ -342,7 +344,7 @@ def units(request: Request, params: Params, *, telegraphic: bool = True) -> Unit
     """The request's units; the batch's in note style unless ``telegraphic`` is off (an LLM reads
     the sentences as they were said)."""
     scan = request.scan or default_scan
-    previous = facts.previous_units(request.previous.split("\n"), scan)
+    previous = facts.previous_units(request.previous.split("\n"), scan, aging.shorten if telegraphic else None)
     speakers = {t.speaker.lower() for t in request.turns} | {u.speaker.lower() for u in previous if u.speaker}
     batch: list[facts.Unit] = []
     seen = {u.line for u in previous}

@@ -13,7 +13,7 @@ import pytest
 from tests.tasks.coldpath import MODEL, make_deps, word_embed
 from vcm.hot import render
 from vcm.hot.context import assemble
-from vcm.tasks import drift, evict, facts, sentences, telegraph
+from vcm.tasks import aging, drift, evict, facts, sentences, telegraph
 from vcm.tasks.summarize import Draft, Params, Request, Turn, default_scan, extractive, sentence_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -226,8 +226,8 @@ def test_older_facts_are_not_dropped_for_being_older() -> None:
     that carry more per token stay, where a batch-first summary would spend the rest on the batch."""
     previous = "\n".join(OLD_FACTS)
 
-    def old_kept(text: str) -> int:
-        return sum(f.split(": ", 1)[1] in text for f in OLD_FACTS)
+    def old_kept(text: str) -> int:  # as they read back: aged (aging.shorten)
+        return sum(aging.shorten(f.split(": ", 1)[1]) in text for f in OLD_FACTS)
 
     draft = extractive(request(previous, CHATTER, count(previous) + 25), Params(previous_share=0.3))
     assert old_kept(draft.text) == len(OLD_FACTS)
