@@ -20,6 +20,9 @@ from vcm.service import MemoryService, doc_id_for, ingest_job_id
 from vcm.settings import load_settings
 
 BOB_DOC = "bob's secret document"
+# The route matrices run on real Redis only: tokens are checked above the hot path, whose Redis
+# flavours (fakeredis, Redis, Cluster) the route suites cover; three legs tripled their time.
+ONE_REDIS = pytest.mark.parametrize("redis_client", ["redis"], indirect=True)
 # The job of bob's document (ingested below): the same content always maps to this id.
 BOB_JOB = ingest_job_id("bob", doc_id_for(BOB_DOC), BOB_DOC, "", {})
 
@@ -75,6 +78,7 @@ def two_agents(client: TestClient) -> tuple[dict[str, str], dict[str, str], str]
     return alice, bob, rev
 
 
+@ONE_REDIS
 @pytest.mark.parametrize(
     ("method", "path", "body", "params"), AGENT_ROUTES, ids=[f"{m} {p}" for m, p, _, _ in AGENT_ROUTES]
 )
@@ -112,6 +116,7 @@ def test_an_agent_token_gets_nothing_of_another_agent(
     assert own.status_code not in (401, 404), own.text
 
 
+@ONE_REDIS
 @pytest.mark.parametrize(
     "authorization",
     [None, "", "Bearer", "Bearer ", "Basic YWRtaW46YWRtaW4=", "Bearer nope", "Bearer " + ADMIN_TOKEN + "x",
@@ -144,6 +149,7 @@ def test_tampered_and_transplanted_tokens_are_refused(client: TestClient) -> Non
     assert client.get("/v1/agents/alice", headers=bearer(alice)).status_code == 200
 
 
+@ONE_REDIS
 @pytest.mark.parametrize(("method", "path", "body"), ADMIN_ROUTES)
 def test_admin_routes_refuse_agent_tokens(
     client: TestClient, service: MemoryService, dispatcher: RecordingDispatcher, method: str, path: str, body: Any
