@@ -84,8 +84,11 @@ class ContextBuilderOps:
         query: str | None = None,
         user: str | None = None,
         token_sha256: str | None = None,
+        record_use: bool = True,
     ) -> BuiltContext:
-        """The prompt for the agent's next model call."""
+        """The prompt for the agent's next model call. The facts it shows count as used (their
+        lifetimes refreshed) unless ``record_use`` is off: a look at the prompt (GET /context,
+        the viewer, ``vcm context --built``) changes nothing."""
         hot = self.context(agent_id, token_sha256=token_sha256)
         info = self.agent(agent_id)
         cfg = self.settings.context
@@ -130,7 +133,7 @@ class ContextBuilderOps:
             if layer is not None:
                 injected.append(layer)
                 left -= layer.tokens
-        if used:
+        if used and record_use:
             self.record_fact_use(agent_id, used)
         built = prompt.assemble(hot.messages, hot.layers, hot.message_tokens, injected)
         return BuiltContext(

@@ -458,9 +458,12 @@ def _memory_routes(service: MemoryService, authority: TokenAuthority, settings: 
     ) -> ContextOut:
         """The main context as the hot state holds it; ``built=true``: the prompt the model sees,
         with the builder's layers (identity, tools hint, state, sticky facts, relevant memory for
-        ``query`` or the latest user message, skills), each with its tokens and sources."""
+        ``query`` or the latest user message, skills), each with its tokens and sources. Looking
+        changes nothing: the facts shown are not counted as used."""
         if built:
-            ctx = service.build_context(agent_id, query=query, user=user, token_sha256=who.token_sha256)
+            ctx = service.build_context(
+                agent_id, query=query, user=user, token_sha256=who.token_sha256, record_use=False
+            )
             return ContextOut.built(agent_id, ctx)
         return ContextOut.of(agent_id, service.context(agent_id, token_sha256=who.token_sha256))
 

@@ -204,7 +204,11 @@ def cmd_context(args: argparse.Namespace) -> int:
         return 0
     # In embedded mode this process rebuilds the agent's hot state from the data directory.
     with _service(args) as service:
-        ctx = service.build_context(args.agent, query=args.query) if args.built else service.context(args.agent)
+        ctx = (
+            service.build_context(args.agent, query=args.query, record_use=False)
+            if args.built
+            else service.context(args.agent)
+        )
         data = {
             "agent_id": args.agent,
             "gauges": ctx.gauges.as_dict(),

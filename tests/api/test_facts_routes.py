@@ -128,3 +128,7 @@ def test_the_built_context_shows_each_layer_with_its_tokens_and_sources(client: 
     memory = next(x for x in built["injected"] if x["name"] == "memory")
     assert memory["sources"][0]["kind"] == "fact" and memory["tokens"] == built["layer_tokens"]["memory"]
     assert sum(x["tokens"] for x in built["injected"]) <= built["room"]
+    # A look at the prompt is a GET: the facts it shows are not counted as used.
+    facts = client.get("/v1/agents/a1/facts", headers=h).json()["facts"]
+    assert memory["sources"][0]["id"] in {f["fact_id"] for f in facts}
+    assert all(f["access_count"] == 0 for f in facts), facts

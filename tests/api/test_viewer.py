@@ -245,6 +245,9 @@ def test_gauges_a_live_fact_and_deleting_it(
     # Stored text is shown as text: the markup in it is visible and never ran.
     assert "<img src=x" in fact.inner_text()
     page.locator("#context-messages").get_by_text("hello <img", exact=False).wait_for(state="attached")
+    # The context panel shows the prompt as built: the sticky fact in its own layer.
+    built = page.locator("#context-messages li[data-layer=sticky]", has_text="The user's name is Ada")
+    built.wait_for(state="attached", timeout=LIVE_S)
     assert page.evaluate("window.__xss") is None
     page.locator("#timeline li[data-kind=fact_decision]").first.wait_for(timeout=LIVE_S)
 

@@ -46,7 +46,9 @@ const daysAgo = (days) => Date.now() / 1000 - days * 86400;
 
 const loaders = {
   async context() {
-    renderContext($("context-messages"), $("context-count"), await api(agentPath(view.agentId, "/context")));
+    // The built prompt (GET leaves fact lifetimes alone): what the model sees, injected memory included.
+    const ctx = await api(agentPath(view.agentId, "/context"), { query: { built: true } });
+    renderContext($("context-messages"), $("context-count"), ctx);
   },
   async blocks() {
     const [{ blocks }, history] = await Promise.all([
@@ -90,10 +92,11 @@ function reloadDirty() {
   }
 }
 
-// Which panels an audit row makes stale (appends and flushes reach the context via `status`).
+// Which panels an audit row makes stale (appends and flushes reach the context via `status`;
+// facts and state reach it too, as the prompt's state header, sticky facts and memory).
 function stale(kind) {
-  if (kind.startsWith("fact")) return ["facts"];
-  if (kind.startsWith("state")) return ["state"];
+  if (kind.startsWith("fact")) return ["facts", "context"];
+  if (kind.startsWith("state")) return ["state", "context"];
   if (kind.startsWith("core")) return ["blocks", "context"];
   if (["evict", "summarize", "reset", "restore", "snapshot_restored", "forget"].includes(kind)) {
     return ["summary", "context", "blocks", "facts", "state"];
