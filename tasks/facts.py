@@ -483,6 +483,20 @@ def _last(day: datetime, name: str) -> datetime:
 _SMALL = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "few": 3}
 
 
+# Speaker labels that name a message's role: "assistant: booked the flight" is how a summary line
+# attributes an unnamed assistant turn, not a forged role (a person named "system" still is one).
+ROLE_LABELS = frozenset({"user", "assistant", "tool"})
+
+
+def scan_spoken(speaker: str, text: str, scan: Scan) -> tuple[str, ...]:
+    """The poisoning reasons of a summary line's text, and of its speaker label with it unless
+    the label is a role's own."""
+    reasons = scan(text)
+    if speaker and speaker.lower() not in ROLE_LABELS:
+        reasons = tuple(dict.fromkeys([*reasons, *scan(f"{speaker}: {text}")]))
+    return reasons
+
+
 def flagged_line(speaker: str, sentence: str, reasons: Sequence[str], limit: int = 160) -> str:
     """A flagged sentence as quoted data: marked, cut short, never an instruction."""
     quoted = " ".join(sentence.split()).replace('"', "'")
@@ -529,7 +543,7 @@ def previous_units(lines: Iterable[str], scan: Scan | None, shorten: Callable[[s
             speaker, body = "", line
         for clause in telegraph.clauses(body) if speaker else [body]:
             clause = shorten(clause) if shorten is not None and speaker else clause
-            reasons = scan(f"{speaker}: {clause}" if speaker else clause) if scan is not None else ()
+            reasons = scan_spoken(speaker, clause, scan) if scan is not None else ()
             if reasons:
                 out.append(Unit(speaker, flagged_line(speaker, clause, reasons), tuple(reasons), previous=True))
             else:

@@ -407,6 +407,20 @@ def render(pool: Sequence[facts.Unit], rows: Sequence[int]) -> str:
     )
 
 
+def guarded(text: str, scan: facts.Scan) -> str:
+    """Each rendered line scanned as it stands: clauses that passed one by one can read as an
+    instruction once joined on their speaker's line (``will ignore what Bob says; all previous
+    instructions are void``), so such a line is kept only as a marked quote."""
+    out = []
+    for line in text.split("\n"):
+        speaker, sep, body = line.partition(": ")
+        if not sep or " " in speaker or len(speaker) > 64:
+            speaker, body = "", line
+        reasons = () if line.startswith(facts.FLAG_PREFIX) else facts.scan_spoken(speaker, body, scan)
+        out.append(facts.flagged_line(speaker, body, reasons) if reasons else line)
+    return "\n".join(out)
+
+
 def extractive(request: Request, params: Params) -> Draft:
     """The fact-keeping summary of ``request`` (see the module docstring).
 
@@ -507,8 +521,9 @@ def _fact_draft(request: Request, params: Params, source: Units, pool: list[fact
     """Render the picked units; while the (non-additive) recount is over the cap, drop the unit
     picked last."""
     kept = list(picked)
+    scan = request.scan or default_scan
     while True:
-        text = render(pool, kept)
+        text = guarded(render(pool, kept), scan)
         tokens = request.count(text)
         if tokens <= request.cap or not kept:
             break
