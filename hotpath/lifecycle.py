@@ -21,6 +21,7 @@ from typing import Any
 from vcm import snapshots, validation
 from vcm.durable import Durability, agent_config, append_event, block_write, stored_message
 from vcm.errors import Conflict, NotFound, ValidationError
+from vcm.hot import keys
 from vcm.hot.state import HotState, Snapshot
 from vcm.obs import metrics
 from vcm.settings import Settings
@@ -256,7 +257,9 @@ class LifecycleOps:
         return floor
 
     def _reload(self, agent_id: str) -> None:
-        self.hot.forget(agent_id)
+        # The change feed and the instance reports outlive a reload: followers see the change that
+        # says what happened (restore: the whole agent) rather than a gap; a running turn keeps its lock.
+        self.hot.forget(agent_id, keep=(keys.CHANGES, keys.INSTANCES, keys.TURN))
         self.durable.forget(agent_id)
         self.rebuild(agent_id)
 

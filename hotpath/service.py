@@ -408,10 +408,10 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
             )
         # Replays too: the first attempt may have died before its copy reached the store.
         self.durable.block_written(agent_id, block_id)
+        # Replays too: the first attempt may have died before publishing, and a follower given the
+        # same change twice only reads the block once more.
+        self._changed(agent_id, "block", block_id, res.rev)
         if not res.replayed:
-            # Not on a replay: a retry changes nothing, the feed included (a first attempt that
-            # died before this line leaves caches to their entries' lifetimes).
-            self._changed(agent_id, "block", block_id, res.rev)
             before = res.previous
             details: dict[str, Any] = {
                 "block_id": block_id,
@@ -463,7 +463,7 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         )
         if res.deleted:
             self.durable.block_deleted(agent_id, block_id)
-        if res.deleted and not res.replayed:
+        if res.deleted:  # replays too, as for put_block
             self._changed(agent_id, "block", block_id, None, "delete")
         if not res.replayed:
             before = res.previous

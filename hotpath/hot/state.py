@@ -8,7 +8,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -818,12 +818,14 @@ class HotState:
             replayed=False,
         )
 
-    def forget(self, agent_id: str) -> int:
+    def forget(self, agent_id: str, *, keep: Collection[str] = ()) -> int:
         """Delete every Redis key of the agent (all share its hash tag, so one SCAN pattern finds
-        them on a single node; on a cluster each master is scanned by redis-py). Returns how many."""
+        them on a single node; on a cluster each master is scanned by redis-py) but those named in
+        ``keep`` (key names of :mod:`vcm.hot.keys`). Returns how many."""
         validation.agent_id(agent_id)
         pattern = keys.prefix(agent_id).replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + "*"
-        doomed = [k for k in self.redis.scan_iter(match=pattern, count=1000)]
+        kept = {keys.key(agent_id, name) for name in keep}
+        doomed = [k for k in self.redis.scan_iter(match=pattern, count=1000) if k not in kept]
         removed = 0
         for i in range(0, len(doomed), 500):
             removed += int(self.redis.delete(*doomed[i : i + 500]))

@@ -54,12 +54,12 @@ def test_every_write_of_blocks_state_and_facts_is_a_change_and_none_carries_cont
     assert "SECRET" not in json.dumps(got)
     ids = [c["id"] for c in got]
     assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-")))) and all(c["at"] > 0 for c in got)
-    # A restore rebuilds the agent's hot state, feed included: readers are told of the gap and
-    # that everything may have changed.
+    # A restore rebuilds the agent's hot state but keeps its feed: readers are told, without a
+    # gap, that everything may have changed.
     snap = client.post("/v1/agents/alice/snapshots", json={}, headers=me).json()
     client.post(f"/v1/agents/alice/snapshots/{snap['snapshot_id']}/restore", headers=me)
     after = client.get("/v1/agents/alice/changes", params={"after": ids[-1]}, headers=me).json()
-    assert after["gap"] is True and [(c["kind"], c["op"]) for c in after["changes"]] == [("agent", "reset")]
+    assert after["gap"] is False and [(c["kind"], c["op"]) for c in after["changes"]] == [("agent", "reset")]
     # Another agent's token reads it as missing; a bad position is refused.
     bob = new_agent(client, "bob")
     assert client.get("/v1/agents/alice/changes", headers=bob).status_code == 404

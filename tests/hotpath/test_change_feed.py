@@ -13,6 +13,7 @@ from vcm.errors import ValidationError
 from vcm.hot import keys
 from vcm.hot.changes import ChangeFeed, position
 from vcm.hot.instances import InstanceBoard
+from vcm.service import MemoryService
 
 
 @pytest.fixture
@@ -80,3 +81,14 @@ def test_the_board_keeps_each_instances_latest_report_and_drops_the_silent(redis
     assert [r["instance_id"] for r in board.records("a", 1040.0)] == ["i2", "i3"]
     assert [r["instance_id"] for r in board.records("a", 1125.0)] == ["i3"]  # i2 silent for > 100 s
     assert board.records("b", 1000.0) == []
+
+
+def test_a_retried_block_write_publishes_its_change_again(svc: MemoryService) -> None:
+    head = svc.changes("ann").next_after
+    # The first attempt reached Redis, then its process died before publishing the change.
+    svc.hot.put_block("ann", "plan", "Ship on Friday.", idempotency_key="k1")
+    assert svc.changes("ann", after=head).changes == ()
+    res = svc.put_block("ann", "plan", "Ship on Friday.", idempotency_key="k1")
+    assert res.replayed
+    page = svc.changes("ann", after=head)
+    assert [(c.kind, c.key, c.version, c.op) for c in page.changes] == [("block", "plan", res.rev, "put")]

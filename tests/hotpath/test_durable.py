@@ -205,8 +205,12 @@ def test_snapshot_mutate_restore_returns_the_agent_exactly(fresh_redis: Any, sto
     svc.put_block("erin", "persona", "Erin switched to coffee.", expected_rev=block.rev, pinned=True)
     svc.put_block("erin", "extra", "a new block")
     assert state_of(svc, "erin") != before
+    seen = svc.changes("erin").next_after  # a follower, caught up
 
     out = svc.restore_snapshot("erin", snap.snapshot_id)
+    # The follower is told what happened (the whole agent changed), not that it missed something.
+    told = svc.changes("erin", after=seen)
+    assert not told.gap and [(c.kind, c.op) for c in told.changes] == [("agent", "reset")]
     after = state_of(svc, "erin")
     for field in ("gauges", "fifo", "blocks", "summary", "system"):
         assert after[field] == before[field], field
