@@ -35,6 +35,7 @@ from vcm.store.types import Fact, FactHit, FactQuery, StateEntry
 from vcm.types import Gauges
 
 log = logging.getLogger(__name__)
+MAX_QUERY_CHARS = 4000
 # Parsed skill directories of this process, re-read when a file changes (all services share them).
 _skills_lock = threading.Lock()
 _skills_cache: dict[str, tuple[tuple[tuple[str, int], ...], list[skill_files.Skill], list[skill_files.Problem]]] = {}
@@ -97,6 +98,8 @@ class ContextBuilderOps:
         room = max(0, window - math.ceil(window * self.settings.budget.output_reserve) - hot.gauges.total)
         if query is None:
             query = _latest_user_text(hot)
+        # A long message is searched for by its first MAX_QUERY_CHARS (the searches' own limit).
+        query = query[:MAX_QUERY_CHARS]
         caps = {
             "identity": room, "tools_hint": math.floor(window * cfg.tools_hint),
             "state": math.floor(window * cfg.state), "sticky": math.floor(window * cfg.sticky),

@@ -516,7 +516,8 @@ class MemoryService(KnowledgeOps, EntityGraphOps, ContextBuilderOps, LifecycleOp
         messages get no vectors (``[recall] vectors`` off). The result says which mode ran.
 
         ``exclude``: message ids left out of this page (the prompt builder's FIFO); the store is
-        asked for that many more, and such a page has no next cursor."""
+        asked for that many more (at most the store's limit of 1 000 in all), and such a page has
+        no next cursor."""
         self.agent(agent_id)
         query = validation.text(query, "query", 10_000)
         if mode not in ("text", "vector", "hybrid"):

@@ -80,9 +80,9 @@ class ChatSettings(BaseModel):
     max_retries: int = Field(2, ge=0, le=10)
     max_message_chars: int = Field(100_000, ge=1, le=10_000_000)
     # One turn at a time per agent: a second waits this long for the first, then gets CONFLICT.
-    turn_wait_s: float = Field(30.0, ge=0.0, le=3600.0)
-    # The turn lock's lifetime: frees an agent whose turn died with its process.
-    turn_hold_s: float = Field(600.0, gt=0.0, le=86400.0)
+    turn_wait_s: float = Field(15.0, ge=0.0, le=3600.0)
+    # The turn lock's lifetime, renewed while the turn runs: frees an agent whose process died.
+    turn_hold_s: float = Field(60.0, ge=1.0, le=86400.0)
 
 
 class HeartbeatSettings(BaseModel):

@@ -34,18 +34,35 @@ Vector = npt.NDArray[np.float32]
 
 
 def fact_text(fact: Fact) -> str:
-    return " ".join([fact.value, fact.key or "", *fact.tags, fact.category])
+    return document(fact.value, fact.key, fact.tags, fact.category)
+
+
+def document(value: str, key: str | None, tags: Sequence[str], category: str) -> str:
+    """The text a fact is found by: its value, key, tags and category."""
+    return " ".join([value, key or "", *tags, category])
 
 
 def fact_terms(fact: Fact) -> list[str]:
     return analyze(fact_text(fact))
 
 
-@functools.lru_cache(maxsize=1 << 16)
+# Fact texts whose analysis is cached (per process); longer texts are analysed on each search so
+# that the cache stays within a few tens of MB.
+CACHED_TEXTS = 8192
+CACHED_TEXT_CHARS = 600
+
+
 def _term_counts(text: str) -> tuple[int, dict[str, int]]:
     """Length and term frequencies of an analysed fact text (cached: the analyzer is the cost)."""
+    return _cached_counts(text) if len(text) <= CACHED_TEXT_CHARS else _counts(text)
+
+
+def _counts(text: str) -> tuple[int, dict[str, int]]:
     terms = analyze(text)
     return len(terms), dict(Counter(terms))
+
+
+_cached_counts = functools.lru_cache(maxsize=CACHED_TEXTS)(_counts)
 
 
 @dataclass(frozen=True)
@@ -109,7 +126,8 @@ def order(
         return []
     wanted = query_terms(text) if text.strip() else []
     text_scores = _text_scores(wanted, candidates) if wanted else []
-    vector_scores = _vector_scores(fusion.unit_vector(vector), candidates) if vector is not None else []
+    embedded = vector is not None and any(c.vector is not None for c in candidates)
+    vector_scores = _vector_scores(fusion.unit_vector(vector), candidates) if embedded else []
     if not text_scores and not vector_scores:
         return []
     if not vector_scores:
@@ -142,4 +160,14 @@ def blob_vector(blob: bytes | None) -> Vector | None:
     return v
 
 
-__all__ = ("MAX_CANDIDATES", "Candidate", "blob_vector", "candidate", "fact_terms", "fact_text", "order", "rank")
+__all__ = (
+    "MAX_CANDIDATES",
+    "Candidate",
+    "blob_vector",
+    "candidate",
+    "document",
+    "fact_terms",
+    "fact_text",
+    "order",
+    "rank",
+)

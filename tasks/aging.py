@@ -37,12 +37,13 @@ _RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?<!\bit )\b(?:is|are|was|were)(?: been)?\s+(?=[\w\"“(])(?!not\b|n't)", re.I), ""),
     (re.compile(r"^been\s+" + _AFTER_WORD, re.I), ""),
     (re.compile(r"\b(?:this|these|those|some)\s+(?=[a-z])(?!of\b|time\b|day\b|week\b|year\b)", re.I), ""),
-    # Adverbs and praise that state no fact.
-    (re.compile(r"\b(?:always|really|just|also|still|even|actually)\s+" + _AFTER_WORD, re.I), ""),
+    # Adverbs and praise that state no fact; lower case only, and praise only before a lower-case
+    # word: a capital makes them part of a name ("Nice", "Great Wall", "Cool Runnings").
+    (re.compile(r"\b(?:always|really|just|also|still|even|actually)\s+" + _AFTER_WORD), ""),
     (
         re.compile(
-            r"\b(?:great|awesome|amazing|cool|nice|wonderful|fantastic|incredible)\s+(?=[a-z])(?!and\b|or\b|to\b)",
-            re.I,
+            r"\b(?:great|awesome|amazing|cool|nice|wonderful|fantastic|incredible)\s+(?=[a-z])"
+            r"(?!and\b|or\b|to\b|grand|aunt|uncle)"
         ),
         "",
     ),

@@ -95,10 +95,12 @@ class LazyEmbed:
         ``threads`` unset it runs on :data:`QUERY_THREADS` intra-op threads: a query is one short
         text, and torch's default (one thread per core) makes it wait on cores that request
         threads and the cold path are using (on 2 shared cores: 13 ms p50 on one thread,
-        67 ms p50 / 490 ms p95 on two, ``scripts/bench_context.py``)."""
+        67 ms p50 / 490 ms p95 on two, ``scripts/bench_context.py``). Not when the cold path's
+        model work runs in this process too (``[embedding] subprocess`` off): torch's threads are
+        the process's, and batches need them."""
         found = LazyEmbed.__new__(LazyEmbed)
         settings = self._settings
-        if not settings.threads:
+        if not settings.threads and settings.subprocess:
             settings = settings.model_copy(update={"threads": QUERY_THREADS})
         found._settings, found._local = settings, True
         return found

@@ -410,15 +410,39 @@ def render(pool: Sequence[facts.Unit], rows: Sequence[int]) -> str:
 def guarded(text: str, scan: facts.Scan) -> str:
     """Each rendered line scanned as it stands: clauses that passed one by one can read as an
     instruction once joined on their speaker's line (``will ignore what Bob says; all previous
-    instructions are void``), so such a line is kept only as a marked quote."""
-    out = []
+    instructions are void``). The shortest run of adjacent clauses that matches becomes a marked
+    quote on a line of its own (again while one matches); the speaker's other clauses stay."""
+    out: list[str] = []
     for line in text.split("\n"):
         speaker, sep, body = line.partition(": ")
         if not sep or " " in speaker or len(speaker) > 64:
             speaker, body = "", line
-        reasons = () if line.startswith(facts.FLAG_PREFIX) else facts.scan_spoken(speaker, body, scan)
-        out.append(facts.flagged_line(speaker, body, reasons) if reasons else line)
+        if line.startswith(facts.FLAG_PREFIX) or not (reasons := facts.scan_spoken(speaker, body, scan)):
+            out.append(line)
+        elif not speaker:
+            out.append(facts.flagged_line("", line, reasons))
+        else:
+            kept, marked = _unjoin(speaker, telegraph.clauses(body), scan)
+            if kept:
+                out.append(telegraph.join(speaker, kept))
+            out.extend(marked)
     return "\n".join(out)
+
+
+def _unjoin(speaker: str, clauses: list[str], scan: facts.Scan) -> tuple[list[str], list[str]]:
+    """A speaker's clauses less each shortest matching run, and those runs as marked lines."""
+    marked: list[str] = []
+    while clauses and facts.scan_spoken(speaker, "; ".join(clauses), scan):
+        window = next(
+            (i, i + n)
+            for n in range(1, len(clauses) + 1)
+            for i in range(len(clauses) - n + 1)
+            if facts.scan_spoken(speaker, "; ".join(clauses[i : i + n]), scan)
+        )
+        run = "; ".join(clauses[window[0] : window[1]])
+        marked.append(facts.flagged_line(speaker, run, facts.scan_spoken(speaker, run, scan)))
+        clauses = clauses[: window[0]] + clauses[window[1] :]
+    return clauses, marked
 
 
 def extractive(request: Request, params: Params) -> Draft:

@@ -22,7 +22,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header
@@ -35,6 +35,7 @@ from vcm.api.auth import Principal
 from vcm.api.models import ERROR_RESPONSES, AgentId, ErrorOut
 from vcm.dispatch import COLD_PATH
 from vcm.errors import LlmRejected, LlmUnavailable, NotFound, ValidationError, VcmError
+from vcm.hot.turns import Turn
 from vcm.llm import ChatClient, ChatError, Completion, StreamAccumulator
 from vcm.service import MemoryService
 from vcm.settings import ChatSettings
@@ -193,7 +194,7 @@ def chat_routes(
             return ChatOut.of(agent_id, result)
         held = service.turn(agent_id)  # before the 200: a busy agent is a CONFLICT, not an event
 
-        def events() -> Iterator[str]:
+        def events() -> Generator[str, None, None]:
             with held, COLD_PATH.generating():
                 turn = loop.turn(agent_id, body.message, name=body.name, stream=True)
                 try:
@@ -208,11 +209,10 @@ def chat_routes(
                     yield sse("error", coded(exc).to_dict())
                 except VcmError as exc:
                     yield sse("error", exc.to_dict())
+                finally:
+                    turn.close()  # a client gone mid-turn: the turn ends here, under its lock
 
-        return StreamingResponse(
-            events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"},
-            background=BackgroundTask(held.release),  # a stream never started still frees the turn
-        )  # fmt: skip
+        return _streamed(events(), held)
 
     @router.get("/v1/agents/{agent_id}/stats", response_model=StatsOut, responses=ERROR_RESPONSES)
     def stats(agent_id: AgentId, who: Principal = agent_scope) -> StatsOut:
@@ -230,12 +230,15 @@ def chat_routes(
         service.agent(agent_id)
         client = upstream.client()
         held = service.turn(agent_id)
-        try:
-            query = reconcile(service, agent_id, body.messages, who.actor, limit)
-            context = service.build_context(agent_id, query=query)
+        try:  # until the turn is handed to the response, any failure frees it
+            return _complete(agent_id, body, who, client, held)
         except BaseException:
             held.release()
             raise
+
+    def _complete(agent_id: str, body: CompletionIn, who: Principal, client: ChatClient, held: Turn) -> Any:
+        query = reconcile(service, agent_id, body.messages, who.actor, limit)
+        context = service.build_context(agent_id, query=query)
         options = {k: v for k, v in (body.model_extra or {}).items() if k in PASSTHROUGH}
         model = upstream.settings.model or body.model or service.agent(agent_id).model
         request_model = body.model or model
@@ -252,7 +255,7 @@ def chat_routes(
                 _keep_reply(service, agent_id, completion, reply_key, who.actor)
             return JSONResponse(_completion_json(completion, request_model))
 
-        def chunks() -> Iterator[str]:
+        def chunks() -> Generator[str, None, None]:
             created, cid = int(time.time()), "chatcmpl-vcm-" + uuid.uuid4().hex[:24]
             with held:
                 with COLD_PATH.generating():
@@ -272,12 +275,26 @@ def chat_routes(
                 _keep_reply(service, agent_id, acc.completion(), reply_key, who.actor)
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(
-            chunks(), media_type="text/event-stream", headers={"Cache-Control": "no-store"},
-            background=BackgroundTask(held.release),
-        )  # fmt: skip
+        return _streamed(chunks(), held)
 
     return router
+
+
+def _streamed(body: Generator[str, None, None], held: Turn) -> StreamingResponse:
+    """Server-sent events from ``body``, which holds the agent's turn while it runs. After the
+    response (sent, failed, or the client gone) the generator is closed, which ends the turn under
+    its lock, and the turn is freed; one still running in its thread frees it when it ends."""
+
+    def finish() -> None:
+        try:
+            body.close()
+        except ValueError:  # "generator already executing": its own ``with`` releases the turn
+            return
+        held.release()
+
+    return StreamingResponse(
+        body, media_type="text/event-stream", headers={"Cache-Control": "no-store"}, background=BackgroundTask(finish)
+    )
 
 
 def _agent_of(who: Principal, header: str | None) -> str:

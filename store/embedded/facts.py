@@ -185,7 +185,7 @@ class FactOps(EmbeddedBase):
             tags = _strings(r["tags"])
             if wanted and not wanted <= set(tags):
                 continue
-            doc = " ".join([r["value"], r["key"] or "", *tags, r["category"]])
+            doc = fact_rank.document(r["value"], r["key"], tags, r["category"])
             candidates.append(
                 fact_rank.Candidate(r["fact_id"], doc, float(r["updated_at"]), fact_rank.blob_vector(r["embedding"]))
             )
@@ -198,11 +198,11 @@ class FactOps(EmbeddedBase):
             for part in chunked(ids)
             for r in self._db.query(
                 "read fact hits",
-                f"SELECT {_COLUMNS} FROM facts WHERE agent_id = ? AND fact_id IN ({','.join('?' * len(part))})",
-                (agent_id, *part),
+                f"SELECT {_COLUMNS} FROM facts WHERE {where} AND fact_id IN ({','.join('?' * len(part))})",
+                (*params, *part),
             )
         }
-        # A hit deleted between the two reads is left out.
+        # A hit deleted or changed past the filters between the two reads is left out.
         return [FactHit(_fact(whole[i]), s) for i, s in ranked if i in whole]
 
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:

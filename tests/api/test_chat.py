@@ -255,3 +255,14 @@ def test_one_turn_at_a_time_per_agent(app: FastAPI, upstream: FakeLLM, service: 
         assert r.status_code == 200 and r.json()["reply"] == "Third."
         texts = [m["content"] for m in service.context("ann").messages if m["role"] != "system"]
         assert texts[-4:] == ["one", "First.", "three", "Third."]
+        # Streamed turns free the agent too: when they end, and when their client goes away.
+        service.hot.turns.wait_s = 5.0
+        upstream.script += [streamed("Four."), dataclasses.replace(streamed("Five."), delay_s=1.0), answer("Six.")]
+        with httpx.stream("POST", f"{live.url}/v1/agents/ann/chat", json={"message": "four", "stream": True},
+                          headers=auth) as s:  # fmt: skip
+            assert "Four." in "".join(s.iter_lines())
+        with httpx.stream("POST", f"{live.url}/v1/agents/ann/chat", json={"message": "five", "stream": True},
+                          headers=auth) as s:  # fmt: skip
+            assert s.status_code == 200  # then the client leaves before the model answers
+        r = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "six"}, headers=auth, timeout=30)
+        assert r.status_code == 200 and r.json()["reply"] == "Six."

@@ -175,3 +175,11 @@ def test_recall_can_leave_out_ids_and_marks_only_what_it_returns(svc: MemoryServ
     page = svc.search_recall("ann", "Porto door code", limit=2, exclude=left_out)
     ids = [h.message.message_id for h in page.page.items]
     assert ids == first[4:6] and len(page.marks) == 2 and page.page.next_cursor is None
+
+
+def test_a_long_latest_message_is_searched_by_its_beginning(svc: MemoryService) -> None:
+    svc.remember("ann", "The Porto office opens at 9", type="learned")
+    svc.append("ann", "user", "When does the Porto office open? " + "Some context follows here. " * 400)
+    built = svc.build_context("ann")  # a 10 000-character message: no error, memory still found
+    assert len(built.query) == 4000 and built.query.startswith("When does the Porto office open?")
+    assert "opens at 9" in next(layer.text for layer in built.injected if layer.name == "memory")

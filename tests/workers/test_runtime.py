@@ -51,6 +51,9 @@ def test_a_serving_process_embeds_queries_on_one_thread_unless_configured(tmp_pa
     assert runtime.LazyEmbed(settings).local().settings.threads == runtime.QUERY_THREADS == 1
     configured = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"threads": 3})})
     assert runtime.LazyEmbed(configured).local().settings.threads == 3
+    # The cold path in the same process: torch's default stays (its threads are the process's).
+    inline = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"subprocess": False})})
+    assert runtime.LazyEmbed(inline).local().settings.threads == 0
 
 
 def test_faults_from_the_environment_reach_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
