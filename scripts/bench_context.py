@@ -155,6 +155,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         run = start(sample, args.model, "model")
         if run.service.embed is not None:
             run.service.embed(["warm"])  # the model loaded before anything is timed
+        if args.torch_threads:  # after the load, which sets the query model's own default
+            import torch
+
+            torch.set_num_threads(args.torch_threads)
         instrument(run, profile)
         names.append(conv.sample_id)
         play(run, user_turns_to(conv.turns, conv.speakers[0], wanted), after_turn)
@@ -238,12 +242,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10, help="first measured turns left out")
     parser.add_argument("--torch-threads", type=int, default=0, help="0: as vcm serve's query model (1)")
     args = parser.parse_args(argv)
-    import torch
-
-    from vcm.tasks.runtime import QUERY_THREADS
-
-    # The cold path runs in this process too, so the setting is the process's, set before either loads.
-    torch.set_num_threads(args.torch_threads or QUERY_THREADS)
     result = measure(args)
     print_table(result)
     if args.json:
