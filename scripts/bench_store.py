@@ -21,7 +21,8 @@ Everything goes through the embedded adapter's real paths (``spool_messages``,
 * **one agent** (``--agent-messages``, issue 16): a single agent grown to 1e5 then 1e6
   messages, each with a 384-d recall vector drawn like the archival vectors. At each size the
   vector half's recall@10 against exact search is measured on a quiet store, then text, vector
-  and hybrid recall (limit 20) are timed (p50/p95/p99) while a writer thread spools messages
+  and hybrid recall (limit 20) are timed (p50/p95/p99) while a writer (another process with its
+  own store on the same files, or with ``--writer thread`` a thread of this one) spools messages
   with vectors into the same agent (``writer_batch`` every ``writer_pause_s``). The load
   average is recorded with each figure (the machine may be shared).
 
@@ -35,6 +36,7 @@ recall@10 >= 0.95 at the default nProbe.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -469,6 +471,8 @@ class Config:
     agent_train_threshold: int = 10_000  # the store's default; --quick lowers it to reach IVF fast
     writer_batch: int = 20
     writer_pause_s: float = 0.05
+    store_dir: Path | None = None  # cache of loaded one-agent stores (--store-dir)
+    writer: str = "process"  # the concurrent writer: another process (as workers are) or a thread
     spec: VectorSpec = field(default_factory=VectorSpec)
 
 
@@ -572,17 +576,10 @@ class Writer:
         self.error: BaseException | None = None
 
     def _run(self) -> None:
-        rng = np.random.default_rng(77)
-        at = self.start_id
         try:
-            while not self.stop.is_set():
-                docs, _ = self.source.documents(int(rng.integers(1_000)), self.cfg.writer_batch)
-                v = docs + self.source.spec.chunk_spread * self.source._noise(rng, len(docs))
-                v = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
-                _spool_with_vectors(self.store, self.agent, self.text, at, v)
-                self.vectors.append(v)
-                at += len(v)
-                self.stop.wait(self.cfg.writer_pause_s)
+            self.vectors = _write_batches(
+                self.store, self.agent, self.text, self.source, self.cfg, self.start_id, self.stop
+            )
         except BaseException as exc:  # reported by the bench, not swallowed
             self.error = exc
 
@@ -595,10 +592,123 @@ class Writer:
         self.thread.join()
 
 
+def _write_batches(
+    store: EmbeddedStore, agent: str, text: ZipfText, source: VectorSource, cfg: Config, start_id: int, stop: Any
+) -> list[F32]:
+    """The writer's loop: ``writer_batch`` messages with vectors, then ``writer_pause_s``, until ``stop``."""
+    rng = np.random.default_rng(77)
+    at, written = start_id, []
+    while not stop.is_set():
+        docs, _ = source.documents(int(rng.integers(1_000)), cfg.writer_batch)
+        v = docs + source.spec.chunk_spread * source._noise(rng, len(docs))
+        v = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+        _spool_with_vectors(store, agent, text, at, v)
+        written.append(v)
+        at += len(v)
+        stop.wait(cfg.writer_pause_s)
+    return written
+
+
+def _writer_main(path: str, agent: str, centres: F32, cfg: Config, start_id: int, stop: Any, out: Any) -> None:
+    """Entry point of the writer process: its own store on the same files, as a worker has."""
+    try:
+        with EmbeddedStore(path, train_threshold=cfg.agent_train_threshold) as store:
+            source = VectorSource(centres, cfg.spec)
+            text = ZipfText(cfg.vocab, cfg.zipf, seed=5)
+            written = _write_batches(store, agent, text, source, cfg, start_id, stop)
+        out.put(("ok", np.concatenate(written) if written else np.empty((0, DIM), dtype=np.float32)))
+    except BaseException as exc:  # reported by the bench
+        out.put(("error", repr(exc)))
+
+
+class ProcessWriter:
+    """The writer in another process (spawned, its own ``EmbeddedStore`` on the same files), as
+    the cold path's workers write in production: it competes for the cores and SQLite/tantivy,
+    not for the searching process's GIL."""
+
+    def __init__(self, path: str, agent: str, source: VectorSource, cfg: Config) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.stop = ctx.Event()
+        self.out: Any = ctx.Queue()
+        self.args = (path, agent, source.centres, cfg)
+        self.ctx = ctx
+        self.start_id = 0
+        self.vectors: list[F32] = []
+        self.error: BaseException | None = None
+
+    def __enter__(self) -> ProcessWriter:
+        self.process = self.ctx.Process(
+            target=_writer_main, args=(*self.args, self.start_id, self.stop, self.out), name="bench-writer"
+        )
+        self.process.start()
+        time.sleep(2.0)  # let it open the store and start writing before the timed queries
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        status, payload = self.out.get(timeout=120)
+        self.process.join(timeout=60)
+        if status == "ok":
+            self.vectors = [payload]
+        else:
+            self.error = RuntimeError(f"writer process failed: {payload}")
+
+
+AGENT_CACHE_FORMAT = 1
+_AGENT_FILES = ("agent.db", "agent.db.tantivy", "agent.db.faiss")
+
+
+def agent_cache_key(cfg: Config, size: int) -> str:
+    """What a loaded one-agent store depends on; a cached store is reused only under the same key."""
+    spec = {
+        "format": AGENT_CACHE_FORMAT,
+        "size": size,
+        "vocab": cfg.vocab,
+        "zipf": cfg.zipf,
+        "centres": cfg.centres,
+        "spec": asdict(cfg.spec),
+        "docs_per_block": cfg.docs_per_block,
+        "train_threshold": cfg.agent_train_threshold,
+        "spool_batch": cfg.spool_batch,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _copy_agent_store(source: Path, target: Path) -> None:
+    """Copy a closed one-agent store (SQLite file, tantivy and FAISS directories) into ``target``."""
+    _drop_agent_store(target)
+    target.mkdir(parents=True, exist_ok=True)
+    for name in _AGENT_FILES:
+        path = source / name
+        if path.is_dir():
+            shutil.copytree(path, target / name)
+        elif path.exists():
+            shutil.copy2(path, target / name)
+
+
+def _drop_agent_store(directory: Path) -> None:
+    for path in directory.glob("agent.db*"):
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def _open_agent_store(cfg: Config, directory: Path) -> EmbeddedStore:
+    return EmbeddedStore(str(directory / "agent.db"), train_threshold=cfg.agent_train_threshold)
+
+
 def bench_agent(cfg: Config, directory: Path) -> list[dict[str, Any]]:
     """One agent grown through ``agent_sizes`` messages, each with a synthetic recall vector; at
     each size: the vector half's recall@10 against exact search (quiet), then text, vector and
-    hybrid recall latency (limit 20) while a writer thread spools into the same agent."""
+    hybrid recall latency (limit 20) while a writer thread spools into the same agent.
+
+    With ``cfg.store_dir`` each size is loaded from empty once and the closed store (after its
+    first search built the index) is kept there under :func:`agent_cache_key`; later runs copy it
+    into ``directory`` instead of loading (the writer then writes into the copy only), and
+    recompute the exact top-10 from the same seeded vectors."""
     log(f"embedding {cfg.centres} centre sentences with MiniLM (message vectors)")
     source = VectorSource(real_embeddings(cfg.centres), cfg.spec)
     text, query_text = ZipfText(cfg.vocab, cfg.zipf, seed=3), ZipfText(cfg.vocab, cfg.zipf, seed=4)
@@ -609,26 +719,74 @@ def bench_agent(cfg: Config, directory: Path) -> list[dict[str, Any]]:
     exact = ExactTopK(queries, TOP_K)
     rows: list[dict[str, Any]] = []
     done, block = 0, 0
-    with EmbeddedStore(str(directory / "agent.db"), train_threshold=cfg.agent_train_threshold) as store:
-        for size in cfg.agent_sizes:
-            load_s = 0.0
-            while done < size:
-                vectors, _, _ = source.chunks(block, n_docs)
-                block += 1
-                vectors = vectors[: size - done]
-                exact.add(vectors, done)
-                for at in range(0, len(vectors), cfg.spool_batch):
-                    part = vectors[at : at + cfg.spool_batch]
-                    took, _ = timed(lambda p=part, first=done + at: _spool_with_vectors(store, agent, text, first, p))
-                    load_s += took
-                done += len(vectors)
-            store.flush_text_index()
-            log(f"agent holds {done} messages with vectors (loaded in {load_s:.1f}s)")
-            build_s, _ = timed(
-                lambda: store.search_recall_hybrid(
-                    agent, "warm", queries[0].tolist(), mode="vector", limit=20, embedding_version=AGENT_VERSION
-                )
+
+    def first_search(s: EmbeddedStore) -> float:
+        """The first vector search: builds (or loads) the agent's message index."""
+        took, _ = timed(
+            lambda: s.search_recall_hybrid(
+                agent, "warm", queries[0].tolist(), mode="vector", limit=20, embedding_version=AGENT_VERSION
             )
+        )
+        return took
+
+    store = _open_agent_store(cfg, directory)
+    try:
+        for size in cfg.agent_sizes:
+            cached: Path | None = None
+            if cfg.store_dir is not None:
+                cached = cfg.store_dir / f"agent-{size}-{agent_cache_key(cfg, size)}"
+                # Each size from empty, so a cached store depends on its own key only (growing
+                # from the previous size would carry that size's writer messages).
+                store.close()
+                _drop_agent_store(directory)
+                done, block, exact = 0, 0, ExactTopK(queries, TOP_K)
+            meta: dict[str, Any] = {}
+            reused = cached is not None and (cached / "ready.json").exists()
+            if cached is not None and reused:
+                meta = json.loads((cached / "ready.json").read_text())
+                took, _ = timed(lambda c=cached: _copy_agent_store(c, directory))
+                while done < size:
+                    vectors, _, _ = source.chunks(block, n_docs)
+                    block += 1
+                    vectors = vectors[: size - done]
+                    exact.add(vectors, done)
+                    done += len(vectors)
+                log(f"reusing the cached store {cached} ({done} messages, copied in {took:.1f}s)")
+                store = _open_agent_store(cfg, directory)
+                load_s, build_s = float(meta["load_s"]), float(meta["index_build_s"])
+                open_s = first_search(store)
+                log(f"persisted index loaded by the first search in {open_s:.1f}s")
+            else:
+                if cached is not None:
+                    store = _open_agent_store(cfg, directory)
+                load_s = 0.0
+                while done < size:
+                    vectors, _, _ = source.chunks(block, n_docs)
+                    block += 1
+                    vectors = vectors[: size - done]
+                    exact.add(vectors, done)
+                    for at in range(0, len(vectors), cfg.spool_batch):
+                        part = vectors[at : at + cfg.spool_batch]
+                        took, _ = timed(
+                            lambda p=part, first=done + at, s=store: _spool_with_vectors(s, agent, text, first, p)
+                        )
+                        load_s += took
+                    done += len(vectors)
+                store.flush_text_index()
+                log(f"agent holds {done} messages with vectors (loaded in {load_s:.1f}s)")
+                build_s = first_search(store)
+                if cached is not None:
+                    store.close()
+                    staging = cached.with_name(cached.name + ".partial")
+                    shutil.rmtree(staging, ignore_errors=True)
+                    _copy_agent_store(directory, staging)
+                    meta = {"messages": done, "load_s": round(load_s, 1), "index_build_s": round(build_s, 2)}
+                    (staging / "ready.json").write_text(json.dumps(meta) + "\n")
+                    shutil.rmtree(cached, ignore_errors=True)
+                    staging.rename(cached)
+                    log(f"cached the loaded store in {cached}")
+                    store = _open_agent_store(cfg, directory)
+                    first_search(store)
             space = store._message_vectors.describe(agent)[0]
             found = []
             for q in queries:
@@ -643,7 +801,11 @@ def bench_agent(cfg: Config, directory: Path) -> list[dict[str, Any]]:
             log(f"index {kind} built in {build_s:.1f}s; recall@10 {recall_at_10:.3f}")
             rng = np.random.default_rng(size)
             modes: dict[str, dict[str, Any]] = {}
-            writer = Writer(store, agent, text, source, cfg)
+            writer: Writer | ProcessWriter
+            if cfg.writer == "thread":
+                writer = Writer(store, agent, text, source, cfg)
+            else:
+                writer = ProcessWriter(str(directory / "agent.db"), agent, source, cfg)
             writer.start_id = done
             load_start = os.getloadavg()
             with writer:
@@ -652,7 +814,7 @@ def bench_agent(cfg: Config, directory: Path) -> list[dict[str, Any]]:
                     for i in range(20 + cfg.agent_queries):  # 20 warm-up queries
                         q = queries[int(rng.integers(len(queries)))].tolist()
                         took, page = timed(
-                            lambda q=q, mode=mode: store.search_recall_hybrid(
+                            lambda q=q, mode=mode, store=store: store.search_recall_hybrid(
                                 agent,
                                 query_text.query(),
                                 q,
@@ -682,13 +844,17 @@ def bench_agent(cfg: Config, directory: Path) -> list[dict[str, Any]]:
                     "n_lists": space["n_lists"],
                     "index_build_s": round(build_s, 2),
                     "load_s": round(load_s, 1),
+                    "store_cached": reused,
                     "vector_recall_at_10": round(recall_at_10, 4),
                     "writer_messages": written,
+                    "writer": cfg.writer,
                     "load_average_during": [round(x, 2) for x in load_start],
                     "load_average_after": [round(x, 2) for x in os.getloadavg()],
                     **modes,
                 }
             )
+    finally:
+        store.close()
     return rows
 
 
@@ -914,6 +1080,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=parse_sizes,
         help="single-agent recall run with vectors at these sizes (default 1e5,1e6; quick 4000)",
     )
+    parser.add_argument(
+        "--store-dir",
+        type=Path,
+        help="cache of loaded one-agent stores (--agent-messages): each size is loaded from empty once, "
+        "closed after its first search built the message index, and kept here under a key of the "
+        "data parameters (size, vocabulary, vector spec, train threshold); later runs with the same "
+        "parameters copy it instead of loading (minutes at 1e6) and the writer writes into the copy",
+    )
+    parser.add_argument(
+        "--writer",
+        choices=("process", "thread"),
+        default="process",
+        help="where the concurrent writer of --agent-messages runs: another process with its own store on the "
+        "same files (default; as the cold path's workers write) or a thread of this process (it then also "
+        "competes for this process's GIL)",
+    )
     args = parser.parse_args(argv)
 
     quick = args.quick
@@ -934,6 +1116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         agent_sizes=args.agent_messages or ([4_000] if quick else [100_000, 1_000_000]),
         agent_train_threshold=2_000 if quick else 10_000,
         agent_queries=args.queries or (20 if quick else 300),
+        store_dir=args.store_dir,
+        writer=args.writer,
     )
     directory = args.dir or Path(tempfile.mkdtemp(prefix="vcm-bench-store-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -946,7 +1130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3, 1),
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         },
-        "config": {k: v for k, v in asdict(cfg).items()},
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
         "ingest": {"messages": [], "archival": []},
         "recall": [],
         "archival": [],

@@ -39,6 +39,7 @@ from vcm.hot.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store
+from vcm.store.embedded import EmbeddedStore
 from vcm.store.port import MemoryStore
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
@@ -54,6 +55,7 @@ from vcm.tasks.retrieval_eval import (
 )
 from vcm.tasks.runtime import LazyEmbed, build_summarizer
 from vcm.tasks.spool import spool_messages
+from vcm.types import IngestRequest
 
 DRAGON = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}
 CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
@@ -88,6 +90,9 @@ class InlineWorkers:
         if outcome.outcome != "committed":
             raise RuntimeError(f"eviction batch {batch_id} of {agent_id}: {outcome}")
         self.evictions += 1
+
+    def ingest(self, request: IngestRequest) -> None:
+        raise NotImplementedError("the LoCoMo replay ingests no archival documents")
 
 
 def store_single_vectors(store: MemoryStore, agent_id: str, messages: dict[str, str], single: MessageVectorizer) -> str:
@@ -125,6 +130,10 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
     ks = sorted(args.k)
     modes = ["text", "vector", "hybrid"] + (["vector-single", "hybrid-single"] if args.compare_single else [])
+    if args.compare_depth:
+        if not isinstance(store, EmbeddedStore):
+            raise SystemExit("--compare-depth needs the embedded store")
+        modes.append("hybrid-deep")
     rows: dict[str, list[tuple[int, dict[int, float]]]] = {m: [] for m in modes}
     conversations: dict[str, Any] = {}
     started = time.perf_counter()
@@ -157,6 +166,15 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                     page = store.search_recall_hybrid(
                         agent, q.text, vector, limit=max(ks), mode=mode.split("-")[0], embedding_version=single_version
                     )
+                elif mode == "hybrid-deep":
+                    # Both lists as deep as paging goes (cursor_max_results): the depth before
+                    # hybrid_depth made it proportional to the page.
+                    assert isinstance(store, EmbeddedStore)
+                    store.hybrid_depth_factor, factor = 0, store.hybrid_depth_factor
+                    try:
+                        page = service.search_recall(agent, q.text, limit=max(ks), mode="hybrid").page
+                    finally:
+                        store.hybrid_depth_factor = factor
                 else:
                     page = service.search_recall(agent, q.text, limit=max(ks), mode=mode).page
                 ranked = [dia_of.get(h.message.message_id, "") for h in page.items]
@@ -212,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", type=int, help="turns after a message read as context (default: [recall])")
     parser.add_argument("--spool-batch", type=int, default=16)
     parser.add_argument("--compare-single", action="store_true", help="also rank with turn-alone vectors")
+    parser.add_argument(
+        "--compare-depth",
+        action="store_true",
+        help="also rank hybrid with both lists as deep as paging goes (the 'hybrid-deep' rows; embedded store only)",
+    )
     parser.add_argument("--conversations", nargs="*", help="sample_ids to keep (default: all)")
     parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")
     args = parser.parse_args(argv)

@@ -37,6 +37,17 @@ NEIGHBOUR_WEIGHT = 0.5
 # Spreading reaches two turns each way (the weight squared at distance 2: in a dialogue the turn
 # two back is the same speaker's previous message); three measured no better.
 NEIGHBOUR_REACH = 2
+# How deep each list is that hybrid fuses for a ranking of n results. Up to HYBRID_FULL_DEPTH_UPTO
+# vectors of the agent, as deep as paging goes (cursor_max_results, 1 000): that covers a whole
+# conversation of LoCoMo's size, where the fusion was tuned (min-max scaling of the cosine list
+# depends on how deep it is: 5 x n measured 60.4 / 73.2 / 82.9 / 88.6 against 65.1 / 74.9 / 84.8 /
+# 90.4 on the dev file), and costs little at that size. Beyond it, HYBRID_DEPTH_FACTOR x n, at
+# least HYBRID_DEPTH_MIN: at 1e6 messages of one agent the 1 000-deep lists cost about 10 ms of a
+# 17 ms query (docs/recall-scale.md). Deeper rankings (the snapshot a second page is served from) go
+# as deep as paging does either way.
+HYBRID_FULL_DEPTH_UPTO = 10_000
+HYBRID_DEPTH_FACTOR = 5
+HYBRID_DEPTH_MIN = 100
 
 
 def rrf(
@@ -151,6 +162,18 @@ def hybrid(
     fused = spread_to_neighbours(fused, seq, weight=neighbour_weight, reach=reach)
     order = {item: i for i, item in enumerate(fused)}
     return sorted(fused.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+
+
+def hybrid_depth(n: int, max_results: int, *, corpus: int, factor: int = HYBRID_DEPTH_FACTOR) -> int:
+    """Depth of the text and the vector list fused into a hybrid ranking of ``n`` results for an
+    agent with ``corpus`` message vectors: ``max_results`` (how deep paging can go) up to
+    ``HYBRID_FULL_DEPTH_UPTO`` vectors or with ``factor`` 0, else ``factor * n``, at least
+    ``HYBRID_DEPTH_MIN``, at most ``max_results``."""
+    if n < 0 or max_results < 0 or factor < 0 or corpus < 0:
+        raise ValueError("n, max_results, corpus and factor must be >= 0")
+    if factor == 0 or corpus <= HYBRID_FULL_DEPTH_UPTO:
+        return max_results
+    return min(max_results, max(factor * n, HYBRID_DEPTH_MIN))
 
 
 def check_mode(mode: str) -> str:

@@ -153,6 +153,7 @@ class ArangoStore(
         self._clock = clock
         self._spaces_lock = threading.Lock()
         self._space_states = {}
+        self._init_recall_vectors()
         self.bootstrap_report = bootstrap(self._rw, self._schema, retention=retention)
         self.guard_report = None
         if guard:

@@ -9,18 +9,17 @@ what the view may not hold yet; exact cosine over ``recall_emb``), fusion from
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from vcm.errors import ValidationError
 from vcm.store import fusion, validation
 from vcm.store.arango import aql, documents, names
-from vcm.store.arango.base import ArangoBase
+from vcm.store.arango.recall_vectors import RecallVectorOps
 from vcm.store.arango.snapshots import Ranked
 from vcm.store.cursor import fingerprint, vector_digest
 from vcm.store.types import Page, RecallHit
 
 
-class RecallOps(ArangoBase):
+class RecallOps(RecallVectorOps):
     """``search_recall``, ``search_recall_hybrid`` and the per-message recall vectors."""
 
     def search_recall(
@@ -59,6 +58,7 @@ class RecallOps(ArangoBase):
         checked, dim = fusion.unit_vectors(vectors, embedding_version)
         if not checked:
             return 0
+        self.check_recall_dimension(dim)
         for known in self._run(self._ro, aql.recall_vector_versions(agent_id), "put_message_vectors"):
             if known["version"] == embedding_version and int(known["dimension"]) != dim:
                 raise ValidationError(
@@ -66,9 +66,11 @@ class RecallOps(ArangoBase):
                     field="vector",
                 )
         items = [(documents.message_key(agent_id, mid), vec.tolist()) for mid, vec in checked]
-        return len(
+        written = len(
             self._run(self._rw, aql.put_message_vectors(agent_id, items, embedding_version), "put_message_vectors")
         )
+        self._after_message_vectors([dim])
+        return written
 
     def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:
         validation.identifier("agent_id", agent_id)
@@ -124,20 +126,10 @@ class RecallOps(ArangoBase):
         return seq, {str(r["key"]) for r in rows if r.get("embedded")}
 
     def _main_vector_version(self, agent_id: str, dimension: int) -> str | None:
-        versions = self._run(self._ro, aql.recall_vector_versions(agent_id), "search_recall")
+        versions = self._recall_versions(agent_id)
         if versions and int(versions[0]["dimension"]) != dimension:
             raise ValidationError(
                 f"query vector has dimension {dimension}, message vectors have {versions[0]['dimension']}",
                 field="vector",
             )
         return str(versions[0]["version"]) if versions else None
-
-    def _rank_vectors(
-        self, agent_id: str, q: Any, version: str | None, n: int, since: float | None, until: float | None
-    ) -> Ranked:
-        """Exact cosine (the fallback form; per-agent recall corpora are small). An index on
-        ``messages.recall_emb`` would use :func:`aql.recall_vector_ann` instead."""
-        if version is None:
-            return []
-        query = aql.recall_vector_exact(agent_id, q.tolist(), version=version, fetch=n, since=since, until=until)
-        return [(str(r["key"]), float(r["score"])) for r in self._run(self._ro, query, "search_recall")]

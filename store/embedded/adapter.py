@@ -48,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vcm.errors import StoreUnavailable, ValidationError, VcmError
-from vcm.store import validation
+from vcm.store import fusion, validation
 from vcm.store.embedded.agent_snapshots import AgentSnapshotOps
 from vcm.store.embedded.agents import AgentOps
 from vcm.store.embedded.archival import ArchivalRanker
@@ -109,6 +109,10 @@ class EmbeddedStore(
         busy_timeout_s: how long a write waits for another writer before STORE_UNAVAILABLE.
         cursor_ttl_s: lifetime of a search cursor (its result snapshot).
         cursor_max_results: how deep paging can go in one search.
+        hybrid_depth_factor: a hybrid ranking of ``n`` results fuses text and vector
+            lists ``factor * n`` deep (at least ``fusion.HYBRID_DEPTH_MIN``, at most
+            ``cursor_max_results``; :func:`vcm.store.fusion.hybrid_depth`); 0 ranks every first
+            page as deep as paging goes (the cost at 1e6 messages: docs/recall-scale.md).
         clock: time source for timestamps, TTL and freshness (tests pass a fake).
     """
 
@@ -124,6 +128,7 @@ class EmbeddedStore(
         busy_timeout_s: float = 10.0,
         cursor_ttl_s: float = 600.0,
         cursor_max_results: int = 1000,
+        hybrid_depth_factor: int = fusion.HYBRID_DEPTH_FACTOR,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if n_lists is not None:
@@ -132,6 +137,8 @@ class EmbeddedStore(
             validation.limit("n_probe", n_probe, maximum=1 << 20)
         validation.limit("train_threshold", train_threshold, maximum=1 << 40)
         validation.limit("cursor_max_results", cursor_max_results, maximum=100_000)
+        if not isinstance(hybrid_depth_factor, int) or not 0 <= hybrid_depth_factor <= 1000:
+            raise ValidationError("hybrid_depth_factor must be an integer within 0..1000")
         if not busy_timeout_s > 0 or not cursor_ttl_s > 0:
             raise ValidationError("busy_timeout_s and cursor_ttl_s must be positive")
         self._tempdir = None
@@ -163,6 +170,7 @@ class EmbeddedStore(
         )
         self._archival = ArchivalRanker(self._db, self._vectors, clock)
         self._max_results = cursor_max_results
+        self.hybrid_depth_factor = hybrid_depth_factor
         self._snapshots = Snapshots(
             self._db, self._secret, ttl_s=cursor_ttl_s, max_results=cursor_max_results, clock=clock
         )

@@ -47,6 +47,7 @@ class EmbeddedBase(MemoryStore):
     _message_vectors: MessageVectorIndexes
     _archival: ArchivalRanker
     _max_results: int
+    hybrid_depth_factor: int
     _snapshots: Snapshots
 
     def _fault(self, point: str) -> None:

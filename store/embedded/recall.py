@@ -11,6 +11,8 @@ up with yet, normally a few recent messages, so this costs one indexed SQLite ra
 
 from __future__ import annotations
 
+import math
+
 from vcm.errors import StoreUnavailable
 from vcm.store.embedded import bm25
 from vcm.store.embedded.db import Database, chunked, meta_int
@@ -62,14 +64,19 @@ class RecallRanker:
         try:
             self._index.refresh(generation)
             # Documents deleted from SQLite but not yet from tantivy may occupy top slots.
-            indexed = self._index.search(
-                agent_id,
-                terms,
-                n + pending_deletes + len(exclude),
-                max_row_id=min(hwm, top),
-                since=since,
-                until=until,
-            )
+            needed = n + pending_deletes + len(exclude)
+            indexed = None
+            if since is None and until is None:
+                indexed = self._dominant(agent_id, terms, needed, max_row_id=min(hwm, top))
+            if indexed is None:
+                indexed = self._index.search(
+                    agent_id,
+                    terms,
+                    needed,
+                    max_row_id=min(hwm, top),
+                    since=since,
+                    until=until,
+                )
         except (OSError, ValueError) as exc:
             raise StoreUnavailable(
                 f"the text index failed: {exc}; rebuild_text_index() rebuilds it from SQLite"
@@ -82,6 +89,37 @@ class RecallRanker:
         ranked = indexed + self._score_tail(terms, tail, live_docs, live_terms)
         ranked.sort(key=lambda hit: (-hit[1], hit[0]))
         return ranked[:n], newest
+
+    def _dominant(self, agent_id: str, terms: list[str], needed: int, *, max_row_id: int) -> Ranked | None:
+        """The agent's top ``needed`` through an unfiltered top-k over every agent (see
+        :meth:`TextIndex.search_any_agent`), when the agent owns at least ``DOMINANT_SHARE`` of
+        the index: over-fetched by its share, then filtered to the agent and the corpus bound.
+        None when not applicable or when the filtered list came up short while more documents
+        matched (the caller then runs the filtered search: same result, slower)."""
+        if needed <= 0 or max_row_id <= 0:
+            return []
+        fetch = dominant_fetch(needed, self._index.agent_share(agent_id))
+        if fetch is None:
+            return None
+        found = self._index.search_any_agent(terms, fetch)
+        bounded = [hit for hit in found if hit[0] <= max_row_id]
+        owned = self._owned(agent_id, [row_id for row_id, _ in bounded])
+        hits = [hit for hit in bounded if hit[0] in owned]
+        if len(hits) < needed and len(found) >= fetch:
+            return None
+        return hits[:needed]
+
+    def _owned(self, agent_id: str, row_ids: list[int]) -> set[int]:
+        owned: set[int] = set()
+        for part in chunked(row_ids):
+            marks = ",".join("?" * len(part))
+            rows = self._db.query(
+                "check recall hits' agent",
+                f"SELECT id FROM messages WHERE agent_id = ? AND id IN ({marks})",
+                [agent_id, *part],
+            )
+            owned.update(r[0] for r in rows)
+        return owned
 
     def _score_tail(self, terms: list[str], tail: list[tuple[int, str]], live_docs: int, live_terms: int) -> Ranked:
         if not tail:
@@ -108,6 +146,22 @@ class RecallRanker:
             rows = self._db.query("check recall hits", f"SELECT id FROM messages WHERE id IN ({marks})", part)
             alive.update(r[0] for r in rows)
         return [hit for hit in ranked if hit[0] in alive]
+
+
+# From this share of the text index on, an agent's BM25 top-k is an over-fetched top-k over every
+# agent, filtered (block-max WAND prunes it; the filtered query scores every posting).
+DOMINANT_SHARE = 0.25
+# Over-fetch: the expected number of the agent's hits among the candidates is fetch x share.
+DOMINANT_MARGIN = 1.2
+DOMINANT_SLACK = 16
+
+
+def dominant_fetch(needed: int, share: float) -> int | None:
+    """How many unfiltered hits to fetch for ``needed`` of an agent owning ``share`` of the
+    index, or None below ``DOMINANT_SHARE`` (pure)."""
+    if share < DOMINANT_SHARE or needed <= 0:
+        return None
+    return math.ceil(needed * DOMINANT_MARGIN / min(share, 1.0)) + DOMINANT_SLACK
 
 
 def time_filter(since: float | None, until: float | None, *, column: str = "created_at") -> tuple[str, list[float]]:

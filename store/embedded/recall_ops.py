@@ -120,13 +120,18 @@ class RecallOps(EmbeddedBase):
         version = embedding_version or self._main_vector_version(agent_id)
         key = fingerprint("recall-" + mode, agent_id, query, vector_digest(q), version, since, until)
         terms = query_terms(query)
-        depth = self._max_results
 
         def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
             if mode == "vector":
                 top = self._newest_message() if bound is None else bound
                 ranked = self._vector_rank(agent_id, version, q, since, until, top, n + len(exclude))
                 return [h for h in ranked if h[0] not in exclude][:n], top
+            corpus = 0  # the agent's vectors decide how deep the lists go (fusion.hybrid_depth)
+            if version is not None and self._has_vectors(agent_id, version, q):
+                corpus = self._message_vectors.size(agent_id, version, q.size)
+            depth = fusion.hybrid_depth(
+                n + len(exclude), self._max_results, corpus=corpus, factor=self.hybrid_depth_factor
+            )
             text, newest = self._recall.rank(agent_id, terms, depth, since=since, until=until, bound=bound)
             top = newest if bound is None else min(newest, bound)
             vec = self._vector_rank(agent_id, version, q, since, until, top, depth)
@@ -186,20 +191,8 @@ class RecallOps(EmbeddedBase):
         """Cosine top-``n`` over the agent's message vectors of ``version`` (messages up to row
         ``top`` in the time window), from the agent's in-memory message index
         (:mod:`vcm.store.embedded.messageindex`: exact below the threshold, IVF above)."""
-        if version is None or n <= 0:
+        if n <= 0 or version is None or not self._has_vectors(agent_id, version, query):
             return []
-        known = self._db.query(
-            "read message vector dimension",
-            "SELECT dimension FROM message_vectors WHERE agent_id = ? AND embedding_version = ? LIMIT 1",
-            (agent_id, version),
-        )
-        if not known:
-            return []
-        if int(known[0][0]) != query.size:
-            raise ValidationError(
-                f"query vector has dimension {query.size}, message vectors of {version!r} have {known[0][0]}",
-                field="vector",
-            )
         window = None
         if since is not None or until is not None:
             time_sql, time_params = time_filter(since, until)
@@ -210,6 +203,25 @@ class RecallOps(EmbeddedBase):
             )
             window = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
         return self._message_vectors.search(agent_id, version, query, n, top=top, window=window)
+
+    def _has_vectors(self, agent_id: str, version: str | None, query: np.ndarray[Any, np.dtype[np.float32]]) -> bool:
+        """Whether the agent has message vectors of ``version``; refused when they do not have
+        the query's dimension."""
+        if version is None:
+            return False
+        known = self._db.query(
+            "read message vector dimension",
+            "SELECT dimension FROM message_vectors WHERE agent_id = ? AND embedding_version = ? LIMIT 1",
+            (agent_id, version),
+        )
+        if not known:
+            return False
+        if int(known[0][0]) != query.size:
+            raise ValidationError(
+                f"query vector has dimension {query.size}, message vectors of {version!r} have {known[0][0]}",
+                field="vector",
+            )
+        return True
 
     def _positions(self, agent_id: str, ids: Iterable[int], version: str | None) -> tuple[dict[int, int], set[int]]:
         """The conversation position (``seq``) of each of these messages of the agent, and which

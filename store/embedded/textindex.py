@@ -123,6 +123,13 @@ class TextIndex:
     def num_docs(self) -> int:
         return int(self._index.searcher().num_docs)
 
+    def agent_share(self, agent_id: str) -> float:
+        """The agent's share of the indexed documents, from two counts tantivy keeps (its
+        documents are counted with any deleted ones not merged away yet: an estimate)."""
+        searcher = self._index.searcher()
+        total = int(searcher.num_docs)
+        return min(1.0, int(searcher.doc_freq("agent_id", agent_id)) / total) if total else 0.0
+
     def doc_freqs(self, terms: Iterable[str]) -> dict[str, int]:
         searcher = self._index.searcher()
         return {t: int(searcher.doc_freq("content", t)) for t in terms}
@@ -169,6 +176,27 @@ class TextIndex:
             for t in terms
         ]
         query = tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in per_term])
+        searcher = self._index.searcher()
+        result = searcher.search(query, limit, count=False)
+        if not result.hits:
+            return []
+        row_ids = searcher.fast_field_values("row_id", [addr for _, addr in result.hits])
+        return [
+            (int(rid), float(score)) for (score, _), rid in zip(result.hits, row_ids, strict=True) if rid is not None
+        ]
+
+    def search_any_agent(self, terms: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """Top ``limit`` (row id, BM25 score) over every agent's documents: a plain union of the
+        terms, which tantivy runs with block-max WAND (it skips blocks that cannot reach the
+        current top ``limit``), unlike :meth:`search`, whose filters make it score every posting
+        of every term within the agent. The scores are the same as :meth:`search`'s. For an
+        agent that owns most of the index, over-fetching this and filtering is far cheaper
+        (measured at 1e6 messages of one agent, top 21: p50 12 -> 4 ms)."""
+        if not terms or limit <= 0:
+            return []
+        query = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(SCHEMA, "content", t, "freq")) for t in terms]
+        )
         searcher = self._index.searcher()
         result = searcher.search(query, limit, count=False)
         if not result.hits:

@@ -63,3 +63,48 @@ def test_bench_store_quick_reports_every_measurement(tmp_path: Path) -> None:
             m = row[mode]
             assert _positive(m["p50_ms"]) and m["p50_ms"] <= m["p95_ms"] <= m["p99_ms"] and _positive(m["mean_hits"])
     assert "recall BM25" in done.stdout and "archival top-10" in done.stdout and "one agent: hybrid" in done.stdout
+
+
+@pytest.mark.slow
+def test_bench_store_reuses_a_cached_agent_store(tmp_path: Path) -> None:
+    """``--store-dir``: the first run loads the one-agent store and keeps it; the second copies it
+    (the writer writes into the copy only), and measures the same vector recall on it."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cache = tmp_path / "cache"
+    reports = []
+    for run in ("first", "second"):
+        out = tmp_path / f"{run}.json"
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "bench_store.py"),
+                "--quick",
+                "--skip",
+                "recall",
+                "--skip",
+                "archival",
+                "--store-dir",
+                str(cache),
+                "--dir",
+                str(tmp_path / run),
+                "--json",
+                str(out),
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        reports.append(json.loads(out.read_text())["agent"][0])
+    first, second = reports
+    assert not first["store_cached"] and second["store_cached"]
+    assert second["load_s"] == first["load_s"] and second["index_build_s"] == first["index_build_s"]
+    assert second["vector_recall_at_10"] == first["vector_recall_at_10"]
+    assert first["writer"] == "process" and first["writer_messages"] > 0 and second["writer_messages"] > 0
+    [entry] = [p for p in cache.iterdir() if p.is_dir()]
+    assert (entry / "ready.json").exists() and (entry / "agent.db").exists()
+    # the cached store did not take the writer's messages: only its copies did
+    assert json.loads((entry / "ready.json").read_text())["messages"] == first["messages"]
