@@ -455,6 +455,14 @@ def test_retries_with_the_same_key_return_the_first_result_and_change_nothing(
         # idempotent by batch id); nothing else moves.
         after["evictions"] = sorted(set(after["evictions"]))
         before["evictions"] = sorted(set(before["evictions"]))
+        # A replayed block write publishes its change again (the first attempt may have died
+        # before publishing): the feed may only repeat a change it already holds.
+        feed = next((k for k in after["redis"] if k.endswith(":changes")), None)
+        if feed is not None:
+            seen = [{k: v for k, v in f.items() if k != "at"} for _, f in before["redis"].get(feed, [])]
+            new = after["redis"][feed][len(before["redis"].get(feed, [])) :]
+            assert all({k: v for k, v in f.items() if k != "at"} in seen for _, f in new), path
+            after["redis"][feed] = before["redis"].get(feed, [])
         assert after == before, path
     rev = client.get("/v1/agents/alice/blocks/b", headers=me).json()["_rev"]
     deleted = client.delete("/v1/agents/alice/blocks/b", params={"_rev": rev}, headers=key).json()
