@@ -222,8 +222,9 @@ class _Operations(Generic[R]):
         return self._send(Call("GET", path))
 
     def set_state(self, agent_id: str, key: str, value: Any, *, ttl_s: int | None = None, rev: str | None = None) -> R:
-        """Set a key. With a cache, the change is based on ``rev`` or else on the version this
-        client last saw, and a stale one is a conflict (``CacheConfig.conflict``)."""
+        """Set a key (``rev=""``: only if it does not exist yet). With a cache, the change is
+        based on ``rev`` or else on the version this client last saw, and a stale one is a
+        conflict (``CacheConfig.conflict``)."""
         if self._replica is not None:
             change = self._replica.change(agent_id, "state", key, value, rev, ttl_s=ttl_s)
             return self._run(self._replica.submit(change))

@@ -154,7 +154,8 @@ class MemoryStore(abc.ABC):
     def put_state(
         self, agent_id: str, key: str, value: Any, *, expires_at: float | None, expected_rev: str | None
     ) -> StateEntry:
-        """Set a key; with ``expected_rev`` only if the current rev equals it (RevConflict)."""
+        """Set a key; with ``expected_rev`` only if the current rev equals it, with ``""`` only if
+        the key does not exist (RevConflict otherwise)."""
 
     @abc.abstractmethod
     def get_state(self, agent_id: str, key: str, now: float) -> StateEntry:

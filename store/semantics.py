@@ -114,10 +114,19 @@ def replayed_core_write(stored_fingerprint: Any, stored_result: Mapping[str, Any
 
 
 # --- optimistic locking -------------------------------------------------------------------------------
+def state_rev_matches(expected: str | None, current: str | None) -> bool:
+    """A state write's optimistic lock: None writes anyway, ``""`` only creates (the key must
+    not exist or be expired: two instances creating one key cannot both win), a rev must be the
+    current one."""
+    return expected is None or expected == (current if current is not None else "")
+
+
 def rev_conflict(what: str, expected: str | None, current: str | None) -> RevConflict:
     """The error of a lost optimistic lock, with a hint for each way it can be lost."""
     if current is None:
         hint = "it does not exist (any more); create it with expected_rev=None"
+    elif expected == "":
+        hint = "it already exists (created elsewhere first); read it and pass its rev"
     elif expected is None:
         hint = "it already exists; read it and pass its rev"
     else:

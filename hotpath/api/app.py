@@ -948,7 +948,8 @@ def _knowledge_routes(service: MemoryService, authority: TokenAuthority) -> APIR
 
     @router.put("/state/{key}", response_model=StateOut, responses=_WRITE_ERRORS)
     def set_state(agent_id: AgentId, key: Annotated[str, Path(max_length=128)], body: StateIn, who: Agent) -> StateOut:
-        """Set a key (``_rev``: only if unchanged since; ``ttl_s``: expires after that long)."""
+        """Set a key (``_rev``: only if unchanged since, ``""``: only if it does not exist yet;
+        ``ttl_s``: expires after that long)."""
         entry = service.set_state(
             agent_id, key, body.value, ttl_s=body.ttl_s, expected_rev=body.rev, justification=body.justification,
             actor=who.actor,

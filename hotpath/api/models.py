@@ -680,7 +680,9 @@ class FactArchiveIn(RequestBody):
 class StateIn(RequestBody):
     value: Any
     ttl_s: int | None = Field(None, ge=1)
-    rev: str | None = Field(None, alias="_rev")
+    rev: str | None = Field(
+        None, alias="_rev", description='only if the key is still at this rev; "": only if it does not exist yet'
+    )
     justification: str | None = Field(None, max_length=2000)
 
 

@@ -169,7 +169,7 @@ class FactOps(ArangoBase):
             current = state.get(doc_key)
             live = current is not None and (current.get("expires_at") is None or current["expires_at"] >= now)
             current_rev = current["_rev"] if live and current is not None else None
-            if expected_rev is not None and expected_rev != current_rev:
+            if not semantics.state_rev_matches(expected_rev, current_rev):
                 raise semantics.rev_conflict(f"state key {key!r}", expected_rev, current_rev)
             doc = {
                 "_key": doc_key, "agent_id": agent_id, "key": key, "value": value,

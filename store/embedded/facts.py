@@ -259,7 +259,7 @@ class FactOps(EmbeddedBase):
             ).fetchone()
             live = current is not None and (current["expires_at"] is None or current["expires_at"] >= now)
             current_rev = current["rev"] if live else None
-            if expected_rev is not None and expected_rev != current_rev:
+            if not semantics.state_rev_matches(expected_rev, current_rev):
                 raise semantics.rev_conflict(f"state key {key!r}", expected_rev, current_rev)
             rev = self._next_rev(conn)
             conn.execute(

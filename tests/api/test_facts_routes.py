@@ -68,12 +68,17 @@ def test_state_over_http_with_revs_ttl_and_isolation(client: TestClient) -> None
     stale = client.put("/v1/agents/a1/state/plan", json={"value": {"step": 3}, "_rev": put["_rev"]}, headers=h1)
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "REV_CONFLICT"
     assert client.get("/v1/agents/a1/state/plan", headers=h1).json()["value"] == {"step": 2}
+    # "_rev": "" creates only: a key that exists already is a conflict, left as it was.
+    taken = client.put("/v1/agents/a1/state/plan", json={"value": {"step": 9}, "_rev": ""}, headers=h1)
+    assert taken.status_code == 409 and taken.json()["error"]["code"] == "REV_CONFLICT"
+    fresh = client.put("/v1/agents/a1/state/owner", json={"value": "me", "_rev": ""}, headers=h1)
+    assert fresh.status_code == 200 and fresh.json()["value"] == "me"
     # Another agent's token sees nothing of it, as if it did not exist.
     assert client.get("/v1/agents/a1/state/plan", headers=h2).json()["error"]["code"] == "NOT_FOUND"
     assert client.get("/v1/agents/a1/facts", headers=h2).status_code == 404
     bad = client.put("/v1/agents/a1/state/plan", json={"value": 1, "ttl_s": 0}, headers=h1)
     assert bad.status_code == 422
-    assert client.delete("/v1/agents/a1/state", headers=ADMIN).json()["removed"] == {"state": 1}
+    assert client.delete("/v1/agents/a1/state", headers=ADMIN).json()["removed"] == {"state": 2}
     assert client.get("/v1/agents/a1/state", headers=h1).json()["state"] == []
 
 

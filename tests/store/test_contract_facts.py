@@ -138,3 +138,9 @@ def test_state_keys_revs_ttl_and_clear(store: MemoryStore) -> None:
     assert store.delete_state("a1", "mood", two.rev) == 1
     store.put_state("a1", "x", 1, expires_at=None, expected_rev=None)
     assert store.delete_state("a1", None) == 1 and store.list_state("a1", NOW) == []
+    # "" creates only: of two instances creating one key, the second is told, and changes nothing.
+    made = store.put_state("a1", "owner", "instance-1", expires_at=None, expected_rev="")
+    with pytest.raises(RevConflict) as late:
+        store.put_state("a1", "owner", "instance-2", expires_at=None, expected_rev="")
+    assert "already exists" in late.value.message
+    assert store.get_state("a1", "owner", NOW).value == "instance-1" and made.rev
