@@ -23,15 +23,24 @@ selection, since it describes a picture more than it states a fact of the speake
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _QUOTED = re.compile(r"(\"[^\"]*\"|“[^”]*”)")
 _AFTER_WORD = r"(?=[\w\"“(])"
-_RULES: list[tuple[re.Pattern[str], str]] = [
+
+
+def _unless_a_name_ends(match: re.Match[str]) -> str:
+    """The subject "I" goes, except where it ends a name ("World War I", "Henry I")."""
+    before = match.string[: match.start()].split()
+    return match.group(0) if before and before[-1][:1].isupper() else ""
+
+
+_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     # The speaker's own subject anywhere (a clause start is condense's already), not "X and I".
-    (re.compile(r"(?<!\band )(?<!\bor )\bI(?:'m|’m| am| was)\s+" + _AFTER_WORD), ""),
+    (re.compile(r"(?<!\band )(?<!\bor )\bI(?:'m|’m| am| was)\s+" + _AFTER_WORD), _unless_a_name_ends),
     (re.compile(r"(?<!\band )(?<!\bor )\bI(?:'ve|’ve)\s+" + _AFTER_WORD), ""),
     (re.compile(r"(?<!\band )(?<!\bor )\bI(?:'ll|’ll)\s+" + _AFTER_WORD), "will "),
-    (re.compile(r"(?<!\band )(?<!\bor )\bI\s+(?=[a-z])"), ""),
+    (re.compile(r"(?<!\band )(?<!\bor )\bI\s+(?=[a-z])"), _unless_a_name_ends),
     # Empty openers and the copula.
     (re.compile(r"\b(?:that|there|here)(?:'s|’s| is| was)\s+" + _AFTER_WORD, re.I), ""),
     (re.compile(r"(?<!\bit )\b(?:is|are|was|were)(?: been)?\s+(?=[\w\"“(])(?!not\b|n't)", re.I), ""),
