@@ -27,7 +27,12 @@ from typing import Any, cast
 from vcm.errors import ValidationError, VcmError
 from vcm.store.arango import aql, names, recall_index
 from vcm.store.arango.base import ArangoBase, log
-from vcm.store.arango.errors import translated
+from vcm.store.arango.errors import (
+    QUERY_VECTOR_INDEX_NOT_READY,
+    QUERY_VECTOR_SEARCH_NOT_APPLIED,
+    is_error,
+    translated,
+)
 from vcm.store.arango.snapshots import Ranked
 
 RECALL_RECHECK_S = 30.0
@@ -143,7 +148,12 @@ class RecallVectorOps(ArangoBase):
             query = recall_index.vector_query(plan, agent_id, vector, version=version, wanted=n)
             try:
                 rows = self._run(self._ro, query, "search_recall")
-            except VcmError as exc:  # 1554/1555: index gone, not ready, or not applicable
+            except VcmError as exc:
+                # Only 1554/1555 (index gone, not ready, or not applicable) fall back: any other
+                # failure of the index query is a real error, not a reason to scan exactly.
+                cause = exc.__cause__ or exc
+                if not is_error(cause, QUERY_VECTOR_SEARCH_NOT_APPLIED, QUERY_VECTOR_INDEX_NOT_READY):
+                    raise
                 log.warning("recall vector index not usable (%s); ranking exactly", exc.message)
                 self._recall_index_infos(refresh=True)
             else:

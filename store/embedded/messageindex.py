@@ -147,8 +147,8 @@ class Members:
             order = np.argsort(new_ids, kind="stable")
             new_ids, new_seqs = new_ids[order], new_seqs[order]
             if len(ids) and new_ids[0] <= ids[-1]:
-                # An id below the newest member (rare: ids only grow, but a re-added vector
-                # can be older): merge by sorting everything.
+                # An id below the newest member: vectors committed out of id order (two cold
+                # workers, a backfill or re-embedding of older messages): merge by sorting all.
                 ids, seqs = np.concatenate([ids, new_ids]), np.concatenate([seqs, new_seqs])
                 order = np.argsort(ids, kind="stable")
                 ids, seqs = ids[order], seqs[order]

@@ -126,7 +126,11 @@ class RecallOps(EmbeddedBase):
                 top = self._newest_message() if bound is None else bound
                 ranked = self._vector_rank(agent_id, version, q, since, until, top, n + len(exclude))
                 return [h for h in ranked if h[0] not in exclude][:n], top
-            corpus = 0  # the agent's vectors decide how deep the lists go (fusion.hybrid_depth)
+            # The agent's vectors decide how deep the lists go (fusion.hybrid_depth). Past the full-
+            # depth threshold a later page is ranked from deeper lists than the first (its seen ids
+            # count), so scores compare within a page, not across pages: no hit is lost or repeated,
+            # but a later page may hold a hit a deeper first ranking would have put on page one.
+            corpus = 0
             if version is not None and self._has_vectors(agent_id, version, q):
                 corpus = self._message_vectors.size(agent_id, version, q.size)
             depth = fusion.hybrid_depth(

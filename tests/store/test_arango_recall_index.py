@@ -12,7 +12,7 @@ from arango.exceptions import DocumentInsertError
 
 from tests.store.test_arango_adapter_fake import FakeDB, Faults, server_error
 from tests.store.test_arango_adapter_fake import world as world  # the fixture
-from vcm.errors import ValidationError
+from vcm.errors import ValidationError, VcmError
 from vcm.store.arango import aql, names, recall_index
 from vcm.store.arango.adapter import ArangoStore
 from vcm.store.arango.schema import load_schema
@@ -109,6 +109,8 @@ def _answers(store: ArangoStore, rw: FakeDB, agent_n: int, seen: list[str], *, a
             seen.append("filtered" if "FILTER d.agent_id" in query.split("SORT APPROX")[0] else "overfetch")
             if ann_rows is None:
                 raise server_error(DocumentInsertError, 400, 1554, "vector search not applied")
+            if ann_rows == "broken":
+                raise server_error(DocumentInsertError, 400, 1501, "syntax error")
             return list(ann_rows)
         if "COSINE_SIMILARITY" in query:
             seen.append("exact")
@@ -168,6 +170,11 @@ def test_short_or_failed_approximate_answers_fall_back_to_exact(world: tuple[Ara
     seen.clear()
     _answers(store, rw, 5_000, seen, ann_rows=[])  # a small agent: exact without asking the index
     assert store._rank_vectors("b", _vec(), "v1", 105, None, None) == [("exact1", 0.5)] and seen == ["exact"]
+    seen.clear()
+    _answers(store, rw, 50_000, seen, ann_rows="broken")  # any other failure is an error, not a scan
+    with pytest.raises(VcmError):
+        store._rank_vectors("a", _vec(), "v1", 105, None, None)
+    assert seen == ["filtered"]
 
 
 def test_before_3_12_6_no_index_is_created_and_an_existing_one_is_over_fetched(

@@ -226,21 +226,26 @@ def test_members_merge_appends_new_ids_and_sorts_older_ones() -> None:
 
 
 def test_single_threaded_is_per_thread_and_restores() -> None:
+    main_before = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(2)
     seen: dict[str, int] = {}
     inside, release = threading.Event(), threading.Event()
 
     def work() -> None:
+        seen["before"] = faiss.omp_get_max_threads()  # the thread's own default (the machine's)
         with single_threaded():
             seen["inside"] = faiss.omp_get_max_threads()
             inside.set()
             release.wait(5)
         seen["after"] = faiss.omp_get_max_threads()
 
-    thread = threading.Thread(target=work)
-    thread.start()
-    assert inside.wait(5)
-    seen["other thread meanwhile"] = faiss.omp_get_max_threads()
-    release.set()
-    thread.join()
-    assert seen == {"inside": 1, "other thread meanwhile": 2, "after": 2}
+    try:
+        thread = threading.Thread(target=work)
+        thread.start()
+        assert inside.wait(5)
+        seen["other thread meanwhile"] = faiss.omp_get_max_threads()
+        release.set()
+        thread.join()
+    finally:
+        faiss.omp_set_num_threads(main_before)
+    assert seen["inside"] == 1 and seen["other thread meanwhile"] == 2 and seen["after"] == seen["before"]
