@@ -67,7 +67,8 @@ class RecallRanker:
             needed = n + pending_deletes + len(exclude)
             indexed = None
             if since is None and until is None:
-                indexed = self._dominant(agent_id, terms, needed, max_row_id=min(hwm, top))
+                # Rows deleted in SQLite are dropped by its ownership check, so no slack for them.
+                indexed = self._dominant(agent_id, terms, n + len(exclude), max_row_id=min(hwm, top))
             if indexed is None:
                 indexed = self._index.search(
                     agent_id,
