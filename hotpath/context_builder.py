@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +74,7 @@ class ContextBuilderOps:
     working_set: Callable[..., WorkingSet]
     list_facts: Callable[..., list[Fact]]
     rank_facts: Callable[..., list[FactHit]]
-    record_fact_use: Callable[[str, Sequence[Fact]], None]
+    _use: Callable[[str, Sequence[Fact]], None]
     list_state: Callable[[str], list[StateEntry]]
     search_recall: Callable[..., Any]
 
@@ -106,26 +106,16 @@ class ContextBuilderOps:
             "memory": math.floor(window * cfg.memory), "skills": math.floor(window * cfg.skills),
         }  # fmt: skip
         skills, problems = self._skills()
-        shown: set[str] = set()
-        used: list[Fact] = []  # facts the prompt shows: their use is recorded once, at the end
-        # One fact search serves the state header's ranking and the relevant memory.
-        found: list[list[FactHit]] = []
-
-        def hits() -> list[FactHit]:
-            if not found:
-                text = query or ""
-                limit = RELEVANCE_HITS + cfg.memory_facts
-                found.append(self.rank_facts(agent_id, text, filters=FactQuery(limit=limit)) if text.strip() else [])
-            return found[0]
-
+        limit = RELEVANCE_HITS + cfg.memory_facts
+        build = _Build(agent_id, query, count, lambda: self.rank_facts(agent_id, query, filters=FactQuery(limit=limit)))
         makers: dict[str, Callable[[int], prompt.Layer | None]] = {
             "identity": lambda b: self._identity(agent_id, user, b, count) if cfg.identity else None,
-            "state": lambda b: self._state(agent_id, query or "", b, count, shown, hits, used),
-            "sticky": lambda b: self._sticky(agent_id, b, count, shown),
-            "memory": lambda b: self._memory(agent_id, query or "", b, count, shown, hits, used),
+            "state": lambda b: self._state(build, b),
+            "sticky": lambda b: self._sticky(build, b),
+            "memory": lambda b: self._memory(build, b),
             "skills": lambda b: prompt.fit(
                 "skills", [prompt.Item(f"## {s.name}\n{s.body}", {"kind": "skill", "id": s.slug})
-                           for _, s in skill_files.triggered(skills, query or "")], b, count,
+                           for _, s in skill_files.triggered(skills, query)], b, count,
             ),
             "tools_hint": lambda b: self._tools_hint(hot, b, count),
         }  # fmt: skip
@@ -136,12 +126,12 @@ class ContextBuilderOps:
             if layer is not None:
                 injected.append(layer)
                 left -= layer.tokens
-        if used and record_use:
-            self.record_fact_use(agent_id, used)
+        if build.used and record_use:
+            self._use(agent_id, build.used)
         built = prompt.assemble(hot.messages, hot.layers, hot.message_tokens, injected)
         return BuiltContext(
             built.messages, hot.tools, built.layers, built.message_tokens, hot.gauges, built.injected, room,
-            query or "", [{"path": p.path, "reason": p.reason} for p in problems],
+            query, [{"path": p.path, "reason": p.reason} for p in problems],
         )  # fmt: skip
 
     # --- layers -----------------------------------------------------------------------------------
@@ -158,21 +148,13 @@ class ContextBuilderOps:
         n = count(text) if text else 0
         return prompt.Layer("tools_hint", text, n) if text and n <= budget else None
 
-    def _state(
-        self,
-        agent_id: str,
-        query: str,
-        budget: int,
-        count: Callable[[str], int],
-        shown: set[str],
-        hits: Callable[[], list[FactHit]],
-        used: list[Fact],
-    ) -> prompt.Layer | None:
+    def _state(self, build: _Build, budget: int) -> prompt.Layer | None:
         if budget <= 0:
             return None
         ws = self.working_set(
-            agent_id, query, caps={"facts": 0, "relations": 0, "entities": 10}, hits=hits(), record_use=False
-        )
+            build.agent_id, build.query, caps={"facts": 0, "relations": 0, "entities": 10}, hits=build.hits(),
+            record_use=False,
+        )  # fmt: skip
         facts: dict[str, Fact] = {}
         items: list[prompt.Item] = []
         labels = {"goal": "Goal", "constraints": "Constraint", "next_actions": "Next", "open_questions": "Open",
@@ -181,51 +163,41 @@ class ContextBuilderOps:
             for i in ws.sections.get(section, []):
                 items.append(prompt.Item(f"{label}: {i.fact.value} [fact {i.fact.fact_id}]", _fact_source(i.fact)))
                 facts[i.fact.fact_id] = i.fact
-                shown.add(i.fact.fact_id)
+                build.shown.add(i.fact.fact_id)
         entities = [i.fact for i in ws.sections.get("entities", [])]
         if entities:
             items.append(prompt.Item("Active entities: " + ", ".join(f.value for f in entities)))
-        for entry in self.list_state(agent_id):
+        for entry in self.list_state(build.agent_id):
             items.append(prompt.Item(f"{entry.key} = {prompt.quote(_json(entry.value), 200)}",
                                      {"kind": "state", "id": entry.key}))  # fmt: skip
-        layer = prompt.fit("state", items, budget, count)
-        if layer is not None:
-            kept = {str(src["id"]) for src in layer.sources if src.get("kind") == "fact"}
-            used.extend(f for i, f in facts.items() if i in kept)
-            if any(line.startswith("Active entities: ") for line in layer.text.splitlines()):
-                used.extend(entities)
+        layer = prompt.fit("state", items, budget, build.count)
+        build.show(layer, facts)
+        if layer is not None and any(line.startswith("Active entities: ") for line in layer.text.splitlines()):
+            build.used.extend(entities)
         return layer
 
-    def _sticky(self, agent_id: str, budget: int, count: Callable[[str], int], shown: set[str]) -> prompt.Layer | None:
+    def _sticky(self, build: _Build, budget: int) -> prompt.Layer | None:
         if budget <= 0:
             return None
-        facts = [f for f in self.list_facts(agent_id, FactQuery(types=["sticky"], statuses=["active"], limit=100))
-                 if f.fact_id not in shown]  # fmt: skip
+        query = FactQuery(types=["sticky"], statuses=["active"], limit=100)
+        facts = [f for f in self.list_facts(build.agent_id, query) if f.fact_id not in build.shown]
         facts.sort(key=lambda f: (-f.importance, -f.updated_at))
         layer = prompt.fit("sticky", [prompt.Item(f"- {f.value} [fact {f.fact_id}]", _fact_source(f)) for f in facts],
-                           budget, count)  # fmt: skip
-        shown.update(str(s["id"]) for s in (layer.sources if layer else ()))
+                           budget, build.count)  # fmt: skip
+        build.shown.update(str(s["id"]) for s in (layer.sources if layer else ()))
         return layer
 
-    def _memory(
-        self,
-        agent_id: str,
-        query: str,
-        budget: int,
-        count: Callable[[str], int],
-        shown: set[str],
-        hits: Callable[[], list[FactHit]],
-        used: list[Fact],
-    ) -> prompt.Layer | None:
+    def _memory(self, build: _Build, budget: int) -> prompt.Layer | None:
         cfg = self.settings.context
+        agent_id, query = build.agent_id, build.query
         if budget <= 0 or not query.strip():
             return None
         items: list[prompt.Item] = []
         facts: dict[str, Fact] = {}
         if cfg.memory_facts:
-            for hit in hits():
+            for hit in build.hits():
                 f = hit.fact
-                if f.fact_id in shown:
+                if f.fact_id in build.shown:
                     continue
                 status = "" if f.status == "active" else f", {f.status}"
                 items.append(prompt.Item(f"- [fact {f.fact_id}, {f.type}{status}] {f.value}", _fact_source(f)))
@@ -247,9 +219,8 @@ class ContextBuilderOps:
                     line = f"{head} {prompt.quote(m.content)}"
                     source = {"kind": "message", "id": m.message_id, "tainted": bool(mark.get("tainted"))}
                     items.append(prompt.Item(line, source))
-        layer = prompt.fit("memory", items, budget, count)
-        if layer is not None:
-            used.extend(facts[str(src["id"])] for src in layer.sources if src.get("kind") == "fact")
+        layer = prompt.fit("memory", items, budget, build.count)
+        build.show(layer, facts)
         return layer
 
     # --- skills -----------------------------------------------------------------------------------
@@ -274,6 +245,29 @@ class ContextBuilderOps:
                 cached = (stamp, skills, problems)
                 _skills_cache[directory] = cached
         return cached[1], cached[2]
+
+
+@dataclass
+class _Build:
+    """One build's state: what it searches for, and the facts its layers show."""
+
+    agent_id: str
+    query: str
+    count: Callable[[str], int]
+    search: Callable[[], list[FactHit]]  # the one fact search, shared by state header and memory
+    shown: set[str] = field(default_factory=set)  # fact ids a layer holds: no other repeats them
+    used: list[Fact] = field(default_factory=list)  # their use is recorded once, after the build
+    _hits: list[FactHit] | None = None
+
+    def hits(self) -> list[FactHit]:
+        if self._hits is None:
+            self._hits = self.search() if self.query.strip() else []
+        return self._hits
+
+    def show(self, layer: prompt.Layer | None, facts: Mapping[str, Fact]) -> None:
+        """Count the ``facts`` among ``layer``'s sources as used (those that did not fit are not)."""
+        kept = {str(s["id"]) for s in (layer.sources if layer else ()) if s.get("kind") == "fact"}
+        self.used.extend(f for i, f in facts.items() if i in kept)
 
 
 def _latest_user_text(hot: AssembledContext) -> str:

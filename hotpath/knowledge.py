@@ -230,10 +230,6 @@ class KnowledgeOps:
             agent_id, query, self._embedding(query) if query.strip() else None, filters or FactQuery(limit=10)
         )
 
-    def record_fact_use(self, agent_id: str, facts: Sequence[Fact]) -> None:
-        """Count these facts as used now (their lifetimes refreshed)."""
-        self._use(agent_id, facts)
-
     def list_facts(self, agent_id: str, filters: FactQuery | None = None) -> list[Fact]:
         self.agent(agent_id)
         return self.store.query_facts(agent_id, filters or FactQuery())
