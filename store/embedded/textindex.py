@@ -176,14 +176,7 @@ class TextIndex:
             for t in terms
         ]
         query = tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in per_term])
-        searcher = self._index.searcher()
-        result = searcher.search(query, limit, count=False)
-        if not result.hits:
-            return []
-        row_ids = searcher.fast_field_values("row_id", [addr for _, addr in result.hits])
-        return [
-            (int(rid), float(score)) for (score, _), rid in zip(result.hits, row_ids, strict=True) if rid is not None
-        ]
+        return self._top(query, limit)
 
     def search_any_agent(self, terms: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """Top ``limit`` (row id, BM25 score) over every agent's documents: a plain union of the
@@ -197,6 +190,10 @@ class TextIndex:
         query = tantivy.Query.boolean_query(
             [(tantivy.Occur.Should, tantivy.Query.term_query(SCHEMA, "content", t, "freq")) for t in terms]
         )
+        return self._top(query, limit)
+
+    def _top(self, query: tantivy.Query, limit: int) -> list[tuple[int, float]]:
+        """The top ``limit`` (row id, BM25 score) of ``query``."""
         searcher = self._index.searcher()
         result = searcher.search(query, limit, count=False)
         if not result.hits:

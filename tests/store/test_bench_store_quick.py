@@ -18,6 +18,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/bench_store.py`` run as a process, as an operator would; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_store.py"), *args],
+        cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
@@ -25,17 +35,7 @@ def _positive(value: Any) -> bool:
 @pytest.mark.slow
 def test_bench_store_quick_reports_every_measurement(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_store.py"), "--quick", "--json", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _bench("--quick", "--json", str(out))
     report = json.loads(out.read_text())
 
     assert {"machine", "config", "ingest", "recall", "archival", "targets", "total_s"} <= set(report)
@@ -69,35 +69,12 @@ def test_bench_store_quick_reports_every_measurement(tmp_path: Path) -> None:
 def test_bench_store_reuses_a_cached_agent_store(tmp_path: Path) -> None:
     """``--store-dir``: the first run loads the one-agent store and keeps it; the second copies it
     (the writer writes into the copy only), and measures the same vector recall on it."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cache = tmp_path / "cache"
     reports = []
     for run in ("first", "second"):
         out = tmp_path / f"{run}.json"
-        done = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "scripts" / "bench_store.py"),
-                "--quick",
-                "--skip",
-                "recall",
-                "--skip",
-                "archival",
-                "--store-dir",
-                str(cache),
-                "--dir",
-                str(tmp_path / run),
-                "--json",
-                str(out),
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        _bench("--quick", "--skip", "recall", "--skip", "archival", "--store-dir", str(cache),
+               "--dir", str(tmp_path / run), "--json", str(out))  # fmt: skip
         reports.append(json.loads(out.read_text())["agent"][0])
     first, second = reports
     assert not first["store_cached"] and second["store_cached"]
