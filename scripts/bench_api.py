@@ -39,7 +39,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,8 @@ from typing import Any
 
 import httpx
 import redis
+
+from vcm.eval.serving import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jolly vexing bards".split()  # noqa: SIM905
@@ -97,12 +98,6 @@ def summary(samples_ms: list[float], elapsed_s: float) -> dict[str, float]:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # --- the server -------------------------------------------------------------------------------
 
 
@@ -141,18 +136,7 @@ def serve(mode: str, redis_url: str, workdir: Path) -> Iterator[Server]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vcm serve ({mode}) exited: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vcm serve ({mode}) did not answer within 120 s")
-            time.sleep(0.2)
+        wait_healthy(proc, url, log=log)
         yield Server(url, proc, log)
     finally:
         proc.send_signal(signal.SIGINT)

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,20 +36,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from vcm import CacheConfig, VcmClient
+from vcm.eval.serving import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "bench-admin-" + secrets.token_urlsafe(24)
 AGENT = "bench-sync"
 KEY = "counter"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -77,19 +69,8 @@ def servers(count: int, redis_url: str, poll_s: float | None, workdir: Path) -> 
                 argv = [str(ROOT / ".venv" / "bin" / "vcm"), "serve", "--host", "127.0.0.1", "--port", str(port)]
                 procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=workdir))
             urls.append(f"http://127.0.0.1:{port}")
-        for proc, url in zip(procs, urls, strict=True):
-            deadline = time.monotonic() + 120
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"vcm serve exited: see {workdir}")
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("vcm serve did not answer within 120 s")
-                time.sleep(0.2)
+        for i, (proc, url) in enumerate(zip(procs, urls, strict=True)):
+            wait_healthy(proc, url, log=workdir / f"serve-{i}.log")
         yield urls
     finally:
         for proc in procs:
