@@ -31,13 +31,13 @@ import fakeredis
 import redis
 
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot.budget import Budget
-from vcm.hot.state import HotState
+from vcm.hotpath.budget import Budget
+from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
 from vcm.store import open_store
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
-from vcm.tasks.runtime import LazyEmbed, build_summarizer
+from vcm.workers.runtime import LazyEmbed, build_summarizer
 
 ROOT = Path(__file__).resolve().parent.parent
 

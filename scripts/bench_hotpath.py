@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import redis
 
-from vcm.hot import keys
-from vcm.hot.state import HotState
+from vcm.hotpath import keys
+from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
 from vcm.store import open_store
 from vcm.store.types import ArchivalChunk, StoredMessage

@@ -69,7 +69,7 @@ import redis
 
 from vcm.client import VcmClient
 from vcm.errors import VcmError
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.store.port import MemoryStore

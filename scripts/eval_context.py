@@ -23,7 +23,7 @@ turn (a ``dia_id`` of the question, mapped to the message it was replayed as) is
 
 * in the **FIFO** when its message is in the FIFO;
 * in the **summary** when the summary holds a piece taken from it: the summary's lines are
-  ``Speaker: piece; piece`` (one kept clause of a turn each, see ``vcm.tasks.summarize.render``);
+  ``Speaker: piece; piece`` (one kept clause of a turn each, see ``vcm.tasks.summary.recursive.render``);
   a piece of the turn's speaker with at least two content words (``scripts/eval_summary.py``'s
   word rule and list), at least two of them and two thirds of them words of the turn. Half of the
   turn's content words found anywhere in the summary (the rule ``eval_summary.py`` scores
@@ -72,7 +72,7 @@ from eval_summary import OVERLAP, content_words, hash_embed
 from vcm.context_builder import BuiltContext
 from vcm.dispatch import RecordingDispatcher
 from vcm.eval.conversation import Conversation, FixedClock, Question, Turn, parse_sample, session_time
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.obs.metered_store import metered
 from vcm.prompt.layers import INJECTED
 from vcm.service import MemoryService
@@ -81,7 +81,7 @@ from vcm.store import open_store
 from vcm.store.types import FactQuery
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
-from vcm.tasks.summarize import extractive
+from vcm.tasks.summary.recursive import extractive
 
 CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
 LEVELS = ("fifo", "fifo+summary", "builder")
@@ -137,7 +137,7 @@ def _start(sample: Mapping[str, Any], model: str, embed_kind: str, tmp: Path) ->
         service = MemoryService(hot, store, RecordingDispatcher(), embed=hash_embed, clock=clock)
         deps = Deps(settings, hot, store, RecordingDispatcher(), hash_embed, extractive, clock=clock)
     else:
-        from vcm.tasks.runtime import LazyEmbed, LazyVectorizer
+        from vcm.workers.runtime import LazyEmbed, LazyVectorizer
 
         embed = LazyEmbed(settings)
         vectorizer = LazyVectorizer(settings)

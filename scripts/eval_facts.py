@@ -41,14 +41,14 @@ import numpy as np
 
 from vcm.dispatch import RecordingDispatcher
 from vcm.eval.conversation import FixedClock, observations, parse_sample, session_time
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store
 from vcm.store.types import FactQuery
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
-from vcm.tasks.summarize import extractive
+from vcm.tasks.summary.recursive import extractive
 
 WORD = re.compile(r"[a-z0-9]+")
 STOP = frozenset(
@@ -88,7 +88,7 @@ def replay(sample: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any
     if args.embed == "hash":
         embed: Any = hash_embed
     else:
-        from vcm.tasks.runtime import LazyEmbed
+        from vcm.workers.runtime import LazyEmbed
 
         embed = LazyEmbed(settings)
     service = MemoryService(hot, store, RecordingDispatcher(), embed=embed, clock=clock)

@@ -30,8 +30,8 @@ import numpy as np
 
 from vcm.settings import ChunkingSettings, load_settings
 from vcm.tasks.embedding import get_embedder
-from vcm.tasks.late_chunking import MODES, LateChunker
-from vcm.tasks.retrieval_eval import chunk_turns, load_locomo, mean, recall_at_k, top_k
+from vcm.tasks.ingest.late_chunking import MODES, LateChunker
+from vcm.tasks.recall.evaluation import chunk_turns, load_locomo, mean, recall_at_k, top_k
 
 KS = (1, 3, 5, 10)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

@@ -12,7 +12,7 @@ eviction batches committed by ``vcm.tasks.evict`` (spool first, as the dispatche
 does). A turn is stored as ``Speaker: text`` (an image turn adds its caption). Then every
 question goes through ``MemoryService.search_recall`` in each mode; the ``single`` rows use
 turn-alone vectors (``--compare-single``) through the store port. Metric: the LoCoMo paper's
-recall@k (see ``vcm.tasks.retrieval_eval``), per question, averaged overall and per category; a
+recall@k (see ``vcm.tasks.recall.evaluation``), per question, averaged overall and per category; a
 malformed or unknown evidence id is a miss.
 Hot state lives in an in-process fakeredis unless ``--redis URL`` is given; the store is a
 temporary embedded store. No LLM anywhere (the summarizer is the extractive one).
@@ -35,7 +35,7 @@ from typing import Any
 import fakeredis
 import redis
 
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store
@@ -44,18 +44,18 @@ from vcm.store.port import MemoryStore
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
 from vcm.tasks.embedding import get_embedder
-from vcm.tasks.late_chunking import LateChunker
-from vcm.tasks.message_vectors import MessageVectorizer, Turn
-from vcm.tasks.retrieval_eval import (
+from vcm.tasks.ingest.late_chunking import LateChunker
+from vcm.tasks.recall.evaluation import (
     aggregate,
     conversation_turns,
     load_locomo,
     recall_of_ranked_ids,
     turn_line,
 )
-from vcm.tasks.runtime import LazyEmbed, build_summarizer
+from vcm.tasks.recall.vectors import MessageVectorizer, Turn
 from vcm.tasks.spool import spool_messages
 from vcm.types import IngestRequest
+from vcm.workers.runtime import LazyEmbed, build_summarizer
 
 DRAGON = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}
 CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}

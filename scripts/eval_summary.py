@@ -22,8 +22,8 @@ evicted by then:
 * **filler**: the share of the summary's tokens in lines with fewer than two content words once
   small talk (greetings, reactions, thanks) is also left out.
 
-``--summarizer old`` is the earlier centrality summariser (``vcm.tasks.summarize.by_centrality``),
-``new`` the fact-keeping default (``vcm.tasks.summarize.extractive``). ``--embed hash`` replaces
+``--summarizer old`` is the earlier centrality summariser (``vcm.tasks.summary.recursive.by_centrality``),
+``new`` the fact-keeping default (``vcm.tasks.summary.recursive.extractive``). ``--embed hash`` replaces
 the embedding model (used for the drift cosine, and by the old summariser to pick sentences) by a
 hashed bag of words: no model to load, for ``--quick`` and tests. ``--quick``: the first
 conversation's first 160 turns, hash embedding.
@@ -48,13 +48,14 @@ import numpy as np
 
 from vcm.dispatch import RecordingDispatcher
 from vcm.eval.conversation import FixedClock, observations, session_time
-from vcm.hot.budget import Budget
-from vcm.hot.state import HotState
+from vcm.hotpath.budget import Budget
+from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
 from vcm.store import open_store
-from vcm.tasks import evict, summarize
+from vcm.tasks import evict
 from vcm.tasks.deps import Deps, Summarizer
-from vcm.tasks.selection import Vectors
+from vcm.tasks.summary import recursive as summarize
+from vcm.tasks.summary.selection import Vectors
 
 # A plain English stopword list of the evaluation's own, kept apart from the summariser's (which
 # also drops chat filler) so that the score does not grade the summariser by its own rules.
@@ -330,7 +331,7 @@ def replay(sample: Mapping[str, Any], args: argparse.Namespace, summarizer: Summ
 
 
 def _model_embed(settings: Any) -> Any:
-    from vcm.tasks.runtime import LazyEmbed
+    from vcm.workers.runtime import LazyEmbed
 
     return LazyEmbed(settings)
 

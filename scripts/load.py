@@ -50,8 +50,8 @@ from typing import Any
 import httpx
 import redis
 
-from vcm.hot import keys
-from vcm.hot.connection import connect
+from vcm.hotpath import keys
+from vcm.hotpath.connection import connect
 from vcm.store import open_store
 from vcm.store.port import MemoryStore
 from vcm.workers.signals import WARM_MESSAGE

@@ -22,9 +22,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from vcm.store import fusion
-from vcm.store.embedded import bm25
-from vcm.store.embedded.textindex import analyze, query_terms
+from vcm.store import bm25, fusion
+from vcm.store.analysis import analyze, query_terms
 from vcm.store.types import Fact, FactHit
 
 # Candidates fetched per search; beyond this, filters should narrow the search.

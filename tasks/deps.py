@@ -1,4 +1,4 @@
-"""What cold-path jobs need, passed in explicitly (built per process by :mod:`vcm.tasks.runtime`).
+"""What cold-path jobs need, passed in explicitly (built per process by :mod:`vcm.workers.runtime`).
 
 Nothing per agent lives here: every job reads the agent's state from Redis and the store.
 """
@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from vcm.dispatch import Dispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.settings import Settings
 from vcm.store.port import MemoryStore
-from vcm.tasks.fact_extraction import Candidate
-from vcm.tasks.facts import Scan
+from vcm.tasks.facts.extraction import Candidate
 from vcm.tasks.faults import NO_FAULTS, Faults
-from vcm.tasks.ingest_job import Ingest
-from vcm.tasks.message_vectors import Vectorizer
-from vcm.tasks.summarize import Draft, Embed, Params, Request
+from vcm.tasks.ingest.jobs import Ingest
+from vcm.tasks.recall.vectors import Vectorizer
+from vcm.tasks.summary.recursive import Draft, Embed, Params, Request
+from vcm.tasks.summary.units import Scan
 from vcm.types import Message
 
 
@@ -28,7 +28,7 @@ class Summarizer(Protocol):
 
 
 class FactExtractor(Protocol):
-    """Shadow-fact candidates of an eviction batch (vcm.tasks.fact_extraction, vcm.tasks.llm_facts)."""
+    """Shadow-fact candidates of an eviction batch (vcm.tasks.facts.extraction, vcm.tasks.facts.llm)."""
 
     def __call__(self, messages: Sequence[Message], scan: Scan | None = None) -> list[Candidate]: ...
 
@@ -48,5 +48,5 @@ class Deps:
     # Candidates of the facts kept before a batch leaves the context; None: the extractive ones.
     extractor: FactExtractor | None = None
     # Chunks, embeds and stores archival documents (ingestion jobs); None: built from `embed`'s
-    # model on the first job (vcm.tasks.runtime.ingester).
+    # model on the first job (vcm.workers.runtime.ingester).
     ingest: Ingest | None = None

@@ -68,7 +68,7 @@ class Embedder:
     def hidden_states(self, rows: Sequence[Sequence[int]], pad_id: int) -> list[npt.NDArray[np.float32]]:
         """The model's last hidden states for rows of token ids (special tokens included), run as
         one padded batch; each row's states trimmed back to its own length (late chunking pools
-        them, see :mod:`vcm.tasks.late_chunking`)."""
+        them, see :mod:`vcm.tasks.ingest.late_chunking`)."""
         import torch
 
         model: Any = self.model[0].auto_model

@@ -29,15 +29,16 @@ import numpy as np
 from vcm import poisoning
 from vcm.durable import append_event, stored_message
 from vcm.errors import NotFound, VcmError
-from vcm.hot.budget import Budget
+from vcm.hotpath.budget import Budget
 from vcm.obs import audit, footprint, metrics
 from vcm.service import MemoryService
 from vcm.store.types import EvictionCommit, MemoryEvent, Summary
-from vcm.tasks import drift, fact_extraction
 from vcm.tasks.deps import Deps
-from vcm.tasks.selection import Vectors
+from vcm.tasks.facts import extraction as fact_extraction
 from vcm.tasks.spool import backfill_vectors
-from vcm.tasks.summarize import Draft, Embed, Params, Request, Turn
+from vcm.tasks.summary import drift
+from vcm.tasks.summary.recursive import Draft, Embed, Params, Request, Turn
+from vcm.tasks.summary.selection import Vectors
 from vcm.types import Message
 
 log = logging.getLogger(__name__)

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from vcm.durable import append_event, stored_message
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.store.port import MemoryStore
 from vcm.tasks.faults import NO_FAULTS, Faults
-from vcm.tasks.message_vectors import Turn, Vectorizer, message_text, ready_targets
+from vcm.tasks.recall.vectors import Turn, Vectorizer, message_text, ready_targets
 from vcm.types import Message
 
 
@@ -146,7 +146,7 @@ def embed_into_store(
 ) -> int:
     """Embed the ``(message id, turn)`` targets with ``context`` around them and store the
     vectors under the vectorizer's version; how many were new. Shared by the spool, the eviction
-    backfill and re-embedding (:mod:`vcm.tasks.reembed`)."""
+    backfill and re-embedding (:mod:`vcm.tasks.recall.reembed`)."""
     if not targets:
         return 0
     vectors = vectorizer.embed(context, [t for _, t in targets])

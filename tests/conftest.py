@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from tests.rediscluster import ClusterUnavailable, RedisClusterProcesses
-from vcm.hot.connection import connect
-from vcm.hot.state import HotState
+from vcm.hotpath.connection import connect
+from vcm.hotpath.state import HotState
 from vcm.settings import Settings, load_settings
 
 REDIS_URL = os.environ.get("VCM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")

@@ -119,7 +119,7 @@ def test_serve_context_search_and_events_through_the_cli(tmp_path: Path, server:
 def test_ingest_then_search_archival(tmp_path: Path) -> None:
     import redis
 
-    from vcm.hot.state import HotState
+    from vcm.hotpath.state import HotState
     from vcm.settings import load_settings
 
     url = "redis://127.0.0.1:6379/9"

@@ -1,6 +1,6 @@
-"""Packaging: the wheel installs one top-level package, ``vcm`` (hotpath/ as ``vcm``, store/ as
-``vcm.store``, tasks/ as ``vcm.tasks``, workers/ as ``vcm.workers``, config/ as ``vcm.config``),
-carries the files vcm reads at run time, and a client-only install needs nothing server-side."""
+"""Packaging: the wheel installs one top-level package, ``vcm``, by one rule: folder X is ``vcm.X``
+(vcm/ as ``vcm``, hotpath/ as ``vcm.hotpath``, store/ as ``vcm.store``, and so on), carries the files
+vcm reads at run time, and a client-only install needs nothing server-side."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {
-    "hotpath": "vcm",
+    "vcm": "vcm",
+    "hotpath": "vcm/hotpath",
     "store": "vcm/store",
     "tasks": "vcm/tasks",
     "workers": "vcm/workers",
@@ -53,9 +54,9 @@ def test_the_wheel_holds_one_top_level_package_with_every_module(wheel: Path) ->
                 continue
             assert f"{prefix}/{source.relative_to(ROOT / folder).as_posix()}" in names
     for lua in (ROOT / "hotpath").rglob("*.lua"):
-        assert f"vcm/{lua.relative_to(ROOT / 'hotpath').as_posix()}" in names
+        assert f"vcm/hotpath/{lua.relative_to(ROOT / 'hotpath').as_posix()}" in names
     # The memory viewer's page and scripts, which the API serves from the package.
-    viewer = {f"vcm/api/static/{p.name}" for p in (ROOT / "hotpath" / "api" / "static").iterdir()}
+    viewer = {f"vcm/api/static/{p.name}" for p in (ROOT / "vcm" / "api" / "static").iterdir()}
     assert "vcm/api/static/index.html" in viewer and viewer <= names
 
 

@@ -15,7 +15,7 @@ from vcm.cli.commands import doctor_checks, guard_summary, transport_check
 from vcm.errors import ConfigError, ErrorCode
 from vcm.settings import load_settings, redact_url
 from vcm.store.arango.guard import GuardReport, Problem
-from vcm.tasks.runtime import store_options
+from vcm.workers.runtime import store_options
 
 SECRET = "s3cr3t-Pa55word-xyz"
 TOKEN = "admin-token-0123456789-abcdef"

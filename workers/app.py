@@ -1,7 +1,7 @@
 """The Celery app (``celery -A vcm.workers.app ...``), configured from vcm settings.
 
 Importing this module is what makes a process a vcm worker (or beat, or Flower): it wires the
-Celery dispatcher and the broker-backed delivery log into :mod:`vcm.tasks.runtime` and connects the
+Celery dispatcher and the broker-backed delivery log into :mod:`vcm.workers.runtime` and connects the
 worker signals.
 """
 
@@ -11,14 +11,14 @@ from celery import Celery
 
 from vcm.dispatch import Dispatcher
 from vcm.settings import Settings, get_settings
-from vcm.tasks import runtime
+from vcm.workers import runtime
 from vcm.workers.config import AMQP_CONSUMER_TIMEOUT_S, celery_settings, is_redis
 from vcm.workers.deliveries import RedisDeliveryLog
 from vcm.workers.dispatch import CeleryDispatcher
 
 
 def create_app(settings: Settings) -> Celery:
-    app = Celery("vcm", include=["vcm.tasks.celery_tasks"])
+    app = Celery("vcm", include=["vcm.workers.tasks"])
     app.conf.update(celery_settings(settings))
     return app
 

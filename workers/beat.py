@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from vcm.settings import Settings
-from vcm.tasks import names
+from vcm.workers import names
 
 
 def schedule(settings: Settings) -> dict[str, dict[str, Any]]:

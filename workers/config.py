@@ -9,8 +9,7 @@ from typing import Any
 
 from vcm.errors import ConfigError
 from vcm.settings import Settings
-from vcm.tasks import names
-from vcm.workers import routes
+from vcm.workers import names, routes
 from vcm.workers.beat import schedule
 
 
@@ -96,9 +95,9 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "task_retry_on_worker_lost": True,
         # If sending that retry fails, requeue rather than ack, so a batch is never dropped; the
         # loop this can cause (celery.md 1.2) is bounded by the retry count above and by the
-        # per-message delivery cap in vcm.tasks.celery_tasks (max_deliveries).
+        # per-message delivery cap in vcm.workers.tasks (max_deliveries).
         "task_reject_on_worker_lost": True,
-        # Retry policy for every vcm task (read by vcm.tasks.celery_tasks.VcmTask): exponential
+        # Retry policy for every vcm task (read by vcm.workers.tasks.VcmTask): exponential
         # backoff with full jitter, capped, then dead-lettered.
         "task_annotations": {name: retry_policy(settings) for name in names.RETRIED},
         # Bound every task; the soft limit raises inside the task first so it can retry cleanly.

@@ -2,7 +2,7 @@
 
 Celery has no redelivery counter (celery.md 1.2): a message whose worker dies mid-task comes back
 (after the visibility timeout on a Redis broker, at once on RabbitMQ), again and again.
-``vcm.tasks.celery_tasks.VcmTask`` asks this log how often the current attempt was delivered and
+``vcm.workers.tasks.VcmTask`` asks this log how often the current attempt was delivered and
 dead-letters it past ``max_deliveries``. The counts live on the Redis broker, or, with a broker
 that is not Redis (RabbitMQ), in the hot state's Redis (a single server or a cluster: each count
 is one key, so its INCR and EXPIRE stay on one slot).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import redis
 
-from vcm.hot.connection import connect
+from vcm.hotpath.connection import connect
 
 PREFIX = "vcm-worker:deliveries:"
 

@@ -21,9 +21,8 @@ from celery import Celery
 
 from vcm.dispatch import Dispatcher
 from vcm.errors import StoreUnavailable
-from vcm.tasks import names
 from vcm.types import IngestRequest
-from vcm.workers import metrics
+from vcm.workers import metrics, names
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The in-process worker of embedded mode: a real Celery worker in a thread, over ``memory://``.
 
 The same tasks run as in production; only the transport differs. In embedded mode the hot state
-is the process's fakeredis (``vcm.hot.connection.connect("")``) and the store the SQLite file, so
+is the process's fakeredis (``vcm.hotpath.connection.connect("")``) and the store the SQLite file, so
 the API and this worker share both::
 
     with embedded_worker():
@@ -61,7 +61,7 @@ def embedded_worker(
             "start `celery -A vcm.workers.app worker` processes for a Redis broker",
             setting="broker_url",
         )
-    import vcm.tasks.celery_tasks  # noqa: F401  (registers the tasks before the app is finalised)
+    import vcm.workers.tasks  # noqa: F401  (registers the tasks before the app is finalised)
 
     hostname = f"embedded-{os.getpid()}@{socket.gethostname()}"
     # What `celery worker` does at start: finalise the app and make it the default one, since a

@@ -155,7 +155,7 @@ class EmbedderProcess(Embedder):
 
 class _RemoteTokenizer:
     """The child's tokenizer, called across the pipe. Answers what
-    :class:`~vcm.tasks.late_chunking.LateChunker` asks of a Hugging Face tokenizer - a call on one
+    :class:`~vcm.tasks.ingest.late_chunking.LateChunker` asks of a Hugging Face tokenizer - a call on one
     text, and ``pad_token_id`` - with each field an int64 numpy array (``offset_mapping`` of shape
     (n, 2)) instead of lists."""
 

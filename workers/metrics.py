@@ -24,7 +24,7 @@ from prometheus_client import start_http_server
 
 from vcm.obs import metrics
 from vcm.obs.metrics import DEAD_LETTERS, DISPATCH_FAILURES, MULTIPROC_ENV, REDRIVEN, RESPOOLED
-from vcm.tasks import names
+from vcm.workers import names
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ for _task in (names.EVICT, names.SPOOL):
 
 
 def observe(task_name: str, retval: Any) -> None:
-    """Count a finished task by the outcome it returned (see vcm.tasks.celery_tasks)."""
+    """Count a finished task by the outcome it returned (see vcm.workers.tasks)."""
     if not isinstance(retval, dict):
         return
     outcome = retval.get("outcome")

@@ -7,7 +7,7 @@ from typing import Any
 
 from kombu import Queue  # type: ignore[attr-defined]
 
-from vcm.tasks import names
+from vcm.workers import names
 
 HOT = "hot"  # evictions: short, latency-sensitive (a placeholder sits in the window until done)
 COLD = "cold"  # write-behind spooling, drift follow-ups

@@ -27,8 +27,7 @@ from celery.signals import (
 )
 
 from vcm.settings import get_settings
-from vcm.tasks import names, runtime
-from vcm.workers import metrics
+from vcm.workers import metrics, names, runtime
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from vcm.service import MemoryService
 from vcm.settings import Settings, get_settings
-from vcm.tasks import runtime
+from vcm.workers import runtime
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def build_service(settings: Settings) -> MemoryService:
     """The service of an entry point that serves callers (API, CLI): its spools and evictions are
     published by a background thread (:class:`BackgroundDispatcher`), so no caller waits for the
     broker. The cold path's own follow-ups keep the synchronous dispatcher of its dependencies."""
-    from vcm.workers.app import app  # noqa: F401  (wires the Celery dispatcher into vcm.tasks.runtime)
+    from vcm.workers.app import app  # noqa: F401  (wires the Celery dispatcher into vcm.workers.runtime)
     from vcm.workers.dispatch import BackgroundDispatcher
 
     deps = runtime.deps()

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 from vcm.errors import ValidationError
 from vcm.store import semantics, validation
+from vcm.store.analysis import analyze
 from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase
 from vcm.store.embedded.db import chunked, meta_add
 from vcm.store.embedded.schema import META_TEXT_DOCS, META_TEXT_TERMS
-from vcm.store.embedded.textindex import analyze
 from vcm.store.types import (
     SUMMARY_BLOCK_ID,
     EvictionCommit,

@@ -5,7 +5,7 @@ transaction, off the caller's thread, and possibly by another process). Rather t
 write wait for a ~20 ms tantivy commit (and for the one process allowed to write the index),
 a search reads the index's high-water mark and the agent's messages above it in one SQLite
 snapshot, asks tantivy only for documents at or below the mark, and scores the tail in Python
-with the same BM25 (see :mod:`vcm.store.embedded.bm25`). The tail is what the indexer has not caught
+with the same BM25 (see :mod:`vcm.store.bm25`). The tail is what the indexer has not caught
 up with yet, normally a few recent messages, so this costs one indexed SQLite range read.
 """
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 
 from vcm.errors import StoreUnavailable
-from vcm.store.embedded import bm25
+from vcm.store import bm25
+from vcm.store.analysis import analyze
 from vcm.store.embedded.db import Database, chunked, meta_int
 from vcm.store.embedded.schema import META_TEXT_DOCS, META_TEXT_GEN, META_TEXT_HWM, META_TEXT_TERMS
-from vcm.store.embedded.textindex import TextIndex, analyze
+from vcm.store.embedded.textindex import TextIndex
 
 Ranked = list[tuple[int, float]]
 

@@ -14,12 +14,12 @@ import numpy as np
 
 from vcm.errors import ValidationError
 from vcm.store import fusion, validation
+from vcm.store.analysis import query_terms
 from vcm.store.cursor import fingerprint, vector_digest
 from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase
 from vcm.store.embedded.db import chunked
 from vcm.store.embedded.recall import time_filter
-from vcm.store.embedded.textindex import query_terms
 from vcm.store.types import Page, RecallHit, StoredMessage
 
 

@@ -51,24 +51,6 @@ def _build_schema() -> tantivy.Schema:
 
 SCHEMA = _build_schema()
 
-# The same chain tantivy registers as "en_stem", so tail scoring and query terms agree with it.
-ANALYZER = (
-    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-    .filter(tantivy.Filter.remove_long(40))
-    .filter(tantivy.Filter.lowercase())
-    .filter(tantivy.Filter.stemmer("english"))
-    .build()
-)
-
-
-def analyze(text: str) -> list[str]:
-    return list(ANALYZER.analyze(text))
-
-
-def query_terms(text: str) -> list[str]:
-    """Distinct analysed terms of a query, in order (a repeated word does not count twice)."""
-    return list(dict.fromkeys(analyze(text)))
-
 
 class TextIndex:
     """One tantivy index directory. Thread-safe for searching; writing goes through a writer

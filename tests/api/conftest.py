@@ -23,13 +23,13 @@ from starlette.types import ASGIApp
 
 from vcm.api.app import ToolRunner, create_app
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.store.port import MemoryStore
 from vcm.store.types import ArchivalChunk
-from vcm.tasks.ingest_job import Progress, run_ingest_job
+from vcm.tasks.ingest.jobs import Progress, run_ingest_job
 from vcm.types import IngestRequest
 
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"

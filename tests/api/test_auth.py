@@ -15,7 +15,7 @@ from vcm.api import auth
 from vcm.api.app import create_app
 from vcm.dispatch import RecordingDispatcher
 from vcm.errors import ConfigError
-from vcm.hot import keys
+from vcm.hotpath import keys
 from vcm.service import MemoryService, doc_id_for, ingest_job_id
 from vcm.settings import load_settings
 

@@ -29,7 +29,7 @@ from tests.api.conftest import ADMIN_TOKEN, api_settings, embed, executor_for, n
 from tests.fake_openai import FakeLLM, answer
 from vcm.api.app import create_app
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.store import open_store
 

@@ -21,7 +21,7 @@ from vcm.api import auth
 from vcm.api.app import create_app
 from vcm.api.health import HealthCache
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store

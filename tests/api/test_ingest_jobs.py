@@ -16,10 +16,10 @@ from tests.api.conftest import Ingest, api_settings, embed, executor_for, new_ag
 from vcm.api.app import create_app
 from vcm.dispatch import RecordingDispatcher
 from vcm.errors import IdempotencyMismatch, StoreUnavailable, ValidationError
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.store.port import MemoryStore
-from vcm.tasks.ingest_job import Progress, run_ingest_job
+from vcm.tasks.ingest.jobs import Progress, run_ingest_job
 from vcm.types import IngestRequest
 
 DOC = "Falcons nest on cliffs.\n\nOtters hold hands while they sleep."

@@ -22,17 +22,17 @@ from tests.conftest import REDIS_URL, _real_redis
 from tests.tasks.coldpath import MODEL, line, small_settings
 from vcm.api.app import create_app
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.obs.metered_store import metered
 from vcm.service import MemoryService
 from vcm.settings import Settings
 from vcm.store import open_store
-from vcm.tasks import runtime
 from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults, Rule
-from vcm.tasks.summarize import extractive
+from vcm.tasks.summary.recursive import extractive
 from vcm.tools.executor import ToolExecutor
 from vcm.workers import app as worker_app
+from vcm.workers import runtime
 from vcm.workers.dispatch import CeleryDispatcher
 from vcm.workers.embedded import embedded_worker
 

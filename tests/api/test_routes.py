@@ -15,7 +15,7 @@ from tests.api.conftest import ADMIN, api_settings, new_agent, state
 from tests.api.conftest import embed as conf_embed
 from vcm.api.app import create_app
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.store.port import MemoryStore
 from vcm.tools.schemas import tool_schemas

@@ -25,7 +25,7 @@ from vcm.cli.main import main as cli
 from vcm.client import VcmClient
 from vcm.dispatch import RecordingDispatcher
 from vcm.errors import NotFound
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.store import open_store
 

@@ -13,10 +13,10 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from tests.compose import stack
-from vcm.hot import keys
+from vcm.hotpath import keys
 from vcm.obs import metrics
 from vcm.obs.metrics_state import StateCollector
-from vcm.tasks import names
+from vcm.workers import names
 
 ALERTS_FILE = stack.COMPOSE_DIR / "alerts.yml"
 WANTED = {"VcmSyncConflictRateHigh", "VcmSyncFailing", "VcmAgentOverMemoryQuota", "VcmSnapshotFailed"}

@@ -11,7 +11,7 @@ import pytest
 
 from tests.hotpath.services import Clock, hash_embed
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store

@@ -6,9 +6,9 @@ from typing import Any
 
 import redis
 
-from vcm.hot import keys
-from vcm.hot.budget import Budget, FifoEntry, Parts, placeholder_part
-from vcm.hot.state import HotState
+from vcm.hotpath import keys
+from vcm.hotpath.budget import Budget, FifoEntry, Parts, placeholder_part
+from vcm.hotpath.state import HotState
 
 
 def dump(client: redis.Redis, agent_id: str) -> dict[str, Any]:

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.store.port import MemoryStore
 from vcm.store.types import ArchivalChunk
-from vcm.tasks.ingest_job import Ingest, Progress, run_ingest_job
+from vcm.tasks.ingest.jobs import Ingest, Progress, run_ingest_job
 from vcm.tasks.spool import spool_messages
 from vcm.types import IngestRequest
 

@@ -13,7 +13,7 @@ import pytest
 from tests.fake_openai import Action, FakeLLM, answer, calls, status
 from tests.hotpath.services import Harness
 from vcm.agent.loop import AgentLoop, ChatClient, ChatError, wire_messages
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.llm import endpoint
 from vcm.tools.schemas import tool_schemas
 

@@ -15,14 +15,14 @@ import pytest
 from tests.conftest import _real_redis
 from tests.hotpath.services import Clock, Harness, hash_embed
 from vcm.errors import TaintedContent
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.obs import footprint
 from vcm.settings import load_settings
 from vcm.store.types import MemoryEvent
 from vcm.tasks import maintenance
 from vcm.tasks.deps import Deps
 from vcm.tasks.evict import evict_batch
-from vcm.tasks.summarize import extractive
+from vcm.tasks.summary.recursive import extractive
 
 A = "audit-a1"
 SECRET = "the vault code is 4711-SECRET"  # content no audit row may hold

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from vcm.errors import PinLimitExceeded, TokenBudgetExceeded
-from vcm.hot.budget import Budget, FifoEntry, Parts, decide_growth, decide_requested_eviction, plan_eviction
-from vcm.hot.render import placeholder_tokens
+from vcm.hotpath.budget import Budget, FifoEntry, Parts, decide_growth, decide_requested_eviction, plan_eviction
+from vcm.hotpath.render import placeholder_tokens
 from vcm.settings import BudgetSettings
 
 BUDGET = Budget.for_window(1000, BudgetSettings())

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.hotpath.services import Clock, Harness
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
 from vcm.tools.chains import ChainState, HeartbeatGovernor, dump_state, load_state
 

@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from vcm.errors import ValidationError
-from vcm.hot import keys
-from vcm.hot.changes import ChangeFeed, position
-from vcm.hot.instances import InstanceBoard
+from vcm.hotpath import keys
+from vcm.hotpath.changes import ChangeFeed, position
+from vcm.hotpath.instances import InstanceBoard
 from vcm.service import MemoryService
 
 

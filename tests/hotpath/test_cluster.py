@@ -26,9 +26,9 @@ from tests.conftest import cluster_client
 from tests.tasks.coldpath import MODEL, make_deps, small_settings
 from vcm.api.auth import TokenAuthority, digest
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot import keys, lua
-from vcm.hot.connection import connect
-from vcm.hot.state import HotState
+from vcm.hotpath import keys, lua
+from vcm.hotpath.connection import connect
+from vcm.hotpath.state import HotState
 from vcm.obs.metrics_state import StateCollector
 from vcm.settings import load_settings
 from vcm.tasks import maintenance
@@ -46,11 +46,11 @@ ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')  # one quoted MONITOR argument
 
 
 RUNS_SCRIPT = re.compile(r"(?:register_script|eval)\(\s*lua\.([A-Z_]+)")
-SOURCES = ("hotpath", "tasks", "workers")
+SOURCES = ("vcm", "hotpath", "tasks", "workers")
 
 
 def _scripts() -> dict[str, str]:
-    """Every Lua script of :mod:`vcm.hot.lua` that the code runs (``register_script(lua.X)`` or
+    """Every Lua script of :mod:`vcm.hotpath.lua` that the code runs (``register_script(lua.X)`` or
     ``eval(lua.X, ...)`` anywhere in the server's sources); fragments composing them are not."""
     root = Path(__file__).resolve().parents[2]
     names = {n for d in SOURCES for f in (root / d).rglob("*.py") for n in RUNS_SCRIPT.findall(f.read_text())}

@@ -14,14 +14,14 @@ import pytest
 
 from tests.hotpath.services import Clock, hash_embed
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.prompt import skills
 from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store
 from vcm.tasks.deps import Deps
 from vcm.tasks.evict import evict_batch
-from vcm.tasks.summarize import extractive
+from vcm.tasks.summary.recursive import extractive
 from vcm.tools.schemas import tool_schemas
 
 SKILL = """---

@@ -21,15 +21,15 @@ from tests.conftest import REDIS_URL
 from tests.tasks.coldpath import line, word_embed
 from vcm.dispatch import RecordingDispatcher
 from vcm.errors import Conflict, SnapshotCorrupt
-from vcm.hot import keys
-from vcm.hot.state import HotState
+from vcm.hotpath import keys
+from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.store.port import MemoryStore
 from vcm.tasks.deps import Deps
 from vcm.tasks.evict import evict_batch
-from vcm.tasks.summarize import extractive
+from vcm.tasks.summary.recursive import extractive
 
 MODEL = "vcm-demo-2k"
 
@@ -308,7 +308,7 @@ def test_forget_a_message_outside_the_context_but_not_one_inside(fresh_fake: Any
 
 
 def test_periodic_snapshots_take_one_per_agent_and_are_scheduled_only_when_asked(store: MemoryStore) -> None:
-    from vcm.tasks import names
+    from vcm.workers import names
     from vcm.workers.beat import schedule
 
     svc = service(fakeredis.FakeRedis(decode_responses=True), store)

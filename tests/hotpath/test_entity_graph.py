@@ -11,7 +11,7 @@ from vcm.facts import entities
 from vcm.service import MemoryService
 from vcm.store.port import MemoryStore
 from vcm.store.types import FactQuery, fact_node
-from vcm.tasks import fact_extraction
+from vcm.tasks.facts import extraction as fact_extraction
 from vcm.types import Message
 
 DAY = 86400.0

@@ -13,8 +13,8 @@ import pytest
 from tests.hotpath.helpers import dump
 from tests.hotpath.services import Harness
 from vcm.errors import StoreUnavailable
-from vcm.hot import keys, render
-from vcm.hot.state import HotState
+from vcm.hotpath import keys, render
+from vcm.hotpath.state import HotState
 from vcm.tools.executor import ENVELOPE_TOKENS, SPOOL_CHUNK_CHARS, ToolExecutor
 from vcm.tools.paging import PAGE_TOKENS
 from vcm.tools.results import ToolResult

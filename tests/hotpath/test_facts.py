@@ -14,7 +14,7 @@ from vcm.store.port import MemoryStore
 from vcm.store.types import FactQuery
 from vcm.tasks.deps import Deps
 from vcm.tasks.evict import evict_batch
-from vcm.tasks.summarize import extractive
+from vcm.tasks.summary.recursive import extractive
 
 MODEL = "vcm-demo-2k"
 

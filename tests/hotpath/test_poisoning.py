@@ -10,7 +10,7 @@ import pytest
 
 from tests.hotpath.services import Harness
 from vcm.errors import ErrorCode, NotFound, ValidationError
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.poisoning import DEFAULT_PATTERNS, Filter, patterns
 from vcm.settings import load_settings
 

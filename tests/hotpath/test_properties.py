@@ -1,7 +1,7 @@
 """Property tests: random appends, pins, block edits, retries, requested evictions (count=1 many
 times among them) and finishes, on fakeredis and on the real Redis. After every step the invariants
 of ARCHITECTURE.md §1/§5 hold (the total never exceeds ``max``), and every Lua decision equals the
-pure policy's (vcm.hot.budget) on the same inputs."""
+pure policy's (vcm.hotpath.budget) on the same inputs."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from tests.conftest import REDIS_URL
 from tests.hotpath.helpers import dump, policy_view, recount
 from vcm.errors import VcmError
-from vcm.hot import keys, render
-from vcm.hot.budget import Decision, decide_growth, decide_requested_eviction, placeholder_part
-from vcm.hot.context import assemble
-from vcm.hot.state import HotState
+from vcm.hotpath import keys, render
+from vcm.hotpath.budget import Decision, decide_growth, decide_requested_eviction, placeholder_part
+from vcm.hotpath.context import assemble
+from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
 
 AGENT = "prop"
@@ -67,7 +67,7 @@ class HotPathMachine(RuleBasedStateMachine):
         new_pinned: bool = False,
     ) -> Decision | VcmError:
         parts, fifo, budget, m = policy_view(self.hot, AGENT)
-        from vcm.hot.budget import FifoEntry
+        from vcm.hotpath.budget import FifoEntry
 
         if new_id:
             fifo = [*fifo, FifoEntry(new_id, new_tokens, new_pinned)]
@@ -183,7 +183,7 @@ class HotPathMachine(RuleBasedStateMachine):
             current = self.hot.get_block(AGENT, block)
         except VcmError:
             current = None
-        from vcm.hot import render
+        from vcm.hotpath import render
 
         tokens = self.hot.counter(self.hot.agent(AGENT).model).message(render.block(block, "working", content, pinned))
         if stale and current is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.hotpath.services import Harness, hash_embed
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 
 CURRENT = "hash32:late3+3:v1"
 

@@ -11,9 +11,9 @@ import pytest
 from tests.hotpath.helpers import dump, recount
 from tests.hotpath.services import Harness
 from vcm.errors import TokenBudgetExceeded
-from vcm.hot import render
-from vcm.hot.context import assemble
-from vcm.hot.state import HotState
+from vcm.hotpath import render
+from vcm.hotpath.context import assemble
+from vcm.hotpath.state import HotState
 
 MODEL = "vcm-demo-2k"  # 2048-token window: max 1843
 

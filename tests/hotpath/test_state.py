@@ -14,9 +14,9 @@ from vcm.errors import (
     TokenBudgetExceeded,
     ValidationError,
 )
-from vcm.hot import render
-from vcm.hot.context import assemble
-from vcm.hot.state import HotState
+from vcm.hotpath import render
+from vcm.hotpath.context import assemble
+from vcm.hotpath.state import HotState
 
 MODEL = "vcm-demo-2k"  # 2048-token window: warning 1433, flush/max 1843, target 1024
 

@@ -1,4 +1,4 @@
-"""The per-agent turn lock (vcm.hot.turns) on fakeredis, the real Redis and the Redis Cluster:
+"""The per-agent turn lock (vcm.hotpath.turns) on fakeredis, the real Redis and the Redis Cluster:
 one holder at a time, renewed while held, lapsing when its owner stops renewing, released once."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from vcm.errors import Conflict
-from vcm.hot.turns import TurnLocks
+from vcm.hotpath.turns import TurnLocks
 
 
 @pytest.fixture

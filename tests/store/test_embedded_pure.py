@@ -8,8 +8,9 @@ import pytest
 
 from tests.store.factories import chunk
 from vcm.errors import ValidationError
+from vcm.store import bm25
 from vcm.store.cursor import decode_cursor, encode_cursor, fingerprint
-from vcm.store.embedded import bm25, sizing
+from vcm.store.embedded import sizing
 from vcm.store.filters import parse_filters
 
 SECRET = b"s" * 32

@@ -15,14 +15,14 @@ import numpy as np
 import redis
 
 from vcm.dispatch import Dispatcher, RecordingDispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults
-from vcm.tasks.message_vectors import Turn, Vectorizer
-from vcm.tasks.selection import Vectors
-from vcm.tasks.summarize import extractive
+from vcm.tasks.recall.vectors import Turn, Vectorizer
+from vcm.tasks.summary.recursive import extractive
+from vcm.tasks.summary.selection import Vectors
 from vcm.types import AppendResult
 
 MODEL = "vcm-test-512"

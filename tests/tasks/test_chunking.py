@@ -1,4 +1,4 @@
-"""Chunk and macro-window plans (vcm.tasks.chunking): exhaustive properties with hypothesis."""
+"""Chunk and macro-window plans (vcm.tasks.ingest.chunking): exhaustive properties with hypothesis."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vcm.tasks.chunking import ChunkSpan, Window, plan_chunks, plan_windows, sentence_breaks
+from vcm.tasks.ingest.chunking import ChunkSpan, Window, plan_chunks, plan_windows, sentence_breaks
 
 # --- macro windows --------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from vcm.tasks import drift
+from vcm.tasks.summary import drift
 
 
 @dataclass(frozen=True)

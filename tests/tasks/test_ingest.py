@@ -1,4 +1,4 @@
-"""Archival ingestion (vcm.tasks.ingest) into a real embedded store with the real bundled model."""
+"""Archival ingestion (vcm.tasks.ingest.documents) into a real embedded store with the real bundled model."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.store.port import MemoryStore
 from vcm.tasks.embedding import Embedder, get_embedder
-from vcm.tasks.ingest import (
+from vcm.tasks.ingest.documents import (
     COMPLIANCE_EVENT,
     DocumentIngester,
     PathOutcome,

@@ -1,4 +1,4 @@
-"""Late chunking (vcm.tasks.late_chunking): pure pooling, and the real bundled MiniLM on small texts."""
+"""Late chunking (vcm.tasks.ingest.late_chunking): pure pooling, and the real bundled MiniLM on small texts."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 
 from vcm.errors import ConfigError
 from vcm.settings import ChunkingSettings, load_settings
-from vcm.tasks.chunking import Window, plan_windows
 from vcm.tasks.embedding import Embedder, get_embedder
-from vcm.tasks.late_chunking import DocumentPlan, LateChunker, pool_spans
+from vcm.tasks.ingest.chunking import Window, plan_windows
+from vcm.tasks.ingest.late_chunking import DocumentPlan, LateChunker, pool_spans
 
 PAGE = "Larry Page grew up in Michigan and studied computer science at Stanford. He founded it in 1998."
 

@@ -15,19 +15,20 @@ import pytest
 from tests.fake_openai import Action, FakeLLM, answer, status
 from tests.hotpath.services import Clock, hash_embed
 from vcm.dispatch import RecordingDispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.llm import ChatClient
 from vcm.poisoning import Filter
 from vcm.service import MemoryService
 from vcm.settings import PoisoningSettings, load_settings
 from vcm.store import open_store
 from vcm.store.types import FactQuery
-from vcm.tasks import fact_extraction, runtime
 from vcm.tasks.deps import Deps
 from vcm.tasks.evict import evict_batch
-from vcm.tasks.llm_facts import LlmFactExtractor, parse
-from vcm.tasks.summarize import extractive
+from vcm.tasks.facts import extraction as fact_extraction
+from vcm.tasks.facts.llm import LlmFactExtractor, parse
+from vcm.tasks.summary.recursive import extractive
 from vcm.types import Message
+from vcm.workers import runtime
 
 TURNS = [
     Message("m1", 1, "user", "My sister Maya ran the Porto half marathon in 97 minutes.", 20, 1e9, name="Priya"),

@@ -14,8 +14,8 @@ import pytest
 
 from tests.tasks.coldpath import line, word_embed
 from vcm.settings import DriftSettings
-from vcm.tasks.llm_summarizer import LlmSummarizer
-from vcm.tasks.summarize import Draft, Params, Request, Turn, extractive
+from vcm.tasks.summary.llm import LlmSummarizer
+from vcm.tasks.summary.recursive import Draft, Params, Request, Turn, extractive
 
 
 class Handler(BaseHTTPRequestHandler):

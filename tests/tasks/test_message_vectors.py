@@ -1,10 +1,10 @@
-"""Planning of in-context message embeddings (vcm.tasks.message_vectors), pure: no model."""
+"""Planning of in-context message embeddings (vcm.tasks.recall.vectors), pure: no model."""
 
 from __future__ import annotations
 
 import pytest
 
-from vcm.tasks.message_vectors import (
+from vcm.tasks.recall.vectors import (
     SEPARATOR,
     Turn,
     context_turns,

@@ -1,4 +1,4 @@
-"""Re-embedding a stored conversation (vcm.tasks.reembed): the same in-context vectors the spool makes,
+"""Re-embedding a stored conversation (vcm.tasks.recall.reembed): the same in-context vectors the spool makes,
 resumable and idempotent, on a real SQLite store."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 
 from tests.tasks.coldpath import MODEL, small_settings, word_embed
 from vcm.errors import ValidationError
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.store import open_store
-from vcm.tasks.message_vectors import Turn, context_turns, later_turns
-from vcm.tasks.reembed import reembed_agent
-from vcm.tasks.selection import Vectors
+from vcm.tasks.recall.reembed import reembed_agent
+from vcm.tasks.recall.vectors import Turn, context_turns, later_turns
 from vcm.tasks.spool import spool_messages
+from vcm.tasks.summary.selection import Vectors
 
 
 class RecordingVectorizer:

@@ -1,12 +1,12 @@
-"""LoCoMo evaluation helpers (vcm.tasks.retrieval_eval): pure metric and corpus construction."""
+"""LoCoMo evaluation helpers (vcm.tasks.recall.evaluation): pure metric and corpus construction."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from vcm.tasks.chunking import ChunkSpan
-from vcm.tasks.retrieval_eval import (
+from vcm.tasks.ingest.chunking import ChunkSpan
+from vcm.tasks.recall.evaluation import (
     aggregate,
     chunk_turns,
     conversation_turns,

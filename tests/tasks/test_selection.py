@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vcm.tasks import sentences
-from vcm.tasks.selection import centrality, centroid, lexical_centrality, mmr_select, stratified_pick, unit
+from vcm.tasks.summary import sentences
+from vcm.tasks.summary.selection import centrality, centroid, lexical_centrality, mmr_select, stratified_pick, unit
 
 
 def rows(*vectors: list[float]) -> np.ndarray:

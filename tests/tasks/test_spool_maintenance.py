@@ -21,9 +21,9 @@ from vcm.dispatch import RecordingDispatcher
 from vcm.durable import VCM_METADATA, stored_message
 from vcm.tasks import evict, maintenance
 from vcm.tasks.deps import Deps
-from vcm.tasks.message_vectors import Turn
-from vcm.tasks.selection import Vectors
+from vcm.tasks.recall.vectors import Turn
 from vcm.tasks.spool import spool_messages
+from vcm.tasks.summary.selection import Vectors
 from vcm.types import Message
 
 AGENT = "agent-s"

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from tests.tasks.coldpath import line, word_embed
 from vcm.settings import DriftSettings
-from vcm.tasks import sentences
-from vcm.tasks.selection import Vectors
-from vcm.tasks.summarize import Params, Request, Turn, candidates, fit_text
-from vcm.tasks.summarize import by_centrality as extractive
+from vcm.tasks.summary import sentences
+from vcm.tasks.summary.recursive import Params, Request, Turn, candidates, fit_text
+from vcm.tasks.summary.recursive import by_centrality as extractive
+from vcm.tasks.summary.selection import Vectors
 from vcm.types import Message
 
 HEADER = 8  # a stand-in for the rendered summary's framing

@@ -14,8 +14,7 @@ from prometheus_client import REGISTRY
 
 from vcm.errors import ConfigError
 from vcm.settings import load_settings
-from vcm.tasks import names
-from vcm.workers import beat, config, metrics
+from vcm.workers import beat, config, metrics, names
 from vcm.workers.app import create_app
 from vcm.workers.dispatch import CeleryDispatcher
 

@@ -21,9 +21,9 @@ from prometheus_client import REGISTRY
 from tests.tasks.coldpath import MODEL, WordVectorizer, make_deps, small_settings, word_embed
 from tests.workers.traffic import Traffic, assert_exactly_once, settled, wait_until
 from vcm.settings import Settings
-from vcm.tasks import names, runtime
 from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults, Rule
+from vcm.workers import names, runtime
 from vcm.workers.app import create_app
 from vcm.workers.dispatch import BackgroundDispatcher, CeleryDispatcher
 from vcm.workers.embedded import embedded_worker
@@ -246,7 +246,7 @@ def test_reembed_task_embeds_stored_messages_in_bounded_runs(cold: Cold, monkeyp
     """The worker's re-embedding task, through the real (in-process) Celery worker: it stops after
     REEMBED_PER_RUN new vectors and sends itself again for the rest."""
     from vcm.store.types import StoredMessage
-    from vcm.tasks import celery_tasks
+    from vcm.workers import tasks as celery_tasks
 
     monkeypatch.setattr(celery_tasks, "REEMBED_PER_RUN", 4)
     agent = f"re-{uuid.uuid4().hex[:8]}"

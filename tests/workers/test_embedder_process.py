@@ -19,7 +19,7 @@ import pytest
 
 from vcm.settings import ChunkingSettings, EmbeddingSettings
 from vcm.tasks.embedding import Embedder, get_embedder
-from vcm.tasks.late_chunking import LateChunker
+from vcm.tasks.ingest.late_chunking import LateChunker
 from vcm.workers.embedder_process import NICE, EmbedderProcess
 
 pytestmark = pytest.mark.timeout(300)

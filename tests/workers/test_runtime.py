@@ -12,14 +12,14 @@ import redis
 
 from tests.tasks.coldpath import MODEL, small_settings
 from vcm.errors import StoreUnavailable
-from vcm.hot.connection import connect
+from vcm.hotpath.connection import connect
 from vcm.settings import Settings
 from vcm.store.types import EvictionCommit, StoredMessage
-from vcm.tasks import runtime
 from vcm.tasks.faults import ENV as FAULTS_ENV
-from vcm.tasks.llm_summarizer import LlmSummarizer
-from vcm.tasks.summarize import extractive
+from vcm.tasks.summary.llm import LlmSummarizer
+from vcm.tasks.summary.recursive import extractive
 from vcm.workers import app as worker_app
+from vcm.workers import runtime
 from vcm.workers.deliveries import RedisDeliveryLog
 from vcm.workers.dispatch import CeleryDispatcher
 
@@ -117,7 +117,7 @@ def test_message_vectors_follow_recall_settings_and_load_the_model_lazily(tmp_pa
 def test_the_service_searches_recall_under_the_workers_vector_version(
     built: runtime.Deps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vcm.tasks.message_vectors import Turn
+    from vcm.tasks.recall.vectors import Turn
     from vcm.workers import wiring
 
     class Stub:
@@ -139,8 +139,8 @@ def test_a_retry_that_cannot_be_published_is_requeued_not_dead_lettered(monkeypa
     # is the Redis that just blinked); vcm requeues, so a one-second outage is no dead letter.
     from celery.exceptions import Reject
 
-    from vcm.tasks.celery_tasks import spool
     from vcm.workers import signals
+    from vcm.workers.tasks import spool
 
     def unpublishable(*_: object, **__: object) -> None:
         raise Reject(ConnectionError("Error 111 connecting to 127.0.0.1:6379"), requeue=False)

@@ -42,12 +42,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.tasks.coldpath import MODEL
 from tests.workers.traffic import Traffic, all_message_ids, assert_exactly_once, settled, wait_until
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.store.port import MemoryStore
-from vcm.tasks import names
 from vcm.tasks.faults import ENV as FAULTS_ENV
+from vcm.workers import names
 from vcm.workers.app import create_app
 from vcm.workers.deliveries import PREFIX as DELIVERIES
 from vcm.workers.dispatch import CeleryDispatcher

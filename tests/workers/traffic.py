@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from tests.tasks.coldpath import line
 from vcm.dispatch import Dispatcher
-from vcm.hot.state import HotState
+from vcm.hotpath.state import HotState
 from vcm.store.port import MemoryStore
 
 

@@ -1,0 +1,106 @@
+"""Shadow facts from an eviction batch, before it leaves the context (seed 003: "facts extracted
+before compaction so they survive it"). Pure and offline: the summariser's fact units
+(:mod:`vcm.tasks.summary.units`: attributed, compressed, dates anchored, flagged text excluded) that are
+salient — they name, count or date something, or state a preference or a decision — each with a
+pointer to the turn it came from. The service stores them as ``shadow`` facts; consolidation
+promotes those its replay test confirms.
+
+Besides those, the names the salient units carry become ``entity`` candidates and relations the
+text states in a fixed form ("my sister Maya") ``relation`` candidates, so the context pack and
+the graph grow from what was said (:mod:`vcm.facts.entities`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vcm.errors import ValidationError
+from vcm.facts import entities
+from vcm.tasks.summary import sentences, units
+from vcm.types import Message
+
+_LIKING = re.compile(
+    r"\b(?:lov(?:e|es|ed)|lik(?:e|es|ed)|prefer(?:s|red)?|hat(?:e|es|ed)|enjoy(?:s|ed)?|favou?rite)\b", re.I
+)
+_PLAN = re.compile(r"\b(?:decid(?:e|ed|es)|plan(?:s|ned|ning)?|going to|will|deadline|due|launch(?:es|ed)?)\b", re.I)
+MAX_SENTENCE_CHARS = 400
+
+
+MAX_ENTITIES = 15
+MAX_RELATIONS = 10
+
+
+@dataclass(frozen=True)
+class Candidate:
+    type: str  # preference | project | learned | entity | relation
+    value: str  # "Speaker: sentence" as the summary would hold it; an entity's name
+    message_id: str
+    importance: float
+    key: str | None = None  # entity: canonical name; relation: "src|relation|dst"
+    also: tuple[str, ...] = ()  # further message ids that state it
+    aliases: tuple[str, ...] = ()  # an entity's other names (kept as its tags)
+
+    def evidence(self) -> list[dict[str, str]]:
+        return [{"kind": "message", "id": i} for i in dict.fromkeys((self.message_id, *self.also))]
+
+
+def kind_of(body: str) -> str:
+    if _LIKING.search(body):
+        return "preference"
+    if _PLAN.search(body):
+        return "project"
+    return "learned"
+
+
+def extract(messages: Sequence[Message], scan: units.Scan | None = None, *, limit: int = 40) -> list[Candidate]:
+    """The batch's salient units as fact candidates, most important first, at most ``limit``."""
+    speakers = frozenset((m.name or "").lower() for m in messages if m.name)
+    out: list[Candidate] = []
+    seen: set[str] = set()
+    for m in messages:
+        if m.kind != "message" or m.role not in ("user", "assistant") or not m.content:
+            continue
+        # A role as speaker would read like a chat-role marker ("assistant: ...", which the
+        # poisoning filter rightly flags): unnamed turns give bare sentences.
+        speaker = m.name or ""
+        for sentence in sentences.split(m.content, MAX_SENTENCE_CHARS):
+            unit = units.unit_of(speaker, sentence, m.created_at, scan)
+            if unit is None or unit.flagged or not units.salient(unit, speakers):
+                continue
+            if unit.line in seen:
+                continue
+            seen.add(unit.line)
+            named = len(units.entities(unit.body, speakers))
+            importance = min(
+                1.0, 0.4 + 0.1 * named + (0.2 if _LIKING.search(unit.body) or _PLAN.search(unit.body) else 0.0)
+            )
+            out.append(Candidate(kind_of(unit.body), unit.line, m.id, round(importance, 2)))
+    out.sort(key=lambda c: -c.importance)
+    return out[:limit] + _graph(messages, speakers, scan)
+
+
+def _graph(messages: Sequence[Message], speakers: frozenset[str], scan: units.Scan | None) -> list[Candidate]:
+    """Entity and relation candidates: the names of salient units (first mention), relations
+    stated in a fixed form. Flagged text gives none."""
+    named: dict[str, Candidate] = {}
+    related: dict[str, Candidate] = {}
+    for m in messages:
+        if m.kind != "message" or m.role not in ("user", "assistant") or not m.content:
+            continue
+        for sentence in sentences.split(m.content, MAX_SENTENCE_CHARS):
+            unit = units.unit_of(m.name or "", sentence, m.created_at, scan)
+            if unit is None or unit.flagged:
+                continue
+            for r in entities.stated(m.name or "", sentence):
+                related.setdefault(r.key, Candidate("relation", f"{m.name}: {sentence.strip()}", m.id, 0.6, r.key))
+            if not units.salient(unit, speakers):
+                continue
+            for name in units.entities(unit.body, speakers):
+                try:
+                    key = entities.canonical(name)
+                except ValidationError:
+                    continue
+                named.setdefault(key, Candidate("entity", name, m.id, 0.5, key))
+    return list(named.values())[:MAX_ENTITIES] + list(related.values())[:MAX_RELATIONS]

@@ -1,0 +1,112 @@
+"""The worker side of an archival ingestion job: run the ingester, move the job on, audit it.
+
+The API and the tools open the job and queue the document (:meth:`vcm.service.MemoryService.
+ingest_archival`); the ``tasks.ingest_archival`` Celery task on the ``ingest`` queue calls
+:func:`run_ingest_job`. Everything here is idempotent: the ingester writes chunks under keys
+derived from the document and the embedding version, the audit row has a fixed id, and a job
+that is done stays done, so a redelivered task changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from vcm.errors import NotFound, StoreUnavailable, VcmError
+from vcm.hotpath.state import HotState
+from vcm.obs import audit, footprint
+from vcm.store.port import MemoryStore
+from vcm.types import IngestRequest
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]  # (chunks done, chunks in the document)
+
+
+class Ingest(Protocol):
+    """Chunks, embeds and stores one document; returns a JSON-ready summary (``chunks``, ...)."""
+
+    def __call__(
+        self,
+        agent_id: str,
+        doc_id: str,
+        text: str,
+        *,
+        source: str,
+        metadata: Mapping[str, Any],
+        progress: Progress | None = None,
+    ) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    outcome: str  # done | failed | already_done
+    job_id: str
+    agent_id: str
+    detail: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "job_id": self.job_id, "agent_id": self.agent_id, **self.detail}
+
+
+def run_ingest_job(
+    hot: HotState, store: MemoryStore, ingest: Ingest, request: IngestRequest, *, clock: Callable[[], float]
+) -> JobOutcome:
+    """Ingest the request's document. A coded error of the request itself (bad input, a key or
+    document stored differently) fails the job for good; anything else is raised for a retry."""
+    agent, job_id = request.agent_id, request.job_id
+    try:
+        if hot.jobs.get(agent, job_id).status == "done":
+            return JobOutcome("already_done", job_id, agent, {})
+    except NotFound:
+        log.warning("ingestion job %s of %s has no record (expired?); ingesting anyway", job_id, agent)
+    hot.jobs.progress(agent, job_id, clock())
+
+    def progress(done: int, total: int) -> None:
+        hot.jobs.progress(agent, job_id, clock(), chunks_total=total, chunks_done=done)
+
+    try:
+        doc, text = request.doc_id, request.text
+        result = dict(ingest(agent, doc, text, source=request.source, metadata=request.metadata, progress=progress))
+    except StoreUnavailable:
+        raise
+    except VcmError as exc:
+        hot.jobs.failed(agent, job_id, exc.to_dict(), clock())
+        return JobOutcome("failed", job_id, agent, {"error": exc.to_dict()})
+    _audit(store, request, result, clock())
+    hot.jobs.done(agent, job_id, {"doc_id": request.doc_id, **result}, clock())
+    return JobOutcome("done", job_id, agent, {"doc_id": request.doc_id, **result})
+
+
+def give_up(hot: HotState, request: IngestRequest, exc: BaseException | str, *, clock: Callable[[], float]) -> None:
+    """The job failed after its retries (or its worker died each time): say so to whoever polls."""
+    if isinstance(exc, VcmError):
+        error = exc.to_dict()
+    else:
+        error = {"code": "INTERNAL_ERROR", "message": f"ingestion failed after its retries: {exc}"}
+    try:
+        hot.jobs.failed(request.agent_id, request.job_id, error, clock())
+    except Exception as failure:  # Redis may be what is failing; the caller's poll will time out
+        log.error("could not mark ingestion job %s failed: %r", request.job_id, failure)
+
+
+def _audit(store: MemoryStore, request: IngestRequest, result: Mapping[str, Any], now: float) -> None:
+    text_digest = hashlib.sha256(request.text.encode("utf-8")).hexdigest()[:12]
+    try:
+        store.append_event(
+            audit.event(
+                request.agent_id,
+                "archival_ingest",
+                footprint.ingest(request.text, result),
+                actor=request.actor,
+                event_id=f"{request.agent_id}:ingest:{request.doc_id}:{text_digest}",
+                idempotency_key=request.idempotency_key,
+                created_at=now,
+                details={"doc_id": request.doc_id, "job_id": request.job_id, **result},
+            )
+        )
+    except Exception:  # the chunks are stored; an audit gap must not fail (and re-run) the job
+        log.exception("could not record the archival_ingest event of %s", request.doc_id)

@@ -1,0 +1,615 @@
+"""Recursive summarisation: new summary = f(previous summary, evicted batch), within a token cap.
+
+Pure: token counting, embedding and the poisoning scan come in as callables, so nothing here does I/O.
+
+The default, :func:`extractive`, is **fact-keeping** (see :mod:`vcm.tasks.summary.units`): each sentence of
+the batch becomes a unit of its speaker, compressed (greetings, interjections, hedges and
+pleasantries dropped), with relative dates replaced by the date they mean, rewritten in note style
+(:func:`vcm.tasks.summary.telegraph.condense`: "I ran the Porto half marathon in 97 minutes yesterday" ->
+"ran Porto half marathon in 97 minutes on 7 May 2023") and cut into its independent clauses
+(:func:`vcm.tasks.summary.telegraph.split`), so the clause that carries a fact can be kept without the one
+that comments on it. Filler units are dropped; the rest are picked greedily by weighted coverage per
+token: content words not yet held by the summary, names and numbers weighing more, plus
+preferences and decisions (:class:`vcm.tasks.summary.units.Coverage`), so a clause repeating what is
+already kept gains nothing.
+
+The summary is **hierarchical**: its text is the previous summary's block, then the batch's, each
+with one line per speaker joining that speaker's clauses (``Priya: ran Porto half marathon in 97
+minutes; allergic to peanuts``); the next eviction reads the lines back as units, each clause
+compressed further as it ages (headline style, :func:`vcm.tasks.summary.aging.shorten`, before the
+poisoning re-scan), so older blocks fold into one line per speaker and take fewer tokens. The
+previous summary's units are picked first within ``previous_share`` of the cap (unless a newer
+unit of the same speaker supersedes them: covers most of their content words); after that, old
+and new units compete on the same terms, so an older fact leaves the summary only when newer ones
+carry more per token. When that leaves the batch under the loss score's threshold, the retry
+gives the batch a floor, the least share of the cap up to half that lifts the score to its
+threshold (:func:`extractive`).
+The cosine drift is measured against at most ``max_candidates`` of the source's units.
+Sentences the poisoning filter flags become marked, quoted reports on lines of their own, never
+bare text. Each draft says how many of the batch's salient units it retained (the loss score,
+beside the cosine drift).
+
+:func:`by_centrality` is the earlier summariser, kept for comparison (``scripts/eval_summary.py
+--summarizer old``). Its candidates are the previous summary's lines and the batch's
+sentences (each prefixed with its speaker, so "who said it" survives). Each candidate's
+relevance is its embedding's cosine to the centroid of all candidates (centrality) plus a bonus
+for names, numbers and identifiers (:func:`vcm.tasks.summary.sentences.salience`; the speakers' own names do
+not count), scaled down for sentences with little content ("Wow, that's awesome!",
+:func:`vcm.tasks.summary.sentences.substance`), which are central in any chat but say nothing. Maximal marginal
+relevance then picks candidates until the cap is spent: first from the previous summary (up to
+``previous_share`` of the cap, so the chain stays recursive and old facts do not vanish at the
+first eviction), then from the batch, then from whatever is left. The summary lists the kept
+previous lines, then the kept batch sentences, each in its original order, one per line. It is
+cut only at sentence boundaries and never exceeds the cap.
+
+Embedding is the cost of a summary (about a millisecond per token on one CPU thread), so for it at
+most ``max_candidates`` sentences are embedded: a larger batch is first thinned without the model to
+the lexically most central and salient sentence of each of that many stretches of the
+conversation, which keeps the whole time line represented. Drift is then measured against these
+candidates (see :mod:`vcm.tasks.summary.drift`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cache
+
+import numpy as np
+import numpy.typing as npt
+
+from vcm import poisoning
+from vcm.settings import DriftSettings, SummarizerSettings
+from vcm.tasks.summary import aging, drift, sentences, telegraph, units
+from vcm.tasks.summary.selection import (
+    Vectors,
+    centrality,
+    centroid,
+    lexical_centrality,
+    mmr_select,
+    stratified_pick,
+)
+from vcm.types import Message
+
+Embed = Callable[[Sequence[str]], Vectors]
+Count = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One evicted message as the summariser sees it."""
+
+    speaker: str
+    text: str
+    at: float | None = None  # when it was said (seconds since the epoch): anchors "yesterday"
+
+    @classmethod
+    def of(cls, message: Message) -> Turn | None:
+        """vcm's own memory-pressure notices are not part of the conversation; they are skipped."""
+        if message.kind != "message":
+            return None
+        return cls(message.name or message.role, message.content, message.created_at or None)
+
+
+@dataclass(frozen=True)
+class Params:
+    mmr_lambda: float = 0.7
+    previous_share: float = 0.4
+    salience_boost: float = 0.25
+    max_sentence_chars: int = 400
+    max_candidates: int = 48
+    attempt: int = 0  # 1 for the re-summarisation after drift
+    # Below this share of the batch's salient units retained, the summary is redone (then alarmed).
+    retention_threshold: float = 0.5
+
+    @classmethod
+    def of(cls, settings: SummarizerSettings) -> Params:
+        return cls(
+            settings.mmr_lambda,
+            settings.previous_share,
+            settings.salience_boost,
+            settings.max_sentence_chars,
+            settings.max_candidates,
+        )
+
+    def stronger(self, settings: DriftSettings) -> Params:
+        """The retry setting after drift: more of the batch, less diversity."""
+        return replace(
+            self,
+            mmr_lambda=max(self.mmr_lambda, settings.retry_mmr_lambda),
+            previous_share=min(self.previous_share, settings.retry_previous_share),
+            attempt=self.attempt + 1,
+        )
+
+
+@dataclass(frozen=True)
+class Request:
+    previous: str  # the previous summary text ("" before the first eviction)
+    turns: Sequence[Turn]
+    cap: int  # tokens the summary may take, as ``count`` counts it
+    count: Count  # tokens of a summary text as the main context will hold it
+    embed: Embed  # unit-length sentence embeddings, one row per text
+    # Names of the poisoning patterns a text matches (None: vcm's default patterns).
+    scan: units.Scan | None = None
+
+
+@dataclass(frozen=True)
+class Draft:
+    text: str
+    tokens: int
+    score: float  # drift similarity to the source (see vcm.tasks.summary.drift)
+    method: str  # "extractive" | "llm" | "centrality" | "empty"
+    lines: int
+    salient: int = 0  # salient units of the batch (see vcm.tasks.summary.units.salient)
+    retained: int = 0  # of those, kept or represented in the summary
+    flagged: int = 0  # sentences the poisoning filter flagged (kept only as marked quotes)
+    room: int = 0  # how many of the salient units the cap could hold at most (0: not known)
+
+    @property
+    def retention(self) -> float:
+        """The loss score: share of the batch's salient units retained, out of as many as the cap
+        could hold (a 600-token cap cannot hold 80 facts; losing what it could hold is the loss).
+        1.0 when the batch has none."""
+        if not self.salient:
+            return 1.0
+        reachable = min(self.salient, self.room) if self.room > 0 else self.salient
+        return min(1.0, self.retained / reachable)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The source of a summary: previous lines then batch sentences, with their embeddings."""
+
+    texts: list[str]
+    from_previous: int  # the first this many texts are previous-summary lines
+    vectors: Vectors
+    # How many source sentences each row stands for: the batch and the previous summary are
+    # thinned separately, so each keeps its true share of the source's centroid.
+    weights: npt.NDArray[np.float64]
+
+    @property
+    def reference(self) -> npt.NDArray[np.float64]:
+        """The source's mean direction."""
+        return centroid(self.vectors, self.weights)
+
+    @property
+    def previous_rows(self) -> list[int]:
+        return list(range(self.from_previous))
+
+    @property
+    def batch_rows(self) -> list[int]:
+        return list(range(self.from_previous, len(self.texts)))
+
+
+def candidates(request: Request, params: Params) -> Candidates:
+    previous = _dedupe(sentences.split(request.previous, params.max_sentence_chars + 64), set())
+    seen = set(previous)
+    batch: list[str] = []
+    for turn in request.turns:
+        for sentence in sentences.split(turn.text, params.max_sentence_chars):
+            batch.append(f"{turn.speaker}: {sentence}")
+    batch = _dedupe(batch, seen)
+    # Bound the embedding work (its cost grows with the batch): previous lines get their share of
+    # the slots, the batch the rest, and either takes what the other leaves unused.
+    limit = params.max_candidates
+    previous_take = min(len(previous), max(round(limit * params.previous_share), limit - len(batch)))
+    kept_previous = _prefilter(previous, previous_take, params)
+    kept_batch = _prefilter(batch, limit - len(kept_previous), params)
+    texts = kept_previous + kept_batch
+    weights = np.array(_stand_for(previous, kept_previous) + _stand_for(batch, kept_batch), dtype=np.float64)
+    vectors = request.embed(texts) if texts else np.zeros((0, 0), dtype=np.float32)
+    return Candidates(texts, len(kept_previous), vectors, weights)
+
+
+def _stand_for(every: list[str], kept: list[str]) -> list[float]:
+    return [len(every) / len(kept)] * len(kept) if kept else []
+
+
+def _prefilter(texts: list[str], limit: int, params: Params) -> list[str]:
+    if len(texts) <= limit:
+        return texts
+    scores = weigh(lexical_centrality(texts), texts, params)
+    return [texts[i] for i in stratified_pick(scores, limit)]
+
+
+def weigh(centrality_scores: npt.NDArray[np.float64], texts: Sequence[str], params: Params) -> npt.NDArray[np.float64]:
+    """Relevance of candidate lines ("speaker: sentence"): centrality plus the salience bonus,
+    scaled by how much content the sentence has (a quarter of the score for pure filler)."""
+    speakers = _speakers(texts)
+    bodies = [_body(t) for t in texts]
+    bonus = np.array([sentences.salience(b, speakers) for b in bodies], dtype=np.float64)
+    content = np.array([sentences.substance(b) for b in bodies], dtype=np.float64)
+    return (centrality_scores + params.salience_boost * bonus) * (0.25 + 0.75 * content)
+
+
+def _dedupe(texts: list[str], seen: set[str]) -> list[str]:
+    out = []
+    for t in texts:
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
+
+
+def by_centrality(request: Request, params: Params, source: Candidates | None = None) -> Draft:
+    """The earlier extractive summary of ``request``: whole sentences by embedding centrality
+    (pass ``source`` to reuse computed embeddings). Kept for comparison."""
+    source = source if source is not None else candidates(request, params)
+    if not source.texts:
+        return _empty(request)
+    base = request.count("")
+    available = request.cap - base
+    if available <= 0:
+        return _empty(request)
+    costs = [max(1, request.count(t) - base + 1) for t in source.texts]  # +1: the line break
+    relevance = weigh(centrality(source.vectors, source.reference), source.texts, params)
+
+    # Filler never enters a summary, however cheap; it still counts in the centroid above.
+    speakers = _speakers(source.texts)
+    worth = [i for i in range(len(source.texts)) if _has_content(source.texts[i], speakers)]
+    if not worth:  # nothing but pleasantries: an empty summary has not drifted from anything
+        return replace(_empty(request), score=1.0)
+    previous_rows = [i for i in worth if i < source.from_previous]
+    batch_rows = [i for i in worth if i >= source.from_previous]
+    picked: list[int] = []
+    if previous_rows:
+        share = int(available * params.previous_share)
+        picked += mmr_select(relevance, source.vectors, costs, share, params.mmr_lambda, candidates=previous_rows)
+    spent = sum(costs[i] for i in picked)
+    picked += mmr_select(
+        relevance,
+        source.vectors,
+        costs,
+        available - spent,
+        params.mmr_lambda,
+        candidates=batch_rows,
+        chosen=picked,
+    )
+    spent = sum(costs[i] for i in picked)
+    picked += mmr_select(
+        relevance,
+        source.vectors,
+        costs,
+        available - spent,
+        params.mmr_lambda,
+        candidates=worth,
+        chosen=picked,
+    )
+    return _draft(request, source, picked, "centrality")
+
+
+def _has_content(line: str, speakers: frozenset[str]) -> bool:
+    """At least two content words, or a name (not a speaker's), number or identifier."""
+    body = _body(line)
+    return sentences.substance(body) >= 0.25 or sentences.salience(body, speakers) > 0
+
+
+def _speakers(lines: Sequence[str]) -> frozenset[str]:
+    return frozenset(t.split(": ", 1)[0].lower() for t in lines if ": " in t)
+
+
+def _body(line: str) -> str:
+    return line.split(": ", 1)[1] if ": " in line else line
+
+
+def _draft(request: Request, source: Candidates, picked: list[int], method: str) -> Draft:
+    """Lines in source order; drop the last-picked while the (non-additive) recount is over cap."""
+    kept = list(picked)
+    while True:
+        rows = sorted(kept)
+        text = "\n".join(source.texts[i] for i in rows)
+        tokens = request.count(text)
+        if tokens <= request.cap or not kept:
+            break
+        kept.pop()
+    if not kept:
+        return _empty(request)
+    score = drift.similarity(source.vectors[rows], source.vectors, source.weights)
+    return Draft(text, tokens, score, method, len(rows))
+
+
+def _empty(request: Request) -> Draft:
+    return Draft("", request.count(""), 0.0 if request.turns or request.previous else 1.0, "empty", 0)
+
+
+def fit_text(text: str, request: Request, params: Params) -> list[str]:
+    """Sentences of free text (an LLM's summary), keeping a prefix that fits the cap."""
+    lines = sentences.split(text, params.max_sentence_chars)
+    while lines and request.count("\n".join(lines)) > request.cap:
+        lines.pop()
+    return lines
+
+
+@cache
+def _default_filter() -> poisoning.Filter:
+    return poisoning.Filter(poisoning.patterns())
+
+
+def default_scan(text: str) -> tuple[str, ...]:
+    """vcm's default poisoning patterns (for a request that brings no scan of its own)."""
+    return _default_filter().scan(text).reasons
+
+
+@dataclass(frozen=True)
+class Units:
+    """The units of a request: the previous summary's, then the batch's."""
+
+    previous: list[units.Unit]
+    batch: list[units.Unit]
+    speakers: frozenset[str]  # lower case: their names are no news
+    flagged: int  # batch sentences (or whole turns) the filter flagged
+
+
+def units_of(request: Request, params: Params, *, telegraphic: bool = True) -> Units:
+    """The request's units; the batch's in note style unless ``telegraphic`` is off (an LLM reads
+    the sentences as they were said)."""
+    scan = request.scan or default_scan
+    previous = units.previous_units(request.previous.split("\n"), scan, aging.shorten if telegraphic else None)
+    speakers = {t.speaker.lower() for t in request.turns} | {u.speaker.lower() for u in previous if u.speaker}
+    batch: list[units.Unit] = []
+    seen = {u.line for u in previous}
+    flagged = 0
+    for turn in request.turns:
+        parts = sentences.split(turn.text, params.max_sentence_chars)
+        made = [units.unit_of(turn.speaker, p, turn.at, scan, telegraphic=telegraphic) for p in parts]
+        whole = scan(turn.text)
+        if whole and not any(u is not None and u.flagged for u in made):
+            # The pattern spans sentences: the whole turn is reported, none of its sentences bare.
+            made = [units.Unit(turn.speaker, units.flagged_line(turn.speaker, turn.text, whole), whole)]
+        if telegraphic:  # a sentence's clauses compete on their own (see telegraph.split)
+            made = [c for u in made for c in _clauses(u)]
+        for unit in made:
+            if unit is None or unit.line in seen:
+                continue
+            seen.add(unit.line)
+            flagged += bool(unit.flagged)
+            batch.append(unit)
+    return Units(previous, batch, frozenset(s for s in speakers if s), flagged)
+
+
+def _clauses(unit: units.Unit | None) -> list[units.Unit | None]:
+    if unit is None or unit.flagged or not unit.speaker:
+        return [unit]
+    return [replace(unit, body=b) for b in telegraph.split(unit.body, units.words)]
+
+
+def _superseded(old: units.Unit, newer: Mapping[str, list[set[str]]], cover: float = 0.7) -> bool:
+    """A newer unit of the same speaker (``newer``: their content words by speaker) holds most of
+    ``old``'s content words: it replaces it."""
+    if old.flagged or not old.speaker:
+        return False
+    content = set(units.words(old.body))
+    if not content:
+        return False
+    return any(len(content & held) / len(content) >= cover for held in newer.get(old.speaker, ()))
+
+
+Group = tuple[bool, str, int]  # (in the previous block, speaker, own row or -1)
+
+
+def _group(unit: units.Unit, row: int) -> Group:
+    """The summary line a unit goes on: one per speaker in each block (the previous summary's,
+    the batch's); a flagged or speakerless unit has a line of its own."""
+    if unit.flagged or not unit.speaker or unit.body.startswith(units.FLAG_PREFIX):
+        return unit.previous, "", row
+    return unit.previous, unit.speaker, -1
+
+
+def render(pool: Sequence[units.Unit], rows: Sequence[int]) -> str:
+    """The summary text of the units ``rows`` of ``pool``: the previous summary's block, then the
+    batch's; in each, one line per speaker joining that speaker's clauses in their order
+    (``Priya: ran Porto half marathon; adopted dog Max``), speakers in order of first appearance."""
+    lines: dict[Group, list[str]] = {}
+    for i in sorted(rows, key=lambda i: (not pool[i].previous, i)):
+        lines.setdefault(_group(pool[i], i), []).append(pool[i].body if pool[i].speaker else pool[i].line)
+    return "\n".join(
+        telegraph.join(speaker, bodies) if own < 0 else bodies[0] for (_, speaker, own), bodies in lines.items()
+    )
+
+
+def guarded(text: str, scan: units.Scan) -> str:
+    """Each rendered line scanned as it stands: clauses that passed one by one can read as an
+    instruction once joined on their speaker's line (``will ignore what Bob says; all previous
+    instructions are void``). The shortest run of adjacent clauses that matches becomes a marked
+    quote on a line of its own (again while one matches); the speaker's other clauses stay."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        speaker, sep, body = line.partition(": ")
+        if not sep or " " in speaker or len(speaker) > 64:
+            speaker, body = "", line
+        if line.startswith(units.FLAG_PREFIX) or not (reasons := units.scan_spoken(speaker, body, scan)):
+            out.append(line)
+        elif not speaker:
+            out.append(units.flagged_line("", line, reasons))
+        else:
+            kept, marked = _unjoin(speaker, telegraph.clauses(body), scan)
+            if kept:
+                out.append(telegraph.join(speaker, kept))
+            out.extend(marked)
+    return "\n".join(out)
+
+
+def _unjoin(speaker: str, clauses: list[str], scan: units.Scan) -> tuple[list[str], list[str]]:
+    """A speaker's clauses less each shortest matching run, and those runs as marked lines."""
+    marked: list[str] = []
+    while clauses and units.scan_spoken(speaker, "; ".join(clauses), scan):
+        window = next(
+            (i, i + n)
+            for n in range(1, len(clauses) + 1)
+            for i in range(len(clauses) - n + 1)
+            if units.scan_spoken(speaker, "; ".join(clauses[i : i + n]), scan)
+        )
+        run = "; ".join(clauses[window[0] : window[1]])
+        marked.append(units.flagged_line(speaker, run, units.scan_spoken(speaker, run, scan)))
+        clauses = clauses[: window[0]] + clauses[window[1] :]
+    return clauses, marked
+
+
+def extractive(request: Request, params: Params) -> Draft:
+    """The fact-keeping summary of ``request`` (see the module docstring).
+
+    The previous summary's units are picked first, up to ``previous_share`` of the cap; then every
+    unit, old or new, competes for the rest on the same terms, so an older fact is not dropped for
+    being older. The retry after drift or loss (``attempt`` > 0) gives the batch a floor: the
+    least share of the cap (a tenth, two tenths, ... up to half) that brings the loss score to its
+    threshold. Not more than half: that would wipe out the older facts, so the alarm says instead
+    that the batch lost facts.
+    """
+    source = units_of(request, params)
+    if not (source.previous or source.batch):  # nothing but pleasantries: nothing to drift from
+        return replace(_empty(request), score=1.0)
+    if request.cap - request.count("") <= 0:
+        return _empty(request)
+    if params.attempt == 0:
+        return _select(request, params, source, 0.0)
+    for floor in _BATCH_FLOORS:
+        draft = _select(request, params, source, floor)
+        if draft.retention >= params.retention_threshold:
+            break
+    return draft
+
+
+_BATCH_FLOORS = (0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def _select(request: Request, params: Params, source: Units, batch_floor: float) -> Draft:
+    """Greedy weighted coverage: each step takes the unit adding the most not yet covered
+    content-word weight per token (a word weighs more when it names something, is a number or
+    recurs in the source; :class:`vcm.tasks.summary.units.Coverage`), so the summary holds as many distinct
+    facts as the cap allows and a second line saying the same thing gains nothing. A unit costs its
+    clause and separator, plus its speaker's line header when it opens that line. After the
+    previous summary's share, the batch takes ``batch_floor`` of the cap before the rest is open."""
+    base = request.count("")
+    available = request.cap - base
+    newer: dict[str, list[set[str]]] = {}
+    for unit in source.batch:
+        newer.setdefault(unit.speaker, []).append(set(units.words(unit.body)))
+    kept_previous = [u for u in source.previous if not _superseded(u, newer)]
+    pool = kept_previous + source.batch
+    value = units.Coverage(pool, source.speakers)
+    tokens = _Tokens(request, base)
+    # A clause follows "; " (or its speaker's ": "), a line of its own a line break.
+    costs = [tokens(f"; {u.body}") if u.speaker else tokens(u.line) + 1 for u in pool]
+    groups = [_group(u, i) for i, u in enumerate(pool)]
+    header = {g: tokens(f"{g[1]}:") + 1 if g[2] < 0 else 0 for g in set(groups)}  # +1: the line break
+    opened: set[Group] = set()
+    worth = [i for i in range(len(pool)) if value.worth(i)]
+    picked: list[int] = []
+    spent = 0
+
+    def cost(i: int) -> int:
+        return costs[i] + (0 if groups[i] in opened else header[groups[i]])
+
+    def take(rows: Sequence[int], budget: int) -> None:
+        nonlocal spent
+        left = set(rows) - set(picked)
+        while left:
+            fits = [i for i in left if cost(i) <= budget - spent]
+            if not fits:
+                return
+            best = max(fits, key=lambda i: (value.gain(i) / cost(i) ** 0.9, -i))
+            if value.gain(best) <= 0:
+                return
+            picked.append(best)
+            value.cover(best)
+            spent += cost(best)
+            opened.add(groups[best])
+            left.discard(best)
+
+    take([i for i in worth if pool[i].previous], int(available * params.previous_share))
+    if batch_floor > 0:
+        take([i for i in worth if not pool[i].previous], spent + int(available * batch_floor))
+    take(worth, available)
+    # The costs are estimates (tokens merge across a clause's boundaries): what the rendered text
+    # really leaves goes to more units.
+    spent = request.count(render(pool, picked)) - base
+    take(worth, available)
+    return _fact_draft(request, params, source, pool, picked)
+
+
+class _Tokens:
+    """Tokens of a piece of summary text, as the main context counts it, memoised."""
+
+    def __init__(self, request: Request, base: int) -> None:
+        self.request = request
+        self.base = base
+        self.memo: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        if text not in self.memo:
+            self.memo[text] = max(1, self.request.count(text) - self.base)
+        return self.memo[text]
+
+
+def _fact_draft(request: Request, params: Params, source: Units, pool: list[units.Unit], picked: list[int]) -> Draft:
+    """Render the picked units; while the (non-additive) recount is over the cap, drop the unit
+    picked last."""
+    kept = list(picked)
+    scan = request.scan or default_scan
+    while True:
+        text = guarded(render(pool, kept), scan)
+        tokens = request.count(text)
+        if tokens <= request.cap or not kept:
+            break
+        kept.pop()
+    if not kept:
+        return replace(_empty(request), score=0.0 if picked else 1.0)
+    lines = [pool[i].line for i in sorted(kept)]
+    salient, retained = units.retention(source.batch, lines, source.speakers)
+    room = room_for(request, source)
+    return Draft(
+        text,
+        tokens,
+        _cosine(request, params, [u.line for u in pool], [float(bool(u.body)) for u in pool], lines),
+        "extractive",
+        text.count("\n") + 1,
+        salient=salient,
+        retained=retained,
+        flagged=source.flagged,
+        room=room,
+    )
+
+
+def room_for(request: Request, source: Units) -> int:
+    """How many of the batch's salient units the cap could hold, cheapest first."""
+    base = request.count("")
+    left = request.cap - base
+    costs = sorted(max(1, request.count(u.line) - base + 1) for u in source.batch if units.salient(u, source.speakers))
+    held = 0
+    for cost in costs:
+        if cost > left:
+            break
+        left -= cost
+        held += 1
+    return held
+
+
+def _cosine(request: Request, params: Params, texts: list[str], weight: list[float], lines: list[str]) -> float:
+    """Drift: the cosine of the summary's mean embedding to its source's, the source thinned to
+    ``max_candidates`` units (the most salient of each stretch) to bound the embedding work."""
+    if not texts:
+        return 1.0
+    rows = stratified_pick(weight, params.max_candidates)
+    sample = [texts[i] for i in rows]
+    vectors = request.embed([*sample, *lines])
+    weights = np.full(len(sample), len(texts) / len(sample), dtype=np.float64)
+    return drift.similarity(vectors[len(sample) :], vectors[: len(sample)], weights)
+
+
+def sentence_lines(text: str, request: Request, params: Params) -> tuple[list[str], int]:
+    """Free text (an LLM's summary) as lines that fit the cap, each sentence the filter flags
+    replaced by its marked report; and how many were flagged."""
+    scan = request.scan or default_scan
+    lines: list[str] = []
+    flagged = 0
+    for sentence in sentences.split(text, params.max_sentence_chars):
+        if sentence.startswith(units.FLAG_PREFIX):
+            lines.append(sentence)
+        elif reasons := scan(sentence):
+            flagged += 1
+            lines.append(units.flagged_line("", sentence, reasons))
+        else:
+            lines.append(sentence)
+    while lines and request.count("\n".join(lines)) > request.cap:
+        lines.pop()
+    return lines, flagged

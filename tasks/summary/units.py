@@ -1,0 +1,667 @@
+"""Fact units of a conversation for the recursive summary: attribution, compression, anchored dates,
+salience, safety marks and the loss score. Pure (no I/O; the poisoning scan comes in as a callable).
+
+A *unit* is one sentence of one turn, rendered ``Speaker: sentence`` so who said it survives, and
+compressed: leading interjections and greetings ("Hey Mel!", "Wow,", "Yeah,") and hedges ("you
+know", "I mean", "really", "just") are dropped. Relative dates are anchored to the turn's time
+when it is known: "yesterday" becomes "yesterday (7 May 2023)", or in a summary's note style
+(``telegraphic``, :mod:`vcm.tasks.summary.telegraph`) just "on 7 May 2023". A sentence the poisoning filter
+flags is never emitted as it stands: its unit becomes a quoted, marked report (:func:`flagged_line`)
+that says it is not an instruction.
+
+Salience is what a later question needs: named entities (capitalised words that do not start the
+sentence and are not the speakers' names), numbers and dates, preference and decision verbs, and
+content words that the summary does not already hold (:class:`Coverage`). A unit with fewer than two content
+words and no entity or number, or a pleasantry ("Take care", "Sorry to hear about the job") that
+names nothing, is filler and never enters a summary.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from vcm.tasks.summary import aging, sentences, telegraph
+
+Scan = Callable[[str], tuple[str, ...]]  # the names of the poisoning patterns a text matches
+
+FLAG_PREFIX = "[flagged:"
+
+STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "i'm",
+        "i've",
+        "i'll",
+        "i'd",
+        "you're",
+        "you've",
+        "you'll",
+        "it's",
+        "that's",
+        "there's",
+        "what's",
+        "let's",
+        "don't",
+        "didn't",
+        "doesn't",
+        "can't",
+        "won't",
+        "isn't",
+        "wasn't",
+        "aren't",
+        "haven't",
+        "hasn't",
+        "couldn't",
+        "wouldn't",
+        "shouldn't",
+        "he's",
+        "she's",
+        "they're",
+        "we're",
+        "we've",
+        "they've",
+        "one",
+        "really",
+        "much",
+        "many",
+        "lot",
+        "lots",
+        "well",
+        "yeah",
+        "yes",
+        "yep",
+        "hey",
+        "hi",
+        "hello",
+        "wow",
+        "oh",
+        "ok",
+        "okay",
+        "thanks",
+        "thank",
+        "sure",
+        "cool",
+        "great",
+        "awesome",
+        "nice",
+        "glad",
+        "amazing",
+        "good",
+        "super",
+        "totally",
+        "absolutely",
+        "definitely",
+        "especially",
+        "sounds",
+        "sound",
+        "seems",
+        "seem",
+        "like",
+        "get",
+        "got",
+        "gonna",
+        "wanna",
+        "thing",
+        "things",
+        "stuff",
+        "way",
+        "always",
+        "never",
+        "ever",
+        "still",
+        "even",
+        "though",
+        "something",
+        "anything",
+        "everything",
+        "someone",
+        "anyone",
+        "everyone",
+        "time",
+        "feel",
+        "felt",
+        "know",
+        "think",
+        "see",
+        "make",
+        "made",
+        "go",
+        "going",
+        "went",
+        "come",
+        "came",
+        "say",
+        "said",
+        "tell",
+        "told",
+    ]
+)
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
+_ENTITY = re.compile(r"(?<=[\s,;:(\"'])[A-Z][A-Za-z]+(?:[-'][A-Za-z]+)?\b")
+_NUMBER = re.compile(
+    r"\b(?:\d[\d,.:/]*|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|hundred"
+    r"|thousand|million|first|second|third|half|dozen)\b",
+    re.IGNORECASE,
+)
+_DATE = re.compile(
+    r"\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:tember)?|oct(?:ober)?"
+    r"|nov(?:ember)?|dec(?:ember)?|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|tomorrow"
+    r"|tonight|weekend|week|month|year|summer|winter|spring|autumn|christmas|birthday)\b",
+    re.IGNORECASE,
+)
+_PREFERENCE = re.compile(
+    r"\b(?:lov(?:e|es|ed|ing)|lik(?:e|es|ed)|prefer(?:s|red)?|hat(?:e|es|ed)|enjoy(?:s|ed)?|favou?rite|decid(?:e|ed|es)"
+    r"|plan(?:s|ned|ning)?|going to|will|want(?:s|ed)?|bought|moved|started|adopted|joined|signed|married|graduated"
+    r"|work(?:s|ed|ing)?|job|volunteer(?:s|ed|ing)?|learn(?:ed|ing)?|visit(?:s|ed|ing)?|ran|won|lost|made|built|"
+    r"finished|researching|hope|dream|goal|allergic|vegetarian|vegan|chose|agreed|promised|booked)\b",
+    re.IGNORECASE,
+)
+# Sign-offs, thanks, sympathy and cheering that open a sentence: what follows them is about the
+# listener, not a fact of the speaker's.
+_PLEASANTRY = re.compile(
+    r"^(?:take care|stay (?:safe|strong|tuned)|have (?:fun|a (?:good|great|nice) \w+)|enjoy (?:it|your|the rest)"
+    r"|(?:good|best of) luck|keep (?:it )?up|keep (?:me|ya|you) (?:posted|updated)|(?:will|i'll) keep (?:ya|you) posted"
+    r"|(?:chat|talk|speak) (?:soon|later)|see (?:ya|you)|catch (?:ya|you)|bye|goodbye|congrat(?:s|ulations)|cheers"
+    r"|sorry (?:to hear|about)|appreciate (?:it|that|the|your|you)|you(?:'ve)? got this|you can do it"
+    r"|spill (?:the )?beans|your (?:kind )?words"
+    r"|tell me more|can't wait to (?:see|hear)|let me know|me too|same here|agreed|i (?:100% )?agree|of course"
+    r"|no (?:problem|worries)|you're welcome|my pleasure|will do|hope (?:you|your|it|that|they)"
+    r"|wish(?:ing)? you|proud of you|happy for you|glad (?:you|to hear|it)|thanks|thank you)\b",
+    re.IGNORECASE,
+)
+# Greetings, interjections and reactions at the start of a sentence; hedges anywhere.
+_LEAD = re.compile(
+    r"^(?:(?:hey|hi|hello|wow|whoa|oh|ooh|aw+|yeah|yes|yep|yup|ok|okay|well|so|haha|lol|omg|thanks|thank you"
+    r"|cool|great|awesome|nice|sure|totally|absolutely|really|definitely|gosh|man|dude|hmm+|ah+|um+|uh+)\b"
+    r"(?:\s+(?-i:[A-Z][a-z]+)(?=[,!.]))?[\s,!.\-]*)+",
+    re.IGNORECASE,
+)
+_HEDGE = re.compile(
+    # Not where the words carry the meaning: "let you know", "did you know", "what kind of music".
+    r"(?<!\blet )(?<!\bdid )(?<!\bdo )(?<!\bif )(?<!\bwhat )(?<!\bwhich )(?<!\bthis )(?<!\bthat )(?<!\bthe )"
+    r"(?<!\bsome )(?<!\bany )(?<!\ba )(?<!\bsame )"
+    r"\b(?:you know|i mean|kind of|sort of|to be honest|honestly|actually|basically|literally|really|just|"
+    r"totally|pretty much)\b,?\s*",
+    re.IGNORECASE,
+)
+# Capitalised for grammar, not because they name something: the sentence module's list, plus the
+# interjections that open chat turns.
+_COMMON_CAPS = sentences.COMMON_CAPS | frozenset(
+    [
+        "Aw",
+        "Awesome",
+        "Cool",
+        "Glad",
+        "Great",
+        "Haha",
+        "Hey",
+        "Lol",
+        "Nice",
+        "Oh",
+        "Omg",
+        "Sounds",
+        "Thank",
+        "Wow",
+        "Yeah",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One candidate line of a summary."""
+
+    speaker: str  # "" for a previous-summary line without one
+    body: str  # compressed, dates anchored, or the marked report of a flagged sentence
+    flagged: tuple[str, ...] = ()
+    previous: bool = False  # a line of the previous summary
+
+    @property
+    def line(self) -> str:
+        if self.flagged or self.body.startswith(FLAG_PREFIX):
+            return self.body
+        return f"{self.speaker}: {self.body}" if self.speaker else self.body
+
+
+def words(text: str) -> list[str]:
+    """Content words of ``text``: lower case, stop words and one-letter words out, a plural -s off."""
+    out = []
+    for w in _WORD.findall(text.lower()):
+        w = w.strip("'-")
+        if w.endswith("'s"):
+            w = w[:-2]
+        if len(w) < 2 or w in STOPWORDS:
+            continue
+        if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+            w = w[:-1]
+        out.append(w)
+    return out
+
+
+def compress(sentence: str) -> str:
+    """The sentence without leading interjections / greetings and hedges; "" when nothing is left."""
+    text = sentence.strip()
+    previous = None
+    while previous != text:
+        previous = text
+        text = _LEAD.sub("", text, count=1).lstrip(" ,!.-")
+    text = _HEDGE.sub("", text)
+    text = re.sub(r"\s{2,}", " ", text).strip()
+    text = re.sub(r"\s*,\s*([.!?])", r"\1", text).strip(" ,")
+    if not words(text) and not _NUMBER.search(text):
+        return ""  # nothing of content left ("Thanks so much!" -> "Much!")
+    if text and text[0].islower():
+        text = text[0].upper() + text[1:]
+    return text
+
+
+def _day(d: datetime) -> str:
+    return f"{d.day} {d:%B %Y}"
+
+
+def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
+    """Relative dates of ``text`` followed by the date they mean, from the turn's time ``at``
+    (seconds since the epoch, UTC); unchanged when ``at`` is unknown. ``compact``: the date
+    replaces the relative words ("yesterday" -> "on 7 May 2023", "last week" -> "week of 1 May
+    2023"), the form of a telegraphic summary line."""
+    if at is None or at <= 0:
+        return text
+    day = datetime.fromtimestamp(at, tz=UTC)
+
+    def month(d: datetime, delta: int) -> str:
+        m = d.month - 1 + delta
+        return f"{datetime(d.year + m // 12, m % 12 + 1, 1):%B %Y}"
+
+    def put(match: re.Match[str], date: str, short: str = "") -> str:
+        if not compact:
+            return f"{match.group(0)} ({date})"
+        if short or date.startswith("week of"):
+            return short or date  # "week of …", "weekend before …" read on their own
+        # "on 7 May 2023", "in 2022": unless a preposition already stands there ("about 2018").
+        before = match.string[: match.start()].split()[-1:]
+        if before and before[0].lower() in _PREPOSITIONS:
+            return date
+        return f"{'on' if date[0].isdigit() and ' ' in date else 'in'} {date}"
+
+    def ago(match: re.Match[str]) -> str:
+        n = int(match.group(1)) if match.group(1).isdigit() else _SMALL.get(match.group(1).lower(), 1)
+        unit = match.group(2).lower().rstrip("s")
+        if unit == "day":
+            return put(match, _day(day - timedelta(days=n)))
+        if unit == "week":
+            return put(match, f"week of {_day(day - timedelta(weeks=n))}")
+        if unit == "month":
+            return put(match, month(day, -n))
+        return put(match, str(day.year - n))
+
+    before = f"before {_day(day)}"
+    rules: list[tuple[str, Callable[[re.Match[str]], str]]] = [
+        (r"\byesterday\b", lambda m: put(m, _day(day - timedelta(days=1)))),
+        (r"\btomorrow\b", lambda m: put(m, _day(day + timedelta(days=1)))),
+        (r"\b(?:today|tonight|this morning|this afternoon|this evening)\b", lambda m: put(m, _day(day))),
+        (r"\blast weekend\b", lambda m: put(m, before, f"weekend {before}")),
+        (rf"(?<!the )\blast ({_WEEKDAY})\b", lambda m: put(m, _day(_last(day, m.group(1))))),
+        (r"\blast week\b", lambda m: put(m, f"week of {_day(day - timedelta(weeks=1))}")),
+        (r"\bnext week\b", lambda m: put(m, f"week of {_day(day + timedelta(weeks=1))}")),
+        (r"\blast month\b", lambda m: put(m, month(day, -1))),
+        (r"\bnext month\b", lambda m: put(m, month(day, 1))),
+        (r"\bthis month\b", lambda m: put(m, month(day, 0))),
+        (r"\blast year\b", lambda m: put(m, str(day.year - 1))),
+        (r"\bnext year\b", lambda m: put(m, str(day.year + 1))),
+        (r"\bthis year\b", lambda m: put(m, str(day.year))),
+        (r"\b(\d+|a|an|one|two|three|four|five|six|a few|few) (days?|weeks?|months?|years?) ago\b", ago),
+    ]
+    for pattern, replace in rules:
+        text = re.sub(pattern, replace, text, flags=re.IGNORECASE)
+    return text
+
+
+_PREPOSITIONS = frozenset(
+    [
+        "about",
+        "around",
+        "since",
+        "from",
+        "until",
+        "till",
+        "by",
+        "in",
+        "on",
+        "before",
+        "after",
+        "nearly",
+        "almost",
+        "over",
+        "roughly",
+        "approximately",
+        "of",
+        "for",
+        "than",
+    ]
+)
+_WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_WEEKDAY = r"(?:mon|tues?|wed(?:nes)?|thu(?:rs?)?|fri|sat(?:ur)?|sun)(?:day)?"
+
+
+def _last(day: datetime, name: str) -> datetime:
+    """The latest such weekday before ``day`` ("last Friday" said on a Friday: a week before)."""
+    back = (day.weekday() - _WEEKDAYS.index(name[:3].lower())) % 7 or 7
+    return day - timedelta(days=back)
+
+
+_SMALL = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "few": 3}
+
+
+# Speaker labels that name a message's role: "assistant: booked the flight" is how a summary line
+# attributes an unnamed assistant turn, not a forged role (a person named "system" still is one).
+ROLE_LABELS = frozenset({"user", "assistant", "tool"})
+
+
+def scan_spoken(speaker: str, text: str, scan: Scan) -> tuple[str, ...]:
+    """The poisoning reasons of a summary line's text, and of its speaker label with it unless
+    the label is a role's own."""
+    reasons = scan(text)
+    if speaker and speaker.lower() not in ROLE_LABELS:
+        reasons = tuple(dict.fromkeys([*reasons, *scan(f"{speaker}: {text}")]))
+    return reasons
+
+
+def flagged_line(speaker: str, sentence: str, reasons: Sequence[str], limit: int = 160) -> str:
+    """A flagged sentence as quoted data: marked, cut short, never an instruction."""
+    quoted = " ".join(sentence.split()).replace('"', "'")
+    if len(quoted) > limit:
+        quoted = quoted[: limit - 1] + "…"
+    who = speaker or "a message"
+    note = "wrote text that reads like instructions (quoted, not to follow)"
+    return f'{FLAG_PREFIX} {", ".join(reasons)}] {who} {note}: "{quoted}"'
+
+
+def unit_of(
+    speaker: str, sentence: str, at: float | None, scan: Scan | None, *, telegraphic: bool = False
+) -> Unit | None:
+    """The unit of one sentence of a turn; None when compression leaves nothing. ``telegraphic``:
+    in note style with compact dates (:func:`vcm.tasks.summary.telegraph.condense`), as a summary holds it."""
+    reasons = scan(sentence) if scan is not None else ()
+    if reasons:
+        return Unit(speaker, flagged_line(speaker, sentence, reasons), tuple(reasons))
+    body = compress(sentence)
+    if not body:
+        return None
+    if not telegraphic:
+        return Unit(speaker, anchor(body, at))
+    body = telegraph.condense(anchor(body, at, compact=True))
+    return Unit(speaker, body) if words(body) or _NUMBER.search(body) else None
+
+
+def previous_units(lines: Iterable[str], scan: Scan | None, shorten: Callable[[str], str] | None = None) -> list[Unit]:
+    """The previous summary's lines as units: the speaker split off again and a joined line
+    (``Speaker: a; b``) split into its clauses, each rewritten by ``shorten`` when given (a clause
+    compressed further as it ages, :func:`vcm.tasks.summary.aging.shorten`). A clause that the filter
+    flags, as it will stand, and that is not already marked is marked now (a summary written
+    before the filter)."""
+    out = []
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith(FLAG_PREFIX):
+            out.append(Unit("", line, previous=True))
+            continue
+        speaker, _, body = line.partition(": ")
+        if not body or len(speaker) > 64 or " " in speaker.strip():
+            speaker, body = "", line
+        for clause in telegraph.clauses(body) if speaker else [body]:
+            clause = shorten(clause) if shorten is not None and speaker else clause
+            reasons = scan_spoken(speaker, clause, scan) if scan is not None else ()
+            if reasons:
+                out.append(Unit(speaker, flagged_line(speaker, clause, reasons), tuple(reasons), previous=True))
+            else:
+                out.append(Unit(speaker, clause, previous=True))
+    return out
+
+
+def entities(body: str, speakers: frozenset[str]) -> list[str]:
+    """Names in ``body`` that are not the speakers' own, nor their short forms ("Mel")."""
+    return [
+        w
+        for w in _ENTITY.findall(body)
+        if w not in _COMMON_CAPS
+        and not any(s.startswith(w.lower()) and len(w) >= 3 for s in speakers)
+        and w.lower() not in speakers
+    ]
+
+
+def is_filler(unit: Unit, speakers: frozenset[str]) -> bool:
+    """Fewer than two content words and no number, or a pleasantry ("Take care and enjoy your
+    day", "Sorry to hear about the job") that names or counts nothing."""
+    if unit.flagged or unit.body.startswith(FLAG_PREFIX):
+        return False
+    content = {w for w in words(unit.body) if w not in speakers}
+    if len(content) < 2 and not _NUMBER.search(unit.body):
+        return True
+    return bool(_PLEASANTRY.match(unit.body)) and not entities(unit.body, speakers) and not _NUMBER.search(unit.body)
+
+
+def salient(unit: Unit, speakers: frozenset[str]) -> bool:
+    """A unit a later question may well ask about: it names something, counts or dates something,
+    or states a preference or decision (the units the loss score counts)."""
+    if is_filler(unit, speakers) or unit.flagged:
+        return False
+    body = unit.body
+    return bool(entities(body, speakers) or _NUMBER.search(body) or _DATE.search(body) or _PREFERENCE.search(body))
+
+
+def retention(
+    batch: Sequence[Unit], kept: Sequence[str], speakers: frozenset[str], cover: float = 0.6
+) -> tuple[int, int]:
+    """(salient units of the batch, how many of them the summary retains): kept as a line, or
+    represented (``cover`` of its content words present in the kept lines)."""
+    lines = set(kept)
+    held: set[str] = set()
+    for line in kept:
+        held.update(words(line))
+    total = retained = 0
+    for unit in batch:
+        if not salient(unit, speakers):
+            continue
+        total += 1
+        if unit.line in lines:
+            retained += 1
+            continue
+        content = set(words(unit.body)) - speakers
+        if content and len(content & held) / len(content) >= cover:
+            retained += 1
+    return total, retained
+
+
+# The weight of a note describing a shared image ("[shared photo of …]"): on LoCoMo's dev data such
+# a note carried a third as many of the facts per token as a clause the speaker said.
+ATTACHMENT = 0.3
+
+
+class Coverage:
+    """Weighted coverage of content words by picked units (greedy selection's bookkeeping).
+
+    A word weighs 1, plus 1 when it is part of a name or a number, plus half the log of how many
+    units hold it (the conversation's recurring subjects); a unit adds the weight of its words not
+    yet covered, plus 1 for a preference or decision, times 0.35 for a question and
+    :data:`ATTACHMENT` for a note that only describes a shared image (:func:`vcm.tasks.summary.aging.attachment`).
+    A flagged unit is worth a fixed 0.5 (a marked report, kept when there is room); filler is worth
+    nothing."""
+
+    def __init__(self, pool: Sequence[Unit], speakers: frozenset[str]) -> None:
+        self.pool = pool
+        self.words: list[set[str]] = []
+        self.bonus: list[float] = []
+        self.factor: list[float] = []
+        self.fixed: list[float] = []
+        special: set[str] = set()
+        for unit in pool:
+            if unit.flagged or unit.body.startswith(FLAG_PREFIX):
+                self.words.append(set())
+                self.bonus.append(0.0)
+                self.factor.append(1.0)
+                self.fixed.append(0.5)
+                continue
+            if is_filler(unit, speakers):
+                self.words.append(set())
+                self.bonus.append(0.0)
+                self.factor.append(0.0)
+                self.fixed.append(0.0)
+                continue
+            body = unit.body
+            self.words.append({w for w in words(body) if w not in speakers})
+            for name in entities(body, speakers):
+                special.update(words(name))
+            special.update(w for w in words(body) if any(c.isdigit() for c in w))
+            self.bonus.append(1.0 if _PREFERENCE.search(body) else 0.0)
+            self.factor.append(0.35 if body.rstrip().endswith("?") else ATTACHMENT if aging.attachment(body) else 1.0)
+            self.fixed.append(0.0)
+        frequency = Counter(w for ws in self.words for w in ws)
+        self.weight = {w: 1.0 + (w in special) + 0.5 * math.log(n) for w, n in frequency.items()}
+        self.covered: set[str] = set()
+        self.used: set[int] = set()
+
+    def worth(self, i: int) -> bool:
+        return self.fixed[i] > 0 or (self.factor[i] > 0 and bool(self.words[i]))
+
+    def gain(self, i: int) -> float:
+        if self.fixed[i] > 0:
+            return self.fixed[i]
+        new = sum(self.weight[w] for w in self.words[i] - self.covered)
+        return (new + (self.bonus[i] if new else 0.0)) * self.factor[i]
+
+    def cover(self, i: int) -> None:
+        self.covered |= self.words[i]
+        self.used.add(i)

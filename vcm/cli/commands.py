@@ -1,0 +1,541 @@
+"""The ``vcm`` subcommands other than ``demo``. The CLI is a process entry point: it may wire
+workers and tasks in, which the rest of hotpath never imports."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from vcm.errors import ValidationError
+from vcm.service import MemoryService
+from vcm.settings import Settings, get_settings
+
+
+@contextmanager
+def _service(args: argparse.Namespace) -> Iterator[MemoryService]:
+    from vcm.workers.wiring import running_service
+
+    with running_service(get_settings()) as service:
+        yield service
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from vcm.client import VcmClient
+
+    token = args.token or os.environ.get("VCM_TOKEN", "")
+    if not token:
+        raise ValidationError("--api needs a token: --token or VCM_TOKEN", field="token")
+    return VcmClient(args.api, token)
+
+
+def _bar(part: int, whole: int, width: int = 40) -> str:
+    filled = round(width * part / whole) if whole else 0
+    return "█" * filled + "·" * (width - filled)
+
+
+def render_context(data: Mapping[str, Any]) -> str:
+    """A readable view of a main context and its gauges (the shape the API returns)."""
+    g = data["gauges"]
+    lines = [
+        f"agent {data.get('agent_id', '?')}: {g['total']} of {g['window']} tokens "
+        f"({g['occupancy']:.0%}), {g['free']} free below max {g['max']}"
+    ]
+    for part in ("system", "working", "summary", "placeholders", "fifo"):
+        lines.append(f"  {part:<13}{g[part]:>7}  {_bar(g[part], g['window'])}")
+    lines.append(f"  {'free':<13}{g['free']:>7}  {_bar(max(g['free'], 0), g['window'])}")
+    layers = data.get("layers") or []
+    injected: dict[str, int] = {}
+    for name, n in zip(layers, data.get("message_tokens", []), strict=False):
+        if name not in ("system", "working", "summary", "placeholder", "fifo"):
+            injected[name] = injected.get(name, 0) + n
+    if injected:
+        lines.append("  injected for this call (within the window less the output reserve):")
+        for name, n in injected.items():
+            lines.append(f"    {name:<11}{n:>7}  {_bar(n, g['window'])}")
+    lines.append("")
+    for i, msg in enumerate(data["messages"]):
+        tokens = data["message_tokens"][i] if i < len(data.get("message_tokens", [])) else ""
+        layer = layers[i] if i < len(layers) else msg["role"]
+        text = " ".join(str(msg.get("content", "")).split())
+        lines.append(f"{i:>4} {layer:<11}{tokens:>6}  {text[:100]}{'…' if len(text) > 100 else ''}")
+    return "\n".join(lines)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from vcm.api.app import create_app
+    from vcm.api.auth import with_admin_token
+    from vcm.tools.executor import ToolExecutor
+    from vcm.workers.wiring import running_service
+
+    settings, generated = with_admin_token(get_settings())
+    if generated:
+        print(f"vcm serve: generated admin token (shown once): {generated}", file=sys.stderr)
+    with running_service(settings) as service:
+        app = create_app(service, ToolExecutor(service), settings=settings)
+        # Everything built so far (modules, the app, Celery, the store) lives as long as the
+        # process: keep it out of the cyclic collector, whose full passes over it paused every
+        # request for 40-80 ms in embedded mode (scripts/bench_api.py).
+        gc.collect()
+        gc.freeze()
+        uvicorn.run(app, host=args.host or settings.api.host, port=args.port or settings.api.port, log_level="warning")
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """vcm's memory tools and an agent's memory over the Model Context Protocol (vcm.mcp): over
+    stdio for the agent of ``--token``/``VCM_TOKEN`` (or the admin token and ``--agent``), checked
+    before serving; over streamable HTTP for the agent of each request's bearer token."""
+    import anyio
+    import uvicorn
+
+    from vcm.api.auth import TokenAuthority, admin_digest, with_admin_token
+    from vcm.mcp.server import build_server, fixed, reserved_stdio, serve_stdio, session_for
+    from vcm.tools.executor import ToolExecutor
+    from vcm.workers.wiring import running_service
+
+    # An admin token is needed only to name an agent over stdio; without one set, a random one that
+    # nobody knows stands in (never printed: agents' tokens are what MCP clients connect with).
+    settings, _ = with_admin_token(get_settings())
+    token = args.token or os.environ.get("VCM_TOKEN", "")
+    stdio = args.transport == "stdio"
+    if stdio and not token:
+        raise ValidationError("vcm mcp over stdio serves the agent of a token: --token or VCM_TOKEN", field="token")
+    # Over stdio, stdin and stdout are the wire from the start: the cold path started below (and
+    # any process it starts) prints to stderr.
+    with reserved_stdio() if stdio else nullcontext((0, 1)) as wire, running_service(settings) as service:
+        authority = TokenAuthority(
+            service.redis, admin_digest(settings), rebuild=service.rebuild, on_change=service.durable.token_changed
+        )
+        executor = ToolExecutor(service)
+        if stdio:
+            session = session_for(authority, service, token, args.agent)
+            anyio.run(serve_stdio, build_server(service, executor, fixed(session)), wire)
+            return 0
+        from vcm.mcp.http import http_app
+
+        host = args.host or settings.api.host
+        app = http_app(
+            service, executor, authority, host=host, path=args.path, max_body_bytes=settings.api.max_body_bytes
+        )
+        print(f"vcm mcp: streamable HTTP on http://{host}:{args.port}{args.path}", file=sys.stderr)
+        uvicorn.run(app, host=host, port=args.port, log_level="warning")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from vcm.workers.app import app
+
+    argv = ["worker", "-Q", args.queues, "-E", "--prefetch-multiplier=1", f"--loglevel={args.loglevel}"]
+    if args.concurrency:
+        argv.append(f"--concurrency={args.concurrency}")
+    app.worker_main(argv)
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from vcm.tasks.embedding import get_embedder
+    from vcm.tasks.ingest.documents import ingest_paths
+
+    settings = get_settings()
+    with _service(args) as service:
+        service.agent(args.agent)
+        embedder = get_embedder(settings.embedding)
+        started = time.monotonic()
+
+        def progress(outcome: Any, done: int, total: int) -> None:
+            width = 30
+            filled = round(width * done / total) if total else width
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {str(outcome.path)[-40:]:<40}")
+            sys.stderr.flush()
+
+        report = ingest_paths(
+            service.store,
+            embedder,
+            args.agent,
+            args.paths,
+            root=args.root,
+            settings=settings,
+            mode="naive" if args.naive else None,
+            progress=progress,
+        )
+        sys.stderr.write("\n")
+    summary = report.to_dict()
+    summary["seconds"] = round(time.monotonic() - started, 2)
+    print(json.dumps(summary, indent=2, default=str))
+    return 0 if not report.failures else 1
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if args.api:
+        client = _client(args)
+        if args.archival:
+            print(json.dumps(client.search_archival(args.agent, args.query, k=args.limit), indent=2))
+        else:
+            print(json.dumps(client.search_recall(args.agent, args.query, mode=args.mode, limit=args.limit), indent=2))
+        return 0
+    with _service(args) as service:
+        if args.archival:
+            found = service.search_archival(args.agent, args.query, k=args.limit)
+            for hit in found.page.items:
+                print(f"{hit.score:7.3f}  {hit.chunk.doc_id}#{hit.chunk.chunk_index}  {hit.chunk.text[:100]}")
+        else:
+            result = service.search_recall(args.agent, args.query, limit=args.limit, mode=args.mode)
+            for rhit in result.page.items:
+                m = rhit.message
+                print(f"{rhit.score:7.3f}  {m.message_id:<8} {m.role:<9} {m.content[:100]}")
+    return 0
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    if args.api:
+        data = _client(args).context(args.agent, built=args.built, query=args.query)
+        print(json.dumps(data, indent=2) if args.json else render_context(data))
+        return 0
+    # In embedded mode this process rebuilds the agent's hot state from the data directory.
+    with _service(args) as service:
+        ctx = (
+            service.build_context(args.agent, query=args.query, record_use=False)
+            if args.built
+            else service.context(args.agent)
+        )
+        data = {
+            "agent_id": args.agent,
+            "gauges": ctx.gauges.as_dict(),
+            "messages": ctx.messages,
+            "message_tokens": ctx.message_tokens,
+            "layers": ctx.layers,
+        }
+        print(json.dumps(data, indent=2) if args.json else render_context(data))
+    return 0
+
+
+def parse_when(value: str) -> float:
+    """``--since``/``--until``: unix seconds, an ISO 8601 time (UTC unless it says), or an age
+    such as ``90s``, ``15m``, ``2h``, ``7d`` (that long before now)."""
+    text = value.strip()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text[-1:] in units and text[:-1].replace(".", "", 1).isdigit():
+            return time.time() - float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a time: use unix seconds, ISO 8601 (2026-01-31T12:00) or an age (15m, 2h, 7d)"
+        ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    kinds = args.kind or None
+    filters = {"since": args.since, "until": args.until, "actor": args.actor, "idempotency_key": args.key}
+    if args.api:
+        client = _client(args)
+        if args.agent:
+            found = client.events(args.agent, kinds=kinds, limit=args.limit, **filters)
+        else:
+            found = client.all_events(kinds=kinds, limit=args.limit, **filters)
+        print(json.dumps(found, indent=2))
+        return 0
+    with _service(args) as service:
+        page = service.events(args.agent, kinds, limit=args.limit, **filters)
+        for e in page.items:
+            if args.json:
+                print(json.dumps(event_json(e), default=str))
+                continue
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.created_at))
+            key = f" key={e.idempotency_key}" if e.idempotency_key else ""
+            print(
+                f"{when}  {e.agent_id:<12} {e.kind:<16} {e.actor:<24}{key}  "
+                f"{json.dumps(dict(e.payload), default=str)[:160]}"
+            )
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    since = time.time() - args.since_hours * 3600 if args.since_hours else None
+    if args.api:
+        print(json.dumps(_client(args).report(args.agent or None, since=since), indent=2))
+        return 0
+    from vcm.eval.report import build_report, render
+    from vcm.workers.wiring import build_service
+
+    # Reads only: no worker needed. Embedded mode keeps hot state in this process, so a separate
+    # `vcm report` sees no agents there; `vcm demo` prints the report of its own run.
+    service = build_service(get_settings())
+    report = build_report(service, args.agent or None, since=since)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else render(report))
+    return 0 if not report.unreachable else 1
+
+
+def event_json(e: Any) -> dict[str, Any]:
+    return {
+        "event_id": e.event_id,
+        "agent_id": e.agent_id,
+        "kind": e.kind,
+        "created_at": e.created_at,
+        "actor": e.actor,
+        "idempotency_key": e.idempotency_key,
+        "payload": dict(e.payload),
+    }
+
+
+def doctor_checks(settings: Settings, *, strict: bool) -> list[tuple[str, bool, str]]:
+    """(check, ok, detail) for each dependency; used by ``vcm doctor``."""
+    results: list[tuple[str, bool, str]] = []
+
+    def check(name: str, fn: Any) -> None:
+        try:
+            detail = fn()
+            results.append((name, True, str(detail)))
+        except Exception as exc:  # a doctor reports every failure, whatever its type
+            results.append((name, False, f"{type(exc).__name__}: {exc}"))
+
+    from vcm.hotpath.connection import connect
+
+    check(
+        "redis",
+        lambda: "embedded fakeredis" if not settings.redis_url else f"PING {connect(settings.redis_url).ping()}",
+    )
+
+    def broker() -> str:
+        if settings.broker_url.startswith("memory://"):
+            return "memory:// (in-process worker)"
+        from kombu.connection import Connection
+
+        with Connection(settings.broker_url, connect_timeout=3) as conn:  # type: ignore[no-untyped-call]
+            conn.ensure_connection(max_retries=1)
+        return settings.broker_url.split("@")[-1]
+
+    check("broker", broker)
+
+    guard: list[tuple[str, bool, str]] = []
+
+    def store() -> str:
+        from vcm.workers.runtime import open_configured_store
+
+        s = open_configured_store(settings)
+        try:
+            h = s.health()
+            if not h.ok:
+                raise RuntimeError(f"unhealthy: {dict(h.details)}")
+            report = getattr(s, "guard_report", None)
+            if report is not None:
+                guard.append(("arango guard", True, guard_summary(report)))
+            return f"{h.backend} ok"
+        finally:
+            s.close()
+
+    check("store", store)
+    if settings.store_url.startswith("arango") and not guard:
+        # The adapter runs the guard when it opens; a refused server fails the store check with
+        # the guard's own message.
+        guard.append(("arango guard", False, "not run: the store did not open (see the store check)"))
+    results += guard
+
+    def model() -> str:
+        from vcm.tasks.embedding import get_embedder
+
+        e = get_embedder(settings.embedding)
+        return f"{e.model_id} dim={e.dimension} max_tokens={e.max_tokens}"
+
+    check("embedding model", model)
+    if settings.store_url.startswith("arango"):
+        results.append(transport_check(settings, strict=strict))
+        results.append(users_check(settings, strict=strict))
+    secrets = secret_values(settings)
+    return [(name, ok, redact(detail, secrets)) for name, ok, detail in results]
+
+
+def transport_check(settings: Settings, *, strict: bool) -> tuple[str, bool, str]:
+    """The UDS guard: a TCP store endpoint fails when ``store.uds_only`` is set or ``--strict``."""
+    unix = settings.store_url.startswith("arango+unix")
+    if unix:
+        return "arango transport", True, "Unix domain socket"
+    if settings.store.uds_only:
+        return "arango transport", False, "TCP endpoint in use but store.uds_only is set: use arango+unix://"
+    return "arango transport", not strict, "TCP (use arango+unix:// for UDS-only deployments)"
+
+
+def users_check(settings: Settings, *, strict: bool) -> tuple[str, bool, str]:
+    """Reads should go through a read-only user; ``--strict`` fails when they do not."""
+    from urllib.parse import urlsplit
+
+    rw = settings.store.username or urlsplit(settings.store_url).username or "?"
+    ro = settings.store.ro_username
+    if ro and ro != rw:
+        return "arango users", True, f"writes as {rw}, reads as {ro} (read-only)"
+    return "arango users", not strict, f"reads use the read-write user {rw}: set store.ro_username and its password"
+
+
+def guard_summary(report: Any) -> str:
+    """One line from a :class:`vcm.store.arango.guard.GuardReport` (non-fatal problems included)."""
+    state = {True: "on", False: "off", None: "unknown"}[report.vector_index]
+    line = f"ArangoDB {report.version}, vector index {state} (by {report.detected_by})"
+    notes = [p.message for p in report.problems if not p.fatal]
+    return line + ("; " + "; ".join(notes) if notes else "")
+
+
+def secret_values(settings: Settings) -> list[str]:
+    """Every secret the settings hold, so that no report prints one."""
+    from urllib.parse import urlsplit
+
+    values = [
+        settings.store.password.get_secret_value(),
+        settings.store.ro_password.get_secret_value(),
+        settings.api.admin_token.get_secret_value(),
+    ]
+    for url in (settings.redis_url, settings.broker_url, settings.store_url, settings.worker.result_backend):
+        password = urlsplit(url).password
+        if password:
+            values.append(password)
+    return [v for v in values if v]
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks = doctor_checks(get_settings(), strict=args.strict)
+    width = max(len(name) for name, _, _ in checks)
+    for name, ok, detail in checks:
+        print(f"{'ok ' if ok else 'FAIL'} {name:<{width}}  {detail}")
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+def cmd_reembed(args: argparse.Namespace) -> int:
+    """Embed stored messages that lack a vector of the configured model's version (after a model
+    change, or embeddings that failed), here in this process; workers take the same job as the
+    task ``tasks.reembed_messages`` (ingest queue)."""
+    from vcm.tasks.recall.reembed import reembed_agent
+    from vcm.workers import runtime
+
+    deps = runtime.deps()
+    if deps.vectorizer is None:
+        raise ValidationError("[recall] vectors is off: there is nothing to embed", field="recall.vectors")
+    agents = args.agent or deps.hot.agents()
+    if not agents:
+        print("no agents in the hot state; name them with --agent", file=sys.stderr)
+        return 1
+    for agent_id in agents:
+        outcome = reembed_agent(deps.store, agent_id, deps.vectorizer, page=args.page)
+        print(json.dumps(outcome.as_dict()))
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    def api_opts(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--api", default=os.environ.get("VCM_API_URL"), help="talk to a running `vcm serve` at this URL")
+        p.add_argument("--token", help="bearer token for --api (or VCM_TOKEN)")
+
+    from vcm.cli.agents import add_agent_commands
+    from vcm.cli.chat import add_chat_command
+    from vcm.cli.instances import add_instances_command
+
+    add_agent_commands(sub, api_opts)
+    add_chat_command(sub, api_opts)
+    add_instances_command(sub, api_opts)
+
+    p = sub.add_parser("serve", help="run the HTTP API (with the in-process worker in embedded mode)")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "mcp",
+        help="serve the memory tools and an agent's memory over MCP (stdio or streamable HTTP)",
+        description="Model Context Protocol server: vcm's memory tools (the same executor as the HTTP "
+        "API's tool route) and the agent's context, blocks and facts as resources, one agent per session. "
+        "stdio serves the agent of --token (or VCM_TOKEN; the admin token with --agent); HTTP serves each "
+        "request's 'Authorization: Bearer <agent token>'.",
+    )
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--token", help="stdio: the agent's bearer token, or the admin token with --agent (or VCM_TOKEN)")
+    p.add_argument("--agent", help="stdio: the agent to serve (needed with the admin token)")
+    p.add_argument("--host", help="http: address to listen on (default [api] host)")
+    p.add_argument("--port", type=int, default=8081, help="http: port (default 8081)")
+    p.add_argument("--path", default="/mcp", help="http: the endpoint's path (default /mcp)")
+    p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser("worker", help="run a Celery worker for the cold path")
+    p.add_argument("-Q", "--queues", default="hot,cold,ingest,maintenance")
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--loglevel", default="INFO")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser(
+        "ingest",
+        help="ingest files and folders into an agent's archival memory",
+        description="Reads the named files and folders with the rights of the user running it (regular "
+        "files only; hidden entries and linked folders are skipped when walking a folder). With --root, "
+        "every file's real path must lie under that folder, so links cannot lead outside it.",
+    )
+    p.add_argument("--agent", required=True)
+    p.add_argument("--root", type=Path, help="refuse files whose real path is outside this folder")
+    p.add_argument("--naive", action="store_true", help="per-chunk embedding (recorded as a compliance violation)")
+    p.add_argument("paths", nargs="+")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("search", help="search an agent's recall (default) or archival memory")
+    p.add_argument("--agent", required=True)
+    p.add_argument("--archival", action="store_true")
+    p.add_argument("--mode", default="hybrid", choices=["text", "vector", "hybrid"], help="recall search mode")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("query")
+    api_opts(p)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("context", help="show an agent's main context with its token gauges")
+    p.add_argument("--agent", required=True)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--built", action="store_true", help="the prompt the model sees: with the builder's layers")
+    p.add_argument(
+        "--query", help="with --built: retrieve relevant memory for this text (default: the last user message)"
+    )
+    api_opts(p)
+    p.set_defaults(func=cmd_context)
+
+    p = sub.add_parser("events", help="show memory events (audit log), of one agent or all")
+    p.add_argument("--agent")
+    p.add_argument("--kind", action="append")
+    p.add_argument("--actor", help="only this actor, e.g. api:agent:a1, cli, worker:spool")
+    p.add_argument("--since", type=parse_when, help="unix seconds, ISO 8601, or an age (15m, 2h, 7d)")
+    p.add_argument("--until", type=parse_when, help="exclusive; same forms as --since")
+    p.add_argument("--key", help="only events of this idempotency key")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--limit", type=int, default=50)
+    api_opts(p)
+    p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("report", help="the Conveyance figure per agent and overall (see docs/operations.md)")
+    p.add_argument("--agent", action="append", help="only these agents (repeat); default all")
+    p.add_argument("--since-hours", type=float, help="only events of the last H hours")
+    p.add_argument("--json", action="store_true")
+    api_opts(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("reembed", help="embed stored messages lacking a vector of the current model (after a change)")
+    p.add_argument("--agent", action="append", help="only these agents (repeat); default: every agent in Redis")
+    p.add_argument("--page", type=int, default=200, help="messages read per store query")
+    p.set_defaults(func=cmd_reembed)
+
+    p = sub.add_parser("doctor", help="check Redis, broker, store, model and the ArangoDB guards")
+    p.add_argument("--strict", action="store_true", help="also fail on a TCP ArangoDB endpoint")
+    p.set_defaults(func=cmd_doctor)
