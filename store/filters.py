@@ -10,7 +10,7 @@ which must hold:
 
 Both adapters apply them after the vector search: the embedded adapter with
 :meth:`ArchivalFilter.matches` on hydrated candidates, the ArangoDB adapter as AQL ``FILTER``s
-in the subquery around ``APPROX_NEAR`` (``store/arango/aql.py``), which must mean the same.
+in the subquery around ``APPROX_NEAR`` (``store/arango/aql/``), which must mean the same.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Modules, each small and named after what it holds:
 
 * :mod:`~vcm.store.arango.adapter` - :class:`ArangoStore`, the port implementation
-* :mod:`~vcm.store.arango.aql` - every query, as pure ``(text, bind_vars)`` builders
+* :mod:`~vcm.store.arango.aql` - every query, as pure ``(text, bind_vars)`` builders, one module per family
 * :mod:`~vcm.store.arango.schema` - ``config/arango_schema.json`` loading, idempotent bootstrap,
   the lazily created vector index
 * :mod:`~vcm.store.arango.client` - URLs, the Unix-socket HTTP client, read-only/read-write handles

@@ -18,9 +18,9 @@ Design notes (details in the modules named):
   inserts use ``overwriteMode: "ignore"``.
 * ``commit_eviction``: one transaction, split above a size cap (:mod:`~vcm.store.arango.eviction`).
 * Recall: BM25 over ``messages_view`` plus a scan of messages the view may not hold yet
-  (:func:`~vcm.store.arango.aql.recall_search`).
+  (:func:`~vcm.store.arango.aql.messages.recall_search`).
 * Archival: exact search until a space's vector index exists, then ``APPROX_NEAR_*`` with
-  post-filters and over-fetch (:func:`~vcm.store.arango.aql.archival_ann`); see
+  post-filters and over-fetch (:func:`~vcm.store.arango.aql.archival.archival_ann`); see
   :mod:`~vcm.store.arango.schema` for when the index is created.
 * Cursors: ranked snapshots in ``cursors`` (:mod:`~vcm.store.arango.snapshots`); event listings use
   keyset paging.

@@ -12,7 +12,9 @@ from typing import Any
 
 from vcm.errors import NotFound, ValidationError
 from vcm.store import validation
-from vcm.store.arango import aql, documents, keys, names
+from vcm.store.arango import documents, keys, names
+from vcm.store.arango.aql import agents as aql_agents
+from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.base import ArangoBase
 from vcm.store.types import (
     AgentRecord,
@@ -86,7 +88,7 @@ class AgentOps(ArangoBase):
         return _record(doc)
 
     def list_agents(self) -> list[AgentRecord]:
-        return [_record(d) for d in self._run(self._ro, aql.list_agents(), "list_agents")]
+        return [_record(d) for d in self._run(self._ro, aql_agents.list_agents(), "list_agents")]
 
     def set_agent_token(self, agent_id: str, token_sha256: str | None) -> None:
         validation.identifier("agent_id", agent_id)
@@ -103,7 +105,7 @@ class AgentOps(ArangoBase):
         validation.identifier("agent_id", agent_id)
         if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
             raise ValidationError("floor must be a non-negative integer", field="floor")
-        found = self._run(self._rw, aql.advance_id_floor(agent_key(agent_id), floor), "advance_id_floor")
+        found = self._run(self._rw, aql_agents.advance_id_floor(agent_key(agent_id), floor), "advance_id_floor")
         if not found:
             raise _unknown(agent_id)
         return int(found[0])
@@ -111,7 +113,7 @@ class AgentOps(ArangoBase):
     def uncommitted_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 1000) -> list[StoredMessage]:
         validation.identifier("agent_id", agent_id)
         after, n = validation.after_seq(after_seq), validation.limit("limit", limit)
-        query = aql.uncommitted_messages(agent_id, keys.vertex_id(summary_node(agent_id)), after, n)
+        query = aql_agents.uncommitted_messages(agent_id, keys.vertex_id(summary_node(agent_id)), after, n)
         return [documents.message_from_doc(d) for d in self._run(self._ro, query, "uncommitted_messages")]
 
     def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
@@ -126,7 +128,7 @@ class AgentOps(ArangoBase):
                 rev=d["summary_rev"],
                 created_at=float(d["committed_at"]),
             )
-            for d in self._run(self._ro, aql.summary_versions(agent_id, n), "summary_versions")
+            for d in self._run(self._ro, aql_agents.summary_versions(agent_id, n), "summary_versions")
         ]
 
     def reset_context(self, change: ContextReset) -> None:
@@ -139,10 +141,10 @@ class AgentOps(ArangoBase):
         write = (names.CORE, names.RECALL_LOG, names.BATCHES)
         with self._transaction(write, "reset_context") as txn:
             now = self._clock()
-            folded = set(self._run(txn, aql.folded_message_vertices(summary_vertex), "reset_context"))
+            folded = set(self._run(txn, aql_agents.folded_message_vertices(summary_vertex), "reset_context"))
             stored = {
                 keys.vertex_id(message_node(agent, str(m))): str(m)
-                for m in self._run(txn, aql.message_ids_of(agent), "reset_context")
+                for m in self._run(txn, aql_agents.message_ids_of(agent), "reset_context")
             }
             leaving = [v for v in stored if v not in keep and v not in folded]
             returning = [v for v in stored if v in keep and v in folded]
@@ -161,9 +163,9 @@ class AgentOps(ArangoBase):
                     )
                     for v in leaving
                 ]
-                self._run(txn, aql.insert_ignore(names.RECALL_LOG, edges), "reset_context")
+                self._run(txn, aql_common.insert_ignore(names.RECALL_LOG, edges), "reset_context")
             if returning:
-                self._run(txn, aql.unfold_messages(summary_vertex, returning), "reset_context")
+                self._run(txn, aql_agents.unfold_messages(summary_vertex, returning), "reset_context")
             core = txn.collection(names.CORE)
             doc = documents.summary_doc(agent, change.summary_text, change.summary_tokens, change.batch_id, now)
             meta = core.insert(doc, overwrite_mode="replace")
@@ -182,7 +184,7 @@ class AgentOps(ArangoBase):
                 overwrite_mode="replace",
             )
             if blocks is not None:
-                for old in self._run(txn, aql.blocks_of(agent), "reset_context"):
+                for old in self._run(txn, aql_agents.blocks_of(agent), "reset_context"):
                     core.delete(str(old))
                 for b in blocks:
                     core.insert(documents.block_doc(b, now), overwrite_mode="replace")

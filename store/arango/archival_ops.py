@@ -15,8 +15,10 @@ from arango.exceptions import ArangoServerError
 
 from vcm.errors import VcmError
 from vcm.store import validation
-from vcm.store.arango import aql, documents, keys, names
-from vcm.store.arango.aql import AqlQuery
+from vcm.store.arango import documents, keys, names
+from vcm.store.arango.aql import archival as aql_archival
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql.common import AqlQuery
 from vcm.store.arango.base import log
 from vcm.store.arango.errors import (
     QUERY_VECTOR_INDEX_NOT_READY,
@@ -55,13 +57,15 @@ class ArchivalOps(VectorSpaceOps):
                 if (metric, version) not in known
             ]
             if new_spaces:
-                self._run(txn, aql.insert_ignore(names.META, new_spaces), "ingest_archival")
+                self._run(txn, aql_common.insert_ignore(names.META, new_spaces), "ingest_archival")
                 stored: dict[tuple[str, str], int] = {
                     (s.metric, s.embedding_version): s.dimension for s in self._spaces(txn)
                 }
                 for (metric, version), dim in dims.items():  # a concurrent first writer wins
                     validation.space_dimension(metric, version, dim, stored.get((metric, version)))
-            inserted = {r for r in self._run(txn, aql.insert_ignore(names.ARCHIVAL, docs), "ingest_archival") if r}
+            inserted = {
+                r for r in self._run(txn, aql_common.insert_ignore(names.ARCHIVAL, docs), "ingest_archival") if r
+            }
             new_chunks = [c for (c, _), d in zip(checked, docs, strict=True) if d["_key"] in inserted]
             self._link_chunks(txn, new_chunks, now)
             self._fault("ingest_archival.before_commit")
@@ -86,7 +90,7 @@ class ArchivalOps(VectorSpaceOps):
                 later, earlier = (me, other) if c.chunk_index > index else (other, me)
                 candidates.append((keys.vertex_id(other), later, earlier, c.agent_id))
         ids = sorted({vertex for vertex, _, _, _ in candidates})
-        existing = {d["_id"] for d in self._run(txn, aql.documents(ids), "ingest_archival")}
+        existing = {d["_id"] for d in self._run(txn, aql_common.documents(ids), "ingest_archival")}
         edges = {
             keys.edge_key("derived_from", later, earlier): documents.edge_doc(
                 Edge("derived_from", later, earlier, agent, now), now
@@ -96,7 +100,7 @@ class ArchivalOps(VectorSpaceOps):
         }
         if not edges:
             return
-        self._run(txn, aql.insert_ignore(names.DERIVED_FROM, list(edges.values())), "ingest_archival")
+        self._run(txn, aql_common.insert_ignore(names.DERIVED_FROM, list(edges.values())), "ingest_archival")
 
     def search_archival(
         self,
@@ -118,7 +122,7 @@ class ArchivalOps(VectorSpaceOps):
             n_probe=n_probe,
             metric_name=metric,
             embedding_version=embedding_version,
-            parse=aql.parse_filters,
+            parse=aql_common.parse_filters,
         )
         space_metric = cast(Metric, metric)
         probe = self._n_probe if args.n_probe is None else args.n_probe
@@ -145,7 +149,7 @@ class ArchivalOps(VectorSpaceOps):
                 )
             part = self._snapshots.first("archival", agent_id, key, ranked, k)
         ids = [f"{names.ARCHIVAL}/{key_}" for key_, _ in part.items]
-        found = {d["_key"]: d for d in self._run(self._ro, aql.documents(ids, agent_id), "search_archival")}
+        found = {d["_key"]: d for d in self._run(self._ro, aql_common.documents(ids, agent_id), "search_archival")}
         hits = [ArchivalHit(documents.chunk_from_doc(found[k_]), s) for k_, s in part.items if k_ in found]
         # The post-filters run inside AQL, so only the page depth is known here.
         return Page(hits, part.next_cursor, SearchStats(part.offset))
@@ -168,7 +172,7 @@ class ArchivalOps(VectorSpaceOps):
             fetch = max(wanted * ANN_GROWTH, 64)
             try:
                 while True:
-                    q = aql.archival_ann(
+                    q = aql_archival.archival_ann(
                         agent_id,
                         query,
                         metric=metric,
@@ -192,7 +196,7 @@ class ArchivalOps(VectorSpaceOps):
             except _VectorIndexUnusable as exc:
                 log.warning("vector index of %s/%d not usable (%s); using exact search", metric, dim, exc)
                 self._forget_space_state(metric, dim)
-        q = aql.archival_exact(
+        q = aql_archival.archival_exact(
             agent_id,
             query,
             metric=metric,
@@ -220,7 +224,7 @@ class ArchivalOps(VectorSpaceOps):
     def get_archival(self, agent_id: str, doc_id: str) -> list[ArchivalChunk]:
         validation.identifier("agent_id", agent_id)
         validation.identifier("doc_id", doc_id)
-        rows = self._run(self._ro, aql.archival_document(agent_id, doc_id), "get_archival")
+        rows = self._run(self._ro, aql_archival.archival_document(agent_id, doc_id), "get_archival")
         chunks = [documents.chunk_from_doc(d) for d in rows]
         return sorted(chunks, key=lambda c: (c.chunk_index, c.embedding_version))
 

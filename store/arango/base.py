@@ -18,7 +18,7 @@ from arango.database import StandardDatabase
 
 from vcm.errors import VcmError
 from vcm.store import semantics
-from vcm.store.arango.aql import AqlQuery
+from vcm.store.arango.aql.common import AqlQuery
 from vcm.store.arango.client import Connection
 from vcm.store.arango.errors import is_driver_failure, translate, translated
 from vcm.store.arango.guard import GuardReport

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from vcm.errors import NotFound, RevConflict
 from vcm.store import semantics, validation
-from vcm.store.arango import aql, documents, keys, names
+from vcm.store.arango import documents, keys, names
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import messages as aql_messages
 from vcm.store.arango.base import ArangoBase
 from vcm.store.types import CoreBlock, CoreBlockWrite, Summary, core_node
 
@@ -32,7 +34,7 @@ class CoreMemoryOps(ArangoBase):
 
     def list_core(self, agent_id: str) -> list[CoreBlock]:
         validation.identifier("agent_id", agent_id)
-        return [documents.block_from_doc(d) for d in self._run(self._ro, aql.list_core(agent_id), "list_core")]
+        return [documents.block_from_doc(d) for d in self._run(self._ro, aql_messages.list_core(agent_id), "list_core")]
 
     def put_core(self, block: CoreBlockWrite, expected_rev: str | None, idempotency_key: str) -> CoreBlock:
         validation.core_write(block)
@@ -100,7 +102,7 @@ class CoreMemoryOps(ArangoBase):
                 raise semantics.rev_conflict(f"core block {block_id!r}", expected_rev, current["_rev"])
             txn.collection(names.CORE).delete({"_key": key, "_rev": expected_rev}, check_rev=True)
             for edges in names.EDGE_COLLECTIONS:
-                self._run(txn, aql.remove_edges_of(edges, [vertex]), "delete_core")
+                self._run(txn, aql_common.remove_edges_of(edges, [vertex]), "delete_core")
 
     def get_summary(self, agent_id: str) -> Summary | None:
         validation.identifier("agent_id", agent_id)

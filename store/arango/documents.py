@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from vcm.store.arango import keys, names
-from vcm.store.arango.aql import vector_attribute
+from vcm.store.arango.aql.common import vector_attribute
 from vcm.store.types import (
     SUMMARY_BLOCK_ID,
     ArchivalChunk,

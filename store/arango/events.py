@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from vcm.store import paging, semantics, validation
-from vcm.store.arango import aql, documents, names
+from vcm.store.arango import documents, names
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import events as aql_events
 from vcm.store.arango.base import ArangoBase
 from vcm.store.cursor import fingerprint
 from vcm.store.types import MemoryEvent, Page
@@ -26,7 +28,7 @@ class EventOps(ArangoBase):
         created_at = self._now(event.created_at)
         payload = json.loads(validation.json_mapping("payload", event.payload))  # as it will read back
         doc = documents.event_doc(replace(event, payload=payload), event_id, created_at)
-        rows = self._run(self._rw, aql.insert_ignore(names.EVENTS, [doc]), "append_event")
+        rows = self._run(self._rw, aql_common.insert_ignore(names.EVENTS, [doc]), "append_event")
         if rows and rows[0] is not None:
             return documents.event_from_doc(doc)
         existing = self._get(self._rw, names.EVENTS, doc["_key"], "append_event")
@@ -55,7 +57,7 @@ class EventOps(ArangoBase):
             # Keyset paging on (created_at, _key): an event appended later lands after the
             # position or is not part of this listing; nothing repeats or shifts.
             after = paging.keyset_position(cursor, self._secret, key, "id", str)
-        q = aql.events_page(
+        q = aql_events.events_page(
             agent_id,
             f.kinds,
             since=f.since,

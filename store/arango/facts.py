@@ -10,7 +10,9 @@ from typing import Any
 
 from vcm.errors import NotFound, ValidationError
 from vcm.store import fact_rank, semantics, validation
-from vcm.store.arango import aql, keys, names
+from vcm.store.arango import keys, names
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import facts as aql_facts
 from vcm.store.arango.base import ArangoBase
 from vcm.store.arango.lifecycle import count_of
 from vcm.store.types import Fact, FactHit, FactQuery, StateEntry, fact_node
@@ -78,8 +80,8 @@ def fact_from_doc(d: Mapping[str, Any], *, with_embedding: bool = False) -> Fact
     )
 
 
-def _query(agent_id: str, q: FactQuery, limit: int, with_embedding: bool) -> aql.AqlQuery:
-    return aql.query_facts(
+def _query(agent_id: str, q: FactQuery, limit: int, with_embedding: bool) -> aql_common.AqlQuery:
+    return aql_facts.query_facts(
         agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.min_importance, q.since, q.until,
         limit, with_embedding,
     )  # fmt: skip
@@ -138,14 +140,14 @@ class FactOps(ArangoBase):
         ids = [f"{names.FACTS}/{fact_key(agent_id, validation.identifier('fact_id', f))}" for f in fact_ids]
         # No edge outlives its fact (entities and relations are facts with edges).
         with self._transaction((names.FACTS, *names.EDGE_COLLECTIONS), "delete_facts") as txn:
-            removed = count_of(self._run(txn, aql.remove_documents(names.FACTS, ids), "delete_facts"))
+            removed = count_of(self._run(txn, aql_common.remove_documents(names.FACTS, ids), "delete_facts"))
             for edges in names.EDGE_COLLECTIONS:
-                self._run(txn, aql.remove_edges_of(edges, ids), "delete_facts")
+                self._run(txn, aql_common.remove_edges_of(edges, ids), "delete_facts")
         return removed
 
     def fact_counts(self, agent_id: str) -> dict[str, dict[str, int]]:
         validation.identifier("agent_id", agent_id)
-        found = self._run(self._ro, aql.fact_counts(agent_id), "fact_counts")
+        found = self._run(self._ro, aql_facts.fact_counts(agent_id), "fact_counts")
         row = found[0] if found else {}
         return {
             k: {str(a): int(b) for a, b in (row.get(k) or {}).items()} for k in ("type", "status", "scope", "conflicts")
@@ -153,7 +155,9 @@ class FactOps(ArangoBase):
 
     def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
         validation.identifier("agent_id", agent_id)
-        self._run(self._rw, aql.touch_facts(agent_id, [fact_key(agent_id, f) for f in fact_ids], now), "touch_facts")
+        self._run(
+            self._rw, aql_facts.touch_facts(agent_id, [fact_key(agent_id, f) for f in fact_ids], now), "touch_facts"
+        )
 
     # --- state ------------------------------------------------------------------------------------
     def put_state(
@@ -188,12 +192,12 @@ class FactOps(ArangoBase):
 
     def list_state(self, agent_id: str, now: float) -> list[StateEntry]:
         validation.identifier("agent_id", agent_id)
-        return [_state(d) for d in self._run(self._ro, aql.list_state(agent_id, now), "list_state")]
+        return [_state(d) for d in self._run(self._ro, aql_facts.list_state(agent_id, now), "list_state")]
 
     def delete_state(self, agent_id: str, key: str | None, expected_rev: str | None = None) -> int:
         validation.identifier("agent_id", agent_id)
         if key is None:
-            return count_of(self._run(self._rw, aql.remove_of_agent(names.STATE, agent_id), "delete_state"))
+            return count_of(self._run(self._rw, aql_common.remove_of_agent(names.STATE, agent_id), "delete_state"))
         validation.identifier("key", key)
         doc_key = state_key(agent_id, key)
         with self._transaction((names.STATE,), "delete_state") as txn:

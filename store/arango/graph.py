@@ -1,6 +1,6 @@
 """The graph of the ArangoDB store: adding edges and traversing them.
 
-The traversal runs in AQL (:func:`vcm.store.arango.aql.traverse`); :func:`order_traversal`, a pure
+The traversal runs in AQL (:func:`vcm.store.arango.aql.graph.traverse`); :func:`order_traversal`, a pure
 function, puts what it reached in the embedded adapter's breadth-first order.
 """
 
@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from vcm.store import validation
-from vcm.store.arango import aql, documents, keys
+from vcm.store.arango import documents, keys
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import graph as aql_graph
 from vcm.store.arango.base import ArangoBase
 from vcm.store.types import Edge, EdgeKind, NodeRef
 
@@ -21,7 +23,7 @@ class GraphOps(ArangoBase):
     def add_edge(self, edge: Edge) -> None:
         validation.edge(edge)
         doc = documents.edge_doc(edge, self._clock())
-        self._run(self._rw, aql.insert_ignore(edge.kind, [doc]), "add_edge")
+        self._run(self._rw, aql_common.insert_ignore(edge.kind, [doc]), "add_edge")
 
     def traverse(
         self,
@@ -33,7 +35,9 @@ class GraphOps(ArangoBase):
     ) -> list[NodeRef]:
         wanted = validation.traversal(start, kinds, max_depth, direction)
         start_id = keys.vertex_id(start)
-        q = aql.traverse(start_id, list(wanted), max_depth=max_depth, direction=cast(aql.Direction, direction))
+        q = aql_graph.traverse(
+            start_id, list(wanted), max_depth=max_depth, direction=cast(aql_graph.Direction, direction)
+        )
         paths = self._run(self._ro, q, "traverse")
         return order_traversal(start, start_id, paths)
 

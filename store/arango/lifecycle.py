@@ -13,8 +13,11 @@ import base64
 
 from vcm.errors import NotFound, ValidationError
 from vcm.store import validation
-from vcm.store.arango import aql, keys, names
+from vcm.store.arango import keys, names
 from vcm.store.arango.agents import agent_key
+from vcm.store.arango.aql import agents as aql_agents
+from vcm.store.arango.aql import archival as aql_archival
+from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.base import ArangoBase
 from vcm.store.types import Forgotten, SnapshotRecord, message_node
 
@@ -63,12 +66,12 @@ class LifecycleOps(ArangoBase):
         validation.identifier("agent_id", agent_id)
         counts: dict[str, int] = {}
         agents = self._run(
-            self._rw, aql.remove_documents(names.CORE, [f"{names.CORE}/{agent_key(agent_id)}"]), "delete_agent"
+            self._rw, aql_common.remove_documents(names.CORE, [f"{names.CORE}/{agent_key(agent_id)}"]), "delete_agent"
         )
         counts["agents"] = count_of(agents)
         for collection in names.AGENT_OWNED:
             counts[collection] = count_of(
-                self._run(self._rw, aql.remove_of_agent(collection, agent_id), "delete_agent")
+                self._run(self._rw, aql_common.remove_of_agent(collection, agent_id), "delete_agent")
             )
         return Forgotten({k: v for k, v in counts.items() if v})
 
@@ -77,21 +80,21 @@ class LifecycleOps(ArangoBase):
         validation.identifier("message_id", message_id)
         vertex = keys.vertex_id(message_node(agent_id, message_id))
         with self._transaction((names.MESSAGES, *names.EDGE_COLLECTIONS), "forget_message") as txn:
-            removed = count_of(self._run(txn, aql.remove_documents(names.MESSAGES, [vertex]), "forget_message"))
+            removed = count_of(self._run(txn, aql_common.remove_documents(names.MESSAGES, [vertex]), "forget_message"))
             for edges in names.EDGE_COLLECTIONS:
-                self._run(txn, aql.remove_edges_of(edges, [vertex]), "forget_message")
+                self._run(txn, aql_common.remove_edges_of(edges, [vertex]), "forget_message")
         return Forgotten({"messages": removed} if removed else {})
 
     def forget_document(self, agent_id: str, doc_id: str) -> Forgotten:
         validation.identifier("agent_id", agent_id)
         validation.identifier("doc_id", doc_id)
-        ids = [str(i) for i in self._run(self._ro, aql.document_chunks(agent_id, doc_id), "forget_document")]
+        ids = [str(i) for i in self._run(self._ro, aql_archival.document_chunks(agent_id, doc_id), "forget_document")]
         if not ids:
             return Forgotten({})
         with self._transaction((names.ARCHIVAL, *names.EDGE_COLLECTIONS), "forget_document") as txn:
-            removed = count_of(self._run(txn, aql.remove_documents(names.ARCHIVAL, ids), "forget_document"))
+            removed = count_of(self._run(txn, aql_common.remove_documents(names.ARCHIVAL, ids), "forget_document"))
             for edges in names.EDGE_COLLECTIONS:
-                self._run(txn, aql.remove_edges_of(edges, ids), "forget_document")
+                self._run(txn, aql_common.remove_edges_of(edges, ids), "forget_document")
         return Forgotten({"archival_chunks": removed} if removed else {})
 
     # --- snapshots ------------------------------------------------------------------------------
@@ -101,7 +104,7 @@ class LifecycleOps(ArangoBase):
         if not isinstance(snapshot.payload, bytes | bytearray):
             raise ValidationError("payload must be bytes", field="payload")
         doc = snapshot_doc(snapshot)
-        self._run(self._rw, aql.insert_ignore(names.SNAPSHOTS, [doc]), "put_snapshot")
+        self._run(self._rw, aql_common.insert_ignore(names.SNAPSHOTS, [doc]), "put_snapshot")
         stored = self._get(self._ro, names.SNAPSHOTS, str(doc["_key"]), "put_snapshot")
         return snapshot_from_doc(stored) if stored is not None else snapshot
 
@@ -118,11 +121,13 @@ class LifecycleOps(ArangoBase):
         validation.identifier("agent_id", agent_id)
         return [
             snapshot_from_doc(d)
-            for d in self._run(self._ro, aql.list_snapshots(agent_id, self._clock()), "list_snapshots")
+            for d in self._run(self._ro, aql_agents.list_snapshots(agent_id, self._clock()), "list_snapshots")
         ]
 
     def delete_snapshot(self, agent_id: str, snapshot_id: str) -> bool:
         validation.identifier("agent_id", agent_id)
         validation.identifier("snapshot_id", snapshot_id)
         doc_id = f"{names.SNAPSHOTS}/{keys.doc_key(agent_id, snapshot_id)}"
-        return count_of(self._run(self._rw, aql.remove_documents(names.SNAPSHOTS, [doc_id]), "delete_snapshot")) > 0
+        return (
+            count_of(self._run(self._rw, aql_common.remove_documents(names.SNAPSHOTS, [doc_id]), "delete_snapshot")) > 0
+        )

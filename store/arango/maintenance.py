@@ -11,7 +11,9 @@ from typing import Any
 
 from vcm.errors import VcmError
 from vcm.store import validation
-from vcm.store.arango import aql, names
+from vcm.store.arango import names
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import maintenance as aql_maintenance
 from vcm.store.arango.errors import translated
 from vcm.store.arango.vector_spaces import VectorSpaceOps
 from vcm.store.types import Health
@@ -25,18 +27,20 @@ class MaintenanceOps(VectorSpaceOps):
         removed = 0
         while True:
             with self._transaction((names.MESSAGES, *names.EDGE_COLLECTIONS), "expire") as txn:
-                ids = [str(i) for i in self._run(txn, aql.expire_messages(now, self._expire_batch), "expire")]
+                ids = [
+                    str(i) for i in self._run(txn, aql_maintenance.expire_messages(now, self._expire_batch), "expire")
+                ]
                 if ids:
                     for edges in names.EDGE_COLLECTIONS:
-                        self._run(txn, aql.remove_edges_of(edges, ids), "expire")
+                        self._run(txn, aql_common.remove_edges_of(edges, ids), "expire")
             removed += len(ids)
             if len(ids) < self._expire_batch:
                 break
         with contextlib.suppress(VcmError):  # housekeeping only
-            self._run(self._rw, aql.purge_cursors(self._clock()), "expire")
-            self._run(self._rw, aql.expire_snapshots(now), "expire")
-            self._run(self._rw, aql.expire_state(now), "expire")
-            self._run(self._rw, aql.expire_facts(now), "expire")
+            self._run(self._rw, aql_maintenance.purge_cursors(self._clock()), "expire")
+            self._run(self._rw, aql_maintenance.expire_snapshots(now), "expire")
+            self._run(self._rw, aql_maintenance.expire_state(now), "expire")
+            self._run(self._rw, aql_maintenance.expire_facts(now), "expire")
         return removed
 
     def health(self) -> Health:
@@ -81,10 +85,10 @@ class MaintenanceOps(VectorSpaceOps):
     def stats(self, agent_id: str | None = None) -> dict[str, Any]:
         if agent_id is not None:
             validation.identifier("agent_id", agent_id)
-        rows = self._run(self._ro, aql.stats(agent_id), "stats")
+        rows = self._run(self._ro, aql_maintenance.stats(agent_id), "stats")
         counts = {k: int(v or 0) for k, v in (rows[0] if rows else {}).items()}
         out: dict[str, Any] = {"backend": self.backend, "agent_id": agent_id, **counts}
         if agent_id is None:
-            out["facts_by_type"] = list(self._run(self._ro, aql.fact_type_counts(), "stats"))
+            out["facts_by_type"] = list(self._run(self._ro, aql_maintenance.fact_type_counts(), "stats"))
             out.update(self._details())
         return out

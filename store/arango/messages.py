@@ -12,7 +12,9 @@ from typing import Any
 
 from vcm.errors import RevConflict, ValidationError
 from vcm.store import semantics, validation
-from vcm.store.arango import aql, documents, names
+from vcm.store.arango import documents, names
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import messages as aql_messages
 from vcm.store.arango.base import ArangoBase
 from vcm.store.arango.eviction import EvictionPlan, chunk_by_size, plan_eviction, size_of
 from vcm.store.types import EvictionCommit, EvictionResult, MemoryEvent, StoredMessage
@@ -37,12 +39,14 @@ class MessageOps(ArangoBase):
             collections = (names.MESSAGES, names.EVENTS) if last and audit else (names.MESSAGES,)
             with self._transaction(collections, "spool_messages") as txn:
                 rows = (
-                    self._run(txn, aql.insert_ignore(names.MESSAGES, part, stamp_ingested=True), "spool_messages")
+                    self._run(
+                        txn, aql_common.insert_ignore(names.MESSAGES, part, stamp_ingested=True), "spool_messages"
+                    )
                     if part
                     else []
                 )
                 if last and audit:
-                    self._run(txn, aql.insert_ignore(names.EVENTS, audit), "spool_messages")
+                    self._run(txn, aql_common.insert_ignore(names.EVENTS, audit), "spool_messages")
                 self._fault("spool_messages.before_commit")
             added += sum(1 for r in rows if r is not None)
         return added
@@ -61,18 +65,18 @@ class MessageOps(ArangoBase):
         ids = [f"{names.MESSAGES}/{documents.message_key(agent_id, m)}" for m in dict.fromkeys(wanted)]
         found = {
             d["message_id"]: documents.message_from_doc(d)
-            for d in self._run(self._ro, aql.documents(ids, agent_id), "get_messages")
+            for d in self._run(self._ro, aql_common.documents(ids, agent_id), "get_messages")
         }
         return [found[m] for m in wanted if m in found]
 
     def list_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 100) -> list[StoredMessage]:
         validation.identifier("agent_id", agent_id)
-        q = aql.list_messages(agent_id, validation.after_seq(after_seq), validation.limit("limit", limit))
+        q = aql_messages.list_messages(agent_id, validation.after_seq(after_seq), validation.limit("limit", limit))
         return [documents.message_from_doc(d) for d in self._run(self._ro, q, "list_messages")]
 
     def count_messages(self, agent_id: str) -> int:
         validation.identifier("agent_id", agent_id)
-        rows = self._run(self._ro, aql.count_messages(agent_id), "count_messages")
+        rows = self._run(self._ro, aql_messages.count_messages(agent_id), "count_messages")
         return int(rows[0]) if rows else 0
 
     def commit_eviction(self, commit: EvictionCommit) -> EvictionResult:
@@ -94,7 +98,7 @@ class MessageOps(ArangoBase):
             for part in plan.pre_writes:
                 self._run(
                     self._rw,
-                    aql.insert_ignore(names.MESSAGES, part, stamp_ingested=True),
+                    aql_common.insert_ignore(names.MESSAGES, part, stamp_ingested=True),
                     "commit_eviction",
                 )
         try:
@@ -121,10 +125,10 @@ class MessageOps(ArangoBase):
             if plan.final_messages:
                 self._run(
                     txn,
-                    aql.insert_ignore(names.MESSAGES, plan.final_messages, stamp_ingested=True),
+                    aql_common.insert_ignore(names.MESSAGES, plan.final_messages, stamp_ingested=True),
                     "commit_eviction",
                 )
-            self._run(txn, aql.insert_ignore(names.RECALL_LOG, plan.edges), "commit_eviction")
+            self._run(txn, aql_common.insert_ignore(names.RECALL_LOG, plan.edges), "commit_eviction")
             self._fault("commit_eviction.after_recall_append")
             summary = documents.summary_doc(agent, commit.summary_text, commit.summary_tokens, commit.batch_id, now)
             if current is None:
@@ -144,7 +148,7 @@ class MessageOps(ArangoBase):
             extra = [self._event_doc(e) for e in commit.events]
             self._run(
                 txn,
-                aql.insert_ignore(names.EVENTS, [documents.event_doc(event, plan.event_id, now), *extra]),
+                aql_common.insert_ignore(names.EVENTS, [documents.event_doc(event, plan.event_id, now), *extra]),
                 "commit_eviction",
             )
             txn.collection(names.BATCHES).insert(
@@ -166,7 +170,7 @@ class MessageOps(ArangoBase):
 
     def committed_batches(self, agent_id: str) -> list[int]:
         validation.identifier("agent_id", agent_id)
-        return [int(b) for b in self._run(self._ro, aql.committed_batches(agent_id), "committed_batches")]
+        return [int(b) for b in self._run(self._ro, aql_messages.committed_batches(agent_id), "committed_batches")]
 
 
 # --- helpers --------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ vector recall uses it: index definition, counts, and the query for each plan (pu
 
 One index per dimension, named ``recall_emb_cosine_<d>``, over the one attribute that holds
 every message's recall vector; it is global (every agent's messages), so the agent filter is
-the problem (docs/recall-scale.md): :func:`vcm.store.arango.aql.recall_vector_plan` picks exact
+the problem (docs/recall-scale.md): :func:`vcm.store.arango.aql.recall_vectors.recall_vector_plan` picks exact
 search, the 3.12.6+ filtered lookup, or a bounded global over-fetch post-filtered by agent, and
 :func:`vector_query` / :func:`read_hits` turn that plan into AQL and back. An approximate answer
 that holds fewer hits than it should (the probed cells held too few of the agent's vectors, or
@@ -22,8 +22,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vcm.errors import ValidationError
-from vcm.store.arango import aql, names
-from vcm.store.arango.aql import RECALL_VECTOR, RECALL_VERSION, AqlQuery, RecallVectorPlan
+from vcm.store.arango import names
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import recall_vectors as aql_recall_vectors
+from vcm.store.arango.aql.common import AqlQuery
+from vcm.store.arango.aql.recall_vectors import RECALL_VECTOR, RECALL_VERSION, RecallVectorPlan
 from vcm.store.arango.schema import VectorIndexSpec
 
 SPARSE_SINCE = (3, 12, 6)
@@ -34,8 +37,8 @@ Ranked = list[tuple[str, float]]
 
 
 def index_name(dimension: int) -> str:
-    if not 1 <= dimension <= aql.MAX_DIMENSION:
-        raise ValidationError(f"dimension must be within 1..{aql.MAX_DIMENSION}")
+    if not 1 <= dimension <= aql_common.MAX_DIMENSION:
+        raise ValidationError(f"dimension must be within 1..{aql_common.MAX_DIMENSION}")
     return f"{_PREFIX}{dimension}"
 
 
@@ -102,12 +105,14 @@ def vector_query(
 ) -> AqlQuery:
     """The query that carries out ``plan`` for the agent's top-``wanted``."""
     if plan.form == "exact":
-        return aql.recall_vector_exact(agent_id, vector, version=version, fetch=wanted, since=since, until=until)
+        return aql_recall_vectors.recall_vector_exact(
+            agent_id, vector, version=version, fetch=wanted, since=since, until=until
+        )
     if plan.form == "filtered":
-        return aql.recall_vector_ann_filtered(
+        return aql_recall_vectors.recall_vector_ann_filtered(
             agent_id, vector, version=version, fetch=plan.fetch, n_probe=plan.n_probe, since=since, until=until
         )
-    return aql.recall_vector_ann(
+    return aql_recall_vectors.recall_vector_ann(
         agent_id,
         vector,
         version=version,
@@ -144,13 +149,13 @@ def plan_for(
     default_n_probe: int,
     windowed: bool,
 ) -> RecallVectorPlan:
-    """:func:`aql.recall_vector_plan`, but exact for a time window (``since``/``until``): how
+    """:func:`aql_recall_vectors.recall_vector_plan`, but exact for a time window (``since``/``until``): how
     many of the agent's vectors a window holds is unknown here, so a short answer could not be
     told from a narrow window; exact search over the window is what the embedded store's
     message index does for a narrow window too."""
     if windowed or agent_vectors == 0:
         return RecallVectorPlan("exact", 0, 0)
-    return aql.recall_vector_plan(
+    return aql_recall_vectors.recall_vector_plan(
         server=server,
         agent_vectors=agent_vectors,
         total_vectors=max(total_vectors, agent_vectors),

@@ -12,7 +12,10 @@ from collections.abc import Sequence
 
 from vcm.errors import ValidationError
 from vcm.store import fusion, validation
-from vcm.store.arango import aql, documents, names
+from vcm.store.arango import documents, names
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import messages as aql_messages
+from vcm.store.arango.aql import recall_vectors as aql_recall_vectors
 from vcm.store.arango.recall_vectors import RecallVectorOps
 from vcm.store.arango.snapshots import Ranked
 from vcm.store.cursor import fingerprint, vector_digest
@@ -43,12 +46,12 @@ class RecallOps(RecallVectorOps):
                 ranked = self._rank_recall(agent_id, query, self._max_results, since, until)
             part = self._snapshots.first("recall", agent_id, key, ranked, limit)
         ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
-        found = {d["_key"]: d for d in self._run(self._ro, aql.documents(ids, agent_id), "search_recall")}
+        found = {d["_key"]: d for d in self._run(self._ro, aql_common.documents(ids, agent_id), "search_recall")}
         hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in part.items if k in found]
         return Page(hits, part.next_cursor)
 
     def _rank_recall(self, agent_id: str, query: str, n: int, since: float | None, until: float | None) -> Ranked:
-        q = aql.recall_search(agent_id, query, fetch=n, since=since, until=until, lag_ms=self._lag_ms)
+        q = aql_messages.recall_search(agent_id, query, fetch=n, since=since, until=until, lag_ms=self._lag_ms)
         return [(str(r["key"]), float(r["score"])) for r in self._run(self._ro, q, "search_recall")]
 
     def put_message_vectors(
@@ -59,7 +62,7 @@ class RecallOps(RecallVectorOps):
         if not checked:
             return 0
         self.check_recall_dimension(dim)
-        for known in self._run(self._ro, aql.recall_vector_versions(agent_id), "put_message_vectors"):
+        for known in self._run(self._ro, aql_recall_vectors.recall_vector_versions(agent_id), "put_message_vectors"):
             if known["version"] == embedding_version and int(known["dimension"]) != dim:
                 raise ValidationError(
                     f"vectors of {embedding_version!r} have dimension {known['dimension']}, not {dim}",
@@ -67,7 +70,11 @@ class RecallOps(RecallVectorOps):
                 )
         items = [(documents.message_key(agent_id, mid), vec.tolist()) for mid, vec in checked]
         written = len(
-            self._run(self._rw, aql.put_message_vectors(agent_id, items, embedding_version), "put_message_vectors")
+            self._run(
+                self._rw,
+                aql_recall_vectors.put_message_vectors(agent_id, items, embedding_version),
+                "put_message_vectors",
+            )
         )
         self._after_message_vectors([dim])
         return written
@@ -77,7 +84,7 @@ class RecallOps(RecallVectorOps):
         keys = {documents.message_key(agent_id, str(m)): str(m) for m in message_ids}
         if not keys:
             return set()
-        q = aql.message_vector_keys(agent_id, list(keys), embedding_version)
+        q = aql_recall_vectors.message_vector_keys(agent_id, list(keys), embedding_version)
         return {keys[str(k)] for k in self._run(self._ro, q, "message_vector_ids") if str(k) in keys}
 
     def search_recall_hybrid(
@@ -113,7 +120,7 @@ class RecallOps(RecallVectorOps):
                 ranked = fusion.hybrid(text, vec, seq, unembedded=unembedded)[:depth]
             part = self._snapshots.first("recall-" + mode, agent_id, key, ranked, limit)
         ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
-        found = {d["_key"]: d for d in self._run(self._ro, aql.documents(ids, agent_id), "search_recall")}
+        found = {d["_key"]: d for d in self._run(self._ro, aql_common.documents(ids, agent_id), "search_recall")}
         hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in part.items if k in found]
         return Page(hits, part.next_cursor)
 
@@ -121,7 +128,9 @@ class RecallOps(RecallVectorOps):
         """Each hit's ``seq``, and which hits carry a recall vector of ``version``: one query."""
         if not keys:
             return {}, set()
-        rows = self._run(self._ro, aql.recall_positions(agent_id, sorted(keys), version), "search_recall")
+        rows = self._run(
+            self._ro, aql_recall_vectors.recall_positions(agent_id, sorted(keys), version), "search_recall"
+        )
         seq = {str(r["key"]): int(r["seq"]) for r in rows}
         return seq, {str(r["key"]) for r in rows if r.get("embedded")}
 

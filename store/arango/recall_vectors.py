@@ -2,7 +2,7 @@
 
 What the plan needs (the server version, the index's nLists/defaultNProbe, the agent's count of
 vectors of the version, the collection size) is read here and cached per process; the decisions
-are pure (:mod:`vcm.store.arango.recall_index`, :func:`vcm.store.arango.aql.recall_vector_plan`).
+are pure (:mod:`vcm.store.arango.recall_index`, :func:`vcm.store.arango.aql.recall_vectors.recall_vector_plan`).
 
 * The server version comes from the guard's report (or ``version()`` once).
 * The recall indexes of ``messages`` are listed again every ``RECALL_RECHECK_S``, or at once
@@ -25,7 +25,9 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from vcm.errors import ValidationError, VcmError
-from vcm.store.arango import aql, names, recall_index
+from vcm.store.arango import names, recall_index
+from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import recall_vectors as aql_recall_vectors
 from vcm.store.arango.base import ArangoBase, log
 from vcm.store.arango.errors import (
     QUERY_VECTOR_INDEX_NOT_READY,
@@ -67,7 +69,7 @@ class RecallVectorOps(ArangoBase):
             else:
                 with translated("read the server version"):
                     text = str(self._ro.version())
-            self._recall_server = aql.server_version(text)
+            self._recall_server = aql_recall_vectors.server_version(text)
         return self._recall_server
 
     def _recall_index_infos(self, *, refresh: bool = False) -> dict[int, dict[str, Any]]:
@@ -94,9 +96,9 @@ class RecallVectorOps(ArangoBase):
             cached = self._recall_counts.get(agent_id)
         if cached is not None and now - cached[0] < RECALL_RECHECK_S:
             return cached[1]
-        rows = self._run(self._ro, aql.recall_vector_versions(agent_id), "search_recall")
+        rows = self._run(self._ro, aql_recall_vectors.recall_vector_versions(agent_id), "search_recall")
         with self._recall_lock:
-            if rows and int(rows[0]["n"]) >= aql.RECALL_EXACT_BELOW:
+            if rows and int(rows[0]["n"]) >= aql_recall_vectors.RECALL_EXACT_BELOW:
                 self._recall_counts[agent_id] = (now, rows)
             else:
                 self._recall_counts.pop(agent_id, None)
@@ -104,14 +106,14 @@ class RecallVectorOps(ArangoBase):
 
     def _recall_plan(
         self, agent_id: str, version: str, dimension: int, wanted: int, *, windowed: bool
-    ) -> tuple[aql.RecallVectorPlan, int]:
+    ) -> tuple[aql_recall_vectors.RecallVectorPlan, int]:
         """The plan for the agent's top-``wanted`` and the agent's count of vectors of ``version``."""
         agent_vectors = next(
             (int(r["n"]) for r in self._recall_versions(agent_id) if r["version"] == version),
             0,
         )
-        exact = aql.RecallVectorPlan("exact", 0, 0)
-        if windowed or agent_vectors < aql.RECALL_EXACT_BELOW:
+        exact = aql_recall_vectors.RecallVectorPlan("exact", 0, 0)
+        if windowed or agent_vectors < aql_recall_vectors.RECALL_EXACT_BELOW:
             return exact, agent_vectors
         info = self._recall_index_infos().get(dimension)
         if info is None:
@@ -120,7 +122,7 @@ class RecallVectorOps(ArangoBase):
         params: dict[str, Any] = raw if isinstance(raw, dict) else {}
         n_lists = params.get("nLists") if isinstance(params.get("nLists"), int) else None
         default_probe = self._n_probe or int(params.get("defaultNProbe") or self._spec.default_n_probe(n_lists or 1))
-        total = self._run(self._ro, aql.collection_count(names.MESSAGES), "search_recall")
+        total = self._run(self._ro, aql_common.collection_count(names.MESSAGES), "search_recall")
         plan = recall_index.plan_for(
             server=self._server_triple(),
             agent_vectors=agent_vectors,
@@ -160,7 +162,9 @@ class RecallVectorOps(ArangoBase):
                 hits, complete = recall_index.read_hits(plan, rows, wanted=n, agent_vectors=agent_vectors)
                 if complete:
                     return hits
-        exact = aql.recall_vector_exact(agent_id, vector, version=version, fetch=n, since=since, until=until)
+        exact = aql_recall_vectors.recall_vector_exact(
+            agent_id, vector, version=version, fetch=n, since=since, until=until
+        )
         return [(str(r["key"]), float(r["score"])) for r in self._run(self._ro, exact, "search_recall")]
 
     # --- the index ------------------------------------------------------------------------------
@@ -190,7 +194,7 @@ class RecallVectorOps(ArangoBase):
                 return False
             self._recall_counted_at[dimension] = now
         needed = max(self._spec.min_lists, 1) if force else max(self._vector_threshold, 1)
-        total = self._run(self._ro, aql.collection_count(names.MESSAGES), "ensure_recall_vector_index")
+        total = self._run(self._ro, aql_common.collection_count(names.MESSAGES), "ensure_recall_vector_index")
         if total and int(total[0]) < needed:
             return False
         counted = self._run(self._ro, recall_index.count_recall_vectors(dimension), "ensure_recall_vector_index")

@@ -30,7 +30,7 @@ from arango.exceptions import (
 )
 
 from vcm import config as vcm_config
-from vcm.store.arango.aql import vector_attribute
+from vcm.store.arango.aql.common import vector_attribute
 from vcm.store.arango.errors import (
     DUPLICATE_NAME,
     GRAPH_DUPLICATE,

@@ -16,7 +16,9 @@ from typing import Any, cast
 
 from vcm.errors import VcmError
 from vcm.store import validation
-from vcm.store.arango import aql, names
+from vcm.store.arango import names
+from vcm.store.arango.aql import archival as aql_archival
+from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.base import ArangoBase, log
 from vcm.store.arango.errors import translated
 from vcm.store.arango.schema import VectorState, create_vector_index, index_n_lists, vector_index_info, vector_state
@@ -53,7 +55,7 @@ class VectorSpaceOps(ArangoBase):
     _space_states: dict[tuple[str, int], _SpaceState]  # by (metric, dimension)
 
     def _spaces(self, db: Any = None) -> list[_Space]:
-        rows = self._run(db if db is not None else self._ro, aql.vector_spaces(), "read vector spaces")
+        rows = self._run(db if db is not None else self._ro, aql_archival.vector_spaces(), "read vector spaces")
         return [_Space(cast(Metric, r["metric"]), int(r["dimension"]), str(r["embedding_version"])) for r in rows]
 
     def _matching_spaces(self, metric: Metric, version: str | None, dimension: int) -> list[_Space]:
@@ -106,10 +108,10 @@ class VectorSpaceOps(ArangoBase):
         if not force and now - state.counted_at < VECTOR_RECHECK_S:
             return "exact"
         state.counted_at = now
-        total = self._run(self._ro, aql.collection_count(names.ARCHIVAL), "ensure_vector_index")
+        total = self._run(self._ro, aql_common.collection_count(names.ARCHIVAL), "ensure_vector_index")
         if total and int(total[0]) < needed:
             return "exact"
-        rows = self._run(self._ro, aql.count_vectors(metric, dimension), "ensure_vector_index")
+        rows = self._run(self._ro, aql_archival.count_vectors(metric, dimension), "ensure_vector_index")
         n = int(rows[0]) if rows else 0
         if n < needed:
             return "exact"

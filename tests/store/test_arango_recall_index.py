@@ -13,8 +13,9 @@ from arango.exceptions import DocumentInsertError
 from tests.store.test_arango_adapter_fake import FakeDB, Faults, server_error
 from tests.store.test_arango_adapter_fake import world as world  # the fixture
 from vcm.errors import ValidationError, VcmError
-from vcm.store.arango import aql, names, recall_index
+from vcm.store.arango import names, recall_index
 from vcm.store.arango.adapter import ArangoStore
+from vcm.store.arango.aql import recall_vectors as aql_recall_vectors
 from vcm.store.arango.schema import load_schema
 
 SPEC = load_schema().vector
@@ -52,12 +53,18 @@ def test_count_recall_vectors_binds_the_dimension() -> None:
 
 def test_vector_query_follows_the_plan() -> None:
     vec = [0.6, 0.8]
-    exact = recall_index.vector_query(aql.RecallVectorPlan("exact", 0, 0), "a", vec, version="v", wanted=50)
+    exact = recall_index.vector_query(
+        aql_recall_vectors.RecallVectorPlan("exact", 0, 0), "a", vec, version="v", wanted=50
+    )
     assert "APPROX_NEAR" not in exact.text and exact.bind_vars["fetch"] == 50
-    filtered = recall_index.vector_query(aql.RecallVectorPlan("filtered", 50, 40), "a", vec, version="v", wanted=50)
+    filtered = recall_index.vector_query(
+        aql_recall_vectors.RecallVectorPlan("filtered", 50, 40), "a", vec, version="v", wanted=50
+    )
     assert "FILTER d.agent_id == @agent_id" in filtered.text.split("SORT APPROX_NEAR_COSINE")[0]
     assert filtered.bind_vars["n_probe"] == 40 and filtered.bind_vars["fetch"] == 50
-    over = recall_index.vector_query(aql.RecallVectorPlan("overfetch", 5000, 90), "a", vec, version="v", wanted=50)
+    over = recall_index.vector_query(
+        aql_recall_vectors.RecallVectorPlan("overfetch", 5000, 90), "a", vec, version="v", wanted=50
+    )
     inner = over.text.split("LIMIT @fetch")[0]
     assert "APPROX_NEAR_COSINE" in inner and "FILTER" not in inner  # no FILTER between FOR and LIMIT
     assert over.bind_vars["fetch"] == 5000 and over.bind_vars["wanted"] == 50 and over.bind_vars["n_probe"] == 90
@@ -65,16 +72,18 @@ def test_vector_query_follows_the_plan() -> None:
 
 def test_read_hits_reports_a_short_approximate_answer() -> None:
     rows = [{"key": f"k{i}", "score": 1.0 - i / 100} for i in range(30)]
-    filtered = aql.RecallVectorPlan("filtered", 50, 40)
+    filtered = aql_recall_vectors.RecallVectorPlan("filtered", 50, 40)
     hits, complete = recall_index.read_hits(filtered, rows, wanted=50, agent_vectors=20_000)
     assert len(hits) == 30 and not complete  # the probed cells held too few of the agent's
     assert recall_index.read_hits(filtered, rows, wanted=30, agent_vectors=20_000)[1]
     assert recall_index.read_hits(filtered, rows, wanted=50, agent_vectors=30)[1]  # all it has
-    over = aql.RecallVectorPlan("overfetch", 5000, 90)
+    over = aql_recall_vectors.RecallVectorPlan("overfetch", 5000, 90)
     hits, complete = recall_index.read_hits(over, [{"candidates": 5000, "hits": rows}], wanted=20, agent_vectors=10**5)
     assert complete and hits[0] == ("k0", 1.0) and len(hits) == 20
     assert recall_index.read_hits(over, [], wanted=20, agent_vectors=10**5) == ([], False)
-    assert recall_index.read_hits(aql.RecallVectorPlan("exact", 0, 0), [], wanted=20, agent_vectors=10**5)[1]
+    assert recall_index.read_hits(
+        aql_recall_vectors.RecallVectorPlan("exact", 0, 0), [], wanted=20, agent_vectors=10**5
+    )[1]
 
 
 def test_plan_for_is_exact_for_a_time_window_and_else_the_versions_plan() -> None:
@@ -87,7 +96,7 @@ def test_plan_for_is_exact_for_a_time_window_and_else_the_versions_plan() -> Non
         "default_n_probe": 400,
     }
     assert recall_index.plan_for(**args, windowed=True).form == "exact"
-    assert recall_index.plan_for(**args, windowed=False) == aql.recall_vector_plan(**args)
+    assert recall_index.plan_for(**args, windowed=False) == aql_recall_vectors.recall_vector_plan(**args)
     assert recall_index.plan_for(**{**args, "agent_vectors": 0}, windowed=False).form == "exact"
     # an underestimated total never makes the over-fetch smaller than the agent's own share
     old = recall_index.plan_for(**{**args, "server": (3, 12, 5), "total_vectors": 10}, windowed=False)
@@ -122,7 +131,7 @@ def _answers(store: ArangoStore, rw: FakeDB, agent_n: int, seen: list[str], *, a
 
 
 def _with_version(store: ArangoStore, version: str) -> None:
-    store._recall_server = aql.server_version(version)
+    store._recall_server = aql_recall_vectors.server_version(version)
 
 
 def test_recall_index_is_created_lazily_on_3_12_6_and_used_filtered(world: tuple[ArangoStore, FakeDB, Faults]) -> None:

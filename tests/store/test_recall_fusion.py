@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from vcm.errors import ValidationError
-from vcm.store.arango import aql
+from vcm.store.arango.aql import messages as aql_messages
+from vcm.store.arango.aql import recall_vectors as aql_recall_vectors
 from vcm.store.fusion import (
     check_mode,
     convex,
@@ -83,7 +84,9 @@ def _between_for_and_limit(text: str) -> str:
 
 
 def test_recall_vector_ann_keeps_no_filter_inside_the_approx_near_subquery() -> None:
-    q = aql.recall_vector_ann(A := "agent-a", [0.6, 0.8], version="v1", fetch=200, wanted=20, n_probe=8, since=1.0)
+    q = aql_recall_vectors.recall_vector_ann(
+        A := "agent-a", [0.6, 0.8], version="v1", fetch=200, wanted=20, n_probe=8, since=1.0
+    )
     inner = _between_for_and_limit(q.text)
     lines = [line.strip() for line in inner.splitlines()]
     assert lines[0].startswith("FOR d IN messages") and lines[1].startswith("LET score = APPROX_NEAR_COSINE(")
@@ -105,19 +108,19 @@ def test_recall_vector_ann_keeps_no_filter_inside_the_approx_near_subquery() -> 
 
 
 def test_recall_vector_exact_and_put_and_versions() -> None:
-    q = aql.recall_vector_exact("agent-a", [1, 0], version="v1", fetch=50, until=9.0)
+    q = aql_recall_vectors.recall_vector_exact("agent-a", [1, 0], version="v1", fetch=50, until=9.0)
     assert "COSINE_SIMILARITY(d.recall_emb, @vector)" in q.text
     assert "SORT score DESC, d.created_at ASC, d._key ASC" in q.text and "FILTER d.created_at < @until" in q.text
     assert q.bind_vars["vector"] == [1.0, 0.0] and q.bind_vars["fetch"] == 50
     with pytest.raises(ValidationError):
-        aql.recall_vector_exact("agent-a", [1.0], version="v1", fetch=0)
+        aql_recall_vectors.recall_vector_exact("agent-a", [1.0], version="v1", fetch=0)
     with pytest.raises(ValidationError):
-        aql.recall_vector_ann("agent-a", [1.0], version="v1", fetch=10, wanted=0, n_probe=1)
-    put = aql.put_message_vectors("agent-a", [("k1", [1, 0])], "v1")
+        aql_recall_vectors.recall_vector_ann("agent-a", [1.0], version="v1", fetch=10, wanted=0, n_probe=1)
+    put = aql_recall_vectors.put_message_vectors("agent-a", [("k1", [1, 0])], "v1")
     # a missing vector, or one of another version (a model change), is written; the same version stays
     assert "(d.recall_emb == null OR d.recall_emb_version != @version)" in put.text and "UPDATE d WITH" in put.text
     assert put.bind_vars["items"] == [{"key": "k1", "vector": [1.0, 0.0]}]
-    versions = aql.recall_vector_versions("agent-a")
+    versions = aql_recall_vectors.recall_vector_versions("agent-a")
     assert "COLLECT version = d.recall_emb_version" in versions.text and "SORT n DESC" in versions.text
 
 
@@ -170,7 +173,7 @@ def test_hybrid_lifts_the_turn_next_to_a_strong_match_above_weak_ones() -> None:
 
 
 def test_list_messages_pages_by_seq_on_the_agent_seq_index() -> None:
-    q = aql.list_messages("agent-a", 41, 100)
+    q = aql_messages.list_messages("agent-a", 41, 100)
     assert "FILTER d.agent_id == @agent_id AND d.seq > @after_seq" in q.text
     assert q.text.index("FILTER") < q.text.index("SORT d.seq ASC\n") < q.text.index("LIMIT @limit")
     assert q.bind_vars == {"agent_id": "agent-a", "after_seq": 41, "limit": 100}

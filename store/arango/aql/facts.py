@@ -1,0 +1,73 @@
+"""Structured memory: facts and state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vcm.store.arango import names
+from vcm.store.arango.aql.common import (
+    AqlQuery,
+)
+
+
+def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, key: str | None,
+                statuses: Sequence[str] | None, category: str | None, tags: Sequence[str] | None,
+                min_importance: float | None, since: float | None, until: float | None,
+                limit: int, with_embedding: bool) -> AqlQuery:  # fmt: skip
+    """Facts passing the filters, most recently updated first (``embedding`` only when asked)."""
+    lines = [f"FOR f IN {names.FACTS}", "  FILTER f.agent_id == @agent_id"]
+    bind: dict[str, Any] = {"agent_id": agent_id, "limit": limit}
+    for name, value, test in (
+        ("scope", scope, "f.scope == @scope"),
+        ("types", list(types) if types else None, "f.type IN @types"),
+        ("key", key, "f.key == @key"),
+        ("statuses", list(statuses) if statuses else None, "f.status IN @statuses"),
+        ("category", category, "f.category == @category"),
+        ("tags", list(tags) if tags else None, "@tags ALL IN f.tags"),
+        ("min_importance", min_importance, "f.importance >= @min_importance"),
+        ("since", since, "f.updated_at >= @since"),
+        ("until", until, "f.updated_at < @until"),
+    ):
+        if value is not None:
+            lines.append(f"  FILTER {test}")
+            bind[name] = value
+    lines += ["  SORT f.updated_at DESC, f.fact_id ASC", "  LIMIT @limit"]
+    lines.append("  RETURN f" if with_embedding else '  RETURN UNSET(f, "embedding")')
+    return AqlQuery("\n".join(lines), bind)
+
+
+def touch_facts(agent_id: str, keys_: Sequence[str], now: float) -> AqlQuery:
+    """A use: the expiry of a live fact with a lifetime moves to now + lifetime, only forward
+    (the port's rule)."""
+    text = (
+        f"FOR k IN @keys\n  LET f = DOCUMENT({names.FACTS}, k)\n  FILTER f != null AND f.agent_id == @agent_id\n"
+        "  LET renewed = f.lifetime_s != null AND f.expires_at != null AND f.expires_at >= @now\n"
+        "    AND @now + f.lifetime_s > f.expires_at\n"
+        f"  UPDATE f WITH {{ last_used: @now, access_count: f.access_count + 1, "
+        f"expires_at: renewed ? @now + f.lifetime_s : f.expires_at }} IN {names.FACTS}"
+    )
+    return AqlQuery(text, {"keys": list(keys_), "agent_id": agent_id, "now": now})
+
+
+def list_state(agent_id: str, now: float) -> AqlQuery:
+    text = (
+        f"FOR s IN {names.STATE}\n  FILTER s.agent_id == @agent_id AND (s.expires_at == null OR s.expires_at >= @now)\n"
+        "  SORT s.key ASC\n  RETURN s"
+    )
+    return AqlQuery(text, {"agent_id": agent_id, "now": now})
+
+
+def fact_counts(agent_id: str) -> AqlQuery:
+    text = (
+        f"LET mine = (FOR f IN {names.FACTS} FILTER f.agent_id == @agent_id "
+        'RETURN KEEP(f, "type", "status", "scope", "conflict_with"))\n'
+        "RETURN {\n"
+        "  type: MERGE(FOR f IN mine COLLECT v = f.type WITH COUNT INTO n RETURN {[v]: n}),\n"
+        "  status: MERGE(FOR f IN mine COLLECT v = f.status WITH COUNT INTO n RETURN {[v]: n}),\n"
+        "  scope: MERGE(FOR f IN mine COLLECT v = f.scope WITH COUNT INTO n RETURN {[v]: n}),\n"
+        "  conflicts: {live: LENGTH(FOR f IN mine FILTER LENGTH(f.conflict_with) > 0"
+        ' AND f.status IN ["active", "shadow"] RETURN 1)}\n'
+        "}"
+    )
+    return AqlQuery(text, {"agent_id": agent_id})
