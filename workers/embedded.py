@@ -4,7 +4,7 @@ The same tasks run as in production; only the transport differs. In embedded mod
 is the process's fakeredis (``vcm.hotpath.connection.connect("")``) and the store the SQLite file, so
 the API and this worker share both::
 
-    with embedded_worker():
+    with embedded_worker(build(settings).app):
         ...  # serve requests; evictions and spooling run in the background thread
 
 One solo worker consumes every queue: in one process a second pool would only compete for the
@@ -44,17 +44,13 @@ class _Controller(WorkController):  # type: ignore[misc]  # celery ships no type
 
 @contextmanager
 def embedded_worker(
-    app: Celery | None = None,
+    app: Celery,
     *,
     queues: Sequence[str] = routes.QUEUES,
     start_timeout_s: float = 30.0,
     stop_timeout_s: float = 30.0,
 ) -> Iterator[WorkController]:
-    """Run a worker thread for ``app`` (default: ``vcm.workers.app.app``) while the block runs."""
-    if app is None:
-        from vcm.workers.app import app as default_app
-
-        app = default_app
+    """Run a worker thread for ``app`` (:func:`vcm.workers.build.build` made it) while the block runs."""
     if not str(app.conf.broker_url).startswith("memory://"):
         raise ConfigError(
             f"the in-process worker needs broker_url memory://, not {app.conf.broker_url!r}; "

@@ -4,8 +4,9 @@ Built on first use in the process that runs tasks, never before a fork: the SQLi
 Redis pool and the embedding model must not be shared across a prefork worker's children, so the
 cache is keyed by process id and a forked child builds its own. Nothing per agent is cached.
 
-Process entry points (``workers``) register what ``tasks`` cannot build itself without importing
-Celery plumbing: the dispatcher and the delivery log (:func:`configure`).
+The process's entry point registers its settings and what ``tasks`` cannot build itself without
+importing Celery plumbing, the dispatcher and the delivery log (:func:`configure`, called by
+:func:`vcm.workers.build.build`); nothing here reads settings on its own.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from vcm.dispatch import Dispatcher, RecordingDispatcher
+from vcm.errors import ConfigError
 from vcm.hotpath.connection import connect
 from vcm.hotpath.state import HotState
 from vcm.obs.metered_store import metered
-from vcm.settings import EmbeddingSettings, Settings, get_settings
+from vcm.settings import EmbeddingSettings, Settings
 from vcm.store import MemoryStore, open_store
 from vcm.tasks.deps import Deps, FactExtractor, Summarizer
 from vcm.tasks.embedding import Embedder, get_embedder
@@ -205,6 +207,7 @@ def build_extractor(settings: Settings) -> FactExtractor | None:
 
 @dataclasses.dataclass
 class _Providers:
+    settings: Settings | None = None
     dispatcher: Callable[[Settings], Dispatcher] | None = None
     deliveries: Callable[[Settings], DeliveryLog] | None = None
     embed_threads: int = 0
@@ -219,12 +222,16 @@ _deliveries: dict[int, DeliveryLog] = {}
 
 def configure(
     *,
+    settings: Settings | None = None,
     dispatcher: Callable[[Settings], Dispatcher] | None = None,
     deliveries: Callable[[Settings], DeliveryLog] | None = None,
     embed_threads: int | None = None,
 ) -> None:
-    """Register factories (called once per process, lazily). Entry points call this at import."""
+    """Register this process's settings and factories (their products are built lazily, per
+    process). The entry point calls this once, through :func:`vcm.workers.build.build`."""
     with _lock:
+        if settings is not None:
+            _providers.settings = settings
         if dispatcher is not None:
             _providers.dispatcher = dispatcher
         if deliveries is not None:
@@ -291,13 +298,25 @@ def build(settings: Settings) -> Deps:
     )
 
 
+def settings() -> Settings:
+    """The settings this process's entry point registered."""
+    found = _providers.settings
+    if found is None:
+        raise ConfigError(
+            "this process's cold path has no settings: its entry point must call "
+            "vcm.workers.build.build(settings) first (celery -A vcm.workers.app does)",
+            setting="worker",
+        )
+    return found
+
+
 def deps() -> Deps:
     """This process's dependencies (built on first call in each process)."""
     pid = os.getpid()
     with _lock:
         found = _built.get(pid)
         if found is None:
-            found = _built[pid] = build(get_settings())
+            found = _built[pid] = build(settings())
         return found
 
 
@@ -315,7 +334,7 @@ def deliveries() -> DeliveryLog:
         found = _deliveries.get(pid)
         if found is None:
             factory = _providers.deliveries
-            found = _deliveries[pid] = factory(get_settings()) if factory is not None else LocalDeliveryLog()
+            found = _deliveries[pid] = factory(settings()) if factory is not None else LocalDeliveryLog()
         return found
 
 

@@ -1,4 +1,3 @@
-# mypy: disable-error-code="untyped-decorator"
 """Worker process lifecycle: per-process resources, warm-up, metrics.
 
 Nothing heavy happens before a fork: torch and the SQLite store are built in the process that
@@ -26,7 +25,6 @@ from celery.signals import (
     worker_ready,
 )
 
-from vcm.settings import get_settings
 from vcm.workers import metrics, names, runtime
 
 log = logging.getLogger(__name__)
@@ -34,43 +32,36 @@ log = logging.getLogger(__name__)
 WARM_MESSAGE = "vcm worker warm"
 
 
-@celeryd_init.connect
 def _on_celeryd_init(**_: Any) -> None:
     metrics.wipe_multiprocess_dir()
 
 
-@worker_init.connect
 def _on_worker_init(**_: Any) -> None:
     # Several worker processes share the cores: one torch thread each unless configured.
     runtime.configure(embed_threads=1)
 
 
-@worker_process_init.connect
 def _on_child_start(**_: Any) -> None:
     _warm_in_background()
 
 
-@worker_ready.connect
 def _on_ready(sender: Any = None, **_: Any) -> None:
     if not isinstance(getattr(sender, "pool", None), PreforkPool):
         _warm_in_background()  # solo/threads pools run tasks in this process
-    port = get_settings().worker.metrics_port
+    port = runtime.settings().worker.metrics_port
     if port:
         metrics.serve(port)
 
 
-@worker_process_shutdown.connect
 def _on_child_exit(pid: int | None = None, **_: Any) -> None:
     metrics.process_exited(pid or os.getpid())
 
 
-@task_postrun.connect
 def _on_task_done(task: Any = None, retval: Any = None, **_: Any) -> None:
     if task is not None:
         metrics.observe(task.name, retval)
 
 
-@task_failure.connect
 def _on_task_failure(
     sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, args: Any = None, **_: Any
 ) -> None:
@@ -107,3 +98,14 @@ def _warm() -> None:
         log.warning("%s (pid %s)", WARM_MESSAGE, os.getpid())
     except Exception:  # the first task will meet (and retry) the same problem
         log.exception("warming the worker failed")
+
+
+def connect() -> None:
+    """Connect vcm's handlers to Celery's signals (process-wide; connecting again is a no-op)."""
+    celeryd_init.connect(_on_celeryd_init, weak=False, dispatch_uid="vcm_on_celeryd_init")
+    worker_init.connect(_on_worker_init, weak=False, dispatch_uid="vcm_on_worker_init")
+    worker_process_init.connect(_on_child_start, weak=False, dispatch_uid="vcm_on_child_start")
+    worker_ready.connect(_on_ready, weak=False, dispatch_uid="vcm_on_ready")
+    worker_process_shutdown.connect(_on_child_exit, weak=False, dispatch_uid="vcm_on_child_exit")
+    task_postrun.connect(_on_task_done, weak=False, dispatch_uid="vcm_on_task_done")
+    task_failure.connect(_on_task_failure, weak=False, dispatch_uid="vcm_on_task_failure")

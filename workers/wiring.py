@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from vcm.service import MemoryService
-from vcm.settings import Settings, get_settings
+from vcm.settings import Settings
 from vcm.workers import runtime
+from vcm.workers.build import Worker, build
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +24,15 @@ def embedded(settings: Settings) -> bool:
 
 
 def build_service(settings: Settings) -> MemoryService:
-    """The service of an entry point that serves callers (API, CLI): its spools and evictions are
-    published by a background thread (:class:`BackgroundDispatcher`), so no caller waits for the
-    broker. The cold path's own follow-ups keep the synchronous dispatcher of its dependencies."""
-    from vcm.workers.app import app  # noqa: F401  (wires the Celery dispatcher into vcm.workers.runtime)
+    """The service of an entry point that serves callers (API, CLI), this process wired from
+    ``settings`` (:func:`vcm.workers.build.build`)."""
+    return _service(build(settings))
+
+
+def _service(worker: Worker) -> MemoryService:
+    """Its spools and evictions are published by a background thread (:class:`BackgroundDispatcher`),
+    so no caller waits for the broker. The cold path's own follow-ups keep the synchronous
+    dispatcher of its dependencies."""
     from vcm.workers.dispatch import BackgroundDispatcher
 
     deps = runtime.deps()
@@ -49,17 +55,16 @@ def build_service(settings: Settings) -> MemoryService:
 
 
 @contextmanager
-def running_service(settings: Settings | None = None) -> Iterator[MemoryService]:
+def running_service(settings: Settings) -> Iterator[MemoryService]:
     """A service whose cold path is running: in-process in embedded mode, else external workers."""
-    settings = settings or get_settings()
-    service = build_service(settings)
+    worker = build(settings)
+    service = _service(worker)
     if not embedded(settings):
         try:
             yield service
         finally:
             _flush(service)
         return
-    from vcm.workers.app import app
     from vcm.workers.embedded import embedded_worker
     from vcm.workers.embedder_process import EmbedderProcesses
 
@@ -69,7 +74,7 @@ def running_service(settings: Settings | None = None) -> Iterator[MemoryService]
     if processes is not None:
         runtime.use_embedder(processes.get)
     try:
-        with embedded_worker(app):
+        with embedded_worker(worker.app):
             try:
                 yield service
             finally:

@@ -31,7 +31,7 @@ from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults, Rule
 from vcm.tasks.summary.recursive import extractive
 from vcm.tools.executor import ToolExecutor
-from vcm.workers import app as worker_app
+from vcm.workers import build as worker_build
 from vcm.workers import runtime
 from vcm.workers.dispatch import CeleryDispatcher
 from vcm.workers.embedded import embedded_worker
@@ -89,7 +89,7 @@ def session(tmp_path: Path) -> Iterator[tuple[TestClient, Deps]]:
     client = _real_redis()
     client.flushdb()
     settings = settings_for(tmp_path, REDIS_URL)
-    app = worker_app.create_app(settings)
+    app = worker_build.create_app(settings)
     dispatcher = CeleryDispatcher(app)
     faults = Faults([Rule("evict.before_summarize", agent_prefix="doomed-")])
     # Two IVF lists train on 78 vectors (39 a list), so the 80-chunk ingest below trains the index.

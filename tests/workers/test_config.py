@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from vcm.errors import ConfigError
 from vcm.settings import load_settings
 from vcm.workers import beat, config, metrics, names
-from vcm.workers.app import create_app
+from vcm.workers.build import create_app
 from vcm.workers.dispatch import CeleryDispatcher
 
 
@@ -82,7 +82,7 @@ def test_rabbitmq_refuses_tasks_that_outlive_its_consumer_timeout() -> None:
 
 def test_with_rabbitmq_the_delivery_counts_live_in_the_hot_state_redis() -> None:
     from tests.conftest import _real_redis
-    from vcm.workers.app import _deliveries
+    from vcm.workers.build import delivery_log as _deliveries
     from vcm.workers.deliveries import RedisDeliveryLog
 
     client = _real_redis()

@@ -24,7 +24,7 @@ from vcm.settings import Settings
 from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults, Rule
 from vcm.workers import names, runtime
-from vcm.workers.app import create_app
+from vcm.workers.build import create_app
 from vcm.workers.dispatch import BackgroundDispatcher, CeleryDispatcher
 from vcm.workers.embedded import embedded_worker
 

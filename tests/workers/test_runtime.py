@@ -18,7 +18,7 @@ from vcm.store.types import EvictionCommit, StoredMessage
 from vcm.tasks.faults import ENV as FAULTS_ENV
 from vcm.tasks.summary.llm import LlmSummarizer
 from vcm.tasks.summary.recursive import extractive
-from vcm.workers import app as worker_app
+from vcm.workers import build as worker_build
 from vcm.workers import runtime
 from vcm.workers.deliveries import RedisDeliveryLog
 from vcm.workers.dispatch import CeleryDispatcher
@@ -30,13 +30,15 @@ def embedded(tmp_path: Path, **overrides: object) -> Settings:
 
 @pytest.fixture
 def built(tmp_path: Path) -> Iterator[runtime.Deps]:
-    deps = runtime.build(embedded(tmp_path))
+    settings = embedded(tmp_path)
+    worker_build.build(settings)  # the entry point's wiring: registers the Celery dispatcher
+    deps = runtime.build(settings)
     yield deps
     deps.store.close()
 
 
 def test_embedded_settings_build_working_dependencies(built: runtime.Deps, tmp_path: Path) -> None:
-    assert isinstance(built.dispatcher, CeleryDispatcher)  # registered by importing vcm.workers.app
+    assert isinstance(built.dispatcher, CeleryDispatcher)  # registered by vcm.workers.build.build
     assert built.summarizer is extractive
     assert isinstance(built.embed, runtime.LazyEmbed)
     built.hot.create_agent("rt-agent", model=MODEL)
@@ -77,10 +79,10 @@ def test_deps_are_built_once_per_process_and_can_be_replaced(built: runtime.Deps
 
 
 def test_delivery_log_follows_the_broker(tmp_path: Path) -> None:
-    memory = worker_app._deliveries(embedded(tmp_path))
+    memory = worker_build.delivery_log(embedded(tmp_path))
     assert isinstance(memory, runtime.LocalDeliveryLog)
     assert [memory.record("t", 0), memory.record("t", 0), memory.record("t", 1)] == [1, 2, 1]
-    on_redis = worker_app._deliveries(small_settings(broker_url="redis://127.0.0.1:6379/9"))
+    on_redis = worker_build.delivery_log(small_settings(broker_url="redis://127.0.0.1:6379/9"))
     assert isinstance(on_redis, RedisDeliveryLog)
 
 

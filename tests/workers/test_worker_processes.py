@@ -48,7 +48,7 @@ from vcm.store import open_store
 from vcm.store.port import MemoryStore
 from vcm.tasks.faults import ENV as FAULTS_ENV
 from vcm.workers import names
-from vcm.workers.app import create_app
+from vcm.workers.build import create_app
 from vcm.workers.deliveries import PREFIX as DELIVERIES
 from vcm.workers.dispatch import CeleryDispatcher
 from vcm.workers.signals import WARM_MESSAGE
@@ -285,7 +285,7 @@ def rabbit_fleet(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> It
 
 
 def _fleet(tmp_path_factory: pytest.TempPathFactory, broker_url: str, hot_url: str) -> Iterator[Fleet]:
-    # On RabbitMQ the delivery counts live in the hot state's Redis (vcm.workers.app._deliveries).
+    # On RabbitMQ the delivery counts live in the hot state's Redis (vcm.workers.build.delivery_log).
     amqp = broker_url.startswith("amqp")
     broker = _redis_or_skip(hot_url if amqp else broker_url)
     hot_client = _redis_or_skip(hot_url)

@@ -134,8 +134,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from vcm.workers.app import app
+    from vcm.workers.build import build
 
+    app = build(get_settings()).app
     argv = ["worker", "-Q", args.queues, "-E", "--prefetch-multiplier=1", f"--loglevel={args.loglevel}"]
     if args.concurrency:
         argv.append(f"--concurrency={args.concurrency}")

@@ -24,12 +24,12 @@ def _demo(args: argparse.Namespace) -> int:
     from vcm.tasks.recall.evaluation import recall_at_k
     from vcm.workers.wiring import running_service
 
+    settings = get_settings()
     if not args.keep and not os.environ.get("VCM_STORE_URL"):
         # A fresh store per run unless asked to keep it: the demo's agents would otherwise pile up
         # in the user's data directory (and be rebuilt at every start).
-        os.environ["VCM_STORE_URL"] = f"sqlite:///{tempfile.mkdtemp(prefix='vcm-demo-')}/vcm.db"
-        get_settings.cache_clear()
-    settings = get_settings()
+        fresh = f"sqlite:///{tempfile.mkdtemp(prefix='vcm-demo-')}/vcm.db"
+        settings = settings.model_copy(update={"store_url": fresh})
     print(f"store: {redact_url(settings.store_url)}" + ("" if args.keep else " (temporary; --keep keeps it)"))
     if args.data:
         convs = conversation.load(args.data)
