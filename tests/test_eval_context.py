@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+from tests.eval_data import LOCOMO_DEV, needs_locomo_dev
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} is not there")]
+ROOT = Path(__file__).resolve().parents[1]
+DATA = LOCOMO_DEV
+
+pytestmark = [pytest.mark.slow, needs_locomo_dev]
 
 
 def test_slice_reports_evidence_present_per_level(tmp_path: Path) -> None:

@@ -1,6 +1,10 @@
 """Celery settings, derived from vcm settings. Every setting says why in the comment above it
 (settings listed together share one); ``tests/workers/test_config.py`` checks that none is left
-without. Sources: ``/work/shared/reference/celery.md``.
+without. Sources: the Celery documentation on tasks and acknowledgements
+(https://docs.celeryq.dev/en/stable/userguide/tasks.html), the Redis broker's caveats
+(https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#redis-caveats),
+prefetch limits (https://docs.celeryq.dev/en/stable/userguide/optimizing.html#prefetch-limits) and
+the configuration reference (https://docs.celeryq.dev/en/stable/userguide/configuration.html).
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
         return {"polling_interval": 0.01}
     options: dict[str, Any] = {
         # A delivered message unacked this long goes to another worker: above the hard time limit
-        # plus the longest retry countdown, or running/waiting tasks run twice (celery.md 1.3).
+        # plus the longest retry countdown, or running/waiting tasks run twice (Celery docs, Redis
+        # broker caveats).
         "visibility_timeout": w.visibility_timeout_s,
         # How often a worker looks for such messages (a killed worker's tasks come back this soon
         # after the timeout); the throttle of 1 makes this interval the only knob.
@@ -94,8 +99,8 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         # failure, counted against max_retries: the redelivery cap that makes the next line safe.
         "task_retry_on_worker_lost": True,
         # If sending that retry fails, requeue rather than ack, so a batch is never dropped; the
-        # loop this can cause (celery.md 1.2) is bounded by the retry count above and by the
-        # per-message delivery cap in vcm.workers.tasks (max_deliveries).
+        # loop this can cause (Celery docs, task_reject_on_worker_lost) is bounded by the retry
+        # count above and by the per-message delivery cap in vcm.workers.tasks (max_deliveries).
         "task_reject_on_worker_lost": True,
         # Retry policy for every vcm task (read by vcm.workers.tasks.VcmTask): exponential
         # backoff with full jitter, capped, then dead-lettered.
@@ -104,7 +109,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "task_time_limit": w.task_time_limit_s,
         "task_soft_time_limit": w.task_soft_time_limit_s,
         # Evictions and embeddings are long: reserve one task per process, not four, so a busy
-        # process does not hold tasks another could run (celery.md 1.4).
+        # process does not hold tasks another could run (Celery docs, prefetch limits).
         "worker_prefetch_multiplier": 1,
         # Retries are countdown messages held in worker memory; cap them (celery#9849).
         "worker_eta_task_limit": w.eta_task_limit,
@@ -112,7 +117,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         # finishing them and running them again elsewhere (the default from Celery 6).
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         # On shutdown, finish or hand back in-flight late-ack tasks instead of leaving them until
-        # the visibility timeout (celery.md 1.3, "Shutdown").
+        # the visibility timeout (Celery docs, Redis broker caveats).
         "worker_soft_shutdown_timeout": w.soft_shutdown_timeout_s,
         # Flower and Prometheus exporters build their view from task events.
         "worker_send_task_events": True,

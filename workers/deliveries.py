@@ -1,7 +1,8 @@
 """Per-message delivery counts kept in Redis, shared by all workers.
 
-Celery has no redelivery counter (celery.md 1.2): a message whose worker dies mid-task comes back
-(after the visibility timeout on a Redis broker, at once on RabbitMQ), again and again.
+Celery has no redelivery counter (Celery docs, task_reject_on_worker_lost): a message whose
+worker dies mid-task comes back (after the visibility timeout on a Redis broker, at once on
+RabbitMQ), again and again.
 ``vcm.workers.tasks.VcmTask`` asks this log how often the current attempt was delivered and
 dead-letters it past ``max_deliveries``. The counts live on the Redis broker, or, with a broker
 that is not Redis (RabbitMQ), in the hot state's Redis (a single server or a cluster: each count

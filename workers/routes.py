@@ -1,5 +1,5 @@
-"""Queues and which task goes where. One worker pool per queue (ARCHITECTURE.md §9), so long
-ingestion never delays an eviction that is holding an agent's window."""
+"""Queues and which task goes where. One worker pool per queue (docs/architecture.md,
+"Scale-out"), so long ingestion never delays an eviction that is holding an agent's window."""
 
 from __future__ import annotations
 

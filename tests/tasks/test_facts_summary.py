@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.eval_data import LOCOMO_DEV, needs_locomo_dev
 from tests.tasks.coldpath import MODEL, make_deps, word_embed
 from vcm.hotpath import render
 from vcm.hotpath.context import assemble
@@ -18,7 +19,7 @@ from vcm.tasks.summary import aging, drift, sentences, telegraph, units
 from vcm.tasks.summary.recursive import Draft, Params, Request, Turn, default_scan, extractive, sentence_lines
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+DATA = LOCOMO_DEV
 MAY_8 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC).timestamp()
 
 
@@ -352,7 +353,7 @@ def _eval_module() -> object:
     return module
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="needs ../shared/data/locomo_dev.json")
+@needs_locomo_dev
 def test_eval_summary_quick_mode_scores_batches(tmp_path: Path) -> None:
     module = _eval_module()
     out = tmp_path / "out.json"
@@ -364,7 +365,7 @@ def test_eval_summary_quick_mode_scores_batches(tmp_path: Path) -> None:
     assert totals["tokens_mean"] <= totals["cap"] and totals["filler_tokens_pct"] < 10
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="needs ../shared/data/locomo_dev.json")
+@needs_locomo_dev
 def test_the_fact_keeping_summary_keeps_far_more_of_the_evicted_facts_than_the_old_one(tmp_path: Path) -> None:
     main = _eval_module().main  # type: ignore[attr-defined]
     totals = {}
