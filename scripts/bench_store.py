@@ -319,7 +319,7 @@ def centre_sentences(n: int, seed: int = 5) -> list[str]:
 
 
 def real_embeddings(n: int) -> F32:
-    from vcm.settings import EmbeddingSettings
+    from vcm.settings.memory import EmbeddingSettings
     from vcm.tasks.embedding import get_embedder
 
     embedder = get_embedder(EmbeddingSettings())

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from vcm.settings import ChunkingSettings, load_settings
+from vcm.settings import load_settings
+from vcm.settings.memory import ChunkingSettings
 from vcm.tasks.embedding import get_embedder
 from vcm.tasks.ingest.late_chunking import MODES, LateChunker
 from vcm.tasks.recall.evaluation import chunk_turns, load_locomo, mean, recall_at_k, top_k

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vcm.settings import EmbeddingSettings
+from vcm.settings.memory import EmbeddingSettings
 
 _lock = threading.Lock()
 _cache: dict[tuple[str, str], Embedder] = {}

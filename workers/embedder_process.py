@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vcm.settings import EmbeddingSettings
+from vcm.settings.memory import EmbeddingSettings
 from vcm.tasks.embedding import Embedder
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ from vcm.errors import ConfigError
 from vcm.hotpath.connection import connect
 from vcm.hotpath.state import HotState
 from vcm.obs.metered_store import metered
-from vcm.settings import EmbeddingSettings, Settings
+from vcm.settings import Settings
+from vcm.settings.memory import EmbeddingSettings
 from vcm.store import MemoryStore, open_store
 from vcm.tasks.deps import Deps, FactExtractor, Summarizer
 from vcm.tasks.embedding import Embedder, get_embedder

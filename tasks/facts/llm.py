@@ -21,7 +21,7 @@ from typing import Any
 from vcm.errors import ValidationError
 from vcm.facts import entities
 from vcm.llm import ChatClient, ChatError
-from vcm.settings import FactSettings
+from vcm.settings.memory import FactSettings
 from vcm.tasks.facts import extraction as fact_extraction
 from vcm.tasks.facts.extraction import Candidate
 from vcm.tasks.summary.units import Scan

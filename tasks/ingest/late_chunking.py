@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vcm.errors import ConfigError
-from vcm.settings import ChunkingSettings
+from vcm.settings.memory import ChunkingSettings
 from vcm.tasks.embedding import Embedder
 from vcm.tasks.ingest.chunking import ChunkSpan, Window, plan_chunks, plan_windows, sentence_breaks
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from vcm.settings import SummarizerSettings
+from vcm.settings.memory import SummarizerSettings
 from vcm.tasks.summary import drift, units
 from vcm.tasks.summary.recursive import (
     Draft,

@@ -59,7 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vcm import poisoning
-from vcm.settings import DriftSettings, SummarizerSettings
+from vcm.settings.memory import DriftSettings, SummarizerSettings
 from vcm.tasks.summary import aging, drift, sentences, telegraph, units
 from vcm.tasks.summary.selection import (
     Vectors,

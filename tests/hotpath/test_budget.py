@@ -9,7 +9,7 @@ import pytest
 from vcm.errors import PinLimitExceeded, TokenBudgetExceeded
 from vcm.hotpath.budget import Budget, FifoEntry, Parts, decide_growth, decide_requested_eviction, plan_eviction
 from vcm.hotpath.render import placeholder_tokens
-from vcm.settings import BudgetSettings
+from vcm.settings.context import BudgetSettings
 
 BUDGET = Budget.for_window(1000, BudgetSettings())
 PH = 17

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vcm.settings import HeartbeatSettings
+from vcm.settings.context import HeartbeatSettings
 from vcm.tools.heartbeat import ChainState, decide
 
 S = HeartbeatSettings()

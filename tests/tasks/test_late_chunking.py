@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from vcm.errors import ConfigError
-from vcm.settings import ChunkingSettings, load_settings
+from vcm.settings import load_settings
+from vcm.settings.memory import ChunkingSettings
 from vcm.tasks.embedding import Embedder, get_embedder
 from vcm.tasks.ingest.chunking import Window, plan_windows
 from vcm.tasks.ingest.late_chunking import DocumentPlan, LateChunker, pool_spans

@@ -19,7 +19,8 @@ from vcm.hotpath.state import HotState
 from vcm.llm import ChatClient
 from vcm.poisoning import Filter
 from vcm.service import MemoryService
-from vcm.settings import PoisoningSettings, load_settings
+from vcm.settings import load_settings
+from vcm.settings.memory import PoisoningSettings
 from vcm.store import open_store
 from vcm.store.types import FactQuery
 from vcm.tasks.deps import Deps

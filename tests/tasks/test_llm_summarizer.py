@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 
 from tests.tasks.coldpath import line, word_embed
-from vcm.settings import DriftSettings
+from vcm.settings.memory import DriftSettings
 from vcm.tasks.summary.llm import LlmSummarizer
 from vcm.tasks.summary.recursive import Draft, Params, Request, Turn, extractive
 

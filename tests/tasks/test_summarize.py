@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.tasks.coldpath import line, word_embed
-from vcm.settings import DriftSettings
+from vcm.settings.memory import DriftSettings
 from vcm.tasks.summary import sentences
 from vcm.tasks.summary.recursive import Params, Request, Turn, candidates, fit_text
 from vcm.tasks.summary.recursive import by_centrality as extractive

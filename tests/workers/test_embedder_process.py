@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from vcm.settings import ChunkingSettings, EmbeddingSettings
+from vcm.settings.memory import ChunkingSettings, EmbeddingSettings
 from vcm.tasks.embedding import Embedder, get_embedder
 from vcm.tasks.ingest.late_chunking import LateChunker
 from vcm.workers.embedder_process import NICE, EmbedderProcess

@@ -25,7 +25,7 @@ import redis
 
 from vcm.hotpath import keys, lua
 from vcm.obs import metrics
-from vcm.settings import HeartbeatSettings
+from vcm.settings.context import HeartbeatSettings
 from vcm.tools.heartbeat import ChainState, EndReason, HeartbeatDecision, decide
 
 log = logging.getLogger(__name__)

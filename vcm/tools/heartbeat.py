@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from vcm.settings import HeartbeatSettings
+from vcm.settings.context import HeartbeatSettings
 
 EndReason = Literal["depth", "duration", "tokens", "explicit_yield", "rate_limited"]
 RATE_WINDOW_S = 1.0

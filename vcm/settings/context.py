@@ -1,0 +1,97 @@
+"""Settings of the hot path's context window: token counting, the budget, chat, the heartbeat
+governor and context building.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class TokenSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    encoding: str = ""
+    download: bool = False
+    per_message: int = Field(3, ge=0, le=64)
+    per_name: int = Field(1, ge=0, le=64)
+    reply_priming: int = Field(3, ge=0, le=64)
+
+
+class BudgetSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    output_reserve: float = Field(0.10, ge=0.0, lt=0.9)
+    # Held back from the hot context for the memory the context builder injects per call
+    # (state header, sticky facts, relevant memory, skills): it lowers max like output_reserve.
+    memory_reserve: float = Field(0.0, ge=0.0, lt=0.5)
+    warning: float = Field(0.70, gt=0.0, lt=1.0)
+    flush: float = Field(0.90, gt=0.0, le=1.0)
+    target: float = Field(0.50, gt=0.0, lt=1.0)
+    pinned_cap: float = Field(0.25, ge=0.0, lt=1.0)
+    summary_cap: float = Field(0.15, gt=0.0, lt=1.0)
+    max_content_chars: int = Field(400_000, gt=0, le=50_000_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.output_reserve + self.memory_reserve >= 1.0 - self.target:
+            raise ValueError("output_reserve + memory_reserve must leave room above target")
+        if not self.target < self.warning < self.flush:
+            raise ValueError(f"need target < warning < flush, got {self.target} / {self.warning} / {self.flush}")
+        if self.pinned_cap + self.summary_cap >= self.target:
+            # Otherwise a flush could never bring occupancy down to target.
+            raise ValueError(
+                f"pinned_cap + summary_cap ({self.pinned_cap} + {self.summary_cap}) "
+                f"must stay below target ({self.target})"
+            )
+        return self
+
+
+class ChatSettings(BaseModel):
+    """The OpenAI-compatible model vcm calls for chat and /v1/chat/completions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # e.g. http://127.0.0.1:8000/v1 ; "" = no model: the chat routes answer LLM_UNAVAILABLE.
+    base_url: str = ""
+    # Sent upstream; "" = the model the request names (/v1/chat/completions) or the agent's.
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = Field(120.0, gt=0.0, le=3600.0)
+    max_retries: int = Field(2, ge=0, le=10)
+    max_message_chars: int = Field(100_000, ge=1, le=10_000_000)
+    # One turn at a time per agent: a second waits this long for the first, then gets CONFLICT.
+    turn_wait_s: float = Field(15.0, ge=0.0, le=3600.0)
+    # The turn lock's lifetime, renewed while the turn runs: frees an agent whose process died.
+    turn_hold_s: float = Field(60.0, ge=1.0, le=86400.0)
+
+
+class HeartbeatSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_depth: int = Field(8, ge=1, le=1000)
+    max_duration_s: float = Field(60.0, gt=0.0, le=86400.0)
+    token_floor: int = Field(256, ge=0)
+    rate_per_s: float = Field(3.0, gt=0.0, le=10_000.0)
+    cooldown_ms: int = Field(750, ge=0, le=3_600_000)
+
+
+class ContextSettings(BaseModel):
+    """The context builder's layers (vcm.prompt.layers): token budgets as shares of the window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    identity: bool = True  # a line with today's date, the agent and the user's name
+    user_name: str = Field("", max_length=200)
+    tools_hint: float = Field(0.01, ge=0.0, le=0.2)
+    state: float = Field(0.04, ge=0.0, le=0.3)
+    sticky: float = Field(0.03, ge=0.0, le=0.3)
+    memory: float = Field(0.08, ge=0.0, le=0.5)
+    skills: float = Field(0.04, ge=0.0, le=0.3)
+    # Relevant memory: at most this many facts and recalled messages (hybrid search on the latest
+    # user message; messages still in the FIFO and facts already shown are left out).
+    memory_facts: int = Field(5, ge=0, le=100)
+    memory_messages: int = Field(5, ge=0, le=100)
+    # A directory of skill files (.md with YAML front matter); "" = none.
+    skills_dir: str = ""

@@ -1,0 +1,187 @@
+"""Settings of the memory the cold path builds: embeddings, chunking and ingestion, recall,
+facts, the summarizer and drift, poisoning checks.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vcm.settings.secrecy import check_url
+
+
+class EmbeddingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = ""
+    device: str = "cpu"
+    batch_size: int = Field(32, ge=1, le=4096)
+    threads: int = Field(0, ge=0, le=256)
+    # Embedded mode: the cold path's model work runs in a child process of the serving process
+    # (vcm.workers.embedder_process), so it neither holds the API's GIL nor outranks its requests.
+    subprocess: bool = True
+
+
+class ChunkingSettings(BaseModel):
+    """How archival documents are cut into chunks and windowed for late chunking (issue 4)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Chunk size in model tokens; must fit the embedding model's window (checked at use).
+    target_tokens: int = Field(128, ge=8, le=8192)
+    # Whole trailing sentences of the previous chunk repeated at the start of the next one.
+    overlap_tokens: int = Field(0, ge=0, le=4096)
+    # Overlap between the model windows a long document is split into; a token's embedding
+    # comes from the window where it has more context, so larger means more context per token
+    # at the cost of running the model over those tokens twice. 16 keeps late chunking within
+    # ~7 % of naive model work; on LoCoMo, 0..64 measured alike and 128 ~2 points better at ~2x.
+    window_overlap_tokens: int = Field(16, ge=0, le=4096)
+
+    @model_validator(mode="after")
+    def _overlap_below_target(self) -> Self:
+        if self.overlap_tokens >= self.target_tokens:
+            raise ValueError(
+                f"overlap_tokens ({self.overlap_tokens}) must be below target_tokens ({self.target_tokens})"
+            )
+        return self
+
+
+class IngestSettings(BaseModel):
+    """Archival ingestion of documents and folders."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # "late" embeds chunks in their document's context; "naive" (each chunk alone) is only for
+    # comparison and is recorded as a compliance_violation event.
+    mode: Literal["late", "naive"] = "late"
+    # Suffix of the embedding version "<model_id>:<mode>:<suffix>"; bump it when chunking changes.
+    version_suffix: str = Field("v1", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    # File name endings a folder walk picks up (files named explicitly are always read).
+    extensions: list[str] = Field(default_factory=lambda: [".txt", ".md", ".markdown", ".rst"])
+    # Bad-input guard: larger files / texts are refused before they are tokenised.
+    max_document_bytes: int = Field(10_000_000, gt=0, le=1_000_000_000)
+    # Documents embedded together: their model windows share batches.
+    batch_documents: int = Field(16, ge=1, le=10_000)
+
+
+class RecallSettings(BaseModel):
+    """Message vectors for vector and hybrid recall search (issue 7)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Embed every spooled message on the cold path; off: recall search has BM25 only.
+    vectors: bool = True
+    # "late": a message is read between its neighbouring turns (late chunking), so "Sure, see
+    # you then!" carries what it answers; "single": the message alone (for comparison).
+    context_mode: Literal["late", "single"] = "late"
+    # Turns before a message read as its context (late mode).
+    context_turns: int = Field(3, ge=0, le=64)
+    # Turns after it: the message is embedded once they have arrived (0: at once, before-only).
+    context_after: int = Field(3, ge=0, le=64)
+
+
+PiiClass = Literal["email", "phone", "credit_card", "iban", "ssn", "ip_address"]
+
+
+DEFAULT_PII: tuple[PiiClass, ...] = ("credit_card", "iban", "ssn")
+
+
+class FactSettings(BaseModel):
+    """Structured memory (vcm.facts): types, dedup thresholds, the policy guard."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Fact type -> default lifetime in seconds (0: never expires). More types may be added.
+    types: dict[str, int] = Field(
+        default_factory=lambda: {
+            "sticky": 0,
+            "preference": 90 * 86400,
+            "project": 30 * 86400,
+            "learned": 30 * 86400,
+            # The working set's (seed 002): session-scale lifetimes.
+            "goal": 86400,
+            "question": 86400,
+            "action": 86400,
+            "risk": 86400,
+            "constraint": 7 * 86400,
+            "entity": 7 * 86400,
+            "relation": 7 * 86400,
+        }
+    )
+    max_value_chars: int = Field(4000, ge=16, le=100_000)
+    max_tags: int = Field(32, ge=0, le=1000)
+    # A write is the same fact when its words overlap this much (Jaccard) or its embedding is
+    # this close (cosine) to one of the agent's facts of the same scope and type.
+    word_overlap: float = Field(0.8, gt=0.0, le=1.0)
+    embedding_similarity: float = Field(0.92, gt=0.0, le=1.0)
+    # PII classes the guard refuses without a justification (secrets are always refused).
+    pii: list[PiiClass] = Field(default_factory=lambda: list(DEFAULT_PII))
+    # Extraction of shadow facts from each eviction batch before it leaves the context.
+    extract_on_eviction: bool = True
+    # "extractive" (offline heuristics) or "llm" (an OpenAI-compatible chat endpoint, falling
+    # back to extractive on any failure).
+    extractor: Literal["extractive", "llm"] = "extractive"
+    llm_url: str = ""
+    llm_model: str = ""
+    llm_api_key_env: str = "OPENAI_API_KEY"
+    llm_timeout_s: float = Field(20.0, gt=0.0, le=600.0)
+    # Consolidation (beat): promote shadow facts whose evidence still supports them.
+    consolidate_interval_s: float = Field(3600.0, ge=0.0, le=30 * 86400.0)
+
+    @model_validator(mode="after")
+    def _types(self) -> Self:
+        for name, ttl in self.types.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", name) or ttl < 0:
+                raise ValueError(f"facts.types: {name!r} must be a lower-case name with a lifetime >= 0")
+        return self
+
+
+class SummarizerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["extractive", "llm"] = "extractive"
+    mmr_lambda: float = Field(0.7, ge=0.0, le=1.0)
+    previous_share: float = Field(0.4, ge=0.0, le=1.0)
+    salience_boost: float = Field(0.25, ge=0.0, le=1.0)
+    max_sentence_chars: int = Field(400, ge=40, le=20_000)
+    max_candidates: int = Field(48, ge=8, le=100_000)
+    llm_url: str = ""
+    llm_model: str = ""
+    llm_api_key_env: str = "OPENAI_API_KEY"
+    llm_timeout_s: float = Field(20.0, gt=0.0, le=600.0)
+
+    @model_validator(mode="after")
+    def _llm(self) -> Self:
+        if self.kind == "llm" and not (self.llm_url and self.llm_model):
+            raise ValueError("summarizer kind 'llm' needs llm_url and llm_model")
+        check_url(self.llm_url, ("http://", "https://"), "llm_url")
+        return self
+
+
+class DriftSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(0.85, ge=-1.0, le=1.0)
+    retry_mmr_lambda: float = Field(0.9, ge=0.0, le=1.0)
+    retry_previous_share: float = Field(0.2, ge=0.0, le=1.0)
+
+
+class PoisoningSettings(BaseModel):
+    """The memory-poisoning filter on retrieved text (:mod:`vcm.poisoning`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    # Names of built-in patterns to switch off (see vcm/poisoning.py for the list).
+    disable: list[str] = Field(default_factory=list)
+    # More patterns: name -> regular expression (matched case-insensitively).
+    extra: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _compiles(self) -> Self:
+        from vcm.poisoning import patterns  # pure; imported here to keep settings import-light
+
+        patterns(self.disable, self.extra)
+        return self
