@@ -1,0 +1,119 @@
+"""The main context: appending messages, reading the context and its gauges, evicting
+(:mod:`vcm.api.routes.messages`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from vcm.api.models.common import IDEMPOTENCY_FIELD, BatchOut, RequestBody, Role
+from vcm.context_builder import BuiltContext
+from vcm.hotpath.context import AssembledContext
+
+
+class MessageIn(RequestBody):
+    role: Role
+    content: str
+    name: str | None = None
+    pinned: bool = False
+    metadata: dict[str, Any] | None = None
+    tool_call_id: str | None = Field(None, max_length=256)
+    tool_calls: list[dict[str, Any]] | None = None
+    idempotency_key: str | None = IDEMPOTENCY_FIELD
+
+
+class AppendOut(BaseModel):
+    message_id: str
+    seq: int
+    tokens: int
+    total: int
+    action: str
+    batch: BatchOut | None
+    pressure_message_id: str | None
+    target_unreachable: bool
+    replayed: bool
+
+
+class Gauges(BaseModel):
+    window: int
+    max: int
+    system: int
+    working: int
+    summary: int
+    placeholders: int
+    fifo: int
+    pinned: int
+    total: int
+    free: int
+    occupancy: float
+
+
+class InjectedLayerOut(BaseModel):
+    name: str
+    tokens: int
+    items: int
+    dropped: int = Field(description="items its budget left out")
+    sources: list[dict[str, Any]] = Field(description="{kind: fact|message|state|skill, id, tainted?} per item")
+
+
+class ContextOut(BaseModel):
+    agent_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    gauges: Gauges
+    message_tokens: list[int]
+    layers: list[str] = Field(
+        description="each message's layer: system, working, summary, placeholder or fifo; with built=true also "
+        "identity, tools_hint, state, sticky, memory and skills"
+    )
+    layer_tokens: dict[str, int] = Field(default_factory=dict, description="tokens per layer")
+    injected: list[InjectedLayerOut] = Field(
+        default_factory=list, description="with built=true: the layers the builder added, with their sources"
+    )
+    room: int | None = Field(None, description="with built=true: tokens the injected layers could use")
+    query: str | None = Field(None, description="with built=true: what relevant memory and skills were chosen for")
+    problems: list[dict[str, str]] = Field(default_factory=list, description="skill files left out, and why")
+
+    @classmethod
+    def of(cls, agent_id: str, ctx: AssembledContext) -> ContextOut:
+        return cls(
+            agent_id=agent_id,
+            messages=ctx.messages,
+            tools=ctx.tools,
+            gauges=Gauges.model_validate(ctx.gauges.as_dict()),
+            message_tokens=ctx.message_tokens,
+            layers=ctx.layers,
+            layer_tokens=ctx.layer_tokens(),
+        )
+
+    @classmethod
+    def built(cls, agent_id: str, ctx: BuiltContext) -> ContextOut:
+        return cls(
+            agent_id=agent_id,
+            messages=ctx.messages,
+            tools=ctx.tools,
+            gauges=Gauges.model_validate(ctx.gauges.as_dict()),
+            message_tokens=ctx.message_tokens,
+            layers=ctx.layers,
+            layer_tokens=ctx.layer_tokens(),
+            injected=[
+                InjectedLayerOut(
+                    name=x.name, tokens=x.tokens, items=x.items, dropped=x.dropped, sources=list(x.sources)
+                )
+                for x in ctx.injected
+            ],
+            room=ctx.room,
+            query=ctx.query,
+            problems=ctx.problems,
+        )
+
+
+class EvictIn(RequestBody):
+    count: int = Field(ge=1, le=10_000)
+    idempotency_key: str | None = IDEMPOTENCY_FIELD
+
+
+class EvictOut(BaseModel):
+    total: int
+    batch: BatchOut | None
