@@ -1,4 +1,4 @@
-"""Step 2 of the eviction protocol (ARCHITECTURE.md §5): commit a begun batch, then finish it.
+"""Step 2 of the eviction protocol (docs/architecture.md §5): commit a begun batch, then finish it.
 
 Order of work, each step safe to repeat:
 

@@ -1,7 +1,7 @@
 """Worker process lifecycle: per-process resources, warm-up, metrics.
 
 Nothing heavy happens before a fork: torch and the SQLite store are built in the process that
-runs tasks (celery.md pitfall "Torch model in prefork parent"). The embedder is warmed in a
+runs tasks (docs/reference/celery.md pitfall "Torch model in prefork parent"). The embedder is warmed in a
 background thread, so a prefork child answers the parent within ``worker_proc_alive_timeout``
 (4 s) although loading the model takes ~10 s; the first task simply waits for it.
 """

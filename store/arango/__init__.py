@@ -17,7 +17,7 @@ Argument checks, cursors, post-filters and write rules are shared with the embed
 (:mod:`vcm.store.validation`, :mod:`vcm.store.cursor`, :mod:`vcm.store.paging`, :mod:`vcm.store.filters`,
 :mod:`vcm.store.semantics`), so both refuse and answer alike.
 
-Facts about ArangoDB behind the choices are in the shared ``reference/arangodb.md``.
+Facts about ArangoDB behind the choices are in ``docs/reference/arangodb.md``.
 """
 
 from __future__ import annotations

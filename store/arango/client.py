@@ -10,7 +10,7 @@ python-arango has no Unix-socket transport (issue arangodb/python-arango#297): i
 URLs as ``f"{host}/_db/{db}{endpoint}"`` and hands them to an :class:`~arango.http.HTTPClient`.
 :class:`UnixSocketHTTPClient` is such a client whose requests session sends every request over
 one ``AF_UNIX`` socket path with a plain urllib3 connection pool (variant B of
-reference/arangodb.md §5.2, no extra dependency). The host part of the URL is then only a label.
+docs/reference/arangodb.md §5.2, no extra dependency). The host part of the URL is then only a label.
 
 Two database handles are opened: ``ro`` with the read-only user for every read, ``rw`` with the
 read-write user for writes and DDL. Without read-only credentials both use the read-write user.

@@ -39,7 +39,7 @@ from vcm.errors import (
     VcmError,
 )
 
-# errorNum values (arango/errno.py; reference/arangodb.md §3.1, §4.1)
+# errorNum values (arango/errno.py; docs/reference/arangodb.md §3.1, §4.1)
 CONFLICT = 1200
 DOCUMENT_NOT_FOUND = 1202
 DUPLICATE_NAME = 1207

@@ -4,7 +4,7 @@ One stream transaction normally carries the whole commit: the batch's messages (
 inserts), the ``recall_log`` edges summary -> message, the summary replace (``_rev`` checked),
 the ``evict`` event and the batch marker. ArangoDB caps a stream transaction's size
 (``--transaction.streaming-max-transaction-size``: 128 MiB up to 3.12.3, 512 MiB from 3.12.4,
-reference/arangodb.md §3.1) and intermediate commits are disabled for stream transactions, so a
+docs/reference/arangodb.md §3.1) and intermediate commits are disabled for stream transactions, so a
 batch whose estimated payload exceeds ``cap_bytes`` is split:
 
 * **pre-writes**: the message documents go first, in chunks under the cap, each chunk one

@@ -3,7 +3,7 @@
 vcm needs **3.12.4 or newer** (vector indexes and ``APPROX_NEAR_*`` arrived in 3.12.4) started
 with the vector index feature on. The option is ``--experimental-vector-index`` on 3.12.4 and
 3.12.5 and ``--vector-index`` from 3.12.6, where the old name stays an alias
-(reference/arangodb.md §0, §1.1).
+(docs/reference/arangodb.md §0, §1.1).
 
 How the option is detected, in order:
 

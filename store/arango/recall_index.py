@@ -13,7 +13,7 @@ instead: slower, never short.
 The index is created only on 3.12.6+ (``sparse``: messages without a vector are left out;
 before 3.12.6 creating it fails while any message lacks the attribute, BTS-2184, which the
 newest messages always do), and carries ``storedValues`` for the filter's attributes on 3.12.7+
-so the filter is evaluated from the index (reference/arangodb.md §1.2, §1.5).
+so the filter is evaluated from the index (docs/reference/arangodb.md §1.2, §1.5).
 """
 
 from __future__ import annotations

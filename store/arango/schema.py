@@ -7,7 +7,7 @@ concurrent creator counts as success.
 
 The vector index is not part of bootstrap. ArangoDB trains it (FAISS IVF) on the documents
 present when it is created, and up to 3.12.8 it cannot be created before that data exists
-(reference/arangodb.md §1.3). :class:`VectorIndexSpec` says when to create it (a space holds
+(docs/reference/arangodb.md §1.3). :class:`VectorIndexSpec` says when to create it (a space holds
 ``min_vectors`` embedded documents) and how (``nLists`` = 4·sqrt(N), at most N/39, the same
 sizing the embedded FAISS index uses); until then searches use exact ``COSINE_SIMILARITY`` /
 ``L2_DISTANCE``. :func:`vector_state` reports ``"exact"`` or ``"ivf"``.

@@ -1,6 +1,6 @@
 """Property tests: random appends, pins, block edits, retries, requested evictions (count=1 many
 times among them) and finishes, on fakeredis and on the real Redis. After every step the invariants
-of ARCHITECTURE.md §1/§5 hold (the total never exceeds ``max``), and every Lua decision equals the
+of docs/architecture.md §1/§5 hold (the total never exceeds ``max``), and every Lua decision equals the
 pure policy's (vcm.hotpath.budget) on the same inputs."""
 
 from __future__ import annotations

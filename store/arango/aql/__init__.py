@@ -8,7 +8,7 @@ Rules that every function here keeps (``tests/store/test_arango_aql.py`` checks 
   chosen at run time travel as ``@@collection`` bind variables.
 * Full-text search names its analyzer explicitly: ``ANALYZER(... IN TOKENS(@q, "text_en"),
   "text_en")``. An ``arangosearch`` view's default analyzer context is ``identity``, so without
-  it nothing would match (reference/arangodb.md §2.4).
+  it nothing would match (docs/reference/arangodb.md §2.4).
 * Approximate vector search (``APPROX_NEAR_*``) keeps no ``FILTER`` between its ``FOR`` and
   ``LIMIT``: 3.12.4/3.12.5 refuse to use the vector index otherwise, and 3.12.6+ allow only one
   FILTER (reference §1.5). The ANN part is an inner subquery that over-fetches; all filters run

@@ -13,7 +13,7 @@ def expire_messages(now: float, batch: int) -> AqlQuery:
     """Remove up to ``batch`` messages whose ``expires_at`` is before ``now``.
 
     Deliberately independent of a TTL index (which runs on its own schedule, every
-    ``--ttl.frequency``, and may lag; reference/arangodb.md §6); batched so one call never
+    ``--ttl.frequency``, and may lag; docs/reference/arangodb.md §6); batched so one call never
     builds a huge transaction. Uses the sparse index on ``expires_at``. Returns the removed
     ``_id``s so their edges can be removed in the same transaction.
     """
