@@ -15,7 +15,8 @@ from tests.hotpath.services import Harness
 from vcm.errors import StoreUnavailable
 from vcm.hotpath import keys, render
 from vcm.hotpath.state import HotState
-from vcm.tools.executor import ENVELOPE_TOKENS, SPOOL_CHUNK_CHARS, ToolExecutor
+from vcm.tools.calls import ENVELOPE_TOKENS, SPOOL_CHUNK_CHARS
+from vcm.tools.executor import ToolExecutor
 from vcm.tools.paging import PAGE_TOKENS
 from vcm.tools.results import ToolResult
 
