@@ -14,7 +14,8 @@ from vcm.errors import NotFound, RevConflict, StoreUnavailable
 from vcm.sync import CacheConfig
 from vcm.sync.cache import LocalCache
 from vcm.sync.conflicts import Version, resolve
-from vcm.sync.replica import Replica, drive
+from vcm.sync.flows import drive
+from vcm.sync.replica import Replica
 from vcm.sync.sse import Parser
 from vcm.wire import Call
 

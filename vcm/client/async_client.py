@@ -13,7 +13,8 @@ from vcm.client.memory_ops import MemoryOperations
 from vcm.client.replies import Json, decode, finished, http_kwargs, rejected_error
 from vcm.errors import VcmError
 from vcm.sync.config import CacheConfig
-from vcm.sync.replica import Flow, Replica, adrive
+from vcm.sync.flows import Flow, adrive
+from vcm.sync.replica import Replica
 from vcm.wire import Call
 
 

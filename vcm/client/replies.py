@@ -10,7 +10,9 @@ from typing import Any, Generic, TypeVar
 import httpx
 
 from vcm.errors import ErrorCode, RevConflict, VcmError, from_payload
-from vcm.sync.replica import Flow, Replica, SyncResult
+from vcm.sync.changes import SyncResult
+from vcm.sync.flows import Flow
+from vcm.sync.replica import Replica
 from vcm.wire import Call
 
 R = TypeVar("R")

@@ -15,7 +15,8 @@ from vcm.client.replies import Json, decode, finished, http_kwargs, rejected_err
 from vcm.errors import VcmError
 from vcm.sync.background import Follower, Periodic
 from vcm.sync.config import CacheConfig
-from vcm.sync.replica import Flow, Replica, drive
+from vcm.sync.flows import Flow, drive
+from vcm.sync.replica import Replica
 from vcm.wire import Call
 
 

@@ -6,7 +6,9 @@ facts are served from a local LRU cache while fresh, writes go through (or, with
 agent's change feed, and a change based on a stale version is a conflict settled by the
 configured strategy. The pieces: :mod:`~vcm.sync.config` (the settings), :mod:`~vcm.sync.cache`
 (the cache), :mod:`~vcm.sync.conflicts` (the strategies), :mod:`~vcm.sync.replica` (the rules,
-as I/O-free flows), :mod:`~vcm.sync.background` (the sync client's threads),
+as I/O-free flows: its state and feed in :mod:`~vcm.sync.state`, reads and writes in
+:mod:`~vcm.sync.access`, changes in :mod:`~vcm.sync.changes`, the flow drivers in
+:mod:`~vcm.sync.flows`), :mod:`~vcm.sync.background` (the sync client's threads),
 :mod:`~vcm.sync.sse` (the stream's format). Nothing here imports anything server-side.
 """
 
