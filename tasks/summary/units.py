@@ -14,6 +14,10 @@ sentence and are not the speakers' names), numbers and dates, preference and dec
 content words that the summary does not already hold (:class:`Coverage`). A unit with fewer than two content
 words and no entity or number, or a pleasantry ("Take care", "Sorry to hear about the job") that
 names nothing, is filler and never enters a summary.
+
+
+The word lists and patterns are in :mod:`vcm.tasks.summary.lexicon`, date anchoring in
+:mod:`vcm.tasks.summary.dates`.
 """
 
 from __future__ import annotations
@@ -23,319 +27,26 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
-from vcm.tasks.summary import aging, sentences, telegraph
+from vcm.tasks.summary import aging, telegraph
+from vcm.tasks.summary.dates import anchor as anchor  # units.anchor: part of this module's interface
+from vcm.tasks.summary.lexicon import (
+    COMMON_CAPS,
+    DATE,
+    ENTITY,
+    HEDGE,
+    LEAD,
+    NUMBER,
+    PLEASANTRY,
+    PREFERENCE,
+    STOPWORDS,
+    WORD,
+)
 
 Scan = Callable[[str], tuple[str, ...]]  # the names of the poisoning patterns a text matches
 
-FLAG_PREFIX = "[flagged:"
 
-STOPWORDS = frozenset(
-    [
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "also",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "as",
-        "at",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "doing",
-        "down",
-        "during",
-        "each",
-        "few",
-        "for",
-        "from",
-        "further",
-        "had",
-        "has",
-        "have",
-        "having",
-        "he",
-        "her",
-        "here",
-        "hers",
-        "herself",
-        "him",
-        "himself",
-        "his",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "itself",
-        "just",
-        "me",
-        "more",
-        "most",
-        "my",
-        "myself",
-        "no",
-        "nor",
-        "not",
-        "now",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
-        "our",
-        "ours",
-        "ourselves",
-        "out",
-        "over",
-        "own",
-        "same",
-        "she",
-        "should",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "themselves",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "very",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-        "yours",
-        "yourself",
-        "yourselves",
-        "i'm",
-        "i've",
-        "i'll",
-        "i'd",
-        "you're",
-        "you've",
-        "you'll",
-        "it's",
-        "that's",
-        "there's",
-        "what's",
-        "let's",
-        "don't",
-        "didn't",
-        "doesn't",
-        "can't",
-        "won't",
-        "isn't",
-        "wasn't",
-        "aren't",
-        "haven't",
-        "hasn't",
-        "couldn't",
-        "wouldn't",
-        "shouldn't",
-        "he's",
-        "she's",
-        "they're",
-        "we're",
-        "we've",
-        "they've",
-        "one",
-        "really",
-        "much",
-        "many",
-        "lot",
-        "lots",
-        "well",
-        "yeah",
-        "yes",
-        "yep",
-        "hey",
-        "hi",
-        "hello",
-        "wow",
-        "oh",
-        "ok",
-        "okay",
-        "thanks",
-        "thank",
-        "sure",
-        "cool",
-        "great",
-        "awesome",
-        "nice",
-        "glad",
-        "amazing",
-        "good",
-        "super",
-        "totally",
-        "absolutely",
-        "definitely",
-        "especially",
-        "sounds",
-        "sound",
-        "seems",
-        "seem",
-        "like",
-        "get",
-        "got",
-        "gonna",
-        "wanna",
-        "thing",
-        "things",
-        "stuff",
-        "way",
-        "always",
-        "never",
-        "ever",
-        "still",
-        "even",
-        "though",
-        "something",
-        "anything",
-        "everything",
-        "someone",
-        "anyone",
-        "everyone",
-        "time",
-        "feel",
-        "felt",
-        "know",
-        "think",
-        "see",
-        "make",
-        "made",
-        "go",
-        "going",
-        "went",
-        "come",
-        "came",
-        "say",
-        "said",
-        "tell",
-        "told",
-    ]
-)
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
-_ENTITY = re.compile(r"(?<=[\s,;:(\"'])[A-Z][A-Za-z]+(?:[-'][A-Za-z]+)?\b")
-_NUMBER = re.compile(
-    r"\b(?:\d[\d,.:/]*|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|hundred"
-    r"|thousand|million|first|second|third|half|dozen)\b",
-    re.IGNORECASE,
-)
-_DATE = re.compile(
-    r"\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:tember)?|oct(?:ober)?"
-    r"|nov(?:ember)?|dec(?:ember)?|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|tomorrow"
-    r"|tonight|weekend|week|month|year|summer|winter|spring|autumn|christmas|birthday)\b",
-    re.IGNORECASE,
-)
-_PREFERENCE = re.compile(
-    r"\b(?:lov(?:e|es|ed|ing)|lik(?:e|es|ed)|prefer(?:s|red)?|hat(?:e|es|ed)|enjoy(?:s|ed)?|favou?rite|decid(?:e|ed|es)"
-    r"|plan(?:s|ned|ning)?|going to|will|want(?:s|ed)?|bought|moved|started|adopted|joined|signed|married|graduated"
-    r"|work(?:s|ed|ing)?|job|volunteer(?:s|ed|ing)?|learn(?:ed|ing)?|visit(?:s|ed|ing)?|ran|won|lost|made|built|"
-    r"finished|researching|hope|dream|goal|allergic|vegetarian|vegan|chose|agreed|promised|booked)\b",
-    re.IGNORECASE,
-)
-# Sign-offs, thanks, sympathy and cheering that open a sentence: what follows them is about the
-# listener, not a fact of the speaker's.
-_PLEASANTRY = re.compile(
-    r"^(?:take care|stay (?:safe|strong|tuned)|have (?:fun|a (?:good|great|nice) \w+)|enjoy (?:it|your|the rest)"
-    r"|(?:good|best of) luck|keep (?:it )?up|keep (?:me|ya|you) (?:posted|updated)|(?:will|i'll) keep (?:ya|you) posted"
-    r"|(?:chat|talk|speak) (?:soon|later)|see (?:ya|you)|catch (?:ya|you)|bye|goodbye|congrat(?:s|ulations)|cheers"
-    r"|sorry (?:to hear|about)|appreciate (?:it|that|the|your|you)|you(?:'ve)? got this|you can do it"
-    r"|spill (?:the )?beans|your (?:kind )?words"
-    r"|tell me more|can't wait to (?:see|hear)|let me know|me too|same here|agreed|i (?:100% )?agree|of course"
-    r"|no (?:problem|worries)|you're welcome|my pleasure|will do|hope (?:you|your|it|that|they)"
-    r"|wish(?:ing)? you|proud of you|happy for you|glad (?:you|to hear|it)|thanks|thank you)\b",
-    re.IGNORECASE,
-)
-# Greetings, interjections and reactions at the start of a sentence; hedges anywhere.
-_LEAD = re.compile(
-    r"^(?:(?:hey|hi|hello|wow|whoa|oh|ooh|aw+|yeah|yes|yep|yup|ok|okay|well|so|haha|lol|omg|thanks|thank you"
-    r"|cool|great|awesome|nice|sure|totally|absolutely|really|definitely|gosh|man|dude|hmm+|ah+|um+|uh+)\b"
-    r"(?:\s+(?-i:[A-Z][a-z]+)(?=[,!.]))?[\s,!.\-]*)+",
-    re.IGNORECASE,
-)
-_HEDGE = re.compile(
-    # Not where the words carry the meaning: "let you know", "did you know", "what kind of music".
-    r"(?<!\blet )(?<!\bdid )(?<!\bdo )(?<!\bif )(?<!\bwhat )(?<!\bwhich )(?<!\bthis )(?<!\bthat )(?<!\bthe )"
-    r"(?<!\bsome )(?<!\bany )(?<!\ba )(?<!\bsame )"
-    r"\b(?:you know|i mean|kind of|sort of|to be honest|honestly|actually|basically|literally|really|just|"
-    r"totally|pretty much)\b,?\s*",
-    re.IGNORECASE,
-)
-# Capitalised for grammar, not because they name something: the sentence module's list, plus the
-# interjections that open chat turns.
-_COMMON_CAPS = sentences.COMMON_CAPS | frozenset(
-    [
-        "Aw",
-        "Awesome",
-        "Cool",
-        "Glad",
-        "Great",
-        "Haha",
-        "Hey",
-        "Lol",
-        "Nice",
-        "Oh",
-        "Omg",
-        "Sounds",
-        "Thank",
-        "Wow",
-        "Yeah",
-    ]
-)
+FLAG_PREFIX = "[flagged:"
 
 
 @dataclass(frozen=True)
@@ -357,7 +68,7 @@ class Unit:
 def words(text: str) -> list[str]:
     """Content words of ``text``: lower case, stop words and one-letter words out, a plural -s off."""
     out = []
-    for w in _WORD.findall(text.lower()):
+    for w in WORD.findall(text.lower()):
         w = w.strip("'-")
         if w.endswith("'s"):
             w = w[:-2]
@@ -375,112 +86,15 @@ def compress(sentence: str) -> str:
     previous = None
     while previous != text:
         previous = text
-        text = _LEAD.sub("", text, count=1).lstrip(" ,!.-")
-    text = _HEDGE.sub("", text)
+        text = LEAD.sub("", text, count=1).lstrip(" ,!.-")
+    text = HEDGE.sub("", text)
     text = re.sub(r"\s{2,}", " ", text).strip()
     text = re.sub(r"\s*,\s*([.!?])", r"\1", text).strip(" ,")
-    if not words(text) and not _NUMBER.search(text):
+    if not words(text) and not NUMBER.search(text):
         return ""  # nothing of content left ("Thanks so much!" -> "Much!")
     if text and text[0].islower():
         text = text[0].upper() + text[1:]
     return text
-
-
-def _day(d: datetime) -> str:
-    return f"{d.day} {d:%B %Y}"
-
-
-def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
-    """Relative dates of ``text`` followed by the date they mean, from the turn's time ``at``
-    (seconds since the epoch, UTC); unchanged when ``at`` is unknown. ``compact``: the date
-    replaces the relative words ("yesterday" -> "on 7 May 2023", "last week" -> "week of 1 May
-    2023"), the form of a telegraphic summary line."""
-    if at is None or at <= 0:
-        return text
-    day = datetime.fromtimestamp(at, tz=UTC)
-
-    def month(d: datetime, delta: int) -> str:
-        m = d.month - 1 + delta
-        return f"{datetime(d.year + m // 12, m % 12 + 1, 1):%B %Y}"
-
-    def put(match: re.Match[str], date: str, short: str = "") -> str:
-        if not compact:
-            return f"{match.group(0)} ({date})"
-        if short or date.startswith("week of"):
-            return short or date  # "week of …", "weekend before …" read on their own
-        # "on 7 May 2023", "in 2022": unless a preposition already stands there ("about 2018").
-        before = match.string[: match.start()].split()[-1:]
-        if before and before[0].lower() in _PREPOSITIONS:
-            return date
-        return f"{'on' if date[0].isdigit() and ' ' in date else 'in'} {date}"
-
-    def ago(match: re.Match[str]) -> str:
-        n = int(match.group(1)) if match.group(1).isdigit() else _SMALL.get(match.group(1).lower(), 1)
-        unit = match.group(2).lower().rstrip("s")
-        if unit == "day":
-            return put(match, _day(day - timedelta(days=n)))
-        if unit == "week":
-            return put(match, f"week of {_day(day - timedelta(weeks=n))}")
-        if unit == "month":
-            return put(match, month(day, -n))
-        return put(match, str(day.year - n))
-
-    before = f"before {_day(day)}"
-    rules: list[tuple[str, Callable[[re.Match[str]], str]]] = [
-        (r"\byesterday\b", lambda m: put(m, _day(day - timedelta(days=1)))),
-        (r"\btomorrow\b", lambda m: put(m, _day(day + timedelta(days=1)))),
-        (r"\b(?:today|tonight|this morning|this afternoon|this evening)\b", lambda m: put(m, _day(day))),
-        (r"\blast weekend\b", lambda m: put(m, before, f"weekend {before}")),
-        (rf"(?<!the )\blast ({_WEEKDAY})\b", lambda m: put(m, _day(_last(day, m.group(1))))),
-        (r"\blast week\b", lambda m: put(m, f"week of {_day(day - timedelta(weeks=1))}")),
-        (r"\bnext week\b", lambda m: put(m, f"week of {_day(day + timedelta(weeks=1))}")),
-        (r"\blast month\b", lambda m: put(m, month(day, -1))),
-        (r"\bnext month\b", lambda m: put(m, month(day, 1))),
-        (r"\bthis month\b", lambda m: put(m, month(day, 0))),
-        (r"\blast year\b", lambda m: put(m, str(day.year - 1))),
-        (r"\bnext year\b", lambda m: put(m, str(day.year + 1))),
-        (r"\bthis year\b", lambda m: put(m, str(day.year))),
-        (r"\b(\d+|a|an|one|two|three|four|five|six|a few|few) (days?|weeks?|months?|years?) ago\b", ago),
-    ]
-    for pattern, replace in rules:
-        text = re.sub(pattern, replace, text, flags=re.IGNORECASE)
-    return text
-
-
-_PREPOSITIONS = frozenset(
-    [
-        "about",
-        "around",
-        "since",
-        "from",
-        "until",
-        "till",
-        "by",
-        "in",
-        "on",
-        "before",
-        "after",
-        "nearly",
-        "almost",
-        "over",
-        "roughly",
-        "approximately",
-        "of",
-        "for",
-        "than",
-    ]
-)
-_WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_WEEKDAY = r"(?:mon|tues?|wed(?:nes)?|thu(?:rs?)?|fri|sat(?:ur)?|sun)(?:day)?"
-
-
-def _last(day: datetime, name: str) -> datetime:
-    """The latest such weekday before ``day`` ("last Friday" said on a Friday: a week before)."""
-    back = (day.weekday() - _WEEKDAYS.index(name[:3].lower())) % 7 or 7
-    return day - timedelta(days=back)
-
-
-_SMALL = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "few": 3}
 
 
 # Speaker labels that name a message's role: "assistant: booked the flight" is how a summary line
@@ -521,7 +135,7 @@ def unit_of(
     if not telegraphic:
         return Unit(speaker, anchor(body, at))
     body = telegraph.condense(anchor(body, at, compact=True))
-    return Unit(speaker, body) if words(body) or _NUMBER.search(body) else None
+    return Unit(speaker, body) if words(body) or NUMBER.search(body) else None
 
 
 def previous_units(lines: Iterable[str], scan: Scan | None, shorten: Callable[[str], str] | None = None) -> list[Unit]:
@@ -555,8 +169,8 @@ def entities(body: str, speakers: frozenset[str]) -> list[str]:
     """Names in ``body`` that are not the speakers' own, nor their short forms ("Mel")."""
     return [
         w
-        for w in _ENTITY.findall(body)
-        if w not in _COMMON_CAPS
+        for w in ENTITY.findall(body)
+        if w not in COMMON_CAPS
         and not any(s.startswith(w.lower()) and len(w) >= 3 for s in speakers)
         and w.lower() not in speakers
     ]
@@ -568,9 +182,9 @@ def is_filler(unit: Unit, speakers: frozenset[str]) -> bool:
     if unit.flagged or unit.body.startswith(FLAG_PREFIX):
         return False
     content = {w for w in words(unit.body) if w not in speakers}
-    if len(content) < 2 and not _NUMBER.search(unit.body):
+    if len(content) < 2 and not NUMBER.search(unit.body):
         return True
-    return bool(_PLEASANTRY.match(unit.body)) and not entities(unit.body, speakers) and not _NUMBER.search(unit.body)
+    return bool(PLEASANTRY.match(unit.body)) and not entities(unit.body, speakers) and not NUMBER.search(unit.body)
 
 
 def salient(unit: Unit, speakers: frozenset[str]) -> bool:
@@ -579,7 +193,7 @@ def salient(unit: Unit, speakers: frozenset[str]) -> bool:
     if is_filler(unit, speakers) or unit.flagged:
         return False
     body = unit.body
-    return bool(entities(body, speakers) or _NUMBER.search(body) or _DATE.search(body) or _PREFERENCE.search(body))
+    return bool(entities(body, speakers) or NUMBER.search(body) or DATE.search(body) or PREFERENCE.search(body))
 
 
 def retention(
@@ -645,7 +259,7 @@ class Coverage:
             for name in entities(body, speakers):
                 special.update(words(name))
             special.update(w for w in words(body) if any(c.isdigit() for c in w))
-            self.bonus.append(1.0 if _PREFERENCE.search(body) else 0.0)
+            self.bonus.append(1.0 if PREFERENCE.search(body) else 0.0)
             self.factor.append(0.35 if body.rstrip().endswith("?") else ATTACHMENT if aging.attachment(body) else 1.0)
             self.fixed.append(0.0)
         frequency = Counter(w for ws in self.words for w in ws)

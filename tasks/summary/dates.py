@@ -1,0 +1,109 @@
+"""Anchoring relative dates to a turn's time: "yesterday" becomes "yesterday (7 May 2023)", or in
+note style just "on 7 May 2023"."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+
+def _day(d: datetime) -> str:
+    return f"{d.day} {d:%B %Y}"
+
+
+def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
+    """Relative dates of ``text`` followed by the date they mean, from the turn's time ``at``
+    (seconds since the epoch, UTC); unchanged when ``at`` is unknown. ``compact``: the date
+    replaces the relative words ("yesterday" -> "on 7 May 2023", "last week" -> "week of 1 May
+    2023"), the form of a telegraphic summary line."""
+    if at is None or at <= 0:
+        return text
+    day = datetime.fromtimestamp(at, tz=UTC)
+
+    def month(d: datetime, delta: int) -> str:
+        m = d.month - 1 + delta
+        return f"{datetime(d.year + m // 12, m % 12 + 1, 1):%B %Y}"
+
+    def put(match: re.Match[str], date: str, short: str = "") -> str:
+        if not compact:
+            return f"{match.group(0)} ({date})"
+        if short or date.startswith("week of"):
+            return short or date  # "week of …", "weekend before …" read on their own
+        # "on 7 May 2023", "in 2022": unless a preposition already stands there ("about 2018").
+        before = match.string[: match.start()].split()[-1:]
+        if before and before[0].lower() in _PREPOSITIONS:
+            return date
+        return f"{'on' if date[0].isdigit() and ' ' in date else 'in'} {date}"
+
+    def ago(match: re.Match[str]) -> str:
+        n = int(match.group(1)) if match.group(1).isdigit() else _SMALL.get(match.group(1).lower(), 1)
+        unit = match.group(2).lower().rstrip("s")
+        if unit == "day":
+            return put(match, _day(day - timedelta(days=n)))
+        if unit == "week":
+            return put(match, f"week of {_day(day - timedelta(weeks=n))}")
+        if unit == "month":
+            return put(match, month(day, -n))
+        return put(match, str(day.year - n))
+
+    before = f"before {_day(day)}"
+    rules: list[tuple[str, Callable[[re.Match[str]], str]]] = [
+        (r"\byesterday\b", lambda m: put(m, _day(day - timedelta(days=1)))),
+        (r"\btomorrow\b", lambda m: put(m, _day(day + timedelta(days=1)))),
+        (r"\b(?:today|tonight|this morning|this afternoon|this evening)\b", lambda m: put(m, _day(day))),
+        (r"\blast weekend\b", lambda m: put(m, before, f"weekend {before}")),
+        (rf"(?<!the )\blast ({_WEEKDAY})\b", lambda m: put(m, _day(_last(day, m.group(1))))),
+        (r"\blast week\b", lambda m: put(m, f"week of {_day(day - timedelta(weeks=1))}")),
+        (r"\bnext week\b", lambda m: put(m, f"week of {_day(day + timedelta(weeks=1))}")),
+        (r"\blast month\b", lambda m: put(m, month(day, -1))),
+        (r"\bnext month\b", lambda m: put(m, month(day, 1))),
+        (r"\bthis month\b", lambda m: put(m, month(day, 0))),
+        (r"\blast year\b", lambda m: put(m, str(day.year - 1))),
+        (r"\bnext year\b", lambda m: put(m, str(day.year + 1))),
+        (r"\bthis year\b", lambda m: put(m, str(day.year))),
+        (r"\b(\d+|a|an|one|two|three|four|five|six|a few|few) (days?|weeks?|months?|years?) ago\b", ago),
+    ]
+    for pattern, replace in rules:
+        text = re.sub(pattern, replace, text, flags=re.IGNORECASE)
+    return text
+
+
+_PREPOSITIONS = frozenset(
+    [
+        "about",
+        "around",
+        "since",
+        "from",
+        "until",
+        "till",
+        "by",
+        "in",
+        "on",
+        "before",
+        "after",
+        "nearly",
+        "almost",
+        "over",
+        "roughly",
+        "approximately",
+        "of",
+        "for",
+        "than",
+    ]
+)
+
+
+_WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+_WEEKDAY = r"(?:mon|tues?|wed(?:nes)?|thu(?:rs?)?|fri|sat(?:ur)?|sun)(?:day)?"
+
+
+def _last(day: datetime, name: str) -> datetime:
+    """The latest such weekday before ``day`` ("last Friday" said on a Friday: a week before)."""
+    back = (day.weekday() - _WEEKDAYS.index(name[:3].lower())) % 7 or 7
+    return day - timedelta(days=back)
+
+
+_SMALL = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3, "few": 3}
