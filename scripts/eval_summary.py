@@ -22,7 +22,7 @@ evicted by then:
 * **filler**: the share of the summary's tokens in lines with fewer than two content words once
   small talk (greetings, reactions, thanks) is also left out.
 
-``--summarizer old`` is the earlier centrality summariser (``vcm.tasks.summary.recursive.by_centrality``),
+``--summarizer old`` is the earlier centrality summariser (``vcm.tasks.summary.centrality.by_centrality``),
 ``new`` the fact-keeping default (``vcm.tasks.summary.recursive.extractive``). ``--embed hash`` replaces
 the embedding model (used for the drift cosine, and by the old summariser to pick sentences) by a
 hashed bag of words: no model to load, for ``--quick`` and tests. ``--quick``: the first
@@ -54,6 +54,7 @@ from vcm.settings import load_settings
 from vcm.store import open_store
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps, Summarizer
+from vcm.tasks.summary import centrality
 from vcm.tasks.summary import recursive as summarize
 from vcm.tasks.summary.selection import Vectors
 
@@ -411,7 +412,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     samples = json.loads(Path(args.data).read_text(encoding="utf-8"))
     if args.limit:
         samples = samples[: args.limit]
-    summarizer: Summarizer = summarize.by_centrality if args.summarizer == "old" else summarize.extractive
+    summarizer: Summarizer = centrality.by_centrality if args.summarizer == "old" else summarize.extractive
     conversations: dict[str, Any] = {}
     started = time.perf_counter()
     for sample in samples:

@@ -18,7 +18,7 @@ from vcm.tasks.facts.extraction import Candidate
 from vcm.tasks.faults import NO_FAULTS, Faults
 from vcm.tasks.ingest.jobs import Ingest
 from vcm.tasks.recall.vectors import Vectorizer
-from vcm.tasks.summary.recursive import Draft, Embed, Params, Request
+from vcm.tasks.summary.request import Draft, Embed, Params, Request
 from vcm.tasks.summary.units import Scan
 from vcm.types import Message
 

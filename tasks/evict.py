@@ -37,7 +37,7 @@ from vcm.tasks.deps import Deps
 from vcm.tasks.facts import extraction as fact_extraction
 from vcm.tasks.spool import backfill_vectors
 from vcm.tasks.summary import drift
-from vcm.tasks.summary.recursive import Draft, Embed, Params, Request, Turn
+from vcm.tasks.summary.request import Draft, Embed, Params, Request, Turn
 from vcm.tasks.summary.selection import Vectors
 from vcm.types import Message
 

@@ -7,7 +7,7 @@ which stays close to the source's own sentences. Nothing here raises: a timeout,
 or an answer that is not the expected JSON all end in the extractive summary, so eviction never
 waits on, or fails because of, a model server.
 
-Safety: the model reads the batch as fact units (:func:`vcm.tasks.summary.recursive.units`), in which every
+Safety: the model reads the batch as fact units (:func:`vcm.tasks.summary.recursive.units_of`), in which every
 sentence the poisoning filter flags is already a marked quote, and its answer is scanned again
 sentence by sentence (a flagged one is replaced by its marked report), so nothing that reads like an
 instruction reaches the summary bare.
@@ -23,16 +23,9 @@ import httpx
 
 from vcm.settings.memory import SummarizerSettings
 from vcm.tasks.summary import drift, units
-from vcm.tasks.summary.recursive import (
-    Draft,
-    Params,
-    Request,
-    candidates,
-    extractive,
-    room_for,
-    sentence_lines,
-    units_of,
-)
+from vcm.tasks.summary.centrality import candidates
+from vcm.tasks.summary.recursive import extractive, room_for, sentence_lines, units_of
+from vcm.tasks.summary.request import Draft, Params, Request
 
 log = logging.getLogger(__name__)
 

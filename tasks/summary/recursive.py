@@ -47,269 +47,25 @@ most ``max_candidates`` sentences are embedded: a larger batch is first thinned 
 the lexically most central and salient sentence of each of that many stretches of the
 conversation, which keeps the whole time line represented. Drift is then measured against these
 candidates (see :mod:`vcm.tasks.summary.drift`).
+
+The request and draft types are in :mod:`vcm.tasks.summary.request`, the centrality summariser
+in :mod:`vcm.tasks.summary.centrality`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
 import numpy as np
-import numpy.typing as npt
 
 from vcm import poisoning
-from vcm.settings.memory import DriftSettings, SummarizerSettings
 from vcm.tasks.summary import aging, drift, sentences, telegraph, units
+from vcm.tasks.summary.request import Draft, Params, Request, empty_draft
 from vcm.tasks.summary.selection import (
-    Vectors,
-    centrality,
-    centroid,
-    lexical_centrality,
-    mmr_select,
     stratified_pick,
 )
-from vcm.types import Message
-
-Embed = Callable[[Sequence[str]], Vectors]
-Count = Callable[[str], int]
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One evicted message as the summariser sees it."""
-
-    speaker: str
-    text: str
-    at: float | None = None  # when it was said (seconds since the epoch): anchors "yesterday"
-
-    @classmethod
-    def of(cls, message: Message) -> Turn | None:
-        """vcm's own memory-pressure notices are not part of the conversation; they are skipped."""
-        if message.kind != "message":
-            return None
-        return cls(message.name or message.role, message.content, message.created_at or None)
-
-
-@dataclass(frozen=True)
-class Params:
-    mmr_lambda: float = 0.7
-    previous_share: float = 0.4
-    salience_boost: float = 0.25
-    max_sentence_chars: int = 400
-    max_candidates: int = 48
-    attempt: int = 0  # 1 for the re-summarisation after drift
-    # Below this share of the batch's salient units retained, the summary is redone (then alarmed).
-    retention_threshold: float = 0.5
-
-    @classmethod
-    def of(cls, settings: SummarizerSettings) -> Params:
-        return cls(
-            settings.mmr_lambda,
-            settings.previous_share,
-            settings.salience_boost,
-            settings.max_sentence_chars,
-            settings.max_candidates,
-        )
-
-    def stronger(self, settings: DriftSettings) -> Params:
-        """The retry setting after drift: more of the batch, less diversity."""
-        return replace(
-            self,
-            mmr_lambda=max(self.mmr_lambda, settings.retry_mmr_lambda),
-            previous_share=min(self.previous_share, settings.retry_previous_share),
-            attempt=self.attempt + 1,
-        )
-
-
-@dataclass(frozen=True)
-class Request:
-    previous: str  # the previous summary text ("" before the first eviction)
-    turns: Sequence[Turn]
-    cap: int  # tokens the summary may take, as ``count`` counts it
-    count: Count  # tokens of a summary text as the main context will hold it
-    embed: Embed  # unit-length sentence embeddings, one row per text
-    # Names of the poisoning patterns a text matches (None: vcm's default patterns).
-    scan: units.Scan | None = None
-
-
-@dataclass(frozen=True)
-class Draft:
-    text: str
-    tokens: int
-    score: float  # drift similarity to the source (see vcm.tasks.summary.drift)
-    method: str  # "extractive" | "llm" | "centrality" | "empty"
-    lines: int
-    salient: int = 0  # salient units of the batch (see vcm.tasks.summary.units.salient)
-    retained: int = 0  # of those, kept or represented in the summary
-    flagged: int = 0  # sentences the poisoning filter flagged (kept only as marked quotes)
-    room: int = 0  # how many of the salient units the cap could hold at most (0: not known)
-
-    @property
-    def retention(self) -> float:
-        """The loss score: share of the batch's salient units retained, out of as many as the cap
-        could hold (a 600-token cap cannot hold 80 facts; losing what it could hold is the loss).
-        1.0 when the batch has none."""
-        if not self.salient:
-            return 1.0
-        reachable = min(self.salient, self.room) if self.room > 0 else self.salient
-        return min(1.0, self.retained / reachable)
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """The source of a summary: previous lines then batch sentences, with their embeddings."""
-
-    texts: list[str]
-    from_previous: int  # the first this many texts are previous-summary lines
-    vectors: Vectors
-    # How many source sentences each row stands for: the batch and the previous summary are
-    # thinned separately, so each keeps its true share of the source's centroid.
-    weights: npt.NDArray[np.float64]
-
-    @property
-    def reference(self) -> npt.NDArray[np.float64]:
-        """The source's mean direction."""
-        return centroid(self.vectors, self.weights)
-
-    @property
-    def previous_rows(self) -> list[int]:
-        return list(range(self.from_previous))
-
-    @property
-    def batch_rows(self) -> list[int]:
-        return list(range(self.from_previous, len(self.texts)))
-
-
-def candidates(request: Request, params: Params) -> Candidates:
-    previous = _dedupe(sentences.split(request.previous, params.max_sentence_chars + 64), set())
-    seen = set(previous)
-    batch: list[str] = []
-    for turn in request.turns:
-        for sentence in sentences.split(turn.text, params.max_sentence_chars):
-            batch.append(f"{turn.speaker}: {sentence}")
-    batch = _dedupe(batch, seen)
-    # Bound the embedding work (its cost grows with the batch): previous lines get their share of
-    # the slots, the batch the rest, and either takes what the other leaves unused.
-    limit = params.max_candidates
-    previous_take = min(len(previous), max(round(limit * params.previous_share), limit - len(batch)))
-    kept_previous = _prefilter(previous, previous_take, params)
-    kept_batch = _prefilter(batch, limit - len(kept_previous), params)
-    texts = kept_previous + kept_batch
-    weights = np.array(_stand_for(previous, kept_previous) + _stand_for(batch, kept_batch), dtype=np.float64)
-    vectors = request.embed(texts) if texts else np.zeros((0, 0), dtype=np.float32)
-    return Candidates(texts, len(kept_previous), vectors, weights)
-
-
-def _stand_for(every: list[str], kept: list[str]) -> list[float]:
-    return [len(every) / len(kept)] * len(kept) if kept else []
-
-
-def _prefilter(texts: list[str], limit: int, params: Params) -> list[str]:
-    if len(texts) <= limit:
-        return texts
-    scores = weigh(lexical_centrality(texts), texts, params)
-    return [texts[i] for i in stratified_pick(scores, limit)]
-
-
-def weigh(centrality_scores: npt.NDArray[np.float64], texts: Sequence[str], params: Params) -> npt.NDArray[np.float64]:
-    """Relevance of candidate lines ("speaker: sentence"): centrality plus the salience bonus,
-    scaled by how much content the sentence has (a quarter of the score for pure filler)."""
-    speakers = _speakers(texts)
-    bodies = [_body(t) for t in texts]
-    bonus = np.array([sentences.salience(b, speakers) for b in bodies], dtype=np.float64)
-    content = np.array([sentences.substance(b) for b in bodies], dtype=np.float64)
-    return (centrality_scores + params.salience_boost * bonus) * (0.25 + 0.75 * content)
-
-
-def _dedupe(texts: list[str], seen: set[str]) -> list[str]:
-    out = []
-    for t in texts:
-        if t not in seen:
-            seen.add(t)
-            out.append(t)
-    return out
-
-
-def by_centrality(request: Request, params: Params, source: Candidates | None = None) -> Draft:
-    """The earlier extractive summary of ``request``: whole sentences by embedding centrality
-    (pass ``source`` to reuse computed embeddings). Kept for comparison."""
-    source = source if source is not None else candidates(request, params)
-    if not source.texts:
-        return _empty(request)
-    base = request.count("")
-    available = request.cap - base
-    if available <= 0:
-        return _empty(request)
-    costs = [max(1, request.count(t) - base + 1) for t in source.texts]  # +1: the line break
-    relevance = weigh(centrality(source.vectors, source.reference), source.texts, params)
-
-    # Filler never enters a summary, however cheap; it still counts in the centroid above.
-    speakers = _speakers(source.texts)
-    worth = [i for i in range(len(source.texts)) if _has_content(source.texts[i], speakers)]
-    if not worth:  # nothing but pleasantries: an empty summary has not drifted from anything
-        return replace(_empty(request), score=1.0)
-    previous_rows = [i for i in worth if i < source.from_previous]
-    batch_rows = [i for i in worth if i >= source.from_previous]
-    picked: list[int] = []
-    if previous_rows:
-        share = int(available * params.previous_share)
-        picked += mmr_select(relevance, source.vectors, costs, share, params.mmr_lambda, candidates=previous_rows)
-    spent = sum(costs[i] for i in picked)
-    picked += mmr_select(
-        relevance,
-        source.vectors,
-        costs,
-        available - spent,
-        params.mmr_lambda,
-        candidates=batch_rows,
-        chosen=picked,
-    )
-    spent = sum(costs[i] for i in picked)
-    picked += mmr_select(
-        relevance,
-        source.vectors,
-        costs,
-        available - spent,
-        params.mmr_lambda,
-        candidates=worth,
-        chosen=picked,
-    )
-    return _draft(request, source, picked, "centrality")
-
-
-def _has_content(line: str, speakers: frozenset[str]) -> bool:
-    """At least two content words, or a name (not a speaker's), number or identifier."""
-    body = _body(line)
-    return sentences.substance(body) >= 0.25 or sentences.salience(body, speakers) > 0
-
-
-def _speakers(lines: Sequence[str]) -> frozenset[str]:
-    return frozenset(t.split(": ", 1)[0].lower() for t in lines if ": " in t)
-
-
-def _body(line: str) -> str:
-    return line.split(": ", 1)[1] if ": " in line else line
-
-
-def _draft(request: Request, source: Candidates, picked: list[int], method: str) -> Draft:
-    """Lines in source order; drop the last-picked while the (non-additive) recount is over cap."""
-    kept = list(picked)
-    while True:
-        rows = sorted(kept)
-        text = "\n".join(source.texts[i] for i in rows)
-        tokens = request.count(text)
-        if tokens <= request.cap or not kept:
-            break
-        kept.pop()
-    if not kept:
-        return _empty(request)
-    score = drift.similarity(source.vectors[rows], source.vectors, source.weights)
-    return Draft(text, tokens, score, method, len(rows))
-
-
-def _empty(request: Request) -> Draft:
-    return Draft("", request.count(""), 0.0 if request.turns or request.previous else 1.0, "empty", 0)
 
 
 def fit_text(text: str, request: Request, params: Params) -> list[str]:
@@ -457,9 +213,9 @@ def extractive(request: Request, params: Params) -> Draft:
     """
     source = units_of(request, params)
     if not (source.previous or source.batch):  # nothing but pleasantries: nothing to drift from
-        return replace(_empty(request), score=1.0)
+        return replace(empty_draft(request), score=1.0)
     if request.cap - request.count("") <= 0:
-        return _empty(request)
+        return empty_draft(request)
     if params.attempt == 0:
         return _select(request, params, source, 0.0)
     for floor in _BATCH_FLOORS:
@@ -553,7 +309,7 @@ def _fact_draft(request: Request, params: Params, source: Units, pool: list[unit
             break
         kept.pop()
     if not kept:
-        return replace(_empty(request), score=0.0 if picked else 1.0)
+        return replace(empty_draft(request), score=0.0 if picked else 1.0)
     lines = [pool[i].line for i in sorted(kept)]
     salient, retained = units.retention(source.batch, lines, source.speakers)
     room = room_for(request, source)

@@ -6,7 +6,8 @@ import pytest
 
 from tests.tasks.coldpath import word_embed
 from vcm.tasks.summary import aging, units
-from vcm.tasks.summary.recursive import Params, Request, Turn, default_scan, extractive, units_of
+from vcm.tasks.summary.recursive import default_scan, extractive, units_of
+from vcm.tasks.summary.request import Params, Request, Turn
 
 
 def count(text: str) -> int:

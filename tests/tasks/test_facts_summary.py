@@ -16,7 +16,8 @@ from vcm.hotpath import render
 from vcm.hotpath.context import assemble
 from vcm.tasks import evict
 from vcm.tasks.summary import aging, drift, sentences, telegraph, units
-from vcm.tasks.summary.recursive import Draft, Params, Request, Turn, default_scan, extractive, sentence_lines
+from vcm.tasks.summary.recursive import default_scan, extractive, sentence_lines
+from vcm.tasks.summary.request import Draft, Params, Request, Turn
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = LOCOMO_DEV

@@ -15,7 +15,8 @@ import pytest
 from tests.tasks.coldpath import line, word_embed
 from vcm.settings.memory import DriftSettings
 from vcm.tasks.summary.llm import LlmSummarizer
-from vcm.tasks.summary.recursive import Draft, Params, Request, Turn, extractive
+from vcm.tasks.summary.recursive import extractive
+from vcm.tasks.summary.request import Draft, Params, Request, Turn
 
 
 class Handler(BaseHTTPRequestHandler):

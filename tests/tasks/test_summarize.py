@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from tests.tasks.coldpath import line, word_embed
 from vcm.settings.memory import DriftSettings
 from vcm.tasks.summary import sentences
-from vcm.tasks.summary.recursive import Params, Request, Turn, candidates, fit_text
-from vcm.tasks.summary.recursive import by_centrality as extractive
+from vcm.tasks.summary.centrality import by_centrality as extractive
+from vcm.tasks.summary.centrality import candidates
+from vcm.tasks.summary.recursive import fit_text
+from vcm.tasks.summary.request import Params, Request, Turn
 from vcm.tasks.summary.selection import Vectors
 from vcm.types import Message
 
