@@ -9,7 +9,7 @@ model window) and pools the chunks from its token outputs. Two phases, each time
 
 * ``embed``  - plan (tokenise, chunk, window) and embed every document, ``ingest.batch_documents``
   documents per model batch, as ingestion does; no store;
-* ``ingest`` - :func:`vcm.tasks.ingest.documents.ingest_paths` end to end, corpus files into a fresh embedded
+* ``ingest`` - :func:`vcm.tasks.ingest.files.ingest_paths` end to end, corpus files into a fresh embedded
   store (SQLite + indexes) per repetition.
 
 The corpus is every LoCoMo session as one document (``--data``) or, with ``--synthetic N``,
@@ -39,7 +39,7 @@ import torch
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.tasks.embedding import Embedder, get_embedder
-from vcm.tasks.ingest.documents import BatchReport, ingest_paths
+from vcm.tasks.ingest.files import BatchReport, ingest_paths
 from vcm.tasks.ingest.late_chunking import MODES, DocumentPlan, LateChunker, Mode
 from vcm.tasks.recall.evaluation import load_locomo
 

@@ -14,17 +14,9 @@ from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.store.port import MemoryStore
 from vcm.tasks.embedding import Embedder, get_embedder
-from vcm.tasks.ingest.documents import (
-    COMPLIANCE_EVENT,
-    DocumentIngester,
-    PathOutcome,
-    decode_document,
-    discover,
-    document_id,
-    ingest_document,
-    ingest_paths,
-    json_text,
-)
+from vcm.tasks.ingest.checks import decode_document, document_id, json_text
+from vcm.tasks.ingest.documents import COMPLIANCE_EVENT, DocumentIngester, ingest_document
+from vcm.tasks.ingest.files import PathOutcome, discover, ingest_paths
 
 AGENT = "agent-1"
 PAGE = "Larry Page grew up in Michigan and studied computer science at Stanford. He founded it in 1998."
