@@ -33,6 +33,7 @@ def _service(worker: Worker) -> MemoryService:
     """Its spools and evictions are published by a background thread (:class:`BackgroundDispatcher`),
     so no caller waits for the broker. The cold path's own follow-ups keep the synchronous
     dispatcher of its dependencies."""
+    from vcm.workers.bulk import LocalBulkJobs
     from vcm.workers.dispatch import BackgroundDispatcher
 
     deps = runtime.deps()
@@ -45,6 +46,7 @@ def _service(worker: Worker) -> MemoryService:
         # cold path's batches in the embedding process.
         embed=deps.embed.local() if isinstance(deps.embed, runtime.LazyEmbed) else deps.embed,
         recall_version=(lambda: vectorizer.version) if vectorizer is not None else None,
+        bulk=LocalBulkJobs(worker.settings, deps),
     )
     # The store is the source of truth: agents whose hot state is missing (embedded mode after a
     # restart, a flushed Redis) are rebuilt before the first request (others rebuild on demand).

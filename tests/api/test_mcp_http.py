@@ -36,7 +36,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def mcp_url(service: MemoryService, settings: Settings) -> Any:
-    authority = TokenAuthority(service.redis, admin_digest(settings), rebuild=service.rebuild)
+    authority = TokenAuthority(service.hot.tokens, admin_digest(settings), rebuild=service.rebuild)
     with LiveServer(http_app(service, ToolExecutor(service), authority), lifespan="on") as live:
         yield f"{live.url}/mcp"
 
@@ -248,7 +248,7 @@ def test_a_stdio_session_serves_the_agent_of_its_token(client: TestClient, servi
                                                        settings: Settings) -> None:  # fmt: skip
     alice = token_of(new_agent(client, "alice"))
     new_agent(client, "bob")
-    authority = TokenAuthority(service.redis, admin_digest(settings), rebuild=service.rebuild)
+    authority = TokenAuthority(service.hot.tokens, admin_digest(settings), rebuild=service.rebuild)
     assert session_for(authority, service, alice) == Session("alice", "mcp:agent:alice")
     assert session_for(authority, service, alice, "alice") == Session("alice", "mcp:agent:alice")
     assert session_for(authority, service, ADMIN_TOKEN, "bob") == Session("bob", "mcp:admin")

@@ -176,10 +176,10 @@ class Interleaved(HeartbeatGovernor):
 
 def test_a_lost_race_is_decided_again_on_the_fresh_state(h: Harness) -> None:
     settings = h.service.settings.heartbeat
-    other = HeartbeatGovernor(h.hot.redis, settings, clock=h.clock)
+    other = HeartbeatGovernor(h.hot.heartbeats, settings, clock=h.clock)
     for _ in range(2):
         assert other.decide("a1", requested=True, free_tokens=10_000)[0].run
-    racer = Interleaved(h.hot.redis, settings, clock=h.clock, other=other)
+    racer = Interleaved(h.hot.heartbeats, settings, clock=h.clock, other=other)
     outcome, end = racer.decide("a1", requested=True, free_tokens=10_000)
     # On the state it first read this was the 3rd request in a second; the other call took that slot.
     assert racer.reads == 2

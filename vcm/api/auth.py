@@ -23,14 +23,14 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import redis
 from pydantic import SecretStr
 
 from vcm import validation
 from vcm.errors import ConfigError, NotFound, Unauthorized
-from vcm.hotpath import keys, lua
+from vcm.hotpath.credentials import AgentTokens
 from vcm.obs import audit
 from vcm.settings import Settings
 
@@ -138,16 +138,30 @@ class Caller:
     token_sha256: str | None
 
 
-@dataclass
 class TokenAuthority:
-    """Issues agent tokens and turns an ``Authorization`` header into a :class:`Principal`."""
+    """Issues agent tokens and turns an ``Authorization`` header into a :class:`Principal`.
 
-    redis: redis.Redis
-    admin_sha256: str = field(repr=False)
-    # Rebuilds an agent's lost hot state from the store (vcm.durable); True when it did.
-    rebuild: Callable[[str], bool] | None = field(default=None, repr=False)
-    # Told of every token change, so the store keeps the hash a rebuild restores.
-    on_change: Callable[[str, str], None] | None = field(default=None, repr=False)
+    The digests live in the hot state (:class:`vcm.hotpath.credentials.AgentTokens`,
+    ``service.hot.tokens``); a Redis client is accepted too and wrapped, for callers that hold one
+    (a cluster test, the app until its routes pass the hot state's)."""
+
+    def __init__(
+        self,
+        tokens: AgentTokens | redis.Redis,
+        admin_sha256: str,
+        *,
+        rebuild: Callable[[str], bool] | None = None,
+        on_change: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.tokens = tokens if isinstance(tokens, AgentTokens) else AgentTokens(tokens)
+        self.admin_sha256 = admin_sha256
+        # Rebuilds an agent's lost hot state from the store (vcm.durable); True when it did.
+        self.rebuild = rebuild
+        # Told of every token change, so the store keeps the hash a rebuild restores.
+        self.on_change = on_change
+
+    def __repr__(self) -> str:  # never the admin digest
+        return f"TokenAuthority(tokens={self.tokens!r})"
 
     def issue(self, agent_id: str, *, replace: bool) -> str | None:
         """A new token for the agent; None when it has one and ``replace`` is false.
@@ -155,30 +169,27 @@ class TokenAuthority:
         Without ``replace`` the write is SET NX, so two racing creations cannot both get a token.
         """
         token = _agent_token(agent_id)
-        stored = self.redis.set(keys.key(agent_id, keys.TOKEN), digest(token), nx=not replace)
+        stored = self.tokens.put(agent_id, digest(token), only_if_absent=not replace)
         if stored and self.on_change is not None:
             self.on_change(agent_id, digest(token))
         return token if stored else None
 
     def current_digest(self, agent_id: str) -> str | None:
-        value = self.redis.get(keys.key(agent_id, keys.TOKEN))
-        return value.decode("ascii") if isinstance(value, bytes) else value
+        return self.tokens.get(agent_id)
 
     def install(self, agent_id: str, token: str, *, if_digest: str | None = None) -> bool:
         """Make ``token`` the agent's token; with ``if_digest``, only if that is still the current
         token's digest (a retried rotation must not undo a later one)."""
-        key = keys.key(agent_id, keys.TOKEN)
         if if_digest is None:
-            self.redis.set(key, digest(token))
-            installed = True
+            installed = self.tokens.put(agent_id, digest(token))
         else:
-            installed = bool(self.redis.eval(lua.SET_IF_EQUAL, 1, key, if_digest, digest(token)))
+            installed = self.tokens.replace_if(agent_id, if_digest, digest(token))
         if installed and self.on_change is not None:
             self.on_change(agent_id, digest(token))
         return installed
 
     def has_token(self, agent_id: str) -> bool:
-        return bool(self.redis.exists(keys.key(agent_id, keys.TOKEN)))
+        return self.tokens.exists(agent_id)
 
     def claim(self, authorization: str | None, agent_id: str) -> Caller | None:
         """The caller of a route of ``agent_id`` whose own Redis call checks the token, read with
@@ -202,13 +213,11 @@ class TokenAuthority:
         agent_id = agent_of(token)
         if agent_id is None:
             raise Unauthorized("invalid bearer token")
-        stored = self.redis.get(keys.key(agent_id, keys.TOKEN))
+        stored = self.tokens.get(agent_id)
         if stored is None and self.rebuild is not None and self.rebuild(agent_id):
             # The hot state was lost (restart, flushed Redis) and has just been rebuilt from the
             # store, which keeps the token's hash.
-            stored = self.redis.get(keys.key(agent_id, keys.TOKEN))
-        if isinstance(stored, bytes):
-            stored = stored.decode("ascii", "replace")
+            stored = self.tokens.get(agent_id)
         expected = stored if isinstance(stored, str) and len(stored) == len(_NO_DIGEST) else _NO_DIGEST
         if not hmac.compare_digest(presented, expected):
             raise Unauthorized("invalid bearer token")

@@ -73,7 +73,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
             info = service.create_agent(args.agent, model=args.model, system_prompt=args.system, actor="cli")
             # The token `vcm serve` will accept for this agent (its hash is kept in the store).
-            authority = TokenAuthority(service.redis, "", on_change=service.durable.token_changed)
+            authority = TokenAuthority(service.hot.tokens, "", on_change=service.durable.token_changed)
             token = authority.issue(args.agent, replace=False)
             _print({"agent_id": info.agent_id, "model": info.model, "window": info.window, "token": token})
         elif args.action == "delete":

@@ -115,7 +115,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     # any process it starts) prints to stderr.
     with reserved_stdio() if stdio else nullcontext((0, 1)) as wire, running_service(settings) as service:
         authority = TokenAuthority(
-            service.redis, admin_digest(settings), rebuild=service.rebuild, on_change=service.durable.token_changed
+            service.hot.tokens, admin_digest(settings), rebuild=service.rebuild, on_change=service.durable.token_changed
         )
         executor = ToolExecutor(service)
         if stdio:
@@ -145,31 +145,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from vcm.tasks.embedding import get_embedder
-    from vcm.tasks.ingest.documents import ingest_paths
-
-    settings = get_settings()
     with _service(args) as service:
-        service.agent(args.agent)
-        embedder = get_embedder(settings.embedding)
         started = time.monotonic()
 
-        def progress(outcome: Any, done: int, total: int) -> None:
+        def progress(path: str, done: int, total: int) -> None:
             width = 30
             filled = round(width * done / total) if total else width
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {str(outcome.path)[-40:]:<40}")
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {path[-40:]:<40}")
             sys.stderr.flush()
 
-        report = ingest_paths(
-            service.store,
-            embedder,
-            args.agent,
-            args.paths,
-            root=args.root,
-            settings=settings,
-            mode="naive" if args.naive else None,
-            progress=progress,
-        )
+        report = service.ingest_paths(args.agent, args.paths, root=args.root, naive=args.naive, progress=progress)
         sys.stderr.write("\n")
     summary = report.to_dict()
     summary["seconds"] = round(time.monotonic() - started, 2)
@@ -425,19 +410,13 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     """Embed stored messages that lack a vector of the configured model's version (after a model
     change, or embeddings that failed), here in this process; workers take the same job as the
     task ``tasks.reembed_messages`` (ingest queue)."""
-    from vcm.tasks.recall.reembed import reembed_agent
-    from vcm.workers import runtime
-
-    deps = runtime.deps()
-    if deps.vectorizer is None:
-        raise ValidationError("[recall] vectors is off: there is nothing to embed", field="recall.vectors")
-    agents = args.agent or deps.hot.agents()
-    if not agents:
-        print("no agents in the hot state; name them with --agent", file=sys.stderr)
-        return 1
-    for agent_id in agents:
-        outcome = reembed_agent(deps.store, agent_id, deps.vectorizer, page=args.page)
-        print(json.dumps(outcome.as_dict()))
+    with _service(args) as service:
+        agents = args.agent or service.agents()
+        if not agents:
+            print("no agents known; name them with --agent", file=sys.stderr)
+            return 1
+        for agent_id in agents:
+            print(json.dumps(service.reembed(agent_id, page=args.page).as_dict()))
     return 0
 
 

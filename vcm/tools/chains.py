@@ -1,11 +1,11 @@
 """Heartbeat chains in Redis: the pure governor (:mod:`vcm.tools.heartbeat`) plus atomic storage.
 
 Each agent's :class:`~vcm.tools.heartbeat.ChainState` lives in one hash (``keys.HEARTBEAT``) with
-a version. :meth:`HeartbeatGovernor.decide` reads state and version, runs the pure
-``heartbeat.decide`` and writes the new state with a compare-and-set script
-(``lua.HEARTBEAT_CAS``). If another call for the same agent wrote in between, nothing is written
-and the decision is taken again on the fresh state, so two concurrent requests can never both
-pass the rate limit or both take the same depth.
+a version, behind the hot state's named operations (:class:`vcm.hotpath.heartbeats.HeartbeatStore`).
+:meth:`HeartbeatGovernor.decide` reads state and version, runs the pure ``heartbeat.decide`` and
+writes the new state by compare-and-set (``lua.HEARTBEAT_CAS``). If another call for the same
+agent wrote in between, nothing is written and the decision is taken again on the fresh state, so
+two concurrent requests can never both pass the rate limit or both take the same depth.
 
 The governor only keeps state; the caller records chain ends (``heartbeat_end`` events), because
 it knows who asked (see ``vcm.tools.executor.ToolExecutor.govern``).
@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-from vcm.hotpath import keys, lua
+from vcm.hotpath.heartbeats import HeartbeatStore
 from vcm.obs import metrics
 from vcm.settings.context import HeartbeatSettings
 from vcm.tools.heartbeat import ChainState, EndReason, HeartbeatDecision, decide
@@ -142,21 +142,22 @@ class HeartbeatGovernor:
 
     def __init__(
         self,
-        client: redis.Redis,
+        chains: HeartbeatStore | redis.Redis,
         settings: HeartbeatSettings,
         *,
         clock: Callable[[], float] = time.time,
         max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
-        self.redis = client
+        # The hot state's store (``service.hot.heartbeats``); a Redis client is wrapped, for
+        # callers that hold one (the executor until it passes the hot state's, tests).
+        self.chains = chains if isinstance(chains, HeartbeatStore) else HeartbeatStore(chains)
         self.settings = settings
         self.clock = clock
         self.max_attempts = max_attempts
-        self._cas = client.register_script(lua.HEARTBEAT_CAS)
 
     def _read(self, agent_id: str) -> tuple[ChainState, int]:
-        version, raw = self.redis.hmget(keys.key(agent_id, keys.HEARTBEAT), ["v", "s"])
-        return load_state(None if raw is None else str(raw)), int(version or 0)
+        raw, version = self.chains.read(agent_id)
+        return load_state(raw), version
 
     def state(self, agent_id: str) -> ChainState:
         return self._read(agent_id)[0]
@@ -167,12 +168,8 @@ class HeartbeatGovernor:
             before, version = self._read(agent_id)
             now = self.clock()
             decision = decide(before, requested=requested, now=now, free_tokens=free_tokens, settings=self.settings)
-            if decision.state != before:
-                status, _ = self._cas(
-                    keys=[keys.key(agent_id, keys.HEARTBEAT)], args=[version, dump_state(decision.state)]
-                )
-                if status != "ok":
-                    continue  # another call decided first; decide again on what it wrote
+            if decision.state != before and not self.chains.write_if(agent_id, version, dump_state(decision.state)):
+                continue  # another call decided first; decide again on what it wrote
             end = end_of(before, decision, now)
             if end is not None:  # counted once: only the decision whose state was written gets here
                 metrics.chain_end(end.reason, end.depth, end.duration_s, chain=bool(end.chain_id))

@@ -1,4 +1,4 @@
-"""Client instances of an agent through the façade (part of :class:`~vcm.service.MemoryService`).
+"""Client instances of an agent through the façade.
 
 An agent may run as several instances on several machines, each caching its memory locally
 (:mod:`vcm.sync`, the client side). What the server does for them:
@@ -23,20 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from vcm.errors import ValidationError
 from vcm.hotpath.changes import ChangePage
-from vcm.hotpath.state import HotState
 from vcm.obs import audit, metrics
-from vcm.settings import Settings
+from vcm.service.core import Core
 from vcm.store import validation as store_validation
-from vcm.store.port import MemoryStore
-
-log = logging.getLogger(__name__)
 
 INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 STATUSES = ("synced", "syncing", "conflict", "error")
@@ -103,26 +98,12 @@ def losing_value(value: Any) -> dict[str, Any]:
     }
 
 
-class ReplicaOps:
-    """The change feed, conflict records and instance status."""
+class Replicas:
+    """changes, record_conflict, report_instance, instances (the publishing of changes is the
+    core's: :meth:`~vcm.service.core.Core.changed`)."""
 
-    hot: HotState
-    store: MemoryStore
-    settings: Settings
-    clock: Callable[[], float]
-    # Provided by MemoryService.
-    agent: Callable[[str], Any]
-
-    # --- the change feed ----------------------------------------------------------------------------
-    def _changed(self, agent_id: str, kind: str, key: str, version: str | int | None, op: str = "put") -> None:
-        """Publish one change of the agent's memory to its feed (after the write itself)."""
-        try:
-            self.hot.changes.publish(agent_id, kind, key, None if version is None else str(version), op)
-        except Exception:  # the write happened; caches catch up at their next sync or expiry
-            metrics.change_feed_failed()
-            log.warning("could not publish a %s change of %s to its feed", kind, agent_id, exc_info=True)
-            return
-        metrics.change_published(kind)
+    def __init__(self, core: Core) -> None:
+        self.core = core
 
     def changes(
         self, agent_id: str, *, after: str | None = None, limit: int = 100, checked: bool = False
@@ -131,14 +112,13 @@ class ReplicaOps:
         ``checked``: the caller has just checked that the agent exists (an API route's auth, a
         stream that re-checks its token), so no lookup is repeated on every tick."""
         if not checked:
-            self.agent(agent_id)
-        return self.hot.changes.read(agent_id, after, limit)
+            self.core.agent(agent_id)
+        return self.core.hot.changes.read(agent_id, after, limit)
 
-    # --- conflicts ----------------------------------------------------------------------------------
     def record_conflict(self, agent_id: str, conflict: Mapping[str, Any], *, actor: str = "system") -> str:
         """Keep a conflict an instance found and resolved as a ``sync_conflict`` audit row; returns
         the row's id. Idempotent by the instance's ``conflict_id``."""
-        self.agent(agent_id)
+        self.core.agent(agent_id)
         conflict_id = instance_id(conflict.get("conflict_id"))
         strategy = _choice("strategy", conflict.get("strategy"), STRATEGIES)
         resolution = _choice("resolution", conflict.get("resolution"), RESOLUTIONS)
@@ -162,17 +142,22 @@ class ReplicaOps:
         # this row is the operation (it may hold the only copy of an overwritten value), so a
         # failure reaches the instance, which keeps the report and sends it again.
         row = audit.event(
-            agent_id, "sync_conflict", None, actor=actor, event_id=event_id, created_at=self.clock(), details=payload
+            agent_id,
+            "sync_conflict",
+            None,
+            actor=actor,
+            event_id=event_id,
+            created_at=self.core.clock(),
+            details=payload,
         )
-        stored = self.store.append_event(row)
+        stored = self.core.store.append_event(row)
         if stored.created_at == row.created_at:  # not a replay of a report already kept
             metrics.sync_conflict(strategy, resolution)
         return event_id
 
-    # --- instance status ----------------------------------------------------------------------------
     def report_instance(self, agent_id: str, instance: str, report: Mapping[str, Any]) -> dict[str, Any]:
         """Keep an instance's sync status (its latest report wins); returns the stored record."""
-        self.agent(agent_id)
+        self.core.agent(agent_id)
         instance_id(instance)
         record: dict[str, Any] = {
             "status": _choice("status", report.get("status"), STATUSES),
@@ -191,18 +176,18 @@ class ReplicaOps:
         record["cache"] = {
             n: store_validation.non_negative_int(f"cache.{n}", cache.get(n, 0)) for n in ("entries", "hits", "misses")
         }
-        now = self.clock()
-        previous = self.hot.instances.report(agent_id, instance, record, now)
+        now = self.core.clock()
+        previous = self.core.hot.instances.report(agent_id, instance, record, now)
         self._sync_reported(previous, record)
         return {**record, "instance_id": instance, "reported_at": now}
 
     def instances(self, agent_id: str) -> list[dict[str, Any]]:
         """Every instance's latest report, with its age and whether it has gone silent (no
         report for three of its sync intervals)."""
-        self.agent(agent_id)
-        now = self.clock()
+        self.core.agent(agent_id)
+        now = self.core.clock()
         out = []
-        for record in self.hot.instances.records(agent_id, now):
+        for record in self.core.hot.instances.records(agent_id, now):
             age = max(0.0, now - float(record.get("reported_at") or 0.0))
             interval = record.get("sync_interval_s") or 0.0
             out.append({**record, "age_s": age, "stale": age > (3 * interval if interval else DEFAULT_STALE_S)})
@@ -236,6 +221,3 @@ def _short(name: str, value: Any) -> str | None:
     if not isinstance(value, str):
         raise ValidationError(f"{name} must be a string", field=name)
     return value[:200]
-
-
-__all__ = ["STATUSES", "STRATEGIES", "ReplicaOps", "instance_id", "losing_value"]

@@ -1,0 +1,291 @@
+"""The context an agent's model actually sees, through the façade: the hot context with the
+layers of :mod:`vcm.prompt.layers` around it — identity, tools hint, state header, sticky facts,
+relevant memory, skills.
+
+Room: the injected layers together never take more than the window minus the output reserve
+minus what the hot context holds, so the invariant the hot path keeps (the prompt and the answer
+fit the window) holds for the built prompt too; ``budget.memory_reserve`` keeps that room from
+being eaten by the FIFO. Within it, each layer has its own budget (``[context]``) and is given
+room in :data:`~vcm.prompt.layers.PRIORITY` order.
+
+Relevant memory is retrieved for the latest user message (or an explicit query): facts by the
+hybrid fact search and recalled messages by hybrid recall, minus messages still in the FIFO and
+facts already shown in the state header or the sticky facts; each line names its source id and
+carries the taint flags of its text. What it retrieves counts as a use of those facts.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vcm.errors import VcmError
+from vcm.facts.working_set import RELEVANCE_HITS
+from vcm.hotpath.context import AssembledContext, layer_tokens
+from vcm.prompt import layers as prompt
+from vcm.prompt import skills as skill_files
+from vcm.service.core import Core
+from vcm.service.facts import Facts
+from vcm.service.messages import Messages
+from vcm.service.search import Search
+from vcm.service.state import StateKeys
+from vcm.store.types import Fact, FactHit, FactQuery
+from vcm.types import Gauges
+
+log = logging.getLogger(__name__)
+MAX_QUERY_CHARS = 4000
+# Parsed skill directories of this process, re-read when a file changes (all services share them).
+_skills_lock = threading.Lock()
+_skills_cache: dict[str, tuple[tuple[tuple[str, int], ...], list[skill_files.Skill], list[skill_files.Problem]]] = {}
+
+
+@dataclass(frozen=True)
+class BuiltContext:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    layers: list[str]  # the layer of each message
+    message_tokens: list[int]
+    gauges: Gauges  # the hot context's
+    injected: list[prompt.Layer]
+    room: int  # tokens the injected layers could use
+    query: str  # what relevant memory and skills were chosen for
+    problems: list[dict[str, str]] = field(default_factory=list)  # skill files left out, and why
+
+    @property
+    def total(self) -> int:
+        return sum(self.message_tokens)
+
+    def layer_tokens(self) -> dict[str, int]:
+        return layer_tokens(self.layers, self.message_tokens)
+
+
+class ContextBuilder:
+    """build_context: the hot context (messages) with the layers retrieved from facts, state keys
+    and recall (search) around it."""
+
+    def __init__(self, core: Core, messages: Messages, facts: Facts, state: StateKeys, search: Search) -> None:
+        self.core = core
+        self.messages = messages
+        self.facts = facts
+        self.state = state
+        self.search = search
+
+    def build_context(
+        self,
+        agent_id: str,
+        *,
+        query: str | None = None,
+        user: str | None = None,
+        token_sha256: str | None = None,
+        record_use: bool = True,
+    ) -> BuiltContext:
+        """The prompt for the agent's next model call. The facts it shows count as used (their
+        lifetimes refreshed) unless ``record_use`` is off: a look at the prompt (GET /context,
+        the viewer, ``vcm context --built``) changes nothing."""
+        hot = self.messages.context(agent_id, token_sha256=token_sha256)
+        info = self.core.agent(agent_id)
+        cfg = self.core.settings.context
+        count = self.core.counter(info.model).text
+        window = hot.gauges.window
+        room = max(0, window - math.ceil(window * self.core.settings.budget.output_reserve) - hot.gauges.total)
+        if query is None:
+            query = _latest_user_text(hot)
+        # A long message is searched for by its first MAX_QUERY_CHARS (the searches' own limit).
+        query = query[:MAX_QUERY_CHARS]
+        caps = {
+            "identity": room, "tools_hint": math.floor(window * cfg.tools_hint),
+            "state": math.floor(window * cfg.state), "sticky": math.floor(window * cfg.sticky),
+            "memory": math.floor(window * cfg.memory), "skills": math.floor(window * cfg.skills),
+        }  # fmt: skip
+        skills, problems = self._skills()
+        limit = RELEVANCE_HITS + cfg.memory_facts
+        build = _Build(
+            agent_id, query, count, lambda: self.facts.rank_facts(agent_id, query, filters=FactQuery(limit=limit))
+        )
+        makers: dict[str, Callable[[int], prompt.Layer | None]] = {
+            "identity": lambda b: self._identity(agent_id, user, b, count) if cfg.identity else None,
+            "state": lambda b: self._state(build, b),
+            "sticky": lambda b: self._sticky(build, b),
+            "memory": lambda b: self._memory(build, b),
+            "skills": lambda b: prompt.fit(
+                "skills", [prompt.Item(f"## {s.name}\n{s.body}", {"kind": "skill", "id": s.slug})
+                           for _, s in skill_files.triggered(skills, query)], b, count,
+            ),
+            "tools_hint": lambda b: self._tools_hint(hot, b, count),
+        }  # fmt: skip
+        injected: list[prompt.Layer] = []
+        left = room
+        for name in prompt.PRIORITY:
+            layer = makers[name](min(caps[name], left))
+            if layer is not None:
+                injected.append(layer)
+                left -= layer.tokens
+        if build.used and record_use:
+            self.facts.use(agent_id, build.used)
+        built = prompt.assemble(hot.messages, hot.layers, hot.message_tokens, injected)
+        return BuiltContext(
+            built.messages, hot.tools, built.layers, built.message_tokens, hot.gauges, built.injected, room,
+            query, [{"path": p.path, "reason": p.reason} for p in problems],
+        )  # fmt: skip
+
+    # --- layers -----------------------------------------------------------------------------------
+    def _identity(
+        self, agent_id: str, user: str | None, budget: int, count: Callable[[str], int]
+    ) -> prompt.Layer | None:
+        text = prompt.identity(self.core.clock(), user or self.core.settings.context.user_name or None, agent_id)
+        n = count(text)
+        return prompt.Layer("identity", text, n) if n <= budget else None
+
+    def _tools_hint(self, hot: AssembledContext, budget: int, count: Callable[[str], int]) -> prompt.Layer | None:
+        names = [str(t.get("function", {}).get("name", "")) for t in hot.tools]
+        text = prompt.tools_hint(names)
+        n = count(text) if text else 0
+        return prompt.Layer("tools_hint", text, n) if text and n <= budget else None
+
+    def _state(self, build: _Build, budget: int) -> prompt.Layer | None:
+        if budget <= 0:
+            return None
+        ws = self.facts.working_set(
+            build.agent_id, build.query, caps={"facts": 0, "relations": 0, "entities": 10}, hits=build.hits(),
+            record_use=False,
+        )  # fmt: skip
+        facts: dict[str, Fact] = {}
+        items: list[prompt.Item] = []
+        labels = {"goal": "Goal", "constraints": "Constraint", "next_actions": "Next", "open_questions": "Open",
+                  "risk_flags": "Risk"}  # fmt: skip
+        for section, label in labels.items():
+            for i in ws.sections.get(section, []):
+                items.append(prompt.Item(f"{label}: {i.fact.value} [fact {i.fact.fact_id}]", _fact_source(i.fact)))
+                facts[i.fact.fact_id] = i.fact
+                build.shown.add(i.fact.fact_id)
+        entities = [i.fact for i in ws.sections.get("entities", [])]
+        if entities:
+            items.append(prompt.Item("Active entities: " + ", ".join(f.value for f in entities)))
+        for entry in self.state.list_state(build.agent_id):
+            items.append(prompt.Item(f"{entry.key} = {prompt.quote(_json(entry.value), 200)}",
+                                     {"kind": "state", "id": entry.key}))  # fmt: skip
+        layer = prompt.fit("state", items, budget, build.count)
+        build.show(layer, facts)
+        if layer is not None and any(line.startswith("Active entities: ") for line in layer.text.splitlines()):
+            build.used.extend(entities)
+        return layer
+
+    def _sticky(self, build: _Build, budget: int) -> prompt.Layer | None:
+        if budget <= 0:
+            return None
+        query = FactQuery(types=["sticky"], statuses=["active"], limit=100)
+        facts = [f for f in self.facts.list_facts(build.agent_id, query) if f.fact_id not in build.shown]
+        facts.sort(key=lambda f: (-f.importance, -f.updated_at))
+        layer = prompt.fit("sticky", [prompt.Item(f"- {f.value} [fact {f.fact_id}]", _fact_source(f)) for f in facts],
+                           budget, build.count)  # fmt: skip
+        build.shown.update(str(s["id"]) for s in (layer.sources if layer else ()))
+        return layer
+
+    def _memory(self, build: _Build, budget: int) -> prompt.Layer | None:
+        cfg = self.core.settings.context
+        agent_id, query = build.agent_id, build.query
+        if budget <= 0 or not query.strip():
+            return None
+        items: list[prompt.Item] = []
+        facts: dict[str, Fact] = {}
+        if cfg.memory_facts:
+            for hit in build.hits():
+                f = hit.fact
+                if f.fact_id in build.shown:
+                    continue
+                status = "" if f.status == "active" else f", {f.status}"
+                items.append(prompt.Item(f"- [fact {f.fact_id}, {f.type}{status}] {f.value}", _fact_source(f)))
+                facts[f.fact_id] = f
+                if len(items) >= cfg.memory_facts:
+                    break
+        if cfg.memory_messages:
+            try:
+                found = self.search.search_recall(
+                    agent_id, query, limit=cfg.memory_messages, exclude=self.messages.fifo_ids(agent_id)
+                )
+            except VcmError as exc:  # recall is an index: a failure leaves the facts in place
+                log.warning("relevant memory of %s: recall search failed (%s)", agent_id, exc.code)
+                found = None
+            if found is not None:
+                for recalled, mark in zip(found.page.items, found.marks, strict=True):
+                    m = recalled.message
+                    flag = f", flagged: {', '.join(mark.get('taint_reasons', []))}" if mark.get("tainted") else ""
+                    who = m.name or m.role
+                    head = f"- [message {m.message_id}, {who}, {prompt.stamp(m.created_at)}{flag}]"
+                    line = f"{head} {prompt.quote(m.content)}"
+                    source = {"kind": "message", "id": m.message_id, "tainted": bool(mark.get("tainted"))}
+                    items.append(prompt.Item(line, source))
+        layer = prompt.fit("memory", items, budget, build.count)
+        build.show(layer, facts)
+        return layer
+
+    # --- skills -----------------------------------------------------------------------------------
+    def _skills(self) -> tuple[list[skill_files.Skill], list[skill_files.Problem]]:
+        """The skills directory's files, re-read when a file changes (by name, size and mtime)."""
+        directory = self.core.settings.context.skills_dir
+        if not directory:
+            return [], []
+        try:
+            stamp = tuple(
+                sorted((e.name, e.stat().st_mtime_ns ^ e.stat().st_size) for e in os.scandir(directory)
+                       if e.name.endswith(".md"))
+            )  # fmt: skip
+        except OSError as exc:
+            return [], [skill_files.Problem(directory, f"cannot read the skills directory: {exc}")]
+        with _skills_lock:
+            cached = _skills_cache.get(directory)
+            if cached is None or cached[0] != stamp:
+                skills, problems = skill_files.load(directory)
+                for p in problems:
+                    log.warning("skill file %s left out: %s", p.path, p.reason)
+                cached = (stamp, skills, problems)
+                _skills_cache[directory] = cached
+        return cached[1], cached[2]
+
+
+@dataclass
+class _Build:
+    """One build's state: what it searches for, and the facts its layers show."""
+
+    agent_id: str
+    query: str
+    count: Callable[[str], int]
+    search: Callable[[], list[FactHit]]  # the one fact search, shared by state header and memory
+    shown: set[str] = field(default_factory=set)  # fact ids a layer holds: no other repeats them
+    used: list[Fact] = field(default_factory=list)  # their use is recorded once, after the build
+    _hits: list[FactHit] | None = None
+
+    def hits(self) -> list[FactHit]:
+        if self._hits is None:
+            self._hits = self.search() if self.query.strip() else []
+        return self._hits
+
+    def show(self, layer: prompt.Layer | None, facts: Mapping[str, Fact]) -> None:
+        """Count the ``facts`` among ``layer``'s sources as used (those that did not fit are not)."""
+        kept = {str(s["id"]) for s in (layer.sources if layer else ()) if s.get("kind") == "fact"}
+        self.used.extend(f for i, f in facts.items() if i in kept)
+
+
+def _latest_user_text(hot: AssembledContext) -> str:
+    for message, layer in zip(reversed(hot.messages), reversed(hot.layers), strict=True):
+        if layer == "fifo" and message.get("role") == "user" and isinstance(message.get("content"), str):
+            return str(message["content"])
+    return ""
+
+
+def _fact_source(f: Fact) -> dict[str, Any]:
+    return {"kind": "fact", "id": f.fact_id}
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+__all__: Sequence[str] = ("BuiltContext", "ContextBuilder")

@@ -1,0 +1,288 @@
+"""What every part of the façade shares: the tiers, the ports and the rules each write obeys.
+
+One :class:`Core` per :class:`~vcm.service.MemoryService`. The parts (messages, blocks, facts, ...)
+hold it and call it with real signatures, so mypy checks every call between them. It owns:
+
+* the **tiers and ports**: hot state, store, durability, settings, the cold-path dispatcher, the
+  query embedder and the clock (the last three replaceable at run time: tests and entry points
+  swap them on a live service);
+* the **agent lookup with rebuild** (:meth:`Core.hot_call`): a hot-state call for an agent Redis
+  lost but the store knows rebuilds it and runs again;
+* **idempotency claims**, in the hot state's one record format;
+* **audit rows** and **change-feed publishes**, which never fail the write they describe;
+* the **poisoning scan** and the **policy guard** that facts and state writes share;
+* **query vectors**, cached for the few texts one prompt build asks for repeatedly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, ParamSpec, TypeVar
+
+from vcm import poisoning
+from vcm.dispatch import Dispatcher
+from vcm.durable import Durability
+from vcm.errors import NotFound, PinLimitExceeded, PolicyRefused, TokenBudgetExceeded, Unauthorized
+from vcm.facts import guard
+from vcm.hotpath.state import HotState
+from vcm.hotpath.tokens import TokenCounter
+from vcm.obs import audit, footprint, metrics
+from vcm.store.port import MemoryStore
+from vcm.store.types import MemoryEvent
+from vcm.types import AgentInfo, BatchInfo, Gauges
+
+P = ParamSpec("P")
+R = TypeVar("R")
+log = logging.getLogger(__name__)
+
+Embed = Callable[[Sequence[str]], Any]  # texts -> array of unit vectors (n, dim)
+
+# Query vectors a service keeps (see Core.vector_of).
+QUERY_VECTORS = 64
+
+
+class Core:
+    def __init__(
+        self,
+        hot: HotState,
+        store: MemoryStore,
+        dispatcher: Dispatcher,
+        *,
+        embed: Embed | None = None,
+        recall_version: Callable[[], str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.hot = hot
+        self.store = store
+        self.dispatcher = dispatcher
+        self.embed = embed
+        # The version the workers embed messages under (model and context mode): recall compares
+        # query vectors only with those. Without it the store picks the agent's most used version,
+        # which after a model change belongs to the old model.
+        self.recall_version = recall_version
+        self.clock = clock
+        self.settings = hot.settings
+        self.taint = poisoning.Filter.of(self.settings.poisoning)
+        self._cursor_secret: bytes | None = None
+        # The store is the source of truth for agents; Redis is rebuilt from it (vcm.durable).
+        self.durable = Durability(hot, store)
+        # Vectors of recent query texts: one prompt build searches facts twice and recall once
+        # with the same text, and a model call costs 15-70 ms where the lookup costs nothing.
+        self._vectors: OrderedDict[tuple[int, str], list[float]] = OrderedDict()
+
+    # --- agents and their hot state ---------------------------------------------------------------
+    def agent(self, agent_id: str) -> AgentInfo:
+        """The agent (NOT_FOUND when neither tier knows it); every part checks it first."""
+        return self.hot_call(agent_id, self.hot.agent, agent_id)
+
+    def hot_call(self, agent_id: str, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """A hot-state call for one agent; when the agent is missing from Redis (restart in
+        embedded mode, a flushed or replaced Redis) but known to the store, its hot state is
+        rebuilt and the call made again. UNAUTHORIZED counts as missing when the token is checked
+        in the call itself: a flushed Redis lost the token's hash too."""
+        try:
+            return call(*args, **kwargs)
+        except (NotFound, Unauthorized):
+            if not self.rebuild(agent_id):
+                raise
+        return call(*args, **kwargs)
+
+    def rebuild(self, agent_id: str) -> bool:
+        """Rebuild the agent's hot state from the store if Redis lost it (vcm.durable); a batch
+        the rebuilt FIFO needs (it was over the flush line) is handed to the cold path."""
+        rebuilt = self.durable.rebuild(agent_id)
+        if rebuilt is None:
+            return False
+        if rebuilt.pressure_message_id:
+            self.durable.appended(agent_id, [rebuilt.pressure_message_id], 0)
+        if rebuilt.batch is not None:
+            self.batch_begun(agent_id, rebuilt.batch, rebuilt.total, False, "system")
+            metrics.flush("rebuild")
+        return True
+
+    def counter(self, model: str | None = None) -> TokenCounter:
+        """The token counter of a model (default: the settings' default model)."""
+        return self.hot.counter(model or self.settings.default_model)
+
+    def batch_begun(
+        self,
+        agent_id: str,
+        batch: BatchInfo,
+        total: int,
+        unreachable: bool,
+        actor: str,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Hand a begun eviction batch to the cold path and record its flush row."""
+        self.dispatcher.evict(agent_id, batch.id)
+        row = audit.flush_event(
+            agent_id,
+            batch.id,
+            messages=batch.count,
+            tokens=batch.tokens,
+            total_after=total,
+            actor=actor,
+            created_at=self.clock(),
+            idempotency_key=idempotency_key,
+        )
+        self.write_event(row)
+        payload = {"batch_id": batch.id, "messages": batch.count, "tokens": batch.tokens, "total_after": total}
+        if unreachable:
+            # The unevictable parts (system, blocks, pinned, summary) alone exceed the target.
+            self.event(agent_id, "target_unreachable", payload, actor, event_id=f"{agent_id}:unreachable:{batch.id}")
+
+    def gauges_seen(self, agent_id: str, gauges: Gauges) -> None:
+        m = self.settings.metrics
+        metrics.context(agent_id, gauges, per_agent=m.per_agent, max_agents=m.max_agent_series)
+
+    # --- idempotency ------------------------------------------------------------------------------
+    def claim(
+        self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        """An entry point's own idempotent operation: the first result under the key, and whether
+        this is a replay (the hot state's one record format; IDEMPOTENCY_MISMATCH on reuse)."""
+        self.agent(agent_id)
+        return self.hot.claim(agent_id, idempotency_key, op, request, result)
+
+    def settle(
+        self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
+    ) -> None:
+        """Record the final result of a claimed keyed operation (retries answer with it)."""
+        self.hot.settle(agent_id, idempotency_key, op, request, result)
+
+    def cursor_secret(self) -> bytes:
+        """The key of the MACs on result cursors, shared by every process of the deployment."""
+        if self._cursor_secret is None:
+            self._cursor_secret = self.hot.cursor_secret()
+        return self._cursor_secret
+
+    # --- audit and the change feed ----------------------------------------------------------------
+    def event(
+        self,
+        agent_id: str,
+        kind: str,
+        payload: Mapping[str, Any],
+        actor: str,
+        *,
+        event_id: str,
+        idempotency_key: str | None = None,
+        change: footprint.Footprint | None = None,
+    ) -> None:
+        """One audit row, idempotent by ``event_id``; a store failure is logged, never raised."""
+        self.write_event(
+            audit.event(
+                agent_id,
+                kind,
+                change,
+                actor=actor,
+                event_id=event_id,
+                idempotency_key=idempotency_key,
+                created_at=self.clock(),
+                details=payload,
+            )
+        )
+
+    def audit(self, agent_id: str, kind: str, payload: Mapping[str, Any], actor: str) -> None:
+        """An audit row of an operation with no natural id of its own."""
+        # Unique per call (two identical rows in one clock tick are still two events).
+        digest = hashlib.sha256(f"{kind}{sorted(payload.items())!r}{time.perf_counter_ns()}".encode()).hexdigest()[:24]
+        self.event(agent_id, kind, payload, actor, event_id=f"{agent_id}:{kind}:{digest}")
+
+    def write_event(self, row: MemoryEvent) -> None:
+        try:
+            self.store.append_event(row)
+        except Exception:  # the write it describes already happened; an audit gap must not fail it
+            log.exception("could not record %s event for %s", row.kind, row.agent_id)
+
+    @contextmanager
+    def refusals_audited(self, agent_id: str, op: str, actor: str, idempotency_key: str | None) -> Iterator[None]:
+        """A write the budget refused leaves an ``error`` row (seed 000: budget violations are
+        logged to memory_events) with the code and the numbers, never the content; a retry under
+        the same key adds no second row."""
+        try:
+            yield
+        except (TokenBudgetExceeded, PinLimitExceeded) as exc:
+            numbers = {k: v for k, v in exc.details.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            suffix = idempotency_key or uuid.uuid4().hex
+            self.event(
+                agent_id,
+                "error",
+                {"code": str(exc.code), "op": op, **numbers},
+                actor,
+                event_id=f"{agent_id}:error:{op}:{hashlib.sha256(suffix.encode()).hexdigest()[:24]}",
+                idempotency_key=idempotency_key,
+            )
+            raise
+
+    def changed(self, agent_id: str, kind: str, key: str, version: str | int | None, op: str = "put") -> None:
+        """Publish one change of the agent's memory to its feed (after the write itself)."""
+        try:
+            self.hot.changes.publish(agent_id, kind, key, None if version is None else str(version), op)
+        except Exception:  # the write happened; caches catch up at their next sync or expiry
+            metrics.change_feed_failed()
+            log.warning("could not publish a %s change of %s to its feed", kind, agent_id, exc_info=True)
+            return
+        metrics.change_published(kind)
+
+    # --- retrieved text and policy ----------------------------------------------------------------
+    def mark(self, text: str) -> dict[str, Any]:
+        """``tainted`` / ``taint_reasons`` for retrieved text that reads like instructions to the
+        model: the model sees the mark next to the text, and ``put_block`` refuses such text
+        without a justification."""
+        return self.taint.scan(text).fields()
+
+    def scan(self, text: str) -> poisoning.Verdict:
+        return self.taint.scan(text)
+
+    def guard(self, agent_id: str, op: str, text: str, justification: str | None, actor: str, **ids: Any) -> None:
+        """The policy guard of facts and state writes: PII, secrets and instruction-like text are
+        refused (POLICY_REFUSED) unless a justification of substance says why; either way an
+        audit row says what was decided."""
+        verdict = guard.check(text, self.settings.facts.pii, self.taint.scan(text).reasons)
+        if not verdict.refused:
+            return
+        if justification is not None and not poisoning.justification_problem(justification):
+            self.audit(
+                agent_id,
+                "guard_override",
+                {"op": op, "reasons": list(verdict.reasons), "justification": justification[:1000], **ids},
+                actor,
+            )
+            return
+        metrics.guard_refused(op)
+        self.audit(
+            agent_id, "fact_decision", {"decision": "REFUSED", "op": op, "reasons": list(verdict.reasons), **ids}, actor
+        )
+        raise PolicyRefused(
+            f"the policy guard refused this {op.replace('_', ' ')}: {', '.join(verdict.reasons)}; "
+            "give a justification to store it anyway",
+            reasons=list(verdict.reasons),
+        )
+
+    # --- query vectors ----------------------------------------------------------------------------
+    def vector_of(self, text: str) -> list[float]:
+        """The embedding of one text, from the last few asked for when it is among them."""
+        assert self.embed is not None
+        key = (id(self.embed), text)  # a swapped embedder never answers from the old one's vectors
+        found = self._vectors.get(key)
+        if found is None:
+            found = [float(x) for x in self.embed([text])[0]]
+            self._vectors[key] = found
+            while len(self._vectors) > QUERY_VECTORS:
+                self._vectors.popitem(last=False)
+        return found
+
+    def embedding(self, text: str) -> list[float] | None:
+        """The text's vector for a memory write, or None without an embedder or when it fails."""
+        if self.embed is None:
+            return None
+        try:
+            return self.vector_of(text)
+        except Exception:  # an embedder failure must not fail a memory write: text still dedups
+            return None

@@ -1,0 +1,364 @@
+"""Facts through the façade (structured memory, seed 002).
+
+Every write runs the policy guard (:meth:`~vcm.service.core.Core.guard`) and dedup
+(:mod:`vcm.facts.dedup`); each decision — MATCH, NEW, CONFLICT, REFUSED — is an audit event
+(codes, ids and sizes, never the value) and a metric. Facts carry evidence pointers (message,
+tool-call or document ids); shadow facts (extracted, not yet confirmed) become active only
+through :meth:`Facts.consolidate`'s replay test, never by being written again.
+
+Each stored fact also gets its graph edges here (:meth:`Facts.link`): it ``cites`` the messages
+its evidence points at; an ``entity`` fact is ``mentions``-ed by them; a ``relation`` fact (key
+``src|relation|dst``) makes sure both ends exist as entity facts and joins them with a
+``relates_to`` edge. Edges are idempotent by (kind, source, target), and a forgotten fact takes
+its edges with it (the store's ``delete_facts``). The neighbourhood query is
+:mod:`vcm.service.graph`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from vcm.errors import NotFound, ValidationError
+from vcm.facts import dedup, entities, guard, working_set
+from vcm.facts.working_set import WorkingSet
+from vcm.obs import metrics
+from vcm.service import fact_input
+from vcm.service.core import Core
+from vcm.service.fact_input import RememberResult
+from vcm.store import validation as store_validation
+from vcm.store.types import Edge, Fact, FactHit, FactQuery, fact_node, message_node
+
+
+class Facts:
+    """remember, recall_fact, search_facts, rank_facts, list_facts, get_fact, forget_fact,
+    archive_facts, fact_stats, working_set, consolidate; and the use and write of a fact that
+    the other parts share (:meth:`use`, :meth:`put_fact`)."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    def remember(
+        self,
+        agent_id: str,
+        value: str,
+        *,
+        type: str,
+        scope: str = "agent",
+        key: str | None = None,
+        category: str = "",
+        tags: Sequence[str] = (),
+        importance: float = 0.5,
+        confidence: float = 0.5,
+        evidence: Sequence[Mapping[str, Any]] = (),
+        status: str = "active",
+        ttl_s: int | None = None,
+        justification: str | None = None,
+        idempotency_key: str | None = None,
+        actor: str = "system",
+    ) -> RememberResult:
+        """Upsert a fact: guard, then dedup (MATCH joins its evidence to the existing fact and
+        refreshes its lifetime; CONFLICT keeps both values of one key, marked; NEW adds it)."""
+        self.core.agent(agent_id)
+        cfg = self.core.settings.facts
+        value = fact_input.text(value, "value", cfg.max_value_chars)
+        if type not in cfg.types:
+            raise ValidationError(f"unknown fact type {type!r}; known: {', '.join(sorted(cfg.types))}", field="type")
+        if scope not in fact_input.SCOPES:
+            raise ValidationError(f"scope must be one of {', '.join(fact_input.SCOPES)}", field="scope")
+        if status not in ("active", "shadow"):
+            raise ValidationError("a new fact is active or shadow", field="status")
+        if type == "entity":  # the key is the name itself, folded: one entity, one fact
+            key = entities.canonical(key if key is not None else value)
+        elif type == "relation":
+            if key is None:
+                raise ValidationError("a relation needs its key 'source|relation|target'", field="key")
+            key = entities.relation_of(key).key
+        if key is not None:
+            key = store_validation.identifier("key", key)
+        tags = fact_input.tags(tags, self.core.settings.facts.max_tags)
+        pointers = fact_input.evidence(evidence)
+        imp, conf = fact_input.unit("importance", importance), fact_input.unit("confidence", confidence)
+        now = self.core.clock()
+        expires_at = fact_input.expiry(self.core.settings.facts.types, type, ttl_s, now)
+        lifetime = None if expires_at is None else expires_at - now
+        self.core.guard(agent_id, "remember", f"{key or ''} {value}", justification, actor, type=type)
+        request = {
+            "value_sha256": hashlib.sha256(value.encode()).hexdigest(),
+            "type": type, "scope": scope, "key": key, "evidence": pointers, "status": status,
+        }  # fmt: skip
+        fact_id = "f" + uuid.uuid4().hex[:20]
+        replayed = False
+        if idempotency_key is not None:
+            claimed, replayed = self.core.claim(agent_id, idempotency_key, "remember", request, {"fact_id": fact_id})
+            fact_id = str(claimed["fact_id"])
+            if replayed:
+                try:
+                    return RememberResult("REPLAYED", self.core.store.get_fact(agent_id, fact_id), replayed=True)
+                except NotFound:
+                    pass  # the first attempt died before writing: write it now
+        identity = type in dedup.IDENTITY_TYPES
+        # An entity's value is its name: the key dedups it and text search finds it, so the
+        # model call an embedding costs buys nothing there.
+        embedding = None if type == "entity" else self.core.embedding(value)
+        candidates = self.core.store.query_facts(
+            agent_id,
+            FactQuery(scope=scope, types=[type], key=key, limit=10)
+            if identity  # one key, one fact: however many entities the agent knows
+            else FactQuery(scope=scope, types=[type], limit=1000, with_embeddings=True),
+        )
+        outcome = dedup.decide(
+            value,
+            key,
+            embedding,
+            candidates,
+            word_overlap=cfg.word_overlap,
+            embedding_similarity=cfg.embedding_similarity,
+            identity=identity,
+        )
+        if outcome.decision == "MATCH" and outcome.target is not None:
+            target = outcome.target
+            joined = replace(
+                target,
+                evidence=fact_input.merge_evidence(target.evidence, pointers),
+                tags=tuple(dict.fromkeys([*target.tags, *tags])),
+                importance=max(target.importance, imp),
+                confidence=max(target.confidence, conf),
+                updated_at=now,
+                expires_at=expires_at,  # reconfirmed: its lifetime starts again
+                lifetime_s=lifetime,
+            )
+            stored = self.put_fact(joined, target.version)
+            self._decision(agent_id, "MATCH", stored, actor, similarity=round(outcome.similarity, 3))
+            self.link(stored, pointers, actor)
+            return RememberResult("MATCH", stored, replayed=replayed)
+        fact = Fact(
+            agent_id=agent_id, fact_id=fact_id, scope=scope, type=type, value=value, key=key, category=category,
+            tags=tuple(tags), importance=imp, confidence=conf, evidence=tuple(pointers), status=status,
+            conflict_with=tuple(f.fact_id for f in outcome.conflicting), created_at=now, updated_at=now,
+            expires_at=expires_at, lifetime_s=lifetime, embedding=embedding,
+        )  # fmt: skip
+        stored = self.put_fact(fact, None)
+        self.link(stored, pointers, actor)
+        marked: list[Fact] = []
+        for other in outcome.conflicting:
+            marked.append(
+                self.put_fact(
+                    replace(other, conflict_with=tuple(dict.fromkeys([*other.conflict_with, fact_id]))), other.version
+                )
+            )
+        self._decision(agent_id, outcome.decision, stored, actor, conflicts=[f.fact_id for f in marked])
+        if marked and type != "question" and "question" in cfg.types:
+            self._open_question(agent_id, stored, marked, now)
+        return RememberResult(outcome.decision, stored, tuple(marked), replayed=replayed)
+
+    def recall_fact(self, agent_id: str, key: str, *, scope: str | None = None, type: str | None = None) -> list[Fact]:
+        """The live facts of a key (more than one: a conflict); their use is recorded."""
+        self.core.agent(agent_id)
+        store_validation.identifier("key", key)
+        found = self.core.store.query_facts(agent_id, FactQuery(scope=scope, types=[type] if type else None, key=key))
+        self.use(agent_id, found)
+        return found
+
+    def search_facts(self, agent_id: str, query: str, *, filters: FactQuery | None = None) -> list[FactHit]:
+        hits = self.rank_facts(agent_id, query, filters=filters)
+        self.use(agent_id, [h.fact for h in hits])
+        return hits
+
+    def rank_facts(self, agent_id: str, query: str, *, filters: FactQuery | None = None) -> list[FactHit]:
+        """``search_facts`` without recording a use: for callers that show only some of the hits
+        and record those (the prompt builder)."""
+        self.core.agent(agent_id)
+        if not isinstance(query, str) or len(query) > 4000:
+            raise ValidationError("query must be a string of at most 4000 characters", field="query")
+        return self.core.store.search_facts(
+            agent_id, query, self.core.embedding(query) if query.strip() else None, filters or FactQuery(limit=10)
+        )
+
+    def list_facts(self, agent_id: str, filters: FactQuery | None = None) -> list[Fact]:
+        self.core.agent(agent_id)
+        return self.core.store.query_facts(agent_id, filters or FactQuery())
+
+    def get_fact(self, agent_id: str, fact_id: str) -> Fact:
+        self.core.agent(agent_id)
+        return self.core.store.get_fact(agent_id, fact_id)
+
+    def forget_fact(self, agent_id: str, fact_id: str, *, actor: str = "system") -> bool:
+        self.core.agent(agent_id)
+        store_validation.identifier("fact_id", fact_id)
+        removed = self.core.store.delete_facts(agent_id, [fact_id]) > 0
+        if removed:
+            self.core.changed(agent_id, "fact", fact_id, None, "delete")
+            self.core.audit(agent_id, "fact_forgotten", {"fact_id": fact_id}, actor)
+        return removed
+
+    def archive_facts(
+        self, agent_id: str, filters: FactQuery, *, actor: str = "system", only: set[str] | None = None
+    ) -> int:
+        """Move the facts matching ``filters`` (and in ``only``, when given) to ``archived``:
+        kept, no longer recalled or searched."""
+        self.core.agent(agent_id)
+        done = 0
+        for f in self.core.store.query_facts(agent_id, filters):
+            if only is not None and f.fact_id not in only:
+                continue
+            if f.status != "archived":
+                self.put_fact(replace(f, status="archived", updated_at=self.core.clock()), f.version)
+                done += 1
+        self.core.audit(agent_id, "facts_archived", {"count": done}, actor)
+        return done
+
+    def fact_stats(self, agent_id: str) -> dict[str, Any]:
+        self.core.agent(agent_id)
+        counts = self.core.store.fact_counts(agent_id)
+        return {
+            "facts": sum(counts["status"].values()),
+            "by_type": counts["type"],
+            "by_status": counts["status"],
+            "by_scope": counts["scope"],
+            "conflicts": counts["conflicts"].get("live", 0),
+        }
+
+    def working_set(
+        self,
+        agent_id: str,
+        query: str = "",
+        *,
+        caps: Mapping[str, int] | None = None,
+        hits: Sequence[FactHit] | None = None,
+        record_use: bool = True,
+    ) -> WorkingSet:
+        """The agent's Working Set (seed 002): a bounded state snapshot of its live facts, ranked
+        by utility for ``query`` (relevance from the hybrid fact search, or from ``hits`` of one
+        already made for it); the items returned count as used unless ``record_use`` is off
+        (the caller records what it shows)."""
+        self.core.agent(agent_id)
+        types = working_set.types_needed(caps)
+        facts = self.core.store.query_facts(agent_id, FactQuery(types=types, limit=1000)) if types != [] else []
+        relevance: dict[str, float] = {}
+        if hits is None and query.strip():
+            hits = self.search_facts(agent_id, query, filters=FactQuery(limit=working_set.RELEVANCE_HITS))
+        relevance = {h.fact.fact_id: h.score for h in hits or ()}
+        ws = working_set.build(facts, relevance, self.core.clock(), caps)
+        if record_use:
+            self.use(agent_id, [i.fact for items in ws.sections.values() for i in items])
+        return ws
+
+    def consolidate(self, agent_id: str, *, actor: str = "worker:consolidate") -> dict[str, int]:
+        """Promote shadow facts that pass the replay test: their evidence messages are still in
+        recall and hold most of the fact's words, no live fact of their key says otherwise, and
+        the guard lets them through. Repetition alone promotes nothing: the test reads the
+        evidence, not the count of writes."""
+        self.core.agent(agent_id)
+        promoted = kept = contradicted = 0
+        shadows = self.core.store.query_facts(agent_id, FactQuery(statuses=["shadow"], limit=1000))
+        for f in shadows:
+            if f.key is not None:
+                rivals = [
+                    r for r in self.core.store.query_facts(agent_id, FactQuery(key=f.key, statuses=["active"]))
+                    if dedup.normalise(r.value) != dedup.normalise(f.value)
+                ]  # fmt: skip
+                if rivals:
+                    contradicted += 1
+                    if not f.conflict_with:
+                        self.put_fact(replace(f, conflict_with=tuple(r.fact_id for r in rivals)), f.version)
+                    continue
+            if not self._supported(agent_id, f) or guard.check(f.value, self.core.settings.facts.pii).refused:
+                kept += 1
+                continue
+            stored = self.put_fact(replace(f, status="active", updated_at=self.core.clock()), f.version)
+            self._decision(agent_id, "PROMOTED", stored, actor)
+            promoted += 1
+        return {"promoted": promoted, "kept_shadow": kept, "contradicted": contradicted}
+
+    def _open_question(self, agent_id: str, fact: Fact, others: Sequence[Fact], now: float) -> None:
+        """A conflict goes on the agenda as an open question, with both sides as evidence (the
+        seed's rule); written directly, as the question quotes values the guard already passed."""
+        values = " or ".join(dict.fromkeys(f'"{f.value[:80]}"' for f in [fact, *others]))
+        ttl = self.core.settings.facts.types["question"]
+        question = Fact(
+            agent_id=agent_id, fact_id="f" + uuid.uuid4().hex[:20], scope=fact.scope, type="question",
+            key=f"conflict:{fact.key}", value=f"Which holds for {fact.key}: {values}?", tags=("conflict",),
+            importance=max(f.importance for f in [fact, *others]), confidence=1.0,
+            evidence=tuple({"kind": "message", "id": str(e["id"])} for f in [fact, *others] for e in f.evidence
+                           if e.get("kind") == "message")[:fact_input.MAX_EVIDENCE],
+            created_at=now, updated_at=now, expires_at=now + ttl if ttl else None, lifetime_s=ttl or None,
+        )  # fmt: skip
+        existing = self.core.store.query_facts(agent_id, FactQuery(types=["question"], key=question.key))
+        if existing:
+            self.put_fact(replace(existing[0], value=question.value, updated_at=now), existing[0].version)
+        else:
+            self.put_fact(question, None)
+
+    def _supported(self, agent_id: str, fact: Fact) -> bool:
+        ids = [str(e["id"]) for e in fact.evidence if e.get("kind") == "message"]
+        if not ids:
+            return False
+        text = " ".join(m.content for m in self.core.store.get_messages(agent_id, ids))
+        words = dedup.word_set(fact.value.split(": ", 1)[-1])
+        return bool(words) and len(words & dedup.word_set(text)) / len(words) >= 0.6
+
+    def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
+        """Every fact write: the store's, then its change on the agent's feed."""
+        stored = self.core.store.put_fact(fact, expected_version)
+        self.core.changed(stored.agent_id, "fact", stored.fact_id, stored.version)
+        return stored
+
+    def use(self, agent_id: str, used: Sequence[Fact]) -> None:
+        """Record a use of these facts: each with a lifetime lives it again from now (seed 002:
+        a TTL is refreshed by reconfirmation or use, and by nothing else)."""
+        if used:
+            self.core.store.touch_facts(agent_id, list(dict.fromkeys(f.fact_id for f in used)), self.core.clock())
+
+    def _decision(self, agent_id: str, decision: str, fact: Fact, actor: str, **extra: Any) -> None:
+        metrics.fact_decision(decision)
+        payload = {"decision": decision, "fact_id": fact.fact_id, "type": fact.type, "scope": fact.scope,
+                   "key": fact.key, "status": fact.status, "chars": len(fact.value), **extra}  # fmt: skip
+        self.core.audit(agent_id, "fact_decision", payload, actor)
+
+    # --- graph edges ------------------------------------------------------------------------------
+
+    def link(self, fact: Fact, pointers: Sequence[Mapping[str, Any]], actor: str) -> None:
+        """Edges for a fact just written with these new evidence ``pointers``."""
+        now = self.core.clock()
+        node = fact_node(fact.agent_id, fact.fact_id)
+        for e in pointers:
+            if e.get("kind") != "message":
+                continue
+            msg = message_node(fact.agent_id, str(e["id"]))
+            self.core.store.add_edge(Edge("cites", node, msg, fact.agent_id, now))
+            if fact.type == "entity":
+                self.core.store.add_edge(Edge("mentions", msg, node, fact.agent_id, now))
+        if fact.type == "relation" and fact.key is not None:
+            rel = entities.relation_of(fact.key)
+            src, dst = (self._entity(fact, name, pointers, actor) for name in (rel.src, rel.dst))
+            self.core.store.add_edge(
+                Edge(
+                    "relates_to",
+                    fact_node(fact.agent_id, src.fact_id),
+                    fact_node(fact.agent_id, dst.fact_id),
+                    fact.agent_id,
+                    now,
+                    {"relation": rel.relation, "fact_id": fact.fact_id},
+                )
+            )
+
+    def _entity(self, relation: Fact, name: str, pointers: Sequence[Mapping[str, Any]], actor: str) -> Fact:
+        """The entity fact at one end of a relation, written (or matched) with its evidence."""
+        result = self.remember(
+            relation.agent_id,
+            name.title(),
+            type="entity",
+            scope=relation.scope,
+            key=name,
+            evidence=[dict(p) for p in pointers],
+            status=relation.status,
+            importance=relation.importance,
+            confidence=relation.confidence,
+            actor=actor,
+        )
+        fact: Fact = result.fact
+        return fact

@@ -1,0 +1,206 @@
+"""The main context's messages through the façade: append (with the tags a reply captures),
+requested evictions, notes straight into recall, and the assembled context.
+
+An append is one Lua call on the hot path; what follows it here (write-through, spool, flush,
+audit rows, captured facts) makes every entry point's append the same."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vcm import validation
+from vcm.errors import IdempotencyMismatch, PolicyRefused, ValidationError
+from vcm.facts.capture import Captured, capture
+from vcm.hotpath.context import AssembledContext, assemble
+from vcm.obs import footprint, metrics
+from vcm.service.core import Core
+from vcm.service.facts import Facts
+from vcm.service.state import StateKeys
+from vcm.store.types import StoredMessage
+from vcm.types import AppendResult, BatchInfo
+
+
+class Messages:
+    """append, evict, write_recall, context, fifo_ids and keep_captured."""
+
+    def __init__(self, core: Core, facts: Facts, state: StateKeys) -> None:
+        self.core = core
+        # A reply's [MEMORY:type] / [STATE:key] tags become facts and state keys.
+        self.facts = facts
+        self.state = state
+
+    def append(
+        self,
+        agent_id: str,
+        role: str,
+        content: str,
+        *,
+        name: str | None = None,
+        pinned: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        tool_call_id: str | None = None,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None,
+        idempotency_key: str | None = None,
+        actor: str = "system",
+        token_sha256: str | None = None,
+    ) -> AppendResult:
+        """Append one message. ``token_sha256``: the caller's agent token digest, checked in the
+        append's own Lua call (see :meth:`HotState.append`).
+
+        An assistant message's ``[MEMORY:type]`` / ``[STATE:key]`` tags (:mod:`vcm.facts.capture`)
+        are kept as facts / state pointing at the message, and the message enters the context
+        without them."""
+        captured = capture(content) if role == "assistant" and isinstance(content, str) and "[" in content else None
+        if captured is not None and captured.any:
+            content = captured.stripped
+            metadata = {
+                **(dict(metadata) if isinstance(metadata, Mapping) else {}),
+                "memory_tags": {"facts": len(captured.memories), "state": [k for k, _ in captured.states]},
+            }
+        with self.core.refusals_audited(agent_id, "append", actor, idempotency_key):
+            res = self.core.hot_call(
+                agent_id,
+                self.core.hot.append,
+                agent_id,
+                role,
+                content,
+                name=name,
+                pinned=pinned,
+                metadata=metadata,
+                tool_call_id=tool_call_id,
+                tool_calls=tool_calls,
+                idempotency_key=idempotency_key,
+                actor=actor,
+                token_sha256=token_sha256,
+            )
+        # Before the caller hears of it: the store holds the message (write-through) and the id
+        # floor stays ahead of the sequence. A replay writes it too: its first attempt may have
+        # died before doing so.
+        ids = [res.message_id] + ([res.pressure_message_id] if res.pressure_message_id else [])
+        self.core.durable.appended(agent_id, ids, res.seq, known=[res.message] if res.message else ())
+        if res.replayed:
+            # The first request may have died between its Lua call and its follow-ups. Hand its
+            # batch over again with the flush row (both idempotent); a missed spool is the
+            # sweeper's to catch (reconciliation), so a plain retry dispatches nothing.
+            if res.batch is not None:
+                self.core.batch_begun(agent_id, res.batch, res.total, res.target_unreachable, actor, idempotency_key)
+            return res
+        if captured is not None and captured.any:
+            self.keep_captured(agent_id, captured, res.message_id, actor)
+        # The append's audit row is written by the spool task with the message (vcm.tasks.spool),
+        # so the hot path stays one Redis round trip.
+        if res.gauges is not None:
+            self.core.gauges_seen(agent_id, res.gauges)
+        self.core.dispatcher.spool(agent_id, ids)
+        if res.action == "warning":
+            metrics.warning()
+            self.core.event(
+                agent_id,
+                "memory_pressure",
+                {"total": res.total, "message_id": res.pressure_message_id},
+                actor,
+                event_id=f"{agent_id}:pressure:{res.pressure_message_id}",
+            )
+        if res.batch is not None:
+            self.core.batch_begun(agent_id, res.batch, res.total, res.target_unreachable, actor)
+            metrics.flush("threshold")
+        return res
+
+    def evict(
+        self, agent_id: str, count: int, *, idempotency_key: str | None = None, actor: str = "system"
+    ) -> tuple[int, BatchInfo | None]:
+        with self.core.refusals_audited(agent_id, "evict", actor, idempotency_key):
+            total, batch = self.core.hot_call(
+                agent_id, self.core.hot.evict_oldest, agent_id, count, idempotency_key=idempotency_key
+            )
+        if batch is not None:
+            self.core.batch_begun(agent_id, batch, total, False, actor, idempotency_key)
+            metrics.flush("request")
+        return total, batch
+
+    def write_recall(
+        self, agent_id: str, content: str, *, role: str = "assistant", idempotency_key: str, actor: str = "system"
+    ) -> StoredMessage:
+        """A note straight into recall memory, never into the context window.
+
+        The key is claimed before anything is written (one atomic check-and-record in the hot
+        state), so two concurrent notes under one key cannot both succeed: the second gets the
+        first's note, or IDEMPOTENCY_MISMATCH when its text differs."""
+        validation.role(role)
+        content = validation.text(content, "content", self.core.settings.budget.max_content_chars)
+        validation.idempotency_key(idempotency_key)
+        info = self.core.agent(agent_id)
+        # The id comes from the idempotency key, so the store's idempotent spool dedupes retries.
+        message_id = "r" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
+        request = {"role": role, "content_sha256": hashlib.sha256(content.encode("utf-8")).hexdigest()}
+        claimed, replayed = self.core.hot.claim(
+            agent_id, idempotency_key, "write_recall", request, {"message_id": message_id}
+        )
+        message_id = str(claimed["message_id"])
+        existing = self.core.store.get_messages(agent_id, [message_id])
+        if existing:
+            # The claim expires after idempotency_ttl_s; the note itself does not.
+            if (existing[0].role, existing[0].content) != (role, content):
+                raise IdempotencyMismatch("this idempotency key was already used for a different note")
+            return existing[0]
+        # First use, or a replay whose first attempt died before its write: write it (idempotent).
+        _, seq = self.core.hot.reserve_message_id(agent_id)
+        tokens = self.core.hot.counter(info.model).message(content)
+        now = self.core.clock()
+        ttl = self.core.settings.maintenance.recall_ttl_s  # notes are recall like any message: same retention
+        msg = StoredMessage(
+            agent_id,
+            message_id,
+            seq,
+            role,
+            content,
+            tokens,
+            now,
+            metadata={"kind": "recall_note"},
+            expires_at=now + ttl if ttl else None,
+        )
+        self.core.store.spool_messages([msg])
+        self.core.event(
+            agent_id,
+            "recall_write",
+            {"message_id": message_id, "tokens": tokens, **({"replayed": True} if replayed else {})},
+            actor,
+            event_id=f"{agent_id}:recall:{message_id}",
+            idempotency_key=idempotency_key,
+            change=footprint.recall_note(content, tokens, role=role),
+        )
+        return self.core.store.get_messages(agent_id, [message_id])[0]
+
+    def context(self, agent_id: str, *, token_sha256: str | None = None) -> AssembledContext:
+        """The assembled main context; ``token_sha256`` as in :meth:`append`, read in the snapshot's
+        own transaction."""
+        assembled = assemble(self.core.hot_call(agent_id, self.core.hot.snapshot, agent_id, token_sha256=token_sha256))
+        self.core.gauges_seen(agent_id, assembled.gauges)
+        return assembled
+
+    def fifo_ids(self, agent_id: str) -> list[str]:
+        """The ids of the messages in the agent's FIFO, oldest first."""
+        return [m.id for m in self.core.hot_call(agent_id, self.core.hot.snapshot, agent_id).fifo]
+
+    def keep_captured(self, agent_id: str, captured: Captured, message_id: str, actor: str) -> dict[str, Any]:
+        """Store what a reply's tags asked to keep; a refused one is an event, never a failed append."""
+        kept: dict[str, Any] = {"facts": [], "state": [], "refused": 0}
+        pointer = [{"kind": "message", "id": message_id}]
+        for type_, text in captured.memories:
+            known = type_ if type_ in self.core.settings.facts.types else "learned"
+            try:
+                res = self.facts.remember(
+                    agent_id, text, type=known, evidence=pointer, tags=(type_,) if known != type_ else (), actor=actor
+                )
+                kept["facts"].append(res.fact.fact_id)
+            except (PolicyRefused, ValidationError):
+                kept["refused"] += 1
+        for key, value in captured.states:
+            try:
+                self.state.set_state(agent_id, key, value, actor=actor)
+                kept["state"].append(key)
+            except (PolicyRefused, ValidationError):
+                kept["refused"] += 1
+        return kept

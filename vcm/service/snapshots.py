@@ -1,0 +1,159 @@
+"""Snapshots of an agent through the façade: capture (blocks, summary, FIFO with pending batches,
+settings; compressed and checksummed by :mod:`vcm.snapshots`), list, delete, and restore, which
+goes through the lifecycle's hand-over (:class:`~vcm.service.lifecycle.Lifecycle`): the store
+switches over in one transaction and the hot state is rebuilt from it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from vcm import snapshots as payloads
+from vcm import validation
+from vcm.durable import agent_config, block_write, stored_message
+from vcm.errors import Conflict, NotFound, ValidationError
+from vcm.obs import metrics
+from vcm.service.core import Core
+from vcm.service.lifecycle import Lifecycle
+from vcm.store import validation as store_validation
+from vcm.store.types import ContextReset, SnapshotRecord, SummaryVersion
+from vcm.types import Block, Message
+
+
+def new_snapshot_id(kind: str, now: float) -> str:
+    return f"{kind}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}-{uuid.uuid4().hex[:8]}"
+
+
+class Snapshots:
+    """create_snapshot, summary_versions, list_snapshots, get_snapshot, delete_snapshot,
+    restore_snapshot, snapshot_all, store_agent_ids."""
+
+    def __init__(self, core: Core, lifecycle: Lifecycle) -> None:
+        self.core = core
+        self.lifecycle = lifecycle  # a restore hands the hot state over as a reset does
+
+    def create_snapshot(
+        self,
+        agent_id: str,
+        *,
+        kind: str = "manual",
+        reason: str = "",
+        ttl_s: int | None = None,
+        snapshot_id: str | None = None,
+        actor: str = "system",
+    ) -> SnapshotRecord:
+        """Capture the agent's blocks, summary, FIFO (with pending batches' messages, which the
+        summary does not cover yet) and settings, compressed and checksummed."""
+        info = self.core.agent(agent_id)
+        if kind not in payloads.KINDS:
+            raise ValidationError(f"kind must be one of {', '.join(payloads.KINDS)}", field="kind")
+        reason = validation.text(reason, "reason", 1000, allow_empty=True)
+        ttl = self.core.settings.durability.snapshot_ttl_s if ttl_s is None else ttl_s
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
+            raise ValidationError("ttl_s must be a non-negative integer (0: no expiry)", field="ttl_s")
+        now = self.core.clock()
+        snapshot_id = snapshot_id or new_snapshot_id(kind, now)
+        store_validation.identifier("snapshot_id", snapshot_id)
+        try:
+            snap, fifo = self.lifecycle.held(agent_id)
+            text, tokens, _, batch = self.core.hot.summary(agent_id)
+            state = {
+                "agent_id": agent_id,
+                "config": agent_config(info.model, snap.system_prompt, snap.tools),
+                "blocks": [b.as_json() for b in snap.blocks],
+                "summary": {"text": text, "tokens": tokens, "batch_id": batch},
+                "fifo": [m.as_json() for m in fifo],
+            }
+            payload, sha, size = payloads.encode(state)
+            record = self.core.store.put_snapshot(
+                SnapshotRecord(agent_id, snapshot_id, kind, reason, payload, sha, size, now, now + ttl if ttl else None)
+            )
+        except Exception:  # counted for the failed-snapshot alert (compose/alerts.yml), then raised
+            metrics.snapshot("failed")
+            raise
+        metrics.snapshot("taken")
+        self.core.audit(
+            agent_id,
+            "snapshot",
+            {"snapshot_id": snapshot_id, "kind": kind, "bytes": len(payload), "fifo": len(fifo)},
+            actor,
+        )
+        return SnapshotRecord(**{**record.__dict__, "payload": b""})
+
+    def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
+        self.core.agent(agent_id)
+        return self.core.store.summary_versions(agent_id, limit=limit)
+
+    def list_snapshots(self, agent_id: str) -> list[SnapshotRecord]:
+        self.core.agent(agent_id)
+        return self.core.store.list_snapshots(agent_id)
+
+    def get_snapshot(self, agent_id: str, snapshot_id: str) -> SnapshotRecord:
+        """A snapshot's metadata (not its payload)."""
+        self.core.agent(agent_id)
+        return SnapshotRecord(**{**self.core.store.get_snapshot(agent_id, snapshot_id).__dict__, "payload": b""})
+
+    def delete_snapshot(self, agent_id: str, snapshot_id: str, *, actor: str = "system") -> bool:
+        self.core.agent(agent_id)
+        deleted = self.core.store.delete_snapshot(agent_id, snapshot_id)
+        if deleted:
+            self.core.audit(agent_id, "snapshot_deleted", {"snapshot_id": snapshot_id}, actor)
+        return deleted
+
+    def restore_snapshot(self, agent_id: str, snapshot_id: str, *, actor: str = "system") -> dict[str, Any]:
+        """Return the agent to a snapshot: blocks, summary, FIFO and settings exactly as captured.
+        The checksum is verified first (SNAPSHOT_CORRUPT, nothing changed); the current state is
+        kept as a ``pre_restore`` snapshot; then one store transaction switches the agent over
+        and its hot state is rebuilt from the store."""
+        self.core.agent(agent_id)
+        record = self.core.store.get_snapshot(agent_id, snapshot_id)
+        state = payloads.decode(record.payload, record.sha256)
+        if state.get("agent_id") != agent_id:
+            raise Conflict("the snapshot belongs to another agent", snapshot_id=snapshot_id)
+        fifo = [Message.from_json(m) for m in state["fifo"]]
+        blocks = [Block.from_json(b) for b in state["blocks"]]
+        summary = state["summary"]
+        before = self.create_snapshot(
+            agent_id, kind="pre_restore", reason=f"before restoring {snapshot_id}", actor=actor
+        )
+        self.lifecycle.persist_hot(agent_id)
+        # Messages of the snapshot's FIFO come back even if forgotten or expired since.
+        ttl = self.core.settings.maintenance.recall_ttl_s
+        self.core.store.spool_messages([stored_message(agent_id, m, ttl_s=ttl) for m in fifo])
+        self.core.store.put_agent(agent_id, state["config"])
+        batch_id = self.lifecycle.fresh_id(agent_id)
+        self.core.store.reset_context(
+            ContextReset(
+                agent_id,
+                batch_id,
+                str(summary.get("text", "")),
+                int(summary.get("tokens", 0)),
+                fifo_ids=[m.id for m in fifo],
+                blocks=[block_write(agent_id, b) for b in blocks],
+            )
+        )
+        self.lifecycle.reload(agent_id)
+        # Blocks, state and facts may all differ now: instances drop their cache of the agent.
+        self.core.changed(agent_id, "agent", "*", None, "reset")
+        self.core.audit(
+            agent_id,
+            "snapshot_restored",
+            {"snapshot_id": snapshot_id, "pre_restore_snapshot_id": before.snapshot_id, "fifo": len(fifo)},
+            actor,
+        )
+        return {"agent_id": agent_id, "snapshot_id": snapshot_id, "pre_restore_snapshot_id": before.snapshot_id}
+
+    def snapshot_all(self, *, kind: str = "periodic") -> int:
+        """A snapshot of every agent (beat, and before an upgrade); returns how many were taken."""
+        taken = 0
+        for agent_id in self.store_agent_ids():
+            try:
+                self.create_snapshot(agent_id, kind=kind, reason=f"{kind} snapshot")
+                taken += 1
+            except NotFound:
+                continue  # deleted meanwhile
+        return taken
+
+    def store_agent_ids(self) -> list[str]:
+        return [r.agent_id for r in self.core.store.list_agents()]
