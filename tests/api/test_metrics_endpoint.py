@@ -89,7 +89,7 @@ def session(tmp_path: Path) -> Iterator[tuple[TestClient, Deps]]:
     client = _real_redis()
     client.flushdb()
     settings = settings_for(tmp_path, REDIS_URL)
-    app = worker_build.create_app(settings)
+    app = worker_build.build(settings).app  # signals connected, as in a worker process
     dispatcher = CeleryDispatcher(app)
     faults = Faults([Rule("evict.before_summarize", agent_prefix="doomed-")])
     # Two IVF lists train on 78 vectors (39 a list), so the 80-chunk ingest below trains the index.

@@ -24,7 +24,7 @@ from vcm.settings import Settings
 from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults, Rule
 from vcm.workers import names, runtime
-from vcm.workers.build import create_app
+from vcm.workers.build import build
 from vcm.workers.dispatch import BackgroundDispatcher, CeleryDispatcher
 from vcm.workers.embedded import embedded_worker
 
@@ -57,7 +57,7 @@ class Cold:
 
 def start(tmp_path: Path, faults: Faults, deliveries: runtime.DeliveryLog | None = None) -> Iterator[Cold]:
     settings = fast_settings(tmp_path)
-    app = create_app(settings)
+    app = build(settings).app
     dispatcher = CeleryDispatcher(app)
     deps = make_deps(tmp_path, settings=settings, faults=faults, dispatcher=dispatcher, vectorizer=WordVectorizer())
     runtime.install(deps, deliveries or runtime.LocalDeliveryLog())
