@@ -53,6 +53,7 @@ from typing import Any
 import httpx
 import redis
 
+from vcm.eval.bench import add_json_flag, percentile, write_json
 from vcm.eval.serving import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,19 +81,12 @@ def document(n_words: int, seed: int) -> str:
     return " ".join(out)
 
 
-def pct(samples: list[float], q: float) -> float:
-    if not samples:
-        return float("nan")
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def summary(samples_ms: list[float], elapsed_s: float) -> dict[str, float]:
     return {
         "n": len(samples_ms),
-        "p50_ms": pct(samples_ms, 0.50),
-        "p95_ms": pct(samples_ms, 0.95),
-        "p99_ms": pct(samples_ms, 0.99),
+        "p50_ms": percentile(samples_ms, 0.50),
+        "p95_ms": percentile(samples_ms, 0.95),
+        "p99_ms": percentile(samples_ms, 0.99),
         "max_ms": max(samples_ms) if samples_ms else float("nan"),
         "per_s": len(samples_ms) / elapsed_s if elapsed_s > 0 else 0.0,
     }
@@ -412,7 +406,7 @@ def main() -> int:
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--seconds", type=float, default=4.0, help="per measured row")
     parser.add_argument("--doc-words", type=int, default=4000, help="size of each background archival document")
-    parser.add_argument("--json", help="write the figures to this file")
+    add_json_flag(parser, "write the figures to this file")
     args = parser.parse_args()
     args.clients = [int(c) for c in args.clients.split(",") if c]
     modes = [m for m in args.modes.split(",") if m]
@@ -442,7 +436,7 @@ def main() -> int:
         extra = f", cold path: {m['cold_path']}" if "cold_path" in m else ""
         print(f"  {m['mode']}: load average before {m['load_before']}, after {m['load_after']}{extra}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        write_json(args.json, results)
     return 0
 
 

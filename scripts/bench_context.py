@@ -2,7 +2,7 @@
 """What the context builder adds to a turn on the hot path: the hot context alone against the
 full built prompt, per turn of a replayed LoCoMo conversation.
 
-    .venv/bin/python scripts/bench_context.py --data ../shared/data/locomo_dev.json [--json OUT]
+    .venv/bin/python scripts/bench_context.py [--data LOCOMO_JSON] [--json OUT]
         [--model vcm-demo-4k] [--turns 200] [--warmup 10] [--torch-threads N]
 
 The agent is the one ``scripts/eval_context.py`` replays (fakeredis and an embedded SQLite store,
@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from eval_context import Replay, play, start
 
+from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.eval.conversation import Turn, parse_sample
 
 TARGET_MS = 30.0
@@ -235,17 +236,17 @@ def print_table(result: Mapping[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="../shared/data/locomo_dev.json", type=Path)
-    parser.add_argument("--json", type=Path, help="write the figures (and every turn's) here")
+    add_data_flag(parser)
+    add_json_flag(parser, "write the figures (and every turn's) here")
     parser.add_argument("--model", default="vcm-demo-4k", help="a model of [models]: sets the window")
     parser.add_argument("--turns", type=int, default=200, help="user turns measured (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=10, help="first measured turns left out")
     parser.add_argument("--torch-threads", type=int, default=0, help="0: as vcm serve's query model (1)")
     args = parser.parse_args(argv)
+    args.data = data_path(args.data)
     result = measure(args)
     print_table(result)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, result)
     return 0
 
 

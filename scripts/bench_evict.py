@@ -6,8 +6,8 @@ embedding model.
     .venv/bin/python scripts/bench_evict.py [--samples 40] [--model vcm-small-8k]
         [--redis redis://127.0.0.1:6379/12] [--json out.json]
 
-The conversation is LoCoMo (``../shared/data/locomo_dev.json``, real multi-session dialogue with
-names and dates) when present, else generated lines. Hot state is the in-process fakeredis unless
+The conversation is LoCoMo (``--data``, or ``$VCM_EVAL_DATA/locomo_dev.json``: real multi-session
+dialogue with names and dates) when given, else generated lines. Hot state is the in-process fakeredis unless
 ``--redis`` names a scratch database (its agent keys are deleted afterwards); the store is a
 temporary SQLite file. The embedder's load time is reported apart: workers load it once per
 process, before their first job.
@@ -31,6 +31,7 @@ import fakeredis
 import redis
 
 from vcm.dispatch import RecordingDispatcher
+from vcm.eval.bench import DATA_ENV, add_data_flag, add_json_flag, data_path, percentile, write_json
 from vcm.hotpath.budget import Budget
 from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
@@ -42,13 +43,12 @@ from vcm.workers.runtime import LazyEmbed, build_summarizer
 ROOT = Path(__file__).resolve().parent.parent
 
 T = TypeVar("T")
-LOCOMO = ROOT.parent / "shared" / "data" / "locomo_dev.json"
 
 
-def turns() -> Iterator[tuple[str, str]]:
+def turns(locomo: Path | None) -> Iterator[tuple[str, str]]:
     """(speaker, text) of a long conversation, endlessly."""
-    if LOCOMO.exists():
-        samples = json.loads(LOCOMO.read_text())
+    if locomo is not None:
+        samples = json.loads(locomo.read_text())
         dialogue = []
         for sample in samples:
             conv = sample["conversation"]
@@ -86,19 +86,16 @@ class Phases:
         self.current[f"{name} cpu"] = self.current.get(f"{name} cpu", 0.0) + cpu
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--model", default="vcm-small-8k", help="a model of [models]; its window sets batch size")
     parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    add_json_flag(parser)
+    add_data_flag(parser)
     args = parser.parse_args()
+    args.data = data_path(args.data) if args.data or os.environ.get(DATA_ENV) else None
 
     tmp = Path(tempfile.mkdtemp(prefix="vcm-bench-evict-"))
     settings = load_settings(overrides={"store_url": f"sqlite:///{tmp / 'vcm.db'}"})
@@ -120,7 +117,7 @@ def main() -> None:
     agent = f"bench-{uuid.uuid4().hex[:8]}"
     hot.create_agent(agent, model=args.model, system_prompt="You are a helpful assistant with a long memory.")
     budget = Budget.for_window(hot.agent(agent).window, settings.budget)
-    source = turns()
+    source = turns(args.data)
     jobs: list[dict[str, float]] = []
     try:
         while len(jobs) < args.samples + args.warmup:
@@ -185,7 +182,7 @@ def main() -> None:
     )
     store.close()
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,13 @@ flushed first: point it at a scratch database.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import redis
 
+from vcm.eval.bench import add_json_flag, percentile, write_json
 from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
@@ -32,11 +31,6 @@ def message(i: int, tokens: int = 100) -> str:
     # ~1 token per word for these common words; a counter makes each message distinct.
     words = [WORDS[(i * 7 + j) % len(WORDS)] for j in range(tokens - 8)]
     return f"msg {i}: " + " ".join(words)
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def bench_ping(client: redis.Redis, n: int) -> list[float]:
@@ -114,7 +108,7 @@ def bench_durability(client: redis.Redis, mode: str, n: int) -> list[float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/12")
-    parser.add_argument("--json", help="write the figures to this file")
+    add_json_flag(parser, "write the figures to this file")
     parser.add_argument("--pings", type=int, default=5000)
     parser.add_argument("--appends", type=int, default=5000)
     parser.add_argument("--flushes", type=int, default=200)
@@ -132,29 +126,30 @@ def main() -> int:
     client.flushdb()
 
     figures = {
-        "ping_p50_ms": pct(ping, 0.50),
-        "ping_p99_ms": pct(ping, 0.99),
-        "append_p50_ms": pct(append, 0.50),
-        "append_p99_ms": pct(append, 0.99),
+        "ping_p50_ms": percentile(ping, 0.50),
+        "ping_p99_ms": percentile(ping, 0.99),
+        "append_p50_ms": percentile(append, 0.50),
+        "append_p99_ms": percentile(append, 0.99),
         "appends_per_s": rate,
-        "append_p50_in_pings": pct(append, 0.50) / pct(ping, 0.50),
-        "flush_p50_ms_8k": pct(flush8, 0.50),
-        "flush_p99_ms_8k": pct(flush8, 0.99),
-        "flush_p50_ms_128k": pct(flush128, 0.50),
-        "flush_p99_ms_128k": pct(flush128, 0.99),
+        "append_p50_in_pings": percentile(append, 0.50) / percentile(ping, 0.50),
+        "flush_p50_ms_8k": percentile(flush8, 0.50),
+        "flush_p99_ms_8k": percentile(flush8, 0.99),
+        "flush_p50_ms_128k": percentile(flush128, 0.50),
+        "flush_p99_ms_128k": percentile(flush128, 0.99),
         "flush_batch_messages_8k": evicted8,
         "flush_batch_messages_128k": evicted128,
-        "service_append_write_behind_p50_ms": pct(behind, 0.50),
-        "service_append_write_behind_p99_ms": pct(behind, 0.99),
-        "service_append_write_through_p50_ms": pct(through, 0.50),
-        "service_append_write_through_p99_ms": pct(through, 0.99),
-        "write_through_cost_p50_in_pings": (pct(through, 0.50) - pct(behind, 0.50)) / pct(ping, 0.50),
+        "service_append_write_behind_p50_ms": percentile(behind, 0.50),
+        "service_append_write_behind_p99_ms": percentile(behind, 0.99),
+        "service_append_write_through_p50_ms": percentile(through, 0.50),
+        "service_append_write_through_p99_ms": percentile(through, 0.99),
+        "write_through_cost_p50_in_pings": (percentile(through, 0.50) - percentile(behind, 0.50))
+        / percentile(ping, 0.50),
     }
     print(f"{'measure':<34}{'value':>12}")
     for key, value in figures.items():
         print(f"{key:<34}{value:>12.3f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+        write_json(args.json, figures)
     return 0
 
 

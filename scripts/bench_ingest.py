@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Archival ingestion throughput, late vs naive chunking (a benchmark, not a test).
 
-    .venv/bin/python scripts/bench_ingest.py [--quick] [--data ../shared/data/locomo_dev.json] [--json OUT]
+    .venv/bin/python scripts/bench_ingest.py [--quick] [--data LOCOMO_JSON] [--json OUT]
 
 Same model, same documents, same chunks; only the embedding differs: ``naive`` runs the model
 over each chunk's text, ``late`` over each document (in macro windows when it is longer than the
@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.tasks.embedding import Embedder, get_embedder
@@ -43,7 +44,6 @@ from vcm.tasks.ingest.files import BatchReport, ingest_paths
 from vcm.tasks.ingest.late_chunking import MODES, DocumentPlan, LateChunker, Mode
 from vcm.tasks.recall.evaluation import load_locomo
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/locomo_dev.json"
 WORDS = [
     *("the", "team", "moved", "launch", "after", "review", "because", "budget", "numbers", "for"),
     *("northern", "region", "looked", "wrong", "and", "Maria", "asked", "Tom", "to", "check"),
@@ -164,7 +164,7 @@ def measure(trial: Trial, slices: int, reps: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON (sessions become documents)")
+    add_data_flag(parser)  # LoCoMo: its sessions become documents
     parser.add_argument("--synthetic", type=int, default=0, help="use N generated documents instead")
     parser.add_argument("--reps", type=int, default=3, help="timed trials per mode and slice")
     parser.add_argument("--docs", type=int, default=0, help="use only the first N documents")
@@ -173,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--no-ingest", action="store_true", help="skip the end-to-end store phase")
     parser.add_argument("--quick", action="store_true", help="32 documents, 2 repetitions: a smoke run")
-    parser.add_argument("--json", dest="json_out", help="write the figures as JSON here")
+    add_json_flag(parser)
     args = parser.parse_args(argv)
+    if not args.synthetic:
+        args.data = data_path(args.data)
     if args.quick:
         args.docs, args.reps = args.docs or 32, min(args.reps, 2)
 
@@ -243,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{phase:<8}late/naive time: {ph['late_over_naive_min']:.3f} by minima ({verdict} the 10 % target), "
             f"{ph['late_over_naive_median']:.3f} by medians, {ph['late_over_naive_cpu']:.3f} by CPU time"
         )
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        write_json(args.json, result)
     return 0
 
 

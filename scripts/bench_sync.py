@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from vcm import CacheConfig, VcmClient
+from vcm.eval.bench import add_json_flag, percentile, write_json
 from vcm.eval.serving import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,16 +101,11 @@ def follower(url: str, token: str) -> int:
     return 0
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def summary(values_s: list[float]) -> dict[str, float]:
     ms = [v * 1000 for v in values_s]
     return {
-        "n": len(ms), "mean_ms": statistics.fmean(ms), "p50_ms": pct(ms, 0.5), "p95_ms": pct(ms, 0.95),
-        "p99_ms": pct(ms, 0.99), "max_ms": max(ms),
+        "n": len(ms), "mean_ms": statistics.fmean(ms), "p50_ms": percentile(ms, 0.5), "p95_ms": percentile(ms, 0.95),
+        "p99_ms": percentile(ms, 0.99), "max_ms": max(ms),
     }  # fmt: skip
 
 
@@ -200,7 +196,7 @@ def main() -> int:
     parser.add_argument("--redis", help="a real Redis (empty database) instead of the embedded one")
     parser.add_argument("--apis", type=int, default=2, help="API processes on --redis (A uses the first, B the last)")
     parser.add_argument("--poll-s", type=float, help="[sync] poll_s of the servers")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    add_json_flag(parser)
     parser.add_argument("--follower", nargs=2, metavar=("URL", "TOKEN"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.follower:
@@ -226,7 +222,7 @@ def main() -> int:
     cache = out["client_metrics"]["cache"]
     print(f"  A's cache: hit ratio {cache['hit_ratio']:.2f} ({cache['hits']} hits, {cache['misses']} misses)")
     if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
+        write_json(args.json, out)
     return 0
 
 

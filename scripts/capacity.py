@@ -17,7 +17,6 @@ import argparse
 import json
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ from typing import Any
 import numpy as np
 import redis
 
+from vcm.eval.bench import add_json_flag, write_json
+from vcm.eval.serving import free_port
 from vcm.hotpath import keys
 from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
@@ -47,17 +48,6 @@ VOCAB = WORDS.split()
 
 def sentence(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(VOCAB) for _ in range(words)).capitalize() + "."
-
-
-def free_port() -> int:
-    for port in range(7000, 7100):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise SystemExit("capacity: no free port in 7000-7099")
 
 
 def used(client: redis.Redis) -> int:
@@ -219,17 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=20_000)
     p.add_argument("--chunks", type=int, default=10_000)
     p.add_argument("--skip", choices=["redis", "store"], action="append", default=[])
-    p.add_argument("--json", type=Path)
+    add_json_flag(p)
     args = p.parse_args(argv)
     result: dict[str, Any] = {}
     if "redis" not in args.skip:
         result["redis"] = measure_redis(args.agents)
     if "store" not in args.skip:
         result["store"] = measure_store(args.messages, args.chunks)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text)
+    print(json.dumps(result, indent=2))
+    write_json(args.json, result)
     return 0
 
 

@@ -3,7 +3,7 @@
 every question asked as the latest user message, its evidence turns looked for in the context the
 builder assembles.
 
-    .venv/bin/python scripts/eval_context.py --data ../shared/data/locomo_dev.json [--json OUT]
+    .venv/bin/python scripts/eval_context.py [--data LOCOMO_JSON] [--json OUT]
         [--conversations N] [--questions N] [--model vcm-demo-4k] [--embed model|hash]
         [--max-turns N] [--quick] [--resume]
 
@@ -71,6 +71,7 @@ from eval_summary import OVERLAP, content_words, hash_embed
 
 from vcm.context_builder import BuiltContext
 from vcm.dispatch import RecordingDispatcher
+from vcm.eval.bench import add_data_flag, add_json_flag, data_path, share, write_json
 from vcm.eval.conversation import Conversation, FixedClock, Question, Turn, parse_sample, session_time
 from vcm.hotpath.state import HotState
 from vcm.obs.metered_store import metered
@@ -280,8 +281,8 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {"n": n}
         for level in LEVELS:
             entry[level] = {
-                "mean_pct": pct(sum(r[level] for r in group), n),
-                "all_present_pct": pct(sum(r[f"{level}_all"] for r in group), n),
+                "mean_pct": share(sum(r[level] for r in group), n),
+                "all_present_pct": share(sum(r[f"{level}_all"] for r in group), n),
             }
         entry["tokens"] = {layer: round(sum(r["tokens"][layer] for r in group) / n, 1) if n else 0.0
                            for layer in INJECTED}  # fmt: skip
@@ -293,10 +294,6 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                                                                                       for k in r["via"]})}  # fmt: skip
         out[name] = entry
     return out
-
-
-def pct(a: float, b: float) -> float:
-    return round(100.0 * a / b, 1) if b else 0.0
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -340,8 +337,8 @@ def rule_check(run: Replay) -> dict[str, dict[str, float]]:
     for name, rule in (("piece", summary_turns), ("half_of_turn_words", bag_turns)):
         held = rule(text, run.turn_of)
         evicted = [d for d in run.turn_of if d not in fifo]
-        out[name] = {"evicted_pct": pct(sum(d in held for d in evicted), len(evicted)),
-                     "fifo_pct": pct(len(held & fifo), len(fifo))}  # fmt: skip
+        out[name] = {"evicted_pct": share(sum(d in held for d in evicted), len(evicted)),
+                     "fifo_pct": share(len(held & fifo), len(fifo))}  # fmt: skip
     return out
 
 
@@ -434,8 +431,8 @@ def print_table(result: Mapping[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, type=Path)
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    add_data_flag(parser)
+    add_json_flag(parser)
     parser.add_argument("--model", default="vcm-demo-4k", help="a model of [models]: sets the window")
     parser.add_argument("--embed", choices=["model", "hash"], default="model")
     parser.add_argument("--conversations", type=int, default=0, help="the first N conversations only")
@@ -444,12 +441,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one conversation, 200 turns, hash embedding")
     parser.add_argument("--resume", action="store_true", help="keep the conversations --json already holds")
     args = parser.parse_args(argv)
+    args.data = data_path(args.data)
     if args.quick:
         args.conversations, args.max_turns, args.embed = 1, args.max_turns or 200, "hash"
 
     def write(result: dict[str, Any]) -> None:
         if args.json:
-            args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            write_json(args.json, result)
 
     print_table(evaluate(args, write))
     return 0

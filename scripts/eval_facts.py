@@ -2,7 +2,7 @@
 """Which facts of a conversation survive eviction as structured memory: LoCoMo replayed through a
 4k window, scored against the dataset's ``observation`` facts.
 
-    .venv/bin/python scripts/eval_facts.py --data ../shared/data/locomo_dev.json [--json OUT]
+    .venv/bin/python scripts/eval_facts.py [--data LOCOMO_JSON] [--json OUT]
         [--model vcm-demo-4k] [--embed model|hash] [--limit N] [--quick]
 
 Each conversation goes turn by turn into a fresh agent through the façade
@@ -40,6 +40,7 @@ import fakeredis
 import numpy as np
 
 from vcm.dispatch import RecordingDispatcher
+from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.eval.conversation import FixedClock, observations, parse_sample, session_time
 from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
@@ -170,8 +171,8 @@ def share(a: float, b: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="../shared/data/locomo_dev.json")
-    parser.add_argument("--json", help="write the figures to this file")
+    add_data_flag(parser)
+    add_json_flag(parser, "write the figures to this file")
     parser.add_argument("--model", default="vcm-demo-4k")
     parser.add_argument("--embed", choices=["model", "hash"], default="model")
     parser.add_argument("--limit", type=int, help="only the first N conversations")
@@ -179,6 +180,7 @@ def main() -> int:
     parser.add_argument("--overlap", type=float, default=0.3)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    args.data = data_path(args.data)
     if args.quick:
         args.limit, args.max_turns, args.embed = 1, 200, "hash"
     samples = json.loads(Path(args.data).read_text())[: args.limit or None]
@@ -210,10 +212,7 @@ def main() -> int:
         f"{overall['recall_by_evidence_and_words']:.1%} with words; evidence precision "
         f"{overall['evidence_precision']:.1%}; {total['facts_kept']} facts kept, {total['promoted']} promoted"
     )
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps({"args": vars(args), "conversations": rows, "overall": overall}, indent=2)
-        )
+    write_json(args.json, {"args": vars(args), "conversations": rows, "overall": overall})
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Retrieval quality of late vs naive chunking on LoCoMo (an evaluation, not a test).
 
-    .venv/bin/python scripts/eval_late_chunking.py --data ../shared/data/locomo_dev.json [--json OUT]
+    .venv/bin/python scripts/eval_late_chunking.py [--data LOCOMO_JSON] [--json OUT]
 
 Each LoCoMo session is one document (turns as ``Speaker: text`` lines, image turns with their
 caption); each conversation is its own corpus. Chunks are cut at turn boundaries, at two
@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.settings import load_settings
 from vcm.settings.memory import ChunkingSettings
 from vcm.tasks.embedding import get_embedder
@@ -139,8 +140,8 @@ def print_report(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/locomo_dev.json"))
-    parser.add_argument("--json", dest="json_out", help="write the figures as JSON here")
+    add_data_flag(parser)
+    add_json_flag(parser)
     parser.add_argument("--group-tokens", type=int, default=128, help="token budget of a 'group' chunk")
     parser.add_argument(
         "--window-overlap", type=int, help="macro-window overlap in tokens (default: chunking.window_overlap_tokens)"
@@ -148,10 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", nargs="*", help="only these sample ids (e.g. conv-26)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="embedding modes to compare")
     args = parser.parse_args(argv)
+    args.data = data_path(args.data)
     result = evaluate(args)
     print_report(result)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        write_json(args.json, result)
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Recall quality of vcm's search_recall on LoCoMo: text (BM25), vector and hybrid modes.
 
-    .venv/bin/python scripts/eval_locomo.py --data ../shared/data/locomo_dev.json [--json OUT] [--k 5,10,25,50]
+    .venv/bin/python scripts/eval_locomo.py [--data LOCOMO_JSON] [--json OUT] [--k 5,10,25,50]
 
 Each conversation goes through vcm's own path: every turn is appended to a fresh agent through
 ``MemoryService.append`` (model ``vcm-demo-4k``: a 4k-token window, so most turns are evicted),
@@ -35,6 +35,7 @@ from typing import Any
 import fakeredis
 import redis
 
+from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
@@ -221,8 +222,8 @@ def print_table(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, type=Path)
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    add_data_flag(parser)
+    add_json_flag(parser)
     parser.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], default=[5, 10, 25, 50])
     parser.add_argument("--model", default="vcm-demo-4k", help="a model of [models]: sets the window")
     parser.add_argument("--context-mode", choices=["late", "single"], help="default: [recall] context_mode")
@@ -238,10 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", nargs="*", help="sample_ids to keep (default: all)")
     parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")
     args = parser.parse_args(argv)
+    args.data = data_path(args.data)
     result = evaluate(args)
     print_table(result)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, result)
     return 0
 
 

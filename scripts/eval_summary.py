@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How many facts the recursive summary keeps: LoCoMo conversations replayed through a small window.
 
-    .venv/bin/python scripts/eval_summary.py --data ../shared/data/locomo_dev.json [--json OUT]
+    .venv/bin/python scripts/eval_summary.py [--data LOCOMO_JSON] [--json OUT]
         [--summarizer old|new] [--model vcm-demo-4k] [--embed model|hash] [--limit N] [--quick]
 
 Each conversation goes turn by turn into a fresh agent through the hot path (``HotState.append``,
@@ -47,6 +47,7 @@ import fakeredis
 import numpy as np
 
 from vcm.dispatch import RecordingDispatcher
+from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.eval.conversation import FixedClock, observations, session_time
 from vcm.hotpath.budget import Budget
 from vcm.hotpath.state import HotState
@@ -459,8 +460,8 @@ def print_table(result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     global OVERLAP
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, type=Path)
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    add_data_flag(parser)
+    add_json_flag(parser)
     parser.add_argument("--summarizer", choices=["old", "new"], default="new")
     parser.add_argument("--model", default="vcm-demo-4k", help="a model of [models]: sets the window")
     parser.add_argument("--embed", choices=["model", "hash"], default="model")
@@ -469,13 +470,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-turns", type=int, default=0, help="the first N turns of each conversation only")
     parser.add_argument("--quick", action="store_true", help="one conversation, 160 turns, hash embedding")
     args = parser.parse_args(argv)
+    args.data = data_path(args.data)
     if args.quick:
         args.limit, args.max_turns, args.embed = 1, args.max_turns or 160, "hash"
     OVERLAP = args.overlap
     result = evaluate(args)
     print_table(result)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, result)
     return 0
 
 

@@ -26,23 +26,19 @@ key stored under two message ids. Exit status 0 only when both are 0 and the dra
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import json
 import os
 import random
 import secrets
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +46,9 @@ from typing import Any
 import httpx
 import redis
 
+from vcm.eval.bench import add_json_flag, percentile, write_json
+from vcm.eval.processes import Processes, free_ports, start_cluster, start_redis, wait_until
+from vcm.eval.serving import free_port
 from vcm.hotpath import keys
 from vcm.hotpath.connection import connect
 from vcm.store import open_store
@@ -58,113 +57,9 @@ from vcm.workers.signals import WARM_MESSAGE
 
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
-PORTS = range(7000, 7100)
 MARK = "load-key"  # content marker: "[load-key <key>]" ends every message the run appends
 WORDS = ["harbour", "ferry", "timetable", "pier", "ticket", "station", "bridge", "market", "museum", "garden"]
 AMQP_URL = os.environ.get("VCM_LOAD_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
-
-
-# --- processes -----------------------------------------------------------------------------------
-class Processes:
-    """Children in their own process groups, all SIGKILLed when the run ends however it ends."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.procs: list[subprocess.Popen[bytes]] = []
-        setpriv = shutil.which("setpriv")
-        self.prefix = [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
-        atexit.register(self.kill_all)
-
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Path:
-        log = self.workdir / f"{name}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [*self.prefix, *argv], cwd=self.workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-        self.procs.append(proc)
-        return log
-
-    def alive(self) -> bool:
-        return all(p.poll() is None for p in self.procs)
-
-    def kill_all(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(10)
-        self.procs = []
-
-
-def _free(port: int) -> bool:
-    for p in (port, port + 10000):  # a cluster node also listens on its bus port
-        with socket.socket() as s:
-            try:
-                s.bind((HOST, p))
-            except OSError:
-                return False
-    return True
-
-
-def free_ports(n: int, taken: set[int]) -> list[int]:
-    found = [p for p in PORTS if p not in taken and _free(p)][:n]
-    if len(found) < n:
-        raise SystemExit(f"load: fewer than {n} free ports in {PORTS}")
-    taken.update(found)
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting until {what}")
-        time.sleep(interval_s)
-
-
-def _answers(port: int) -> bool:
-    try:
-        return bool(redis.Redis(host=HOST, port=port, socket_connect_timeout=0.5).ping())
-    except redis.exceptions.RedisError:
-        return False
-
-
-def start_redis(procs: Processes, name: str, port: int, cluster: bool = False) -> None:
-    directory = procs.workdir / name
-    directory.mkdir()
-    argv = [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", HOST, "--save", "",
-            "--appendonly", "no", "--dir", str(directory), "--maxmemory-policy", "noeviction"]  # fmt: skip
-    if cluster:
-        argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"]
-    procs.start(name, argv)
-    wait_until(lambda: _answers(port), 20, f"redis-server {name} answers")
-
-
-def start_cluster(procs: Processes, ports: list[int]) -> str:
-    for port in ports:
-        start_redis(procs, f"redis-node-{port}", port, cluster=True)
-    create = subprocess.run(
-        [shutil.which("redis-cli") or "redis-cli", "--cluster", "create", *(f"{HOST}:{p}" for p in ports),
-         "--cluster-replicas", "0", "--cluster-yes"],
-        capture_output=True, timeout=60,
-    )  # fmt: skip
-    if create.returncode != 0:
-        raise SystemExit(f"load: redis-cli --cluster create failed: {create.stdout[-2000:]!r}")
-
-    def formed() -> bool:
-        infos = (redis.Redis(host=HOST, port=p, decode_responses=True).cluster("info") for p in ports)
-        return all(i["cluster_state"] == "ok" for i in infos)
-
-    wait_until(formed, 30, "the cluster serves every slot")
-    return "redis+cluster://" + ",".join(f"{HOST}:{p}" for p in ports)
 
 
 # --- clients -------------------------------------------------------------------------------------
@@ -243,13 +138,6 @@ def client_loop(
             h.close()
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
 # --- one run -------------------------------------------------------------------------------------
 def backlog(client: redis.Redis, agents: list[str]) -> int:
     """Eviction batches begun and not finished, all agents (one pipeline; per-agent keys on a
@@ -325,7 +213,7 @@ def run(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         worker_logs = [
             procs.start(f"worker-{i}", [*worker, "-n", f"load{i}-{os.getpid()}@%h"], env) for i in range(args.workers)
         ]
-        api_ports = [free_port() for _ in range(args.apis)]
+        api_ports = [free_port(HOST) for _ in range(args.apis)]
         for i, port in enumerate(api_ports):
             procs.start(f"api-{i}", [str(BIN / "vcm"), "serve", "--host", HOST, "--port", str(port)], env)
         urls = [f"http://{HOST}:{p}" for p in api_ports]
@@ -395,12 +283,12 @@ def run(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "load_s": round(load_s, 1),
             "appends": len(tally.acks),
             "appends_per_s": round(len(tally.acks) / load_s, 1),
-            "append_p50_ms": round(pct(tally.append_ms, 50), 2),
-            "append_p99_ms": round(pct(tally.append_ms, 99), 2),
+            "append_p50_ms": round(percentile(tally.append_ms, 0.5), 2),
+            "append_p99_ms": round(percentile(tally.append_ms, 0.99), 2),
             "searches": len(tally.search_ms),
             "searches_per_s": round(len(tally.search_ms) / load_s, 1),
-            "search_p50_ms": round(pct(tally.search_ms, 50), 2),
-            "search_p99_ms": round(pct(tally.search_ms, 99), 2),
+            "search_p50_ms": round(percentile(tally.search_ms, 0.5), 2),
+            "search_p99_ms": round(percentile(tally.search_ms, 0.99), 2),
             "eviction_batches": batches,
             "backlog_max": max(samples, default=0),
             "backlog_mean": round(statistics.fmean(samples), 1) if samples else 0.0,
@@ -493,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-confirm", action="store_true", help="RabbitMQ without publisher confirms")
     p.add_argument("--startup-timeout", type=float, default=180.0)
     p.add_argument("--drain-timeout", type=float, default=300.0)
-    p.add_argument("--json", type=Path)
+    add_json_flag(p)
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, store)")
     args = p.parse_args(argv)
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
@@ -511,8 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"load: work directory kept: {root}", file=sys.stderr)
     print(render(rows))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+    write_json(args.json, rows)
     ok = all(r["drained"] and r["lost"] == 0 and r["duplicated"] == 0 for r in rows)
     return 0 if ok else 1
 

@@ -1,7 +1,7 @@
 """False-positive rate of the memory-poisoning filter over real conversation (LoCoMo turns).
 
-    .venv/bin/python scripts/poisoning_fp.py [--data ../shared/data/locomo_dev.json] [--show 20]
-    .venv/bin/python scripts/poisoning_fp.py --text README.md docs/*.md ../shared/seeds/*.txt
+    .venv/bin/python scripts/poisoning_fp.py [--data LOCOMO_JSON] [--show 20]
+    .venv/bin/python scripts/poisoning_fp.py --text README.md docs/*.md MORE/*.txt
 
 Every turn text of every conversation is ordinary dialogue between two people, none of it an
 attack, so each turn the filter marks tainted is a false positive. Prints the count, the rate,
@@ -20,9 +20,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from vcm.eval.bench import add_data_flag, data_path
 from vcm.poisoning import DEFAULT_PATTERNS, Filter
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/locomo_dev.json"
 
 
 def turn_texts(samples: list[dict[str, object]]) -> list[str]:
@@ -54,7 +53,7 @@ def paragraphs(paths: list[Path]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    add_data_flag(parser)
     parser.add_argument("--show", type=int, default=10, help="print this many flagged turns")
     parser.add_argument("--all-strings", action="store_true", help="every string in the file, not only turns")
     parser.add_argument("--text", type=Path, nargs="+", help="scan the paragraphs of these files instead")
@@ -62,7 +61,7 @@ def main() -> int:
     if args.text:
         texts = paragraphs(args.text)
     else:
-        data = json.loads(args.data.read_text())
+        data = json.loads(data_path(args.data).read_text())
         texts = all_strings(data) if args.all_strings else turn_texts(data)
     taint = Filter(DEFAULT_PATTERNS)
     flagged = [(t, taint.scan(t)) for t in texts]
