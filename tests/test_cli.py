@@ -161,7 +161,7 @@ def test_ingest_then_search_archival(tmp_path: Path) -> None:
 
 
 def test_doctor_reports_each_dependency(tmp_path: Path) -> None:
-    from vcm.cli.commands import doctor_checks
+    from vcm.cli.doctor import doctor_checks
     from vcm.settings import load_settings
 
     ok = doctor_checks(load_settings({"store_url": f"sqlite:///{tmp_path}/vcm.db"}, environ={}), strict=True)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from vcm.cli import commands as cli_commands
-from vcm.cli.commands import doctor_checks, guard_summary, transport_check
+from vcm.cli import doctor as cli_doctor
+from vcm.cli.doctor import doctor_checks, guard_summary, transport_check
 from vcm.errors import ConfigError, ErrorCode
 from vcm.settings import load_settings, redact_url
 from vcm.store.arango.guard import GuardReport, Problem
@@ -65,10 +65,10 @@ def test_doctor_output_never_contains_a_secret(monkeypatch: pytest.MonkeyPatch, 
     stub = SimpleNamespace(model_id="stub", dimension=3, max_tokens=8)
     monkeypatch.setattr("vcm.tasks.embedding.get_embedder", lambda _: stub)
     settings = load_settings(overrides={"store": {"uds_only": True}}, environ=secret_env())
-    monkeypatch.setattr(cli_commands, "get_settings", lambda: settings)
+    monkeypatch.setattr(cli_doctor, "get_settings", lambda: settings)
     caplog.set_level(logging.DEBUG)
 
-    code = cli_commands.cmd_doctor(SimpleNamespace(strict=True))
+    code = cli_doctor.cmd_doctor(SimpleNamespace(strict=True))
 
     out = capsys.readouterr()
     printed = out.out + out.err + caplog.text
@@ -93,10 +93,10 @@ def test_doctor_wants_a_separate_read_only_user_under_strict() -> None:
     alone = load_settings(overrides=base, environ={})
     both = load_settings(overrides={**base, "store": {"ro_username": "vcm_ro"}}, environ={})
     same = load_settings(overrides={**base, "store": {"ro_username": "vcm_rw"}}, environ={})
-    assert cli_commands.users_check(alone, strict=False)[1] is True
-    assert cli_commands.users_check(alone, strict=True)[1] is False
-    assert cli_commands.users_check(same, strict=True)[1] is False
-    assert cli_commands.users_check(both, strict=True) == (
+    assert cli_doctor.users_check(alone, strict=False)[1] is True
+    assert cli_doctor.users_check(alone, strict=True)[1] is False
+    assert cli_doctor.users_check(same, strict=True)[1] is False
+    assert cli_doctor.users_check(both, strict=True) == (
         "arango users",
         True,
         "writes as vcm_rw, reads as vcm_ro (read-only)",
