@@ -89,7 +89,7 @@ class Settings(BaseModel):
             raise ValueError(f"default_model {self.default_model!r} is not in [models]")
         if self.maintenance.sweep_grace_s >= self.worker.visibility_timeout_s:
             # The sweeper's confirmation is a countdown task; past the visibility timeout it would
-            # be delivered twice (celery.md 1.3).
+            # be delivered twice (docs/reference/celery.md 1.3).
             raise ValueError("maintenance.sweep_grace_s must stay below worker.visibility_timeout_s")
         return self
 
