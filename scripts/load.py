@@ -204,7 +204,7 @@ def run(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         }
         if args.broker == "amqp":
             from vcm.settings import load_settings
-            from vcm.workers.app import create_app
+            from vcm.workers.build import create_app
 
             env["VCM_WORKER__AMQP_CONFIRM_PUBLISH"] = "false" if args.no_confirm else "true"
             create_app(load_settings(environ=env)).control.purge()
@@ -306,7 +306,7 @@ def run(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         if args.broker == "amqp":
             with contextlib.suppress(Exception):  # leave the shared RabbitMQ's queues empty
                 from vcm.settings import load_settings
-                from vcm.workers.app import create_app
+                from vcm.workers.build import create_app
 
                 create_app(load_settings(environ={"VCM_BROKER_URL": AMQP_URL})).control.purge()
 
