@@ -261,13 +261,14 @@ def appender(agents: Agents, setup: httpx.Client, seconds: float, clients: int) 
     """One client's appends: ~100-token messages, a fresh agent every APPENDS_PER_AGENT. Its
     agents are created now (enough for ~2 000 appends/s), so none is created while measuring."""
     fresh = [agents.new(setup) for _ in range(max(2, int(seconds * 2000 / clients / APPENDS_PER_AGENT) + 2))]
-    state = {"agent": fresh.pop(), "count": 0}
+    current = [fresh.pop()]  # the agent appended to now, and how many it has taken
+    count = [0]
 
     def next_request(i: int) -> Request:
-        if state["count"] >= APPENDS_PER_AGENT and fresh:
-            state["agent"], state["count"] = fresh.pop(), 0
-        agent_id, headers = state["agent"]
-        state["count"] += 1
+        if count[0] >= APPENDS_PER_AGENT and fresh:
+            current[0], count[0] = fresh.pop(), 0
+        agent_id, headers = current[0]
+        count[0] += 1
         body = {"role": "user" if i % 2 else "assistant", "content": message(i * 31 + len(fresh))}
         return "POST", f"/v1/agents/{agent_id}/messages", headers, body
 

@@ -135,7 +135,8 @@ def disk(path: Path) -> int:
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
     v = rng.standard_normal((n, dim)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
+    unit_rows: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return unit_rows
 
 
 def measure_store(n_messages: int, n_chunks: int) -> dict[str, Any]:
