@@ -1,10 +1,13 @@
 """Shared fixtures. Integration tests run against the real Redis on 127.0.0.1:6379, against a
 private three-master Redis Cluster, and the same suite against fakeredis; a real leg is skipped
-(saying why) only when its server does not answer or cannot be started."""
+(saying why) only when its server does not answer or cannot be started (tests/redis_legs.py).
+
+``store``, ``clock`` and ``svc`` are a façade over fakeredis and a real SQLite store with agent
+"ann", for the structured-memory and change-feed tests (tests/facts, tests/service,
+tests/hotpath); modules and directories with fixtures of these names keep their own."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,23 +15,18 @@ import fakeredis
 import pytest
 import redis
 
+from tests.doubles.clock import Clock
+from tests.doubles.embedder import hash_embed
+from tests.redis_legs import CLUSTER_URL, cluster_client, real_redis
 from tests.rediscluster import ClusterUnavailable, RedisClusterProcesses
-from vcm.hotpath.connection import connect
+from vcm.dispatch import RecordingDispatcher
 from vcm.hotpath.state import HotState
+from vcm.service import MemoryService
 from vcm.settings import Settings, load_settings
+from vcm.store import open_store
+from vcm.store.port import MemoryStore
 
-REDIS_URL = os.environ.get("VCM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-# A cluster of your own (redis+cluster://host:port,...) instead of the private one the suite starts.
-CLUSTER_URL = os.environ.get("VCM_TEST_REDIS_CLUSTER_URL", "")
-
-
-def _real_redis() -> redis.Redis:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.exceptions.ConnectionError as exc:
-        pytest.skip(f"real Redis at {REDIS_URL} is not answering ({exc}); real-server leg skipped")
-    return client
+MODEL = "vcm-demo-2k"
 
 
 @pytest.fixture(scope="session")
@@ -48,15 +46,6 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         cluster.stop()
 
 
-def cluster_client(url: str) -> redis.Redis:
-    client = connect(url, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.exceptions.RedisError as exc:
-        pytest.skip(f"Redis Cluster at {url} is not answering ({exc}); cluster leg skipped")
-    return client
-
-
 @pytest.fixture
 def settings() -> Settings:
     return load_settings(environ={})
@@ -68,7 +57,7 @@ def redis_client(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
     if request.param == "cluster":
         client = cluster_client(request.getfixturevalue("redis_cluster_url"))
     elif request.param == "redis":
-        client = _real_redis()
+        client = real_redis()
     else:
         client = fakeredis.FakeRedis(decode_responses=True)
     client.flushdb()  # on a cluster: every master
@@ -80,3 +69,28 @@ def redis_client(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
 @pytest.fixture
 def hot(redis_client: redis.Redis, settings: Settings) -> HotState:
     return HotState(redis_client, settings)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MemoryStore]:
+    s = open_store(f"sqlite:///{tmp_path / 'vcm.db'}", text_index_lag_ok=False)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(step=0.01)
+
+
+@pytest.fixture
+def svc(store: MemoryStore, clock: Clock) -> MemoryService:
+    service = MemoryService(
+        HotState(fakeredis.FakeRedis(decode_responses=True), load_settings(environ={}), clock=clock),
+        store,
+        RecordingDispatcher(),
+        embed=hash_embed,
+        clock=clock,
+    )
+    service.create_agent("ann", model=MODEL)
+    return service

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_openai import FakeLLM, streamed
+from tests.doubles.llm import FakeLLM, streamed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

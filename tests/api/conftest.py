@@ -1,19 +1,18 @@
 """A real MemoryService behind the app: hot state on fakeredis and on the real Redis (db 15, via the
 parametrised ``redis_client`` fixture of tests/conftest.py), the embedded store in tmp_path, a
-recording dispatcher, and a deterministic 32-dimensional hashing embedder instead of a model."""
+recording dispatcher that runs ingestion jobs inline, and a deterministic 32-dimensional hashing
+embedder instead of a model (tests/doubles)."""
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pytest
 import redis
 import uvicorn
@@ -21,6 +20,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from starlette.types import ASGIApp
 
+from tests.doubles.dispatcher import InlineDispatcher
+from tests.doubles.embedder import split_embed
+from tests.doubles.ingester import ParagraphIngest
 from vcm.api.app import ToolRunner, create_app
 from vcm.dispatch import RecordingDispatcher
 from vcm.hotpath.state import HotState
@@ -28,70 +30,13 @@ from vcm.service import MemoryService
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.store.port import MemoryStore
-from vcm.store.types import ArchivalChunk
-from vcm.tasks.ingest.jobs import Progress, run_ingest_job
-from vcm.types import IngestRequest
 
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-DIM = 32
 
 
-def embed(texts: Sequence[str]) -> np.ndarray:
-    """Each word hashed into one of 32 buckets; unit length. Same words -> same direction."""
-    out = np.zeros((len(texts), DIM), dtype=np.float32)
-    for i, text in enumerate(texts):
-        for word in text.lower().split():
-            out[i, int(hashlib.sha256(word.encode()).hexdigest(), 16) % DIM] += 1.0
-        norm = float(np.linalg.norm(out[i]))
-        if norm == 0.0:
-            out[i, 0], norm = 1.0, 1.0
-        out[i] /= norm
-    return out
-
-
-class Ingest:
-    """Paragraphs become chunks, embedded with :func:`embed` and stored through the store port."""
-
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
-
-    def __call__(
-        self,
-        agent_id: str,
-        doc_id: str,
-        text: str,
-        *,
-        source: str,
-        metadata: Mapping[str, Any],
-        progress: Progress | None = None,
-    ) -> Mapping[str, Any]:
-        parts = [p.strip() for p in text.split("\n\n") if p.strip()]
-        vectors = embed(parts)
-        start, chunks = 0, []
-        for i, part in enumerate(parts):
-            begin = text.index(part, start)
-            start = begin + len(part)
-            chunks.append(
-                ArchivalChunk(
-                    agent_id, doc_id, i, part, [float(x) for x in vectors[i]], "cosine", "hash32:v1", "hash32",
-                    begin, start, source=source, metadata=dict(metadata), created_at=time.time(),
-                )
-            )  # fmt: skip
-        return {"chunks": len(chunks), "new": self.store.ingest_archival(chunks)}
-
-
-class IngestingDispatcher(RecordingDispatcher):
-    """Records spools and evictions; runs each archival ingestion job at once, in the caller's
-    thread, through the workers' own job runner (a stand-in for the ``ingest`` queue)."""
-
-    def __init__(self, hot: HotState, store: MemoryStore) -> None:
-        super().__init__()
-        self.hot, self.store, self.ingester = hot, store, Ingest(store)
-
-    def ingest(self, request: IngestRequest) -> None:
-        super().ingest(request)
-        run_ingest_job(self.hot, self.store, self.ingester, request, clock=time.time)
+embed = split_embed  # each word hashed into one of 32 buckets; unit length
+Ingest = ParagraphIngest  # paragraphs become chunks, embedded with `embed`, stored through the port
 
 
 def api_settings(**api: Any) -> Settings:
@@ -116,12 +61,13 @@ def hot(redis_client: redis.Redis, settings: Settings) -> HotState:
 
 
 @pytest.fixture
-def dispatcher(hot: HotState, store: MemoryStore) -> IngestingDispatcher:
-    return IngestingDispatcher(hot, store)
+def dispatcher(hot: HotState, store: MemoryStore) -> InlineDispatcher:
+    # Records spools and evictions; runs each archival ingestion job at once, in the caller's thread.
+    return InlineDispatcher(hot, store, Ingest(store), clock=time.time)
 
 
 @pytest.fixture
-def service(hot: HotState, store: MemoryStore, dispatcher: IngestingDispatcher) -> MemoryService:
+def service(hot: HotState, store: MemoryStore, dispatcher: InlineDispatcher) -> MemoryService:
     return MemoryService(hot, store, dispatcher, embed=embed)
 
 

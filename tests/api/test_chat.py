@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 
 from tests.api.conftest import ADMIN_TOKEN, LiveServer, api_settings, executor_for
-from tests.fake_openai import Action, FakeLLM, answer, calls, status, streamed, streamed_calls
+from tests.doubles.llm import Action, FakeLLM, answer, calls, status, streamed, streamed_calls
 from vcm.api.app import create_app
 from vcm.service import MemoryService
 from vcm.settings import Settings

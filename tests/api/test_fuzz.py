@@ -26,7 +26,7 @@ from schemathesis.generation.modes import GenerationMode
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from tests.api.conftest import ADMIN_TOKEN, api_settings, embed, executor_for, new_agent
-from tests.fake_openai import FakeLLM, answer
+from tests.doubles.llm import FakeLLM, answer
 from vcm.api.app import create_app
 from vcm.dispatch import RecordingDispatcher
 from vcm.hotpath.state import HotState

@@ -16,7 +16,8 @@ import redis
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import ADMIN, ADMIN_TOKEN, bearer, new_agent, state
-from tests.conftest import REDIS_URL, _real_redis
+from tests.doubles.clock import Clock
+from tests.redis_legs import REDIS_URL, real_redis
 from vcm.api import auth
 from vcm.api.app import create_app
 from vcm.api.health import HealthCache
@@ -43,7 +44,7 @@ class CountingConnection(redis.Connection):
 def counted(tmp_path: Path) -> Iterator[tuple[TestClient, MemoryService]]:
     """The app on the real Redis through a counting connection, configured as in production
     (write-behind: the store is written by the cold path, not by the append)."""
-    _real_redis().flushdb()
+    real_redis().flushdb()
     pool = redis.ConnectionPool.from_url(REDIS_URL, connection_class=CountingConnection, decode_responses=True)
     client = redis.Redis(connection_pool=pool)
     settings = load_settings(
@@ -141,16 +142,8 @@ def test_a_forged_token_reveals_nothing_about_the_agent_it_names(
 # --- the health report kept in memory -------------------------------------------------------
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_health_report_is_refreshed_in_the_background_and_goes_stale() -> None:
-    clock, probes, gate = Clock(), [], threading.Event()
+    clock, probes, gate = Clock(now=100.0), [], threading.Event()
     gate.set()
 
     def probe() -> dict[str, Any]:

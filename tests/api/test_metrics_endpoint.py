@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import ADMIN, ADMIN_TOKEN, Ingest, api_settings, embed, new_agent
-from tests.conftest import REDIS_URL, _real_redis
-from tests.tasks.coldpath import MODEL, line, small_settings
+from tests.doubles.coldpath import MODEL, line, small_settings
+from tests.redis_legs import REDIS_URL, real_redis
 from vcm.api.app import create_app
 from vcm.dispatch import RecordingDispatcher
 from vcm.hotpath.state import HotState
@@ -86,7 +86,7 @@ def settings_for(tmp_path: Path, redis_url: str) -> Settings:
 
 @pytest.fixture
 def session(tmp_path: Path) -> Iterator[tuple[TestClient, Deps]]:
-    client = _real_redis()
+    client = real_redis()
     client.flushdb()
     settings = settings_for(tmp_path, REDIS_URL)
     app = worker_build.build(settings).app  # signals connected, as in a worker process

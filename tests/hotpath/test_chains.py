@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.hotpath.services import Clock, Harness
+from tests.doubles.clock import Clock
+from tests.doubles.harness import Harness
 from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
 from vcm.tools.chains import ChainState, HeartbeatGovernor, dump_state, load_state

@@ -22,14 +22,14 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from tests.conftest import cluster_client
-from tests.tasks.coldpath import MODEL, make_deps, small_settings
-from vcm.api.auth import TokenAuthority, digest
+from tests.doubles.coldpath import MODEL, make_deps, small_settings
+from tests.redis_legs import cluster_client
 from vcm.dispatch import RecordingDispatcher
 from vcm.hotpath import keys, lua
 from vcm.hotpath.connection import connect
 from vcm.hotpath.state import HotState
 from vcm.obs.metrics_state import StateCollector
+from vcm.service.tokens import digest
 from vcm.settings import load_settings
 from vcm.tasks import maintenance
 from vcm.tools.chains import HeartbeatGovernor
@@ -136,10 +136,9 @@ def _exercise_every_script(client: redis.Redis) -> None:
         hot.jobs.open(agent, "job1", "doc1", 1.0)
         hot.jobs.progress(agent, "job1", 2.0, chunks_total=3, chunks_done=1)
         hot.snapshot(agent)  # a MULTI pipeline
-        HeartbeatGovernor(client, settings.heartbeat).decide(agent, requested=True, free_tokens=10_000)
-        authority = TokenAuthority(client, digest("admin"))
-        authority.install(agent, "token-1")
-        authority.install(agent, "token-2", if_digest=digest("token-1"))
+        HeartbeatGovernor(hot.heartbeats, settings.heartbeat).decide(agent, requested=True, free_tokens=10_000)
+        hot.tokens.put(agent, digest("token-1"))
+        hot.tokens.replace_if(agent, digest("token-1"), digest("token-2"))
         hot.append(agent, "user", "as the agent", token_sha256=digest("token-2"))  # the token-guarded append
         snap = hot.snapshot(agent)  # rebuilt under another id, as vcm.durable rebuilds a lost agent
         image = AgentImage(snap.fifo, snap.blocks, snap.summary_text, snap.summary_tokens, 1, id_floor=1000)

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tests.conftest import REDIS_URL
-from tests.hotpath.helpers import dump, policy_view, recount
+from tests.hotstate import dump, policy_view, recount
+from tests.redis_legs import REDIS_URL
 from vcm.errors import VcmError
 from vcm.hotpath import keys, render
 from vcm.hotpath.budget import Decision, decide_growth, decide_requested_eviction, placeholder_part

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.hotpath.helpers import dump, recount
-from tests.hotpath.services import Harness
+from tests.doubles.harness import Harness
+from tests.hotstate import dump, recount
 from vcm.errors import TokenBudgetExceeded
 from vcm.hotpath import render
 from vcm.hotpath.context import assemble

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hotpath.helpers import dump, recount
+from tests.hotstate import dump, recount
 from vcm.errors import (
     Conflict,
     IdempotencyMismatch,

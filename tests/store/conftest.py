@@ -1,5 +1,6 @@
 """The store contract suite runs once per adapter: ``store`` is parametrised over
-``embedded`` (always) and ``arango`` (when ``VCM_TEST_ARANGO_URL`` names a test server)."""
+``embedded`` (always) and ``arango`` (when ``VCM_TEST_ARANGO_URL`` names a test server).
+``world`` is an ArangoStore over the in-memory fake of python-arango (the fake-driver tests)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.store.factories import FaultSwitch
 from vcm.store.embedded import EmbeddedStore
 from vcm.store.port import MemoryStore
+
+if TYPE_CHECKING:
+    from tests.store.fake_arango import FakeDB
+    from vcm.store.arango.adapter import ArangoStore
 
 ARANGO_URL_ENV = "VCM_TEST_ARANGO_URL"
 ARANGO_SKIP_REASON = "VCM_TEST_ARANGO_URL not set: ArangoDB contract leg skipped"
@@ -53,3 +59,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, faults: FaultSwitch) -
     finally:
         faults.armed.clear()
         adapter.close()
+
+
+@pytest.fixture
+def world() -> tuple[ArangoStore, FakeDB, FaultSwitch]:
+    """An ArangoStore over the in-memory fake (tests/store/fake_arango.py): the store, its
+    read-write fake database, and the fault switch."""
+    from tests.store.fake_arango import FakeDB
+    from tests.store.fake_arango import Store as FakeStore
+    from vcm.store.arango.adapter import ArangoStore
+    from vcm.store.arango.client import Connection
+
+    data: FakeStore = {}
+    log: list[str] = []
+    rw = FakeDB(data, log=log)
+    ro = FakeDB(data, read_only=True, log=log)
+    ro.indexes = rw.indexes
+    conn = Connection(client=None, database="vcm", rw=rw, ro=ro, username="u", password="p")  # type: ignore[arg-type]
+    faults = FaultSwitch()
+    store = ArangoStore(conn, guard=False, fault_hook=faults, clock=lambda: 1000.0)
+    log.clear()
+    return store, rw, faults

@@ -11,22 +11,16 @@ real proof is the contract suite against a server (``VCM_TEST_ARANGO_URL``).
 
 from __future__ import annotations
 
-import copy
-import itertools
 import json
-from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
 from arango.exceptions import (
-    DocumentDeleteError,
     DocumentInsertError,
-    DocumentReplaceError,
-    DocumentRevisionError,
 )
-from arango.request import Request
-from arango.response import Response
 
+from tests.store.factories import FaultSwitch
+from tests.store.fake_arango import FakeDB, Store, server_error
 from vcm.errors import (
     IdempotencyMismatch,
     InjectedFailure,
@@ -38,219 +32,7 @@ from vcm.errors import (
 )
 from vcm.store.arango import documents, names
 from vcm.store.arango.adapter import ArangoStore, order_traversal
-from vcm.store.arango.client import Connection
 from vcm.store.types import ArchivalChunk, CoreBlockWrite, EvictionCommit, NodeRef, StoredMessage
-
-_revs = itertools.count(1)
-
-
-def server_error(cls: type[Exception], status: int, num: int, message: str, body: Any = None) -> Exception:
-    resp = Response("post", "http://fake", {}, status, "error", json.dumps(body or {}))
-    resp.body = body or {"error": True, "errorNum": num, "errorMessage": message}
-    resp.error_code = num
-    resp.error_message = message
-    resp.is_success = False
-    return cls(resp, Request("post", "/fake"))
-
-
-Store = dict[str, dict[str, dict[str, Any]]]
-
-
-class FakeCollection:
-    def __init__(self, db: FakeDB, name: str) -> None:
-        self.db, self.name = db, name
-
-    @property
-    def docs(self) -> dict[str, dict[str, Any]]:
-        return self.db.data.setdefault(self.name, {})
-
-    def _write(self) -> None:
-        self.db.check_writable(self.name)
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        found = self.docs.get(key)
-        return copy.deepcopy(found) if found is not None else None
-
-    def insert(self, doc: dict[str, Any], overwrite_mode: str | None = None, silent: bool = False) -> Any:
-        self._write()
-        key = doc["_key"]
-        if key in self.docs:
-            if overwrite_mode == "ignore":
-                return {"_key": key, "_rev": self.docs[key]["_rev"]}
-            raise server_error(DocumentInsertError, 409, 1210, "unique constraint violated")
-        stored = {**copy.deepcopy(doc), "_id": f"{self.name}/{key}", "_rev": f"r{next(_revs)}"}
-        self.docs[key] = stored
-        return True if silent else {"_key": key, "_rev": stored["_rev"]}
-
-    def replace(self, doc: dict[str, Any], check_rev: bool = True) -> Any:
-        self._write()
-        key = doc["_key"]
-        current = self.docs.get(key)
-        if current is None:
-            raise server_error(DocumentReplaceError, 404, 1202, "document not found")
-        if check_rev and "_rev" in doc and doc["_rev"] != current["_rev"]:
-            raise server_error(DocumentRevisionError, 412, 1200, "conflict", {"_rev": current["_rev"]})
-        stored = {**copy.deepcopy(doc), "_id": f"{self.name}/{key}", "_rev": f"r{next(_revs)}"}
-        self.docs[key] = stored
-        return {"_key": key, "_rev": stored["_rev"], "_old_rev": current["_rev"]}
-
-    def delete(self, doc: dict[str, Any], check_rev: bool = True) -> Any:
-        self._write()
-        key = doc["_key"]
-        current = self.docs.get(key)
-        if current is None:
-            raise server_error(DocumentDeleteError, 404, 1202, "document not found")
-        if check_rev and doc.get("_rev") not in (None, current["_rev"]):
-            raise server_error(DocumentRevisionError, 412, 1200, "conflict", {"_rev": current["_rev"]})
-        del self.docs[key]
-        return True
-
-    def indexes(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.db.indexes.setdefault(self.name, []))
-
-    def add_index(self, data: dict[str, Any]) -> dict[str, Any]:
-        self.db.check_writable(self.name, ddl=True)
-        self.db.indexes.setdefault(self.name, []).append(copy.deepcopy(data))
-        return data
-
-
-class FakeAql:
-    def __init__(self, db: FakeDB) -> None:
-        self.db = db
-
-    def execute(self, query: str, bind_vars: dict[str, Any] | None = None, **_: Any) -> list[Any]:
-        bind = bind_vars or {}
-        self.db.queries.append((query, bind))
-        if self.db.on_query is not None:
-            canned = self.db.on_query(query, bind)
-            if canned is not None:
-                return canned
-        if "INSERT" in query and "docs" in bind:
-            col = self.db.collection(bind["@collection"])
-            out = []
-            for doc in bind["docs"]:
-                doc = dict(doc)
-                if "ingested_at" in query:
-                    doc["ingested_at"] = 1
-                existed = doc["_key"] in col.docs
-                col.insert(doc, overwrite_mode="ignore")
-                out.append(None if existed else doc["_key"])
-            return out
-        if query.startswith("FOR id IN @ids"):
-            found = []
-            for doc_id in bind["ids"]:
-                coll, _, key = doc_id.partition("/")
-                doc = self.db.data.get(coll, {}).get(key)
-                if doc is not None and bind.get("agent_id", doc.get("agent_id")) == doc.get("agent_id"):
-                    found.append(copy.deepcopy(doc))
-            return found
-        if 'm.kind == "vector_space"' in query:
-            return [d for d in self.db.data.get(names.META, {}).values() if d.get("kind") == "vector_space"]
-        if any(word in query for word in ("INSERT", "REMOVE", "REPLACE", "UPDATE")):
-            self.db.check_writable("<aql>")
-        return []
-
-
-class FakeDB:
-    """A python-arango StandardDatabase/TransactionDatabase look-alike over a shared dict."""
-
-    def __init__(self, data: Store, *, read_only: bool = False, log: list[str] | None = None) -> None:
-        self.data = data
-        self.indexes: dict[str, list[dict[str, Any]]] = {}
-        self.read_only = read_only
-        self.aql = FakeAql(self)
-        self.queries: list[tuple[str, dict[str, Any]]] = []
-        self.on_query: Callable[[str, dict[str, Any]], list[Any] | None] | None = None
-        self.log = log if log is not None else []
-        self.declared: set[str] | None = None  # set inside a transaction
-
-    def check_writable(self, collection: str, ddl: bool = False) -> None:
-        if self.read_only:
-            raise AssertionError(f"write to {collection} through the read-only handle")
-        if self.declared is not None and collection != "<aql>" and collection not in self.declared:
-            raise AssertionError(f"transaction writes {collection} without declaring it")
-
-    def collection(self, name: str) -> FakeCollection:
-        return FakeCollection(self, name)
-
-    # bootstrap surface
-    def collections(self) -> list[dict[str, Any]]:
-        return [{"name": n} for n in self.data]
-
-    def create_collection(self, name: str, edge: bool = False) -> None:
-        self.check_writable(name, ddl=True)
-        self.data.setdefault(name, {})
-
-    def views(self) -> list[dict[str, Any]]:
-        return []
-
-    def create_view(self, name: str, view_type: str, properties: dict[str, Any]) -> None:
-        self.log.append(f"view {name}")
-
-    def has_graph(self, name: str) -> bool:
-        return False
-
-    def create_graph(self, name: str, edge_definitions: list[dict[str, Any]]) -> None:
-        self.log.append(f"graph {name}")
-
-    def analyzers(self) -> list[dict[str, Any]]:
-        return [{"name": "text_en", "features": ["frequency", "norm", "position"]}]
-
-    def version(self) -> str:
-        return "3.12.6"
-
-    def begin_transaction(self, write: list[str], read: list[str] | None = None, **options: Any) -> FakeTxn:
-        if self.read_only:
-            raise AssertionError("transaction through the read-only handle")
-        txn = FakeTxn(self, read or [], write, options)
-        self.log.append(f"begin {sorted(write)}")
-        return txn
-
-
-class FakeTxn(FakeDB):
-    def __init__(self, parent: FakeDB, read: list[str], write: list[str], options: dict[str, Any]) -> None:
-        super().__init__(copy.deepcopy(parent.data), log=parent.log)
-        self.parent = parent
-        self.read, self.write = read, write
-        self.declared = set(write)
-        self.options = options
-        self.on_query = parent.on_query
-        self.queries = parent.queries
-
-    def commit_transaction(self) -> bool:
-        for name in self.write:
-            self.parent.data[name] = self.data.get(name, {})
-        self.log.append("commit")
-        return True
-
-    def abort_transaction(self) -> bool:
-        self.log.append("abort")
-        return True
-
-
-class Faults:
-    def __init__(self) -> None:
-        self.armed: set[str] = set()
-        self.seen: list[str] = []
-
-    def __call__(self, point: str) -> None:
-        self.seen.append(point)
-        if point in self.armed:
-            raise InjectedFailure(f"injected at {point}", point=point)
-
-
-@pytest.fixture
-def world() -> tuple[ArangoStore, FakeDB, Faults]:
-    data: Store = {}
-    log: list[str] = []
-    rw = FakeDB(data, log=log)
-    ro = FakeDB(data, read_only=True, log=log)
-    ro.indexes = rw.indexes
-    conn = Connection(client=None, database="vcm", rw=rw, ro=ro, username="u", password="p")  # type: ignore[arg-type]
-    faults = Faults()
-    store = ArangoStore(conn, guard=False, fault_hook=faults, clock=lambda: 1000.0)
-    log.clear()
-    return store, rw, faults
 
 
 def msg(agent: str, i: int, content: str = "hello") -> StoredMessage:
@@ -261,7 +43,7 @@ def commit(agent: str, batch: int, n: int, rev: str | None) -> EvictionCommit:
     return EvictionCommit(agent, batch, [msg(agent, i) for i in range(n)], "summary", 7, rev, {"why": "flush"})
 
 
-def test_bootstrap_creates_every_collection_view_and_graph(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+def test_bootstrap_creates_every_collection_view_and_graph(world: tuple[ArangoStore, FakeDB, FaultSwitch]) -> None:
     store, rw, _ = world
     assert set(names.ALL_COLLECTIONS) <= set(rw.data)
     created = store.bootstrap_report.created
@@ -270,7 +52,7 @@ def test_bootstrap_creates_every_collection_view_and_graph(world: tuple[ArangoSt
 
 
 def test_commit_eviction_declares_all_collections_and_commits_once(
-    world: tuple[ArangoStore, FakeDB, Faults],
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
 ) -> None:
     store, rw, faults = world
     result = store.commit_eviction(commit("a", 1, 3, None))
@@ -285,7 +67,7 @@ def test_commit_eviction_declares_all_collections_and_commits_once(
     assert event["payload"]["why"] == "flush"
 
 
-def test_commit_eviction_replay_is_a_no_op(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+def test_commit_eviction_replay_is_a_no_op(world: tuple[ArangoStore, FakeDB, FaultSwitch]) -> None:
     store, rw, _ = world
     first = store.commit_eviction(commit("a", 1, 2, None))
     rw.log.clear()
@@ -295,7 +77,9 @@ def test_commit_eviction_replay_is_a_no_op(world: tuple[ArangoStore, FakeDB, Fau
 
 
 @pytest.mark.parametrize("point", ["commit_eviction.after_recall_append", "commit_eviction.before_commit"])
-def test_commit_eviction_fault_aborts_and_leaves_nothing(world: tuple[ArangoStore, FakeDB, Faults], point: str) -> None:
+def test_commit_eviction_fault_aborts_and_leaves_nothing(
+    world: tuple[ArangoStore, FakeDB, FaultSwitch], point: str
+) -> None:
     store, rw, faults = world
     faults.armed.add(point)
     with pytest.raises(InjectedFailure):
@@ -308,7 +92,7 @@ def test_commit_eviction_fault_aborts_and_leaves_nothing(world: tuple[ArangoStor
 
 
 def test_commit_eviction_stale_rev_raises_and_writes_nothing(
-    world: tuple[ArangoStore, FakeDB, Faults],
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
 ) -> None:
     store, rw, _ = world
     first = store.commit_eviction(commit("a", 1, 1, None))
@@ -322,7 +106,7 @@ def test_commit_eviction_stale_rev_raises_and_writes_nothing(
 
 
 def test_commit_eviction_driver_error_is_translated_and_aborted(
-    world: tuple[ArangoStore, FakeDB, Faults],
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
 ) -> None:
     store, rw, _ = world
 
@@ -339,7 +123,7 @@ def test_commit_eviction_driver_error_is_translated_and_aborted(
 
 
 def test_big_batch_is_split_and_the_final_part_stays_atomic(
-    world: tuple[ArangoStore, FakeDB, Faults],
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
 ) -> None:
     store, rw, faults = world
     store._cap = 8192  # a few messages per chunk
@@ -359,7 +143,7 @@ def test_big_batch_is_split_and_the_final_part_stays_atomic(
     assert len(rw.data[names.RECALL_LOG]) == 12 and len(rw.data[names.BATCHES]) == 1
 
 
-def test_put_core_is_idempotent_and_rev_checked(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+def test_put_core_is_idempotent_and_rev_checked(world: tuple[ArangoStore, FakeDB, FaultSwitch]) -> None:
     store, rw, faults = world
     block = CoreBlockWrite("a", "persona", "system", "I help.", 3)
     first = store.put_core(block, None, "k1")
@@ -379,7 +163,7 @@ def test_put_core_is_idempotent_and_rev_checked(world: tuple[ArangoStore, FakeDB
         store.put_core(CoreBlockWrite("a", "queue_head_summary", "system", "x", 1), None, "k5")
 
 
-def test_delete_core_checks_rev(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+def test_delete_core_checks_rev(world: tuple[ArangoStore, FakeDB, FaultSwitch]) -> None:
     store, _, _ = world
     block = store.put_core(CoreBlockWrite("a", "notes", "system", "n", 1), None, "k1")
     with pytest.raises(RevConflict):
@@ -391,7 +175,7 @@ def test_delete_core_checks_rev(world: tuple[ArangoStore, FakeDB, Faults]) -> No
         store.delete_core("a", "notes", block.rev)
 
 
-def test_spool_faults_abort_and_retries_count_only_new(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+def test_spool_faults_abort_and_retries_count_only_new(world: tuple[ArangoStore, FakeDB, FaultSwitch]) -> None:
     store, rw, faults = world
     faults.armed.add("spool_messages.before_commit")
     with pytest.raises(InjectedFailure):
@@ -404,7 +188,7 @@ def test_spool_faults_abort_and_retries_count_only_new(world: tuple[ArangoStore,
 
 
 def test_reads_never_use_the_read_write_handle_for_searches(
-    world: tuple[ArangoStore, FakeDB, Faults],
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
 ) -> None:
     store, rw, _ = world
     rw.queries.clear()
@@ -431,7 +215,7 @@ def test_order_traversal_rebuilds_refs_from_edges_breadth_first() -> None:
     assert order_traversal(start, sid, paths) == [m1, m2, c1]
 
 
-def test_bootstrap_is_idempotent(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+def test_bootstrap_is_idempotent(world: tuple[ArangoStore, FakeDB, FaultSwitch]) -> None:
     store, _, _ = world
     again = ArangoStore(store._conn, guard=False)
     assert [c for c in again.bootstrap_report.created if not c.startswith(("view", "graph"))] == []
@@ -439,7 +223,7 @@ def test_bootstrap_is_idempotent(world: tuple[ArangoStore, FakeDB, Faults]) -> N
 
 
 def test_vector_index_is_created_lazily_then_used_with_exact_fallback(
-    world: tuple[ArangoStore, FakeDB, Faults],
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
 ) -> None:
     store, rw, _ = world
     store._vector_threshold = 3
@@ -573,7 +357,7 @@ def test_the_guard_runs_when_the_adapter_starts() -> None:
     assert refused.value.code == "CONFIG_ERROR" and "3.12.4" in refused.value.message
 
 
-def test_spool_writes_its_audit_rows_in_the_same_transaction(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+def test_spool_writes_its_audit_rows_in_the_same_transaction(world: tuple[ArangoStore, FakeDB, FaultSwitch]) -> None:
     from vcm.store.types import MemoryEvent
 
     store, rw, faults = world
@@ -589,7 +373,7 @@ def test_spool_writes_its_audit_rows_in_the_same_transaction(world: tuple[Arango
 
 
 def test_hybrid_asks_which_text_hits_have_vectors_through_the_read_only_handle(
-    world: tuple[ArangoStore, FakeDB, Faults],
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
 ) -> None:
     store, rw, _ = world
     asked: list[dict[str, Any]] = []

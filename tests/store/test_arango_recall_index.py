@@ -10,8 +10,8 @@ from typing import Any, cast
 import pytest
 from arango.exceptions import DocumentInsertError
 
-from tests.store.test_arango_adapter_fake import FakeDB, Faults, server_error
-from tests.store.test_arango_adapter_fake import world as world  # the fixture
+from tests.store.factories import FaultSwitch
+from tests.store.fake_arango import FakeDB, server_error
 from vcm.errors import ValidationError, VcmError
 from vcm.store.arango import names, recall_index
 from vcm.store.arango.adapter import ArangoStore
@@ -134,7 +134,9 @@ def _with_version(store: ArangoStore, version: str) -> None:
     store._recall_server = aql_recall_vectors.server_version(version)
 
 
-def test_recall_index_is_created_lazily_on_3_12_6_and_used_filtered(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+def test_recall_index_is_created_lazily_on_3_12_6_and_used_filtered(
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
+) -> None:
     store, rw, _ = world
     store._vector_threshold = 100
     seen: list[str] = []
@@ -162,7 +164,7 @@ def _vec() -> Any:
     return np.array([1.0, 0.0], dtype=np.float32)
 
 
-def test_short_or_failed_approximate_answers_fall_back_to_exact(world: tuple[ArangoStore, FakeDB, Faults]) -> None:
+def test_short_or_failed_approximate_answers_fall_back_to_exact(world: tuple[ArangoStore, FakeDB, FaultSwitch]) -> None:
     store, rw, _ = world
     rw.indexes[names.MESSAGES] = [
         {"name": "recall_emb_cosine_2", "type": "vector", "params": {"nLists": 400, "defaultNProbe": 16}}
@@ -187,7 +189,7 @@ def test_short_or_failed_approximate_answers_fall_back_to_exact(world: tuple[Ara
 
 
 def test_before_3_12_6_no_index_is_created_and_an_existing_one_is_over_fetched(
-    world: tuple[ArangoStore, FakeDB, Faults],
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
 ) -> None:
     store, rw, _ = world
     _with_version(store, "3.12.5")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.doubles.clock import Clock
 from tests.store.factories import FaultSwitch, chunk, eviction, msg
 from vcm.errors import ErrorCode, StoreUnavailable, ValidationError
 from vcm.store import open_store
@@ -14,14 +15,6 @@ from vcm.store.embedded import EmbeddedStore
 from vcm.store.types import CoreBlockWrite, Edge, MemoryEvent, message_node, summary_node
 
 A = "agent-a"
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_everything_survives_a_reopen_and_revs_keep_growing(tmp_path: Path) -> None:
@@ -104,7 +97,7 @@ def test_fault_points_are_named(tmp_path: Path) -> None:
 
 
 def test_cursors_expire(tmp_path: Path) -> None:
-    clock = FakeClock()
+    clock = Clock(now=1_000_000.0)
     with EmbeddedStore(str(tmp_path / "vcm.db"), clock=clock, cursor_ttl_s=60) as store:
         store.spool_messages([msg(A, i, "heron sighting") for i in range(5)])
         cursor = store.search_recall(A, "heron", limit=2).next_cursor

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tasks.coldpath import MODEL, appended_ids, converse, make_deps, small_settings
+from tests.doubles.coldpath import MODEL, appended_ids, converse, make_deps, small_settings
 from vcm.dispatch import RecordingDispatcher
 from vcm.errors import InjectedFailure
 from vcm.tasks import evict

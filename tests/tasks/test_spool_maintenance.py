@@ -7,16 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.tasks.coldpath import (
-    DIM,
-    MODEL,
-    WordVectorizer,
-    appended_ids,
-    converse,
-    make_deps,
-    small_settings,
-    word_embed,
-)
+from tests.doubles.coldpath import DIM, MODEL, appended_ids, converse, make_deps, small_settings
+from tests.doubles.embedder import WordVectorizer, word_embed
 from vcm.dispatch import RecordingDispatcher
 from vcm.durable import VCM_METADATA, stored_message
 from vcm.tasks import evict, maintenance

@@ -81,11 +81,11 @@ def test_rabbitmq_refuses_tasks_that_outlive_its_consumer_timeout() -> None:
 
 
 def test_with_rabbitmq_the_delivery_counts_live_in_the_hot_state_redis() -> None:
-    from tests.conftest import _real_redis
+    from tests.redis_legs import real_redis
     from vcm.workers.build import delivery_log as _deliveries
     from vcm.workers.deliveries import RedisDeliveryLog
 
-    client = _real_redis()
+    client = real_redis()
     url = client.get_connection_kwargs()
     hot = f"redis://127.0.0.1:{url['port']}/{url['db']}"
     env = {"VCM_BROKER_URL": "amqp://127.0.0.1//", "VCM_REDIS_URL": hot, "VCM_WORKER__BROKER_PREFIX": "t-amqp:"}

@@ -18,7 +18,8 @@ from celery import Celery
 from celery.signals import task_postrun
 from prometheus_client import REGISTRY
 
-from tests.tasks.coldpath import MODEL, WordVectorizer, make_deps, small_settings, word_embed
+from tests.doubles.coldpath import MODEL, make_deps, small_settings
+from tests.doubles.embedder import WordVectorizer, word_embed
 from tests.workers.traffic import Traffic, assert_exactly_once, settled, wait_until
 from vcm.settings import Settings
 from vcm.tasks.deps import Deps
@@ -264,7 +265,7 @@ def test_reembed_task_embeds_stored_messages_in_bounded_runs(cold: Cold, monkeyp
 
 
 def test_an_archival_document_is_ingested_by_the_worker_as_a_job(cold: Cold, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.hotpath.services import SentenceIngest
+    from tests.doubles.ingester import SentenceIngest
     from vcm.service import MemoryService
 
     monkeypatch.setattr(cold.deps, "ingest", SentenceIngest(cold.deps.store))

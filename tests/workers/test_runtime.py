@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.tasks.coldpath import MODEL, small_settings
+from tests.doubles.coldpath import MODEL, small_settings
 from vcm.errors import StoreUnavailable
 from vcm.hotpath.connection import connect
 from vcm.settings import Settings

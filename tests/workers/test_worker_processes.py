@@ -40,7 +40,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import multiprocess as prom_multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.tasks.coldpath import MODEL
+from tests.doubles.coldpath import MODEL
 from tests.workers.traffic import Traffic, all_message_ids, assert_exactly_once, settled, wait_until
 from vcm.hotpath.state import HotState
 from vcm.settings import Settings, load_settings

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests.tasks.coldpath import line
+from tests.doubles.coldpath import line
 from vcm.dispatch import Dispatcher
 from vcm.hotpath.state import HotState
 from vcm.store.port import MemoryStore

@@ -1,0 +1,136 @@
+"""Entities and relations in the graph, and lifetimes refreshed by use — through the façade, on
+fakeredis and a real SQLite store."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.doubles.clock import Clock
+from vcm.errors import NotFound, ValidationError
+from vcm.facts import entities
+from vcm.service import MemoryService
+from vcm.store.port import MemoryStore
+from vcm.store.types import FactQuery, fact_node
+from vcm.tasks.facts import extraction as fact_extraction
+from vcm.types import Message
+
+DAY = 86400.0
+
+
+def msg(i: int) -> list[dict[str, str]]:
+    return [{"kind": "message", "id": f"m{i}"}]
+
+
+def test_a_relation_creates_both_entities_and_joins_them(svc: MemoryService) -> None:
+    r = svc.remember("ann", "Maya is Priya's sister", type="relation", key="Priya|sister|Maya", evidence=msg(1))
+    assert r.decision == "NEW" and r.fact.key == "priya|sister|maya"
+    names = {f.key: f.value for f in svc.list_facts("ann", FactQuery(types=["entity"]))}
+    assert names == {"priya": "Priya", "maya": "Maya"}
+    around = svc.entity_graph("ann", "PRIYA")
+    assert around.entity.key == "priya"
+    assert [f.key for f in around.neighbours] == ["maya"]
+    assert [f.fact_id for f in around.relations] == [r.fact.fact_id]
+    # The relation fact cites its evidence; the entities are mentioned by it.
+    assert "m1" in around.mentioned_in
+
+
+def test_traversal_reaches_further_with_depth(svc: MemoryService) -> None:
+    svc.remember("ann", "Maya is Priya's sister", type="relation", key="priya|sister|maya", evidence=msg(1))
+    svc.remember("ann", "Jo is Maya's friend", type="relation", key="maya|friend|jo", evidence=msg(2))
+    svc.remember("ann", "Unrelated", type="relation", key="sam|boss|lee", evidence=msg(3))
+    near = svc.entity_graph("ann", "priya", depth=1)
+    far = svc.entity_graph("ann", "priya", depth=2)
+    assert [f.key for f in near.neighbours] == ["maya"]
+    assert [f.key for f in far.neighbours] == ["maya", "jo"]
+    assert sorted(f.key or "" for f in far.relations) == ["maya|friend|jo", "priya|sister|maya"]
+    # Inbound edges count too: from Jo, Priya is two hops back.
+    assert [f.key for f in svc.entity_graph("ann", "jo", depth=2).neighbours] == ["maya", "priya"]
+
+
+def test_an_entity_is_one_fact_per_name_whatever_its_description(svc: MemoryService) -> None:
+    first = svc.remember("ann", "Maya", type="entity", evidence=msg(1))
+    again = svc.remember("ann", "Maya (Priya's sister)", type="entity", key="maya", tags=["May"], evidence=msg(2))
+    assert again.decision == "MATCH" and again.fact.fact_id == first.fact.fact_id
+    assert again.fact.tags == ("May",) and [e["id"] for e in again.fact.evidence] == ["m1", "m2"]
+    assert set(svc.entity_graph("ann", "maya").mentioned_in) == {"m1", "m2"}
+
+
+def test_forgetting_an_entity_takes_its_edges(svc: MemoryService, store: MemoryStore) -> None:
+    svc.remember("ann", "Maya is Priya's sister", type="relation", key="priya|sister|maya", evidence=msg(1))
+    maya = svc.recall_fact("ann", "maya", type="entity")[0]
+    priya = svc.recall_fact("ann", "priya", type="entity")[0]
+    assert store.traverse(fact_node("ann", priya.fact_id), ["relates_to"], direction="any")
+    assert svc.forget_fact("ann", maya.fact_id)
+    assert store.traverse(fact_node("ann", priya.fact_id), ["relates_to"], direction="any") == []
+    assert svc.entity_graph("ann", "priya").neighbours == ()
+    with pytest.raises(NotFound):
+        svc.entity_graph("ann", "maya")
+
+
+@pytest.mark.parametrize(
+    ("type_", "key"),
+    [("relation", None), ("relation", "priya|sister"), ("relation", "a||b"), ("entity", "a|b"), ("entity", "x" * 81)],
+)
+def test_malformed_entity_or_relation_keys_are_refused_and_write_nothing(
+    svc: MemoryService, type_: str, key: str | None
+) -> None:
+    with pytest.raises(ValidationError):
+        svc.remember("ann", "something", type=type_, key=key)
+    assert svc.list_facts("ann") == []
+
+
+def test_entity_graph_input_is_checked(svc: MemoryService) -> None:
+    svc.remember("ann", "Maya", type="entity")
+    for depth in (0, 4, True):
+        with pytest.raises(ValidationError):
+            svc.entity_graph("ann", "maya", depth=depth)  # type: ignore[arg-type]
+    with pytest.raises(NotFound):
+        svc.entity_graph("ann", "nobody")
+
+
+def test_use_refreshes_a_lifetime_and_nothing_else_does(svc: MemoryService, clock: Clock) -> None:
+    project = svc.remember("ann", "The launch is on Friday", type="project", key="launch").fact
+    sticky = svc.remember("ann", "Ann is vegetarian", type="sticky").fact
+    assert project.expires_at is not None and sticky.expires_at is None
+    clock.now += 10 * DAY
+    assert svc.get_fact("ann", project.fact_id).expires_at == project.expires_at  # reading is not use
+    used = svc.recall_fact("ann", "launch")[0]
+    refreshed = svc.get_fact("ann", project.fact_id)
+    assert refreshed.expires_at is not None and refreshed.expires_at > project.expires_at
+    assert refreshed.expires_at == pytest.approx(clock.now + 30 * DAY, abs=1.0)
+    assert refreshed.access_count == used.access_count + 1
+    svc.search_facts("ann", "vegetarian")
+    assert svc.get_fact("ann", sticky.fact_id).expires_at is None  # never expires stays so
+
+
+def test_a_fact_given_its_own_ttl_keeps_that_lifetime_and_is_not_revived(
+    svc: MemoryService, store: MemoryStore, clock: Clock
+) -> None:
+    fact = svc.remember("ann", "Standup moved to 10:00", type="project", key="standup", ttl_s=60).fact
+    assert fact.lifetime_s == pytest.approx(60)
+    clock.now += 30
+    svc.recall_fact("ann", "standup")
+    renewed = svc.get_fact("ann", fact.fact_id).expires_at
+    assert renewed == pytest.approx(clock.now + 60, abs=0.1)  # its own 60 s, not the type's 30 days
+    clock.now += 120
+    store.touch_facts("ann", [fact.fact_id], clock.now)  # expired: a use does not bring it back
+    assert svc.get_fact("ann", fact.fact_id).expires_at == renewed
+
+
+def test_stated_relations_are_found_offline() -> None:
+    found = entities.stated("Priya", "My sister Maya moved to Porto, and Jo is my best friend.")
+    assert {r.key for r in found} == {"priya|sister|maya", "priya|friend|jo"}
+    assert entities.stated("", "my sister Maya") == []  # nobody to relate to
+    assert entities.stated("Priya", "I love my sister.") == []  # no name stated
+
+
+def test_extraction_before_eviction_yields_entities_and_relations() -> None:
+    messages = [
+        Message("m1", 1, "user", "My sister Maya ran the Porto half marathon in 97 minutes.", 20, 1e9, name="Priya"),
+        Message("m2", 2, "assistant", "That is a great time for Porto!", 10, 1e9, name="Coach"),
+    ]
+    found = fact_extraction.extract(messages)
+    by_type = {(c.type, c.key, c.message_id) for c in found if c.type in ("entity", "relation")}
+    assert ("relation", "priya|sister|maya", "m1") in by_type
+    assert ("entity", "porto", "m1") in by_type and ("entity", "maya", "m1") in by_type
+    assert not any(c.key == "priya" for c in found if c.type == "entity")  # speakers are not mentions
