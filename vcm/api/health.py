@@ -4,9 +4,11 @@ A liveness probe is asked every few seconds by every orchestrator, load balancer
 probing Redis and the store on each ask made it cost more than an append (a PING plus the
 store's own health query). So the report is cached: a request older than ``max_age_s`` after the
 last probe starts one new probe in a background thread (one at a time) and is answered with the
-report at hand; only the very first request waits for a probe. A probe that hangs (a Redis that
-stopped answering) shows as ``ok: false`` once the report is ``stale_after_s`` old, so a hung
-dependency is not hidden behind an old answer. ``/readyz`` probes on every request, for callers
+report at hand. No answer comes from a report older than ``stale_after_s``: when nobody asked for
+that long (an idle server, probed every 10-15 s by compose) the request probes itself, as the
+very first one does; when the probe in flight has not come back for that long (a Redis that
+stopped answering) the answer is ``ok: false``, so a hung dependency is not hidden behind an old
+answer. ``/readyz`` probes on every request, for callers
 that need the state of this instant.
 """
 
@@ -39,18 +41,27 @@ class HealthCache:
         self._lock = threading.Lock()
         self._report: dict[str, Any] | None = None
         self._at = 0.0
-        self._refreshing = False
+        self._refreshing_since: float | None = None  # when the background probe in flight started
 
     def cached(self) -> dict[str, Any] | None:
-        """The report at hand (None before the first probe); starts a refresh when it is old."""
+        """The report at hand; starts a background refresh when it is old. None when the caller
+        must probe now (:meth:`refresh`): nothing probed yet, or the report is ``stale_after_s``
+        old with no probe hanging (the server was idle)."""
         with self._lock:
-            report, age = self._report, self._clock() - self._at
-            if report is not None and age > self.max_age_s and not self._refreshing:
-                self._refreshing = True
+            now = self._clock()
+            report, age, since = self._report, now - self._at, self._refreshing_since
+            if report is None:
+                return None
+            if age <= self.max_age_s:
+                return report
+            if age > self.stale_after_s:
+                # Too old to answer with. A probe in flight all this while hangs; with none in
+                # flight the server was idle, and the caller probes now.
+                return {**report, "ok": False} if since is not None else None
+            if since is None:
+                self._refreshing_since = now
                 threading.Thread(target=self._refresh_quietly, name="vcm-health", daemon=True).start()
-        if report is not None and age > self.stale_after_s:
-            return {**report, "ok": False}
-        return report
+            return report
 
     def refresh(self) -> dict[str, Any]:
         """Probe now, keep the report, and return it."""
@@ -66,4 +77,4 @@ class HealthCache:
             log.exception("health probe failed")
         finally:
             with self._lock:
-                self._refreshing = False
+                self._refreshing_since = None
