@@ -1,5 +1,6 @@
-"""The sync status each client instance of an agent reports (:mod:`vcm.replicas`): one Redis hash
-per agent, instance id -> the latest report as JSON, stamped with the server time it arrived.
+"""The sync status each client instance of an agent reports (:mod:`vcm.service.replicas`): one
+Redis hash per agent, instance id -> the latest report as JSON, stamped with the server time it
+arrived.
 
 Status is what the instances say of themselves, kept only as long as they keep saying it: the
 hash expires ``ttl_s`` after the last report, a record silent that long is dropped on the next

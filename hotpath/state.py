@@ -53,7 +53,7 @@ class HotState(HotReads):
         self._restore = client.register_script(lua.RESTORE_AGENT)
         # Archival ingestion jobs; a record outlives its last change as long as an idempotency key.
         self.jobs = JobBoard(client, settings.idempotency_ttl_s)
-        # What client instances of an agent follow and report (vcm.replicas).
+        # What client instances of an agent follow and report (vcm.service.replicas).
         sync = settings.sync
         self.changes = ChangeFeed(client, maxlen=sync.feed_maxlen, ttl_s=sync.feed_ttl_s, clock=clock)
         self.instances = InstanceBoard(client, ttl_s=sync.instance_ttl_s, max_instances=sync.max_instances)

@@ -12,7 +12,7 @@ SWEEP_CONFIRM = "tasks.sweep_confirm"
 EXPIRE = "tasks.expire_recall"
 # Periodic snapshots of every agent (beat, when durability.snapshot_interval_s > 0).
 SNAPSHOT = "tasks.snapshot_agents"
-# Promotes shadow facts that pass the replay test (vcm.knowledge.KnowledgeOps.consolidate), beat.
+# Promotes shadow facts that pass the replay test (vcm.service.facts.Facts.consolidate), beat.
 CONSOLIDATE = "tasks.consolidate_facts"
 # Records the dead letter of an eviction whose worker process died on its last attempt.
 DEAD_LETTER = "tasks.record_dead_letter"

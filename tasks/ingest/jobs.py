@@ -1,10 +1,10 @@
 """The worker side of an archival ingestion job: run the ingester, move the job on, audit it.
 
-The API and the tools open the job and queue the document (:meth:`vcm.service.MemoryService.
-ingest_archival`); the ``tasks.ingest_archival`` Celery task on the ``ingest`` queue calls
-:func:`run_ingest_job`. Everything here is idempotent: the ingester writes chunks under keys
-derived from the document and the embedding version, the audit row has a fixed id, and a job
-that is done stays done, so a redelivered task changes nothing.
+The API and the tools open the job and queue the document
+(:meth:`vcm.service.search.Search.ingest_archival`); the ``tasks.ingest_archival`` Celery task on
+the ``ingest`` queue calls :func:`run_ingest_job`. Everything here is idempotent: the ingester
+writes chunks under keys derived from the document and the embedding version, the audit row has a
+fixed id, and a job that is done stays done, so a redelivered task changes nothing.
 """
 
 from __future__ import annotations

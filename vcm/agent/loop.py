@@ -109,7 +109,7 @@ class AgentLoop:
         stream: bool = True,
     ) -> Generator[TurnEvent, None, TurnResult]:
         """One turn, yielding the model's text as it streams and each tool result; returns the
-        turn's result. Every step's prompt is the built context (vcm.context_builder): relevant
+        turn's result. Every step's prompt is the built context (vcm.service.context): relevant
         memory for the user's message rides along without a tool call."""
         model = self.model or self.service.agent(agent_id).model
         self.service.append(agent_id, "user", user_message, name=name, actor="user")

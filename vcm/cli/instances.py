@@ -1,5 +1,6 @@
 """``vcm instances --agent A``: the client instances of an agent and the sync status each reported
-last (:mod:`vcm.replicas`), from a running server (``--api``) or, with a shared Redis, locally."""
+last (:mod:`vcm.service.replicas`), from a running server (``--api``) or, with a shared Redis,
+locally."""
 
 from __future__ import annotations
 

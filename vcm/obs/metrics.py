@@ -138,7 +138,7 @@ STORE_ERRORS = Counter(
     "vcm_store_errors", "Store calls that raised, by operation and error code", ["operation", "code"]
 )
 
-# --- client instances: change feed, syncs, conflicts (vcm.replicas) ---------------------------------
+# --- client instances: change feed, syncs, conflicts (vcm.service.replicas) -------------------------
 CHANGES_PUBLISHED = Counter(
     "vcm_changes_published", "Changes of blocks, state and facts published to agents' change feeds", ["kind"]
 )

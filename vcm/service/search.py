@@ -23,7 +23,7 @@ from vcm.types import IngestRequest
 class RecallResult:
     page: Page[RecallHit]
     mode: str
-    # ``tainted`` / ``taint_reasons`` of each hit, in page order (see MemoryService.mark).
+    # ``tainted`` / ``taint_reasons`` of each hit, in page order (see Core.mark).
     marks: list[dict[str, Any]] = field(default_factory=list)
 
 

@@ -84,7 +84,7 @@ class DurabilitySettings(BaseModel):
 
 class SyncSettings(BaseModel):
     """Agents whose memory is cached by client instances on many machines: the change feed those
-    instances follow and the sync status they report (:mod:`vcm.replicas`, :mod:`vcm.sync`)."""
+    instances follow and the sync status they report (:mod:`vcm.service.replicas`, :mod:`vcm.sync`)."""
 
     model_config = ConfigDict(extra="forbid")
 

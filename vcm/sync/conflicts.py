@@ -21,7 +21,7 @@ deleted (or absent) on either side. Where both sides already agree (the same val
 deleted) there is no conflict: the local change is done.
 
 Every conflict, whatever its strategy, is reported to the server before anything is written over
-(:mod:`vcm.replicas`), so an overwritten value is in the audit trail before it is gone.
+(:mod:`vcm.service.replicas`), so an overwritten value is in the audit trail before it is gone.
 """
 
 from __future__ import annotations
