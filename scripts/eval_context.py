@@ -69,14 +69,13 @@ from typing import Any
 import fakeredis
 from eval_summary import OVERLAP, content_words, hash_embed
 
-from vcm.context_builder import BuiltContext
 from vcm.dispatch import RecordingDispatcher
 from vcm.eval.bench import add_data_flag, add_json_flag, data_path, share, write_json
 from vcm.eval.conversation import Conversation, FixedClock, Question, Turn, parse_sample, session_time
 from vcm.hotpath.state import HotState
 from vcm.obs.metered_store import metered
 from vcm.prompt.layers import INJECTED
-from vcm.service import MemoryService
+from vcm.service import BuiltContext, MemoryService
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.store.types import FactQuery

@@ -97,6 +97,17 @@ def idempotency_key(value: Any) -> str | None:
     return value
 
 
+def one_key(header: str | None, body: Any) -> str | None:
+    """The idempotency key of a request that may carry it twice, as its transport's own field
+    (an HTTP ``Idempotency-Key`` header) and in its body or arguments: not both, unless they
+    agree; checked."""
+    if header is not None and body is not None and header != body:
+        raise ValidationError(
+            "the Idempotency-Key header and the body's idempotency_key differ; send one", field="idempotency_key"
+        )
+    return idempotency_key(header if header is not None else body)
+
+
 def metadata(value: Any) -> dict[str, Any]:
     if value is None:
         return {}

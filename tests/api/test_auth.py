@@ -16,7 +16,7 @@ from vcm.api.app import create_app
 from vcm.dispatch import RecordingDispatcher
 from vcm.errors import ConfigError
 from vcm.hotpath import keys
-from vcm.service import MemoryService, doc_id_for, ingest_job_id
+from vcm.service import MemoryService, doc_id_for, ingest_job_id, tokens
 from vcm.settings import load_settings
 
 BOB_DOC = "bob's secret document"
@@ -142,7 +142,7 @@ def test_tampered_and_transplanted_tokens_are_refused(client: TestClient) -> Non
     new_agent(client, "bob")
     prefix, secret = alice.split(".")
     flipped = secret[:-1] + ("A" if secret[-1] != "A" else "B")
-    bob_id = auth._agent_token("bob").split(".")[0]  # bob's id with alice's secret
+    bob_id = tokens.agent_token("bob").split(".")[0]  # bob's id with alice's secret
     for token in (f"{prefix}.{flipped}", f"{bob_id}.{secret}", alice + ".x", alice[:-1]):
         r = client.get("/v1/agents/alice", headers=bearer(token))
         assert r.status_code == 401, token
@@ -218,7 +218,7 @@ def test_no_app_without_an_admin_token(service: MemoryService) -> None:
 
 @pytest.mark.parametrize("agent_id", ["a", "alice", "agent.v2", "x-y_z", "A" * 128, "0"])
 def test_agent_tokens_name_their_agent(agent_id: str) -> None:
-    token = auth._agent_token(agent_id)
+    token = tokens.agent_token(agent_id)
     assert auth.agent_of(token) == agent_id
     assert auth.agent_of(token.replace(".", "")) is None
 

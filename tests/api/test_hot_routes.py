@@ -18,12 +18,11 @@ from fastapi.testclient import TestClient
 from tests.api.conftest import ADMIN, ADMIN_TOKEN, bearer, new_agent, state
 from tests.doubles.clock import Clock
 from tests.redis_legs import REDIS_URL, real_redis
-from vcm.api import auth
 from vcm.api.app import create_app
 from vcm.api.health import HealthCache
 from vcm.dispatch import RecordingDispatcher
 from vcm.hotpath.state import HotState
-from vcm.service import MemoryService
+from vcm.service import MemoryService, tokens
 from vcm.settings import load_settings
 from vcm.store import open_store
 
@@ -126,7 +125,7 @@ def test_a_forged_token_reveals_nothing_about_the_agent_it_names(
 ) -> None:
     me = new_agent(client, "alice")
     method, body = ("POST", MESSAGE) if path == "/messages" else ("GET", None)
-    forged = {agent: bearer(auth._agent_token(agent)) for agent in ("alice", "ghost")}
+    forged = {agent: bearer(tokens.agent_token(agent)) for agent in ("alice", "ghost")}
     before = state(service, dispatcher)
     for warm in (False, True):  # before and after this process has seen alice
         for agent, headers in forged.items():

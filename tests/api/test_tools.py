@@ -96,6 +96,7 @@ class _Raising:
         *,
         tool_call_id: str | None = None,
         actor: str = "agent",
+        idempotency_key: str | None = None,
     ) -> ToolOutcome:
         raise self.exc
 

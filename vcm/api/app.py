@@ -32,15 +32,19 @@ GET     /readyz                                      nobody  Redis and store hea
 GET     /metrics                                     nobody  Prometheus exposition (admin with [metrics] require_admin)
 ======  ===========================================  ======  ==========================================
 
-The memory viewer's page, ``GET /v1/whoami`` and the agent's live stream (``GET
-/v1/agents/{id}/stream``, server-sent events) are :mod:`vcm.api.viewer`'s.
-The change feed, conflict records and sync status of an agent's client instances (``/changes``,
-``/changes/stream``, ``/conflicts``, ``/instances``) are :mod:`vcm.api.sync`'s.
+The chat routes (``/v1/agents/{id}/chat``, ``/v1/chat/completions``, ``/v1/agents/{id}/stats``)
+are :mod:`vcm.api.routes.chat`'s. The memory viewer's page, ``GET /v1/whoami`` and the agent's
+live stream (``GET /v1/agents/{id}/stream``, server-sent events) are
+:mod:`vcm.api.routes.viewer`'s. The change feed, conflict records and sync status of an agent's
+client instances (``/changes``, ``/changes/stream``, ``/conflicts``, ``/instances``) are
+:mod:`vcm.api.routes.sync`'s.
 
 The routes live in :mod:`vcm.api.routes`, one module per resource (agents; messages and context;
 blocks; recall; archival; events; tools; probes and metrics; lifecycle; snapshots; facts;
-entities; state); what they share (who is calling, the idempotency and revision headers) is
-:mod:`vcm.api.deps`; their bodies are :mod:`vcm.api.models`. This module only builds the app: the
+entities; state; chat; viewer; sync); what they share (who is calling, the idempotency and
+revision headers) is :mod:`vcm.api.deps`; their bodies are :mod:`vcm.api.models` (the chat,
+viewer and sync routes': :mod:`vcm.api.chat`, :mod:`vcm.api.viewer`, :mod:`vcm.api.sync`, with
+the helpers of their streams). This module only builds the app: the
 parts the routes use go on ``app.state`` (:class:`~vcm.api.deps.Api`), then the middleware, the
 error handlers and the routers.
 
@@ -55,10 +59,9 @@ more than the append itself.
 
 from fastapi import FastAPI
 
-from vcm.api import deps
 from vcm.api import errors as api_errors
 from vcm.api.auth import TokenAuthority, admin_digest
-from vcm.api.chat import Upstream, chat_routes
+from vcm.api.chat import Upstream
 from vcm.api.deps import Api, ToolOutcome, ToolRunner
 from vcm.api.health import HealthCache
 from vcm.api.models import ErrorOut
@@ -66,6 +69,7 @@ from vcm.api.routes import (
     agents,
     archival,
     blocks,
+    chat,
     entities,
     events,
     facts,
@@ -75,46 +79,36 @@ from vcm.api.routes import (
     recall,
     snapshots,
     state,
+    sync,
     tools,
+    viewer,
 )
-from vcm.api.sync import sync_routes
-from vcm.api.viewer import viewer_routes
 from vcm.service import MemoryService
 from vcm.settings import Settings
-from vcm.tools.executor import ToolExecutor
 
 # In the order they were declared before the split, so that matching and the OpenAPI document
 # keep theirs.
 ROUTERS = (
     agents.router, messages.router, blocks.router, recall.router, archival.router, events.router, tools.router,
-    probes.router, lifecycle.router, snapshots.router, facts.router, entities.router, state.router,
+    probes.router, lifecycle.router, snapshots.router, facts.router, entities.router, state.router, chat.router,
+    viewer.router, sync.router,
 )  # fmt: skip
 
 
 def create_app(service: MemoryService, executor: ToolRunner | None, *, settings: Settings) -> FastAPI:
     """The app. Refuses (ConfigError) to build without an admin token: see :mod:`vcm.api.auth`."""
-    authority = TokenAuthority(
-        service.redis, admin_digest(settings), rebuild=service.rebuild, on_change=service.durable.token_changed
-    )
+    authority = TokenAuthority(service.hot.tokens, admin_digest(settings), rebuild=service.rebuild)
     app = FastAPI(
         title="vcm",
         version="1",
         summary="Virtual context manager for LLM agents: main context, working blocks, recall and archival memory.",
         responses={500: {"model": ErrorOut, "description": "INTERNAL_ERROR (a bug)"}},
     )
-    app.state.vcm = Api(service, authority, executor, settings, HealthCache(service.health))
+    app.state.vcm = Api(service, authority, executor, settings, HealthCache(service.health), Upstream(settings.chat))
     api_errors.install(app)
     app.add_middleware(api_errors.BodyLimit, limit=settings.api.max_body_bytes)
     for router in ROUTERS:
         app.include_router(router)
-    app.include_router(
-        chat_routes(
-            service, executor if isinstance(executor, ToolExecutor) else None, Upstream(settings.chat),
-            deps.principal, deps.agent_scope,
-        )
-    )  # fmt: skip
-    app.include_router(viewer_routes(service, authority, deps.principal, deps.agent_scope))
-    app.include_router(sync_routes(service, authority, deps.agent_scope))
     # A route, not a mount: a mount answers GET /metrics with a redirect to /metrics/.
     app.add_route(
         "/metrics", probes.metrics_route(service, authority, settings), methods=["GET"], include_in_schema=False

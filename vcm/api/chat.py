@@ -1,9 +1,9 @@
-"""Talking to an agent through vcm: ``POST /v1/agents/{id}/chat`` (one turn of the agent loop,
-with vcm's memory tools and heartbeats), the OpenAI-compatible ``POST /v1/chat/completions`` (any
-OpenAI SDK client gets virtual context without code changes) and ``GET /v1/agents/{id}/stats``.
+"""Talking to an agent through vcm: what the chat routes (:mod:`vcm.api.routes.chat`) take and
+answer, the upstream model, and the OpenAI-compatible route's reconciling of the client's history
+with the agent's memory.
 
 Both chat routes call the model configured in ``[chat]`` with the context builder's prompt
-(:mod:`vcm.context_builder`): the hot context plus identity, state, sticky facts, relevant memory
+(:mod:`vcm.service.context`): the hot context plus identity, state, sticky facts, relevant memory
 and skills. While the model generates, the in-process cold path waits (:data:`vcm.dispatch.COLD_PATH`).
 
 ``/v1/chat/completions``: the agent is the bearer token's (or, with the admin token, the one the
@@ -23,23 +23,20 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Header
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
-from vcm.agent.loop import AgentLoop, TurnResult, wire_messages
+from vcm.agent.loop import TurnResult
 from vcm.api.auth import Principal
-from vcm.api.models import ERROR_RESPONSES, AgentId, ErrorOut
-from vcm.dispatch import COLD_PATH
+from vcm.api.models import ERROR_RESPONSES, ErrorOut
 from vcm.errors import LlmRejected, LlmUnavailable, NotFound, ValidationError, VcmError
 from vcm.hotpath.turns import Turn
-from vcm.llm import ChatClient, ChatError, Completion, StreamAccumulator
+from vcm.llm import ChatClient, ChatError, Completion
 from vcm.service import MemoryService
 from vcm.settings import ChatSettings
-from vcm.tools.executor import ToolExecutor
 
 # Request options passed through to the upstream model as the client gave them.
 PASSTHROUGH = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "tool_choice",
@@ -159,128 +156,7 @@ def sse(event: str, data: Mapping[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def chat_routes(
-    service: MemoryService,
-    executor: ToolExecutor | None,
-    upstream: Upstream,
-    principal_dep: Callable[..., Principal],
-    agent_dep: Callable[..., Principal],
-) -> APIRouter:
-    router = APIRouter(tags=["chat"])
-    # Defaults, not Annotated aliases: the aliases would be locals, which FastAPI cannot resolve
-    # from this module's postponed annotations.
-    agent_scope, anyone = Depends(agent_dep), Depends(principal_dep)
-    limit = upstream.settings.max_message_chars
-
-    def loop_for(who: Principal) -> AgentLoop:
-        if executor is None:
-            raise LlmUnavailable("this server runs no tool executor, so it cannot run agent turns")
-        return AgentLoop(service, executor, upstream.client(), model=upstream.settings.model or None, actor=who.actor)
-
-    @router.post("/v1/agents/{agent_id}/chat", response_model=ChatOut, responses=ERRORS)
-    def chat(agent_id: AgentId, body: ChatIn, who: Principal = agent_scope) -> Any:
-        """One turn of the agent loop: the message is appended, the model answers over the built
-        context with vcm's memory tools (heartbeats chain further steps), the reply is appended
-        and its memory tags are kept. ``stream``: server-sent events as the model writes."""
-        if len(body.message) > limit:
-            raise ValidationError(f"message is longer than {limit} characters", field="message", limit=limit)
-        loop = loop_for(who)
-        if not body.stream:
-            try:
-                with service.turn(agent_id), COLD_PATH.generating():
-                    result = loop.run_turn(agent_id, body.message, name=body.name)
-            except ChatError as exc:
-                raise coded(exc) from None
-            return ChatOut.of(agent_id, result)
-        held = service.turn(agent_id)  # before the 200: a busy agent is a CONFLICT, not an event
-
-        def events() -> Generator[str, None, None]:
-            with held, COLD_PATH.generating():
-                turn = loop.turn(agent_id, body.message, name=body.name, stream=True)
-                try:
-                    while True:
-                        try:
-                            event = next(turn)
-                        except StopIteration as end:
-                            yield sse("done", ChatOut.of(agent_id, end.value).model_dump())
-                            return
-                        yield sse(str(event["type"]), {k: v for k, v in event.items() if k != "type"})
-                except ChatError as exc:
-                    yield sse("error", coded(exc).to_dict())
-                except VcmError as exc:
-                    yield sse("error", exc.to_dict())
-                finally:
-                    turn.close()  # a client gone mid-turn: the turn ends here, under its lock
-
-        return _streamed(events(), held)
-
-    @router.get("/v1/agents/{agent_id}/stats", response_model=StatsOut, responses=ERROR_RESPONSES)
-    def stats(agent_id: AgentId, who: Principal = agent_scope) -> StatsOut:
-        """Tokens by layer, counts, evictions, facts and last activity of one agent."""
-        return StatsOut.model_validate(service.agent_stats(agent_id))
-
-    @router.post("/v1/chat/completions", response_model=CompletionOut, responses=ERRORS)
-    def completions(
-        body: CompletionIn,
-        who: Principal = anyone,
-        x_vcm_agent: Annotated[str | None, Header(max_length=128)] = None,
-    ) -> Any:
-        """OpenAI-compatible chat completions over the agent's virtual context (see the module)."""
-        agent_id = _agent_of(who, x_vcm_agent)
-        service.agent(agent_id)
-        client = upstream.client()
-        held = service.turn(agent_id)
-        try:  # until the turn is handed to the response, any failure frees it
-            return _complete(agent_id, body, who, client, held)
-        except BaseException:
-            held.release()
-            raise
-
-    def _complete(agent_id: str, body: CompletionIn, who: Principal, client: ChatClient, held: Turn) -> Any:
-        query = reconcile(service, agent_id, body.messages, who.actor, limit)
-        context = service.build_context(agent_id, query=query)
-        options = {k: v for k, v in (body.model_extra or {}).items() if k in PASSTHROUGH}
-        model = upstream.settings.model or body.model or service.agent(agent_id).model
-        request_model = body.model or model
-        messages = wire_messages(context.messages)
-        tools = body.tools or ()
-        reply_key = _reply_key(body.messages)
-        if not body.stream:
-            with held:
-                try:
-                    with COLD_PATH.generating():
-                        completion = client.complete(model=model, messages=messages, tools=tools, **options)
-                except ChatError as exc:
-                    raise coded(exc) from None
-                _keep_reply(service, agent_id, completion, reply_key, who.actor)
-            return JSONResponse(_completion_json(completion, request_model))
-
-        def chunks() -> Generator[str, None, None]:
-            created, cid = int(time.time()), "chatcmpl-vcm-" + uuid.uuid4().hex[:24]
-            with held:
-                with COLD_PATH.generating():
-                    acc = StreamAccumulator()
-                    stream = client.stream(model=model, messages=messages, tools=tools, **options)
-                    try:
-                        for chunk in stream:
-                            acc.add(chunk)
-                            yield (
-                                "data: "
-                                + json.dumps({**chunk, "id": cid, "created": created, "model": request_model})
-                                + "\n\n"
-                            )
-                    except ChatError as exc:
-                        yield "data: " + json.dumps({"error": coded(exc).to_dict()}) + "\n\n"
-                        return
-                _keep_reply(service, agent_id, acc.completion(), reply_key, who.actor)
-            yield "data: [DONE]\n\n"
-
-        return _streamed(chunks(), held)
-
-    return router
-
-
-def _streamed(body: Generator[str, None, None], held: Turn) -> StreamingResponse:
+def streamed(body: Generator[str, None, None], held: Turn) -> StreamingResponse:
     """Server-sent events from ``body``, which holds the agent's turn while it runs. After the
     response (sent, failed, or the client gone) the generator is closed, which ends the turn under
     its lock, and the turn is freed; one still running in its thread frees it when it ends."""
@@ -297,7 +173,8 @@ def _streamed(body: Generator[str, None, None], held: Turn) -> StreamingResponse
     )
 
 
-def _agent_of(who: Principal, header: str | None) -> str:
+def agent_named(who: Principal, header: str | None) -> str:
+    """The agent of a ``/v1/chat/completions`` request: the token's, or the admin's choice."""
     if who.admin:
         if not header:
             raise ValidationError("with the admin token, name the agent in the X-VCM-Agent header", field="X-VCM-Agent")
@@ -328,7 +205,7 @@ def keys_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def _reply_key(messages: Sequence[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str]:
+def reply_key(messages: Sequence[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str]:
     """The key the reply will carry when the client sends it back in its next request."""
 
     def key(reply: Mapping[str, Any]) -> str:
@@ -365,7 +242,7 @@ def reconcile(
     return latest
 
 
-def _keep_reply(
+def keep_reply(
     service: MemoryService, agent_id: str, completion: Completion, key: Callable[[Mapping[str, Any]], str], actor: str
 ) -> None:
     message = _reply_message(completion)
@@ -384,7 +261,7 @@ def _reply_message(completion: Completion) -> dict[str, Any]:
     return message
 
 
-def _completion_json(completion: Completion, model: str) -> dict[str, Any]:
+def completion_json(completion: Completion, model: str) -> dict[str, Any]:
     finish = completion.finish_reason or ("tool_calls" if completion.tool_calls else "stop")
     out: dict[str, Any] = {
         "id": "chatcmpl-vcm-" + uuid.uuid4().hex[:24],

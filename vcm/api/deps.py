@@ -1,7 +1,7 @@
 """What the routes share: the app's parts, who is calling, and the header helpers.
 
 :func:`vcm.api.app.create_app` keeps one :class:`Api` (the service, the token authority, the tool
-executor, the settings, the health cache) on ``app.state``; routes reach it through the
+executor, the settings, the health cache, the chat routes' model) on ``app.state``; routes reach it through the
 dependencies here, so the route modules hold plain module-level functions and an app can still be
 built as often as a process or a test likes (there are no module globals).
 
@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from vcm import validation
 from vcm.api import errors as api_errors
 from vcm.api.auth import Caller, Principal, TokenAuthority
+from vcm.api.chat import Upstream
 from vcm.api.health import HealthCache
 from vcm.api.models import AgentId
 from vcm.errors import RevConflict, ValidationError
@@ -54,6 +55,7 @@ class ToolRunner(Protocol):
         *,
         tool_call_id: str | None = None,
         actor: str = "agent",
+        idempotency_key: str | None = None,
     ) -> ToolOutcome: ...
 
 
@@ -66,6 +68,7 @@ class Api:
     executor: ToolRunner | None
     settings: Settings
     health: HealthCache
+    upstream: Upstream  # the model the chat routes call
 
 
 def api_of(request: Request) -> Api:
@@ -91,10 +94,15 @@ async def _health(request: Request) -> HealthCache:
     return api_of(request).health
 
 
+async def _upstream(request: Request) -> Upstream:
+    return api_of(request).upstream
+
+
 ServiceDep = Annotated[MemoryService, Depends(_service)]
 AuthorityDep = Annotated[TokenAuthority, Depends(_authority)]
 ExecutorDep = Annotated[ToolRunner | None, Depends(_executor)]
 HealthDep = Annotated[HealthCache, Depends(_health)]
+UpstreamDep = Annotated[Upstream, Depends(_upstream)]
 
 
 # --- who is calling ---------------------------------------------------------------------------------
@@ -165,14 +173,9 @@ IfMatch = Annotated[str | None, Header(alias="If-Match", description="the block'
 
 def one_key(header: str | None, body: str | None) -> str | None:
     """The idempotency key of a request that may send it as the header or in the body (not both,
-    unless they agree); checked."""
-    if header is not None and body is not None and header != body:
-        raise ValidationError(
-            "the Idempotency-Key header and the body's idempotency_key differ; send one", field="idempotency_key"
-        )
-    key = header if header is not None else body
-    validation.idempotency_key(key)
-    return key
+    unless they agree); checked. The rule is :func:`vcm.validation.one_key`'s, which the tool
+    executor applies to a tool call's arguments too."""
+    return validation.one_key(header, body)
 
 
 def rev_of(if_match: str | None, body_rev: str | None) -> tuple[str | None, bool]:

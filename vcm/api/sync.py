@@ -1,17 +1,6 @@
-"""Client instances of an agent (:mod:`vcm.replicas`; the client side is :mod:`vcm.sync`): the
-agent's change feed, the conflicts instances resolve, and the sync status they report.
-
-======  ========================================  =====  ======================================================
-method  path                                      who    what
-======  ========================================  =====  ======================================================
-GET     /v1/agents/{id}/changes?after=&limit=     agent  a page of the change feed (polling); no ``after``: none,
-                                                         only where the feed is now (``next_after``)
-GET     /v1/agents/{id}/changes/stream            agent  the change feed as server-sent events, from
-                                                         ``Last-Event-ID`` or ``?after=`` (none: from now on)
-POST    /v1/agents/{id}/conflicts                 agent  keep a conflict an instance resolved (an audit row)
-PUT     /v1/agents/{id}/instances/{instance_id}   agent  an instance's sync status after a sync
-GET     /v1/agents/{id}/instances                 agent  every instance's latest status, with its age
-======  ========================================  =====  ======================================================
+"""What the routes of client instances (:mod:`vcm.api.routes.sync`; the service side is
+:mod:`vcm.service.replicas`, the client side :mod:`vcm.sync`) take and answer: the change feed's
+pages and stream frames, conflict records, and instances' sync status.
 
 **The stream** is the viewer's (:func:`vcm.api.viewer.feed`): read with ``fetch()`` and the
 ordinary bearer header, the token re-checked every second, a keepalive comment when idle, ``bye``
@@ -19,25 +8,18 @@ after ``[sync] max_stream_s``. Frames: ``ready`` (first; ``head``: the feed's ne
 ``change`` (a :class:`ChangeOut`; its ``id:`` is the change id, so a client that reconnects with
 ``Last-Event-ID`` misses nothing), ``gap`` (changes after the client's position were lost:
 drop the cache of the agent), ``error`` (coded; the stream ends), ``bye``. Each tick reads the
-feed once (one ``XRANGE``) every ``[sync] poll_s``. It is left out of the OpenAPI schema, like
-the viewer's stream: it is not a JSON operation.
-
-No ``from __future__ import annotations``: the routes' annotations name dependencies passed in.
+feed once (one ``XRANGE``) every ``[sync] poll_s`` (:class:`ChangeWatch`).
 """
 
 import re
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi import Path
 from pydantic import BaseModel, Field
 
-from vcm.api.auth import Principal, TokenAuthority
-from vcm.api.models import ERROR_RESPONSES, AgentId, RequestBody
-from vcm.api.viewer import STREAM_HEADERS, feed, frame
+from vcm.api.models import RequestBody
+from vcm.api.viewer import frame
 from vcm.errors import ValidationError
 from vcm.service import MemoryService
 
@@ -179,87 +161,25 @@ class ChangeWatch:
         return frames
 
 
-def _position(value: str | None, field: str) -> str | None:
+def position(value: str | None, field: str) -> str | None:
+    """A feed position a client sent (``Last-Event-ID`` or ``after``), checked."""
     if value is not None and not _POSITION.match(value):
         raise ValidationError(f"{field} must be a change id from this feed (<ms>-<seq>) or 0", field=field)
     return value
 
 
-def sync_routes(
-    service: MemoryService,
-    authority: TokenAuthority,
-    agent_scope: Callable[..., Principal],
-) -> APIRouter:
-    """The routes of client instances; ``agent_scope`` is the app's auth dependency (the agent
-    itself or the admin), so they check tokens as the rest do."""
-    router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["sync"])
-    Agent = Annotated[Principal, Depends(agent_scope)]
-    settings = service.settings.sync
-
-    @router.get("/changes", response_model=ChangePageOut, responses=ERROR_RESPONSES)
-    def changes(
-        agent_id: AgentId,
-        who: Agent,
-        after: Annotated[str | None, Query(max_length=41, pattern=POSITION, description="a change id, or 0")] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    ) -> ChangePageOut:
-        """The agent's changes after ``after`` (kind, key, version, op, time; never content). Without
-        ``after``: no changes, and ``next_after`` is where the feed is now (start there, then read
-        the memory: no later change is missed)."""
-        page = service.changes(agent_id, after=after, limit=limit, checked=True)
-        return ChangePageOut(
-            changes=[ChangeOut.model_validate(c.as_dict()) for c in page.changes],
-            next_after=page.next_after,
-            head=page.head,
-            gap=page.gap,
-        )
-
-    @router.get("/changes/stream", include_in_schema=False)
-    def change_stream(
-        agent_id: AgentId,
-        request: Request,
-        who: Agent,
-        authorization: Annotated[str | None, Header()] = None,
-        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-        after: Annotated[str | None, Query(max_length=41)] = None,
-    ) -> StreamingResponse:
-        """The change feed as server-sent events (see the module docstring). A reconnecting
-        client's ``Last-Event-ID`` wins over the ``after`` its URL still carries."""
-        start = _position(last_event_id, "Last-Event-ID") or _position(after, "after")
-        watch = ChangeWatch(service, agent_id, start)
-        checked = [time.monotonic()]
-
-        def allowed() -> None:
-            now = time.monotonic()
-            if now - checked[0] >= RECHECK_S:
-                authority.principal(authorization).authorize(agent_id)
-                checked[0] = now
-
-        frames = feed(request, watch, allowed, poll_s=settings.poll_s, max_s=settings.max_stream_s)
-        return StreamingResponse(frames, media_type="text/event-stream", headers=STREAM_HEADERS)
-
-    @router.post("/conflicts", response_model=ConflictOut, responses=ERROR_RESPONSES)
-    def conflict(agent_id: AgentId, body: ConflictIn, who: Agent) -> ConflictOut:
-        """Keep a conflict an instance found (a change based on a stale version) and how its
-        strategy resolved it, with both versions' metadata and, where a value was overwritten or
-        dropped, that value. Idempotent by ``conflict_id``."""
-        record = body.model_dump(exclude_unset=False)
-        if "losing_value" not in body.model_fields_set:
-            record.pop("losing_value")
-        return ConflictOut(event_id=service.record_conflict(agent_id, record, actor=who.actor))
-
-    @router.put("/instances/{instance_id}", response_model=InstanceOut, responses=ERROR_RESPONSES)
-    def report(agent_id: AgentId, instance_id: InstanceId, body: InstanceStatusIn, who: Agent) -> InstanceOut:
-        """An instance's sync status, as it was after its latest sync (the latest report wins)."""
-        return InstanceOut.of(service.report_instance(agent_id, instance_id, body.model_dump()))
-
-    @router.get("/instances", response_model=InstanceList, responses=ERROR_RESPONSES)
-    def instances(agent_id: AgentId, who: Agent) -> InstanceList:
-        """Every instance's latest sync status, with how long ago it reported and whether it has
-        gone silent."""
-        return InstanceList(instances=[InstanceOut.of(r) for r in service.instances(agent_id)])
-
-    return router
-
-
-__all__ = ["ChangeWatch", "sync_routes"]
+__all__ = [
+    "POSITION",
+    "RECHECK_S",
+    "STREAM_PAGE",
+    "ChangeOut",
+    "ChangePageOut",
+    "ChangeWatch",
+    "ConflictIn",
+    "ConflictOut",
+    "InstanceId",
+    "InstanceList",
+    "InstanceOut",
+    "InstanceStatusIn",
+    "position",
+]

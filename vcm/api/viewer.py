@@ -1,20 +1,5 @@
-"""The memory viewer: one page over the JSON API, and the live stream the page listens to.
-
-======  ===========================  ======  =====================================================
-method  path                         who     what
-======  ===========================  ======  =====================================================
-GET     /viewer/                     nobody  the page (static: it holds no data, only code)
-GET     /viewer/{asset}              nobody  its scripts and style sheet (``static/``, in the package)
-GET     /v1/whoami                   any     whom the bearer token names: the admin, or one agent
-GET     /v1/agents/{id}/stream       agent   server-sent events: new audit rows and context status
-======  ===========================  ======  =====================================================
-
-**Tokens.** A browser cannot put a bearer header on a page load, so the page carries no data and
-needs none: it asks for the token, or reads it from the URL fragment (``/viewer/#token=...``,
-which browsers never send to a server, so it stays out of access logs and ``Referer``), keeps it
-in ``sessionStorage`` (gone with the tab) and calls the JSON API with ``Authorization: Bearer``
-like any client: the admin token sees every agent, an agent's token its own, with the same coded
-errors. Deleting a fact is the API's audited ``DELETE /v1/agents/{id}/facts/{fact_id}``.
+"""The memory viewer's live stream and page files: what :mod:`vcm.api.routes.viewer`'s routes
+serve (the routes, and how the page gets its token, are described there).
 
 **The stream.** ``EventSource`` cannot send headers, which leaves a token in the query string (it
 lands in access logs, proxy logs and the browser history) or a short-lived signed ticket (a second
@@ -30,30 +15,26 @@ it saw, so a client that vanished without closing holds nothing for long and a s
 Frames (``event:`` name, one JSON ``data:`` line): ``audit`` (an :class:`~vcm.api.models.EventOut`),
 ``status`` (:class:`StreamStatus`, sent when it changes), ``gap`` (rows were skipped: too many to
 send at once), ``error`` (a coded error; the stream ends), ``bye`` (lifetime over: reconnect).
-The stream and the page are left out of the OpenAPI schema: they are not JSON operations.
-
-No ``from __future__ import annotations``: the routes' annotations name the dependencies passed in
-(``principal``, ``agent_scope``), which FastAPI can only resolve when evaluated at once.
+:func:`feed` serves the change feed's stream too (:mod:`vcm.api.routes.sync`).
 """
 
 import asyncio
+import functools
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
 import redis
-from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from fastapi.responses import RedirectResponse, StreamingResponse
+from fastapi import Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from vcm.api.auth import Principal, TokenAuthority
 from vcm.api.health import HealthCache
-from vcm.api.models import ErrorOut, EventOut, Gauges
+from vcm.api.models import EventOut, Gauges
 from vcm.errors import NotFound, VcmError
 from vcm.service import MemoryService
 
@@ -93,8 +74,6 @@ STREAM_HEADERS = {
     # nginx buffers responses by default, which would hold frames back.
     "X-Accel-Buffering": "no",
 }
-
-AgentId = Annotated[str, Path(description="the agent's id", max_length=128)]
 
 
 class WhoAmIOut(BaseModel):
@@ -246,6 +225,7 @@ def _tick(watch: Poller, allowed: Callable[[], None]) -> list[str]:
     return watch.poll()
 
 
+@functools.cache
 def _assets() -> dict[str, tuple[bytes, str]]:
     """The page's files, read once: a name outside this table is a 404, so no path reaches the disk."""
     root = resources.files("vcm.api").joinpath("static")
@@ -257,69 +237,25 @@ def _assets() -> dict[str, tuple[bytes, str]]:
     return out
 
 
-def viewer_routes(
-    service: MemoryService,
-    authority: TokenAuthority,
-    principal: Callable[..., Principal],
-    agent_scope: Callable[..., Principal],
-    *,
-    poll_s: float = POLL_S,
-    max_stream_s: float = MAX_STREAM_S,
-) -> APIRouter:
-    """The viewer's routes. ``principal`` and ``agent_scope`` are the app's auth dependencies
-    (any valid token; the agent itself or the admin), so these routes check tokens as the rest do."""
-    router = APIRouter()
-    assets = _assets()
-    health = HealthCache(service.health)
-    unauthorized: dict[int | str, dict[str, Any]] = {
-        401: {"model": ErrorOut, "description": "UNAUTHORIZED: missing or invalid bearer token"}
-    }
-
-    @router.get("/viewer", include_in_schema=False)
-    def viewer_redirect() -> RedirectResponse:
-        # Relative, so that the page works behind a proxy that mounts vcm under a prefix.
-        return RedirectResponse("viewer/", status_code=308)
-
-    @router.get("/viewer/", include_in_schema=False)
-    def page() -> Response:
-        return _asset(assets, "index.html")
-
-    @router.get("/viewer/{name}", include_in_schema=False)
-    def asset(name: Annotated[str, Path(max_length=64)]) -> Response:
-        return _asset(assets, name)
-
-    @router.get("/v1/whoami", response_model=WhoAmIOut, responses=unauthorized, tags=["viewer"])
-    def whoami(who: Annotated[Principal, Depends(principal)]) -> WhoAmIOut:
-        """Whom the bearer token names: the admin (every agent), or one agent (its own)."""
-        return WhoAmIOut(admin=who.admin, agent_id=who.agent_id)
-
-    @router.get("/v1/agents/{agent_id}/stream", include_in_schema=False)
-    def stream(
-        agent_id: AgentId,
-        request: Request,
-        who: Annotated[Principal, Depends(agent_scope)],
-        authorization: Annotated[str | None, Header()] = None,
-        since: Annotated[float | None, Query(allow_inf_nan=False, description="unix seconds, inclusive")] = None,
-    ) -> StreamingResponse:
-        """Server-sent events of the agent (see the module docstring), read with fetch()."""
-        start = service.clock() - BACKLOG_S if since is None else since
-        watch = Watch(service, agent_id, start, health)
-
-        def allowed() -> None:
-            authority.principal(authorization).authorize(agent_id)
-
-        frames = feed(request, watch, allowed, poll_s=poll_s, max_s=max_stream_s)
-        return StreamingResponse(frames, media_type="text/event-stream", headers=STREAM_HEADERS)
-
-    return router
-
-
-def _asset(assets: dict[str, tuple[bytes, str]], name: str) -> Response:
-    found = assets.get(name)
+def asset_response(name: str) -> Response:
+    """One of the page's files, with the page's headers; NOT_FOUND for any other name."""
+    found = _assets().get(name)
     if found is None:
         raise NotFound(f"no viewer file {name!r}", name=name)
     body, media_type = found
     return Response(body, media_type=media_type, headers=_PAGE_HEADERS)
 
 
-__all__ = ["STREAM_HEADERS", "Poller", "StreamStatus", "Watch", "WhoAmIOut", "feed", "frame", "viewer_routes"]
+__all__ = [
+    "BACKLOG_S",
+    "MAX_STREAM_S",
+    "POLL_S",
+    "STREAM_HEADERS",
+    "Poller",
+    "StreamStatus",
+    "Watch",
+    "WhoAmIOut",
+    "asset_response",
+    "feed",
+    "frame",
+]

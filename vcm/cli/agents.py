@@ -69,12 +69,10 @@ def cmd_agents(args: argparse.Namespace) -> int:
         if args.action == "list":
             _print({"agents": service.agents()})
         elif args.action == "create":
-            from vcm.api.auth import TokenAuthority
-
             info = service.create_agent(args.agent, model=args.model, system_prompt=args.system, actor="cli")
-            # The token `vcm serve` will accept for this agent (its hash is kept in the store).
-            authority = TokenAuthority(service.hot.tokens, "", on_change=service.durable.token_changed)
-            token = authority.issue(args.agent, replace=False)
+            # The token `vcm serve` will accept for this agent (its hash is kept in the store); none
+            # when the agent has one already.
+            token = service.issue_token(args.agent, replace=False)
             _print({"agent_id": info.agent_id, "model": info.model, "window": info.window, "token": token})
         elif args.action == "delete":
             _print({"agent_id": args.agent, "removed": service.delete_agent(args.agent, actor="cli")})

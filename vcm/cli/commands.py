@@ -115,9 +115,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     # Over stdio, stdin and stdout are the wire from the start: the cold path started below (and
     # any process it starts) prints to stderr.
     with reserved_stdio() if stdio else nullcontext((0, 1)) as wire, running_service(settings) as service:
-        authority = TokenAuthority(
-            service.hot.tokens, admin_digest(settings), rebuild=service.rebuild, on_change=service.durable.token_changed
-        )
+        authority = TokenAuthority(service.hot.tokens, admin_digest(settings), rebuild=service.rebuild)
         executor = ToolExecutor(service)
         if stdio:
             session = session_for(authority, service, token, args.agent)

@@ -27,11 +27,12 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from vcm.api import errors as api_errors
-from vcm.api.auth import TokenAuthority, digest
+from vcm.api.auth import TokenAuthority
 from vcm.errors import ErrorCode, Unauthorized, VcmError
 from vcm.mcp.server import Context, Session, build_server
 from vcm.obs import audit
 from vcm.service import MemoryService
+from vcm.service.tokens import digest
 from vcm.tools.executor import ToolExecutor
 
 PATH = "/mcp"

@@ -7,7 +7,12 @@ reach into the hot state or the store. It owns what every entry point must do th
   mutations), one namespace per agent, checked and recorded atomically;
 * **taint marking** of retrieved text (:mod:`vcm.poisoning`): :meth:`mark` and the marks on
   search results, and the refusal of tainted text into working blocks;
-* **cursor secrets**: the key of the MACs on result cursors (:meth:`cursor_secret`).
+* **cursor secrets**: the key of the MACs on result cursors (:meth:`cursor_secret`);
+* **agent tokens**: issuing them (:mod:`vcm.service.tokens`); entry points check the tokens they
+  receive against the hot state's (:class:`vcm.api.auth.TokenAuthority`).
+
+Entry points translate their requests into calls here and nothing more: what a keyed retry
+answers, which filters and defaults apply, what a request needs are decided here.
 
 Its collaborators are ports, wired by process entry points: a :class:`~vcm.dispatch.Dispatcher`
 for cold-path work (spooling, evictions, archival ingestion jobs), an ``embed`` function for
@@ -25,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from vcm.dispatch import Dispatcher
 from vcm.durable import Durability
@@ -43,6 +47,7 @@ from vcm.service.replicas import Replicas
 from vcm.service.search import Search
 from vcm.service.snapshots import Snapshots
 from vcm.service.state import StateKeys
+from vcm.service.tokens import Tokens
 from vcm.settings import Settings
 from vcm.store.port import MemoryStore
 
@@ -64,6 +69,7 @@ class MemoryService:
         self.facts = Facts(core)
         self.state = StateKeys(core)
         self.registry = Agents(core, self.facts, self.state)
+        self.tokens = Tokens(core, self.registry)
         self.messages = Messages(core, self.facts, self.state)
         self.blocks = Blocks(core)
         self.search = Search(core)
@@ -97,6 +103,10 @@ class MemoryService:
         self.events = self.registry.events
         self.record_event = self.registry.record_event
         self.turn = self.registry.turn
+        # agent tokens: issued here, checked by the entry points that receive them (vcm.api.auth)
+        self.create_agent_with_token = self.tokens.create_agent_with_token
+        self.issue_token = self.tokens.issue_token
+        self.rotate_token = self.tokens.rotate_token
         # messages and the main context
         self.append = self.messages.append
         self.evict = self.messages.evict
@@ -206,10 +216,3 @@ class MemoryService:
     @property
     def clock(self) -> Callable[[], float]:
         return self.core.clock
-
-    @property
-    def redis(self) -> Any:
-        """The hot state's Redis client, for components that keep hot state of their own under
-        the same keys module (scrape-time metrics). Token auth and heartbeat chains have named
-        operations on the hot state instead (``hot.tokens``, ``hot.heartbeats``)."""
-        return self.hot.redis

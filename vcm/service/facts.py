@@ -32,6 +32,12 @@ from vcm.service.fact_input import RememberResult
 from vcm.store import validation as store_validation
 from vcm.store.types import Edge, Fact, FactHit, FactQuery, fact_node, message_node
 
+# The statuses a listing shows when it names none: the facts that are the agent's memory now
+# (expired and archived ones are kept, but no longer recalled or searched).
+LIVE = ("active", "shadow")
+# Facts one archive call looks at, at most (the store's page of a fact query).
+ARCHIVE_LIMIT = 1000
+
 
 class Facts:
     """remember, recall_fact, search_facts, rank_facts, list_facts, get_fact, forget_fact,
@@ -179,8 +185,12 @@ class Facts:
         )
 
     def list_facts(self, agent_id: str, filters: FactQuery | None = None) -> list[Fact]:
+        """The facts matching ``filters``; with no statuses named, the live ones (:data:`LIVE`)."""
         self.core.agent(agent_id)
-        return self.core.store.query_facts(agent_id, filters or FactQuery())
+        query = filters or FactQuery()
+        if not query.statuses:
+            query = replace(query, statuses=LIVE)
+        return self.core.store.query_facts(agent_id, query)
 
     def get_fact(self, agent_id: str, fact_id: str) -> Fact:
         self.core.agent(agent_id)
@@ -196,14 +206,25 @@ class Facts:
         return removed
 
     def archive_facts(
-        self, agent_id: str, filters: FactQuery, *, actor: str = "system", only: set[str] | None = None
+        self,
+        agent_id: str,
+        *,
+        types: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        category: str | None = None,
+        until: float | None = None,
+        max_importance: float | None = None,
+        actor: str = "system",
     ) -> int:
-        """Move the facts matching ``filters`` (and in ``only``, when given) to ``archived``:
-        kept, no longer recalled or searched."""
+        """Move the live facts that match to ``archived``: kept, no longer recalled or searched.
+        Every filter given must match (``tags``: all of them; ``until``: last updated before;
+        ``max_importance``: at most this important); one call looks at :data:`ARCHIVE_LIMIT`
+        facts at most."""
         self.core.agent(agent_id)
+        query = FactQuery(types=types, tags=tags, category=category, until=until, limit=ARCHIVE_LIMIT)
         done = 0
-        for f in self.core.store.query_facts(agent_id, filters):
-            if only is not None and f.fact_id not in only:
+        for f in self.core.store.query_facts(agent_id, query):
+            if max_importance is not None and f.importance > max_importance:
                 continue
             if f.status != "archived":
                 self.put_fact(replace(f, status="archived", updated_at=self.core.clock()), f.version)

@@ -74,9 +74,15 @@ class Lifecycle:
         self.core.audit(agent_id, "forget", {"doc_id": doc_id, "removed": counts}, actor)
         return counts
 
-    def reset(self, agent_id: str, *, actor: str = "system") -> dict[str, Any]:
+    def reset(self, agent_id: str, *, actor: str = "system", idempotency_key: str | None = None) -> dict[str, Any]:
         """Start the conversation over (VICW ``/reset``): the FIFO and the summary go, the blocks
-        stay. The messages stay in recall, searchable."""
+        stay. The messages stay in recall, searchable. A retry under the same idempotency key
+        resets nothing (it would drop what was said since) and answers ``messages_to_recall`` 0."""
+        validation.idempotency_key(idempotency_key)
+        if idempotency_key is not None:
+            _, replayed = self.core.claim(agent_id, idempotency_key, "reset", {}, {"done": True})
+            if replayed:
+                return {"agent_id": agent_id, "messages_to_recall": 0}
         self.core.agent(agent_id)
         left = self.persist_hot(agent_id)
         batch_id = self.fresh_id(agent_id)

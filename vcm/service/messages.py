@@ -121,13 +121,23 @@ class Messages:
         return total, batch
 
     def write_recall(
-        self, agent_id: str, content: str, *, role: str = "assistant", idempotency_key: str, actor: str = "system"
+        self,
+        agent_id: str,
+        content: str,
+        *,
+        role: str = "assistant",
+        idempotency_key: str | None,
+        actor: str = "system",
     ) -> StoredMessage:
         """A note straight into recall memory, never into the context window.
 
-        The key is claimed before anything is written (one atomic check-and-record in the hot
-        state), so two concurrent notes under one key cannot both succeed: the second gets the
-        first's note, or IDEMPOTENCY_MISMATCH when its text differs."""
+        A note needs an idempotency key (VALIDATION_ERROR without one): its message id comes from
+        the key, so a retried note is the same note. The key is claimed before anything is
+        written (one atomic check-and-record in the hot state), so two concurrent notes under one
+        key cannot both succeed: the second gets the first's note, or IDEMPOTENCY_MISMATCH when
+        its text differs."""
+        if idempotency_key is None:
+            raise ValidationError("a recall note needs an idempotency key", field="idempotency_key")
         validation.role(role)
         content = validation.text(content, "content", self.core.settings.budget.max_content_chars)
         validation.idempotency_key(idempotency_key)

@@ -42,9 +42,24 @@ class Snapshots:
         ttl_s: int | None = None,
         snapshot_id: str | None = None,
         actor: str = "system",
+        idempotency_key: str | None = None,
     ) -> SnapshotRecord:
         """Capture the agent's blocks, summary, FIFO (with pending batches' messages, which the
-        summary does not cover yet) and settings, compressed and checksummed."""
+        summary does not cover yet) and settings, compressed and checksummed.
+
+        Under an idempotency key the snapshot's id is claimed first: a retry answers with the
+        snapshot the first call took, or takes it under that id if the first call died before
+        writing it."""
+        validation.idempotency_key(idempotency_key)
+        if idempotency_key is not None:
+            request = {"kind": kind, "reason": reason, "ttl_s": ttl_s}
+            first = {"snapshot_id": new_snapshot_id(kind, self.core.clock())}
+            claimed, _ = self.core.claim(agent_id, idempotency_key, "snapshot", request, first)
+            snapshot_id = str(claimed["snapshot_id"])
+            try:
+                return self.get_snapshot(agent_id, snapshot_id)
+            except NotFound:
+                pass  # the first attempt died before writing it: write it now
         info = self.core.agent(agent_id)
         if kind not in payloads.KINDS:
             raise ValidationError(f"kind must be one of {', '.join(payloads.KINDS)}", field="kind")
@@ -101,11 +116,21 @@ class Snapshots:
             self.core.audit(agent_id, "snapshot_deleted", {"snapshot_id": snapshot_id}, actor)
         return deleted
 
-    def restore_snapshot(self, agent_id: str, snapshot_id: str, *, actor: str = "system") -> dict[str, Any]:
+    def restore_snapshot(
+        self, agent_id: str, snapshot_id: str, *, actor: str = "system", idempotency_key: str | None = None
+    ) -> dict[str, Any]:
         """Return the agent to a snapshot: blocks, summary, FIFO and settings exactly as captured.
         The checksum is verified first (SNAPSHOT_CORRUPT, nothing changed); the current state is
         kept as a ``pre_restore`` snapshot; then one store transaction switches the agent over
-        and its hot state is rebuilt from the store."""
+        and its hot state is rebuilt from the store. A retry under the same idempotency key
+        restores nothing (it would undo what happened since the first call) and answers with an
+        empty ``pre_restore_snapshot_id``."""
+        validation.idempotency_key(idempotency_key)
+        if idempotency_key is not None:
+            request = {"snapshot_id": snapshot_id}
+            _, replayed = self.core.claim(agent_id, idempotency_key, "restore", request, {"done": True})
+            if replayed:
+                return {"agent_id": agent_id, "snapshot_id": snapshot_id, "pre_restore_snapshot_id": ""}
         self.core.agent(agent_id)
         record = self.core.store.get_snapshot(agent_id, snapshot_id)
         state = payloads.decode(record.payload, record.sha256)

@@ -21,8 +21,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from vcm.hotpath.heartbeats import HeartbeatStore
 from vcm.obs import metrics
 from vcm.settings.context import HeartbeatSettings
@@ -142,15 +140,13 @@ class HeartbeatGovernor:
 
     def __init__(
         self,
-        chains: HeartbeatStore | redis.Redis,
+        chains: HeartbeatStore,
         settings: HeartbeatSettings,
         *,
         clock: Callable[[], float] = time.time,
         max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
-        # The hot state's store (``service.hot.heartbeats``); a Redis client is wrapped, for
-        # callers that hold one (the executor until it passes the hot state's, tests).
-        self.chains = chains if isinstance(chains, HeartbeatStore) else HeartbeatStore(chains)
+        self.chains = chains  # the hot state's (``service.hot.heartbeats``)
         self.settings = settings
         self.clock = clock
         self.max_attempts = max_attempts

@@ -29,6 +29,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from vcm import validation
 from vcm.errors import ValidationError, VcmError
 from vcm.hotpath.tokens import TokenCounter
 from vcm.obs import audit
@@ -64,7 +65,7 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
         self.service = service
         self.clock = clock
         self.page_tokens = page_tokens
-        self.governor = HeartbeatGovernor(service.redis, service.settings.heartbeat, clock=clock)
+        self.governor = HeartbeatGovernor(service.hot.heartbeats, service.settings.heartbeat, clock=clock)
         self._secret = cursor_secret
         self._validators = {name: Draft202012Validator(schema_of(name)) for name in TOOL_NAMES}
         self._handlers: dict[str, Callable[[ToolCall], Reply]] = {
@@ -95,12 +96,20 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
         tool_call_id: str | None = None,
         actor: str | None = None,
         govern: bool = True,
+        idempotency_key: str | None = None,
     ) -> ToolResult:
         """Run one tool call. ``govern=False`` leaves the heartbeat decision to the caller (an agent
         loop with several calls in one step governs the step once, with :meth:`govern`).
 
         ``actor`` names the caller (default ``agent:<id>``); the writes the tool does are audited
-        as ``<actor>/tool:<name>`` (:mod:`vcm.obs.audit`)."""
+        as ``<actor>/tool:<name>`` (:mod:`vcm.obs.audit`).
+
+        ``idempotency_key`` is a key the caller's transport carries besides the arguments (the
+        HTTP ``Idempotency-Key`` header): it becomes the call's ``idempotency_key`` argument when
+        the tool takes one, and is ignored otherwise. It is the caller's, not the model's, so one
+        that is malformed or disagrees with the arguments' raises VALIDATION_ERROR instead of
+        becoming a result."""
+        arguments = self._with_key(name, arguments, idempotency_key)
         call_id = tool_call_id or "call_" + uuid.uuid4().hex[:24]
         caller = actor or audit.agent(agent_id)
         actor = audit.tool(caller, name) if name in self._handlers else caller
@@ -188,6 +197,29 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
         return ToolResult(name, "error" not in payload, payload, message, tokens, outcome)
 
     # --- arguments ------------------------------------------------------------------------------
+    @staticmethod
+    def _with_key(
+        name: str, arguments: Mapping[str, Any] | str, idempotency_key: str | None
+    ) -> Mapping[str, Any] | str:
+        """The arguments with the caller's idempotency key in them, for a tool that takes one."""
+        if idempotency_key is None or name not in TOOL_NAMES:
+            return arguments
+        if "idempotency_key" not in schema_of(name)["properties"]:
+            return arguments
+        if isinstance(arguments, str):
+            try:
+                parsed = json.loads(arguments.strip() or "{}")
+            except ValueError:
+                return arguments  # the call reports the bad JSON as its result
+            if not isinstance(parsed, dict):
+                return arguments
+            arguments = parsed
+        if not isinstance(arguments, Mapping):
+            return arguments
+        merged = dict(arguments)
+        merged["idempotency_key"] = validation.one_key(idempotency_key, merged.get("idempotency_key"))
+        return merged
+
     def _arguments(self, name: str, arguments: Mapping[str, Any] | str) -> dict[str, Any]:
         if name not in self._validators:
             raise ValidationError(

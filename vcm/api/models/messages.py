@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from vcm.api.models.common import IDEMPOTENCY_FIELD, BatchOut, RequestBody, Role
-from vcm.context_builder import BuiltContext
 from vcm.hotpath.context import AssembledContext
+from vcm.service import BuiltContext
 
 
 class MessageIn(RequestBody):

@@ -3,14 +3,12 @@
 No ``from __future__ import annotations``: FastAPI reads these signatures at import time.
 """
 
-import secrets
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from vcm import validation
-from vcm.api.auth import derived_token, digest
-from vcm.api.deps import Admin, Agent, AuthorityDep, IdemHeader, ServiceDep
+from vcm.api.deps import Admin, Agent, IdemHeader, ServiceDep
 from vcm.api.models import (
     ERROR_RESPONSES,
     WRITE_ERROR_RESPONSES,
@@ -22,7 +20,6 @@ from vcm.api.models import (
     ReportOut,
     TokenOut,
 )
-from vcm.errors import Conflict
 from vcm.eval.report import build_report
 from vcm.tools import schemas as tools
 
@@ -30,20 +27,14 @@ router = APIRouter(prefix="/v1", tags=["agents"])
 
 
 @router.post("/agents", status_code=201, response_model=AgentCreated, responses=WRITE_ERROR_RESPONSES)
-def create_agent(body: AgentCreate, who: Admin, service: ServiceDep, authority: AuthorityDep) -> AgentCreated:
+def create_agent(body: AgentCreate, who: Admin, service: ServiceDep) -> AgentCreated:
     """Create an agent and issue its bearer token. The token is in this response only (vcm keeps
     a hash), so this call cannot be replayed: repeating it answers 409 CONFLICT; issue a new
     token with POST /v1/agents/{id}/token."""
-    validation.agent_id(body.agent_id)
-    if authority.has_token(body.agent_id):
-        raise _exists(body.agent_id)
     tool_list = [*body.tools, *(tools.tool_schemas() if body.vcm_tools else [])]
-    info = service.create_agent(
+    info, token = service.create_agent_with_token(
         body.agent_id, model=body.model, system_prompt=body.system_prompt, tools=tool_list, actor=who.actor
     )
-    token = authority.issue(body.agent_id, replace=False)
-    if token is None:  # a concurrent create won the SET NX
-        raise _exists(body.agent_id)
     return AgentCreated(agent=AgentOut.of(info), token=token)
 
 
@@ -58,25 +49,10 @@ def get_agent(agent_id: AgentId, who: Agent, service: ServiceDep) -> AgentOut:
 
 
 @router.post("/agents/{agent_id}/token", response_model=TokenOut, responses=ERROR_RESPONSES)
-def rotate_token(
-    agent_id: AgentId, who: Admin, service: ServiceDep, authority: AuthorityDep, idem: IdemHeader = None
-) -> TokenOut:
+def rotate_token(agent_id: AgentId, who: Admin, service: ServiceDep, idem: IdemHeader = None) -> TokenOut:
     """A new bearer token for the agent; the previous one stops working at once. With an
     Idempotency-Key a retry answers with the same new token instead of revoking it."""
-    service.agent(agent_id)
-    if idem is None:
-        token = authority.issue(agent_id, replace=True)
-        assert token is not None  # replace=True always writes
-        return TokenOut(agent_id=agent_id, token=token)
-    before = authority.current_digest(agent_id) or ""
-    first = {"nonce": secrets.token_urlsafe(24), "before": before}
-    claimed, _ = service.claim(agent_id, idem, "rotate_token", {}, first)
-    token = derived_token(agent_id, str(claimed["nonce"]), service.cursor_secret())
-    # Installed unless a later rotation replaced the token this one replaced (then the retry
-    # still answers as the first call did, but changes nothing).
-    if authority.current_digest(agent_id) != digest(token):
-        authority.install(agent_id, token, if_digest=str(claimed["before"]) or None)
-    return TokenOut(agent_id=agent_id, token=token)
+    return TokenOut(agent_id=agent_id, token=service.rotate_token(agent_id, idempotency_key=idem))
 
 
 @router.get("/report", response_model=ReportOut, responses=ERROR_RESPONSES, tags=["admin"])
@@ -90,11 +66,3 @@ def conveyance_report(
     for one in agent_id or ():
         validation.agent_id(one)
     return ReportOut.model_validate(build_report(service, agent_id, since=since).as_dict())
-
-
-def _exists(agent_id: str) -> Conflict:
-    # Conflict is the hot path's class for the CONFLICT code.
-    return Conflict(
-        f"agent {agent_id!r} already exists and has a token; issue a new one with POST /v1/agents/{agent_id}/token",
-        agent_id=agent_id,
-    )

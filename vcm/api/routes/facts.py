@@ -69,8 +69,8 @@ def list_facts(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> FactList:
     query = FactQuery(
-        scope=scope, types=types, key=key, statuses=statuses or ("active", "shadow"), category=category,
-        tags=tags, min_importance=min_importance, limit=limit,
+        scope=scope, types=types, key=key, statuses=statuses, category=category, tags=tags,
+        min_importance=min_importance, limit=limit,
     )  # fmt: skip
     return FactList(facts=[FactOut.of(f) for f in service.list_facts(agent_id, query)])
 
@@ -97,13 +97,10 @@ def fact_stats(agent_id: AgentId, who: Agent, service: ServiceDep) -> FactStatsO
 @router.post("/facts/archive", response_model=ArchivedOut, responses=WRITE_ERROR_RESPONSES)
 def archive(agent_id: AgentId, body: FactArchiveIn, who: Agent, service: ServiceDep) -> ArchivedOut:
     """Move matching facts to ``archived`` (kept, no longer recalled or searched)."""
-    query = FactQuery(types=body.types, tags=body.tags, category=body.category, until=body.until, limit=1000)
-    if body.max_importance is not None:
-        facts = [f for f in service.list_facts(agent_id, query) if f.importance <= body.max_importance]
-        ids = {f.fact_id for f in facts}
-        archived = service.archive_facts(agent_id, query, actor=who.actor, only=ids)
-    else:
-        archived = service.archive_facts(agent_id, query, actor=who.actor)
+    archived = service.archive_facts(
+        agent_id, types=body.types, tags=body.tags, category=body.category, until=body.until,
+        max_importance=body.max_importance, actor=who.actor,
+    )  # fmt: skip
     return ArchivedOut(archived=archived)
 
 

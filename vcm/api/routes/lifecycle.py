@@ -51,12 +51,7 @@ def forget_document(
 @router.post("/reset", response_model=ResetOut, responses=WRITE_ERROR_RESPONSES)
 def reset(agent_id: AgentId, who: Agent, service: ServiceDep, idem: IdemHeader = None) -> ResetOut:
     """Start the conversation over: FIFO and summary go to recall, blocks stay."""
-    validation.idempotency_key(idem)
-    if idem is not None:
-        _, replayed = service.claim(agent_id, idem, "reset", {}, {"done": True})
-        if replayed:
-            return ResetOut(agent_id=agent_id, messages_to_recall=0)
-    out = service.reset(agent_id, actor=who.actor)
+    out = service.reset(agent_id, actor=who.actor, idempotency_key=idem)
     return ResetOut(agent_id=agent_id, messages_to_recall=int(out["messages_to_recall"]))
 
 

@@ -59,8 +59,11 @@ def metrics_route(
     PROMETHEUS_MULTIPROC_DIR) and the state read at scrape time (:mod:`vcm.obs.metrics_state`).
     A plain Starlette endpoint, built per app: its registry reads this app's service."""
     m = settings.metrics
+    # The collector reads the hot state's Redis itself, read-only: the pending batches of every
+    # agent and the instance reports, one pipelined pass per scrape, which no per-agent operation
+    # of the hot state could answer without a round trip per agent.
     registry = metrics.registry(
-        StateCollector(service.redis, service.stats, agent_stats=service.stats,
+        StateCollector(service.hot.redis, service.stats, agent_stats=service.stats,
                        memory_quota_items=m.memory_quota_items, max_agents=m.max_agent_series)
     )  # fmt: skip
 

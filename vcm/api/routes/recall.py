@@ -17,7 +17,6 @@ from vcm.api.models import (
     RecallNote,
     RecallPage,
 )
-from vcm.errors import ValidationError
 
 router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["memory"])
 
@@ -28,8 +27,6 @@ def write_recall(
 ) -> MessageOut:
     """A note straight into recall memory (searchable), never into the context window."""
     key = one_key(idem, body.idempotency_key)
-    if key is None:
-        raise ValidationError("a recall note needs an idempotency key", field="idempotency_key")
     msg = service.write_recall(agent_id, body.content, role=body.role, idempotency_key=key, actor=who.actor)
     return MessageOut.of(msg)
 

@@ -8,7 +8,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from vcm import validation
 from vcm.api.deps import Agent, IdemHeader, ServiceDep, one_key
 from vcm.api.models import (
     ERROR_RESPONSES,
@@ -20,8 +19,6 @@ from vcm.api.models import (
     SnapshotList,
     SnapshotOut,
 )
-from vcm.errors import NotFound
-from vcm.lifecycle import new_snapshot_id
 
 router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["lifecycle"])
 
@@ -33,17 +30,8 @@ def create_snapshot(
     agent_id: AgentId, body: SnapshotIn, who: Agent, service: ServiceDep, idem: IdemHeader = None
 ) -> SnapshotOut:
     key = one_key(idem, body.idempotency_key)
-    wanted = None
-    if key is not None:
-        first = {"snapshot_id": new_snapshot_id(body.kind, service.clock())}
-        claimed, _ = service.claim(agent_id, key, "snapshot", body.model_dump(exclude={"idempotency_key"}), first)
-        wanted = str(claimed["snapshot_id"])
-        try:
-            return SnapshotOut.of(service.get_snapshot(agent_id, wanted))
-        except NotFound:
-            pass  # the first attempt died before writing it: write it now
     record = service.create_snapshot(
-        agent_id, kind=body.kind, reason=body.reason, ttl_s=body.ttl_s, snapshot_id=wanted, actor=who.actor
+        agent_id, kind=body.kind, reason=body.reason, ttl_s=body.ttl_s, actor=who.actor, idempotency_key=key
     )
     return SnapshotOut.of(record)
 
@@ -59,12 +47,7 @@ def restore_snapshot(
 ) -> RestoreOut:
     """Return the agent to the snapshot (checksum verified first: SNAPSHOT_CORRUPT changes
     nothing); the state before is kept as a pre_restore snapshot."""
-    validation.idempotency_key(idem)
-    if idem is not None:
-        _, replayed = service.claim(agent_id, idem, "restore", {"snapshot_id": snapshot_id}, {"done": True})
-        if replayed:  # a retry must not undo what happened since the first call
-            return RestoreOut(agent_id=agent_id, snapshot_id=snapshot_id, pre_restore_snapshot_id="")
-    out = service.restore_snapshot(agent_id, snapshot_id, actor=who.actor)
+    out = service.restore_snapshot(agent_id, snapshot_id, actor=who.actor, idempotency_key=idem)
     return RestoreOut.model_validate(out)
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
-from vcm.api.deps import Agent, Anyone, ExecutorDep, IdemHeader, one_key
+from vcm.api.deps import Agent, Anyone, ExecutorDep, IdemHeader
 from vcm.api.models import ERROR_RESPONSES, AgentId, ToolCall, ToolCallOut, ToolList
 from vcm.errors import NotFound, ValidationError
 from vcm.tools import schemas as tools
@@ -37,8 +37,7 @@ def call_tool(
         raise NotFound(f"unknown tool {name!r}; GET /v1/tools lists them", tool=name)
     if executor is None:
         raise ValidationError("tool execution is not configured in this process", field="name")
-    arguments = dict(body.arguments)
-    if idem is not None and "idempotency_key" in tools.schema_of(name)["properties"]:
-        arguments["idempotency_key"] = one_key(idem, arguments.get("idempotency_key"))
-    result = executor.execute(agent_id, name, arguments, tool_call_id=body.tool_call_id, actor=who.actor)
+    result = executor.execute(
+        agent_id, name, body.arguments, tool_call_id=body.tool_call_id, actor=who.actor, idempotency_key=idem
+    )
     return result.as_dict()

@@ -1,0 +1,179 @@
+"""Talking to an agent through vcm: ``POST /v1/agents/{id}/chat`` (one turn of the agent loop,
+with vcm's memory tools and heartbeats), the OpenAI-compatible ``POST /v1/chat/completions`` (any
+OpenAI SDK client gets virtual context without code changes) and ``GET /v1/agents/{id}/stats``.
+
+What they take and answer, the upstream model and the reconciling of an OpenAI client's history
+with the agent's memory are :mod:`vcm.api.chat`'s.
+
+No ``from __future__ import annotations``: FastAPI reads these signatures at import time.
+"""
+
+import json
+import time
+import uuid
+from collections.abc import Generator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header
+from fastapi.responses import JSONResponse
+
+from vcm.agent.loop import AgentLoop, wire_messages
+from vcm.api.auth import Principal
+from vcm.api.chat import (
+    ERRORS,
+    PASSTHROUGH,
+    ChatIn,
+    ChatOut,
+    CompletionIn,
+    CompletionOut,
+    StatsOut,
+    Upstream,
+    agent_named,
+    coded,
+    completion_json,
+    keep_reply,
+    reconcile,
+    reply_key,
+    sse,
+    streamed,
+)
+from vcm.api.deps import Agent, Anyone, ExecutorDep, ServiceDep, ToolRunner, UpstreamDep
+from vcm.api.models import ERROR_RESPONSES, AgentId
+from vcm.dispatch import COLD_PATH
+from vcm.errors import LlmUnavailable, ValidationError, VcmError
+from vcm.hotpath.turns import Turn
+from vcm.llm import ChatClient, ChatError, StreamAccumulator
+from vcm.service import MemoryService
+from vcm.tools.executor import ToolExecutor
+
+router = APIRouter(tags=["chat"])
+
+
+@router.post("/v1/agents/{agent_id}/chat", response_model=ChatOut, responses=ERRORS)
+def chat(
+    agent_id: AgentId,
+    body: ChatIn,
+    who: Agent,
+    service: ServiceDep,
+    executor: ExecutorDep,
+    upstream: UpstreamDep,
+) -> Any:
+    """One turn of the agent loop: the message is appended, the model answers over the built
+    context with vcm's memory tools (heartbeats chain further steps), the reply is appended
+    and its memory tags are kept. ``stream``: server-sent events as the model writes."""
+    limit = upstream.settings.max_message_chars
+    if len(body.message) > limit:
+        raise ValidationError(f"message is longer than {limit} characters", field="message", limit=limit)
+    loop = _loop(service, executor, upstream, who)
+    if not body.stream:
+        try:
+            with service.turn(agent_id), COLD_PATH.generating():
+                result = loop.run_turn(agent_id, body.message, name=body.name)
+        except ChatError as exc:
+            raise coded(exc) from None
+        return ChatOut.of(agent_id, result)
+    held = service.turn(agent_id)  # before the 200: a busy agent is a CONFLICT, not an event
+
+    def events() -> Generator[str, None, None]:
+        with held, COLD_PATH.generating():
+            turn = loop.turn(agent_id, body.message, name=body.name, stream=True)
+            try:
+                while True:
+                    try:
+                        event = next(turn)
+                    except StopIteration as end:
+                        yield sse("done", ChatOut.of(agent_id, end.value).model_dump())
+                        return
+                    yield sse(str(event["type"]), {k: v for k, v in event.items() if k != "type"})
+            except ChatError as exc:
+                yield sse("error", coded(exc).to_dict())
+            except VcmError as exc:
+                yield sse("error", exc.to_dict())
+            finally:
+                turn.close()  # a client gone mid-turn: the turn ends here, under its lock
+
+    return streamed(events(), held)
+
+
+@router.get("/v1/agents/{agent_id}/stats", response_model=StatsOut, responses=ERROR_RESPONSES)
+def stats(agent_id: AgentId, who: Agent, service: ServiceDep) -> StatsOut:
+    """Tokens by layer, counts, evictions, facts and last activity of one agent."""
+    return StatsOut.model_validate(service.agent_stats(agent_id))
+
+
+@router.post("/v1/chat/completions", response_model=CompletionOut, responses=ERRORS)
+def completions(
+    body: CompletionIn,
+    who: Anyone,
+    service: ServiceDep,
+    upstream: UpstreamDep,
+    x_vcm_agent: Annotated[str | None, Header(max_length=128)] = None,
+) -> Any:
+    """OpenAI-compatible chat completions over the agent's virtual context (see the module)."""
+    agent_id = agent_named(who, x_vcm_agent)
+    service.agent(agent_id)
+    client = upstream.client()
+    held = service.turn(agent_id)
+    try:  # until the turn is handed to the response, any failure frees it
+        return _complete(service, upstream, agent_id, body, who, client, held)
+    except BaseException:
+        held.release()
+        raise
+
+
+def _loop(service: MemoryService, executor: ToolRunner | None, upstream: Upstream, who: Principal) -> AgentLoop:
+    # The loop runs vcm's tools through the executor proper (heartbeats governed per step), which
+    # a stand-in runner does not offer.
+    if not isinstance(executor, ToolExecutor):
+        raise LlmUnavailable("this server runs no tool executor, so it cannot run agent turns")
+    return AgentLoop(service, executor, upstream.client(), model=upstream.settings.model or None, actor=who.actor)
+
+
+def _complete(
+    service: MemoryService,
+    upstream: Upstream,
+    agent_id: str,
+    body: CompletionIn,
+    who: Principal,
+    client: ChatClient,
+    held: Turn,
+) -> Any:
+    query = reconcile(service, agent_id, body.messages, who.actor, upstream.settings.max_message_chars)
+    context = service.build_context(agent_id, query=query)
+    options = {k: v for k, v in (body.model_extra or {}).items() if k in PASSTHROUGH}
+    model = upstream.settings.model or body.model or service.agent(agent_id).model
+    request_model = body.model or model
+    messages = wire_messages(context.messages)
+    tools = body.tools or ()
+    key = reply_key(body.messages)
+    if not body.stream:
+        with held:
+            try:
+                with COLD_PATH.generating():
+                    completion = client.complete(model=model, messages=messages, tools=tools, **options)
+            except ChatError as exc:
+                raise coded(exc) from None
+            keep_reply(service, agent_id, completion, key, who.actor)
+        return JSONResponse(completion_json(completion, request_model))
+
+    def chunks() -> Generator[str, None, None]:
+        created, cid = int(time.time()), "chatcmpl-vcm-" + uuid.uuid4().hex[:24]
+        with held:
+            with COLD_PATH.generating():
+                acc = StreamAccumulator()
+                stream = client.stream(model=model, messages=messages, tools=tools, **options)
+                try:
+                    for chunk in stream:
+                        acc.add(chunk)
+                        yield (
+                            "data: "
+                            + json.dumps({**chunk, "id": cid, "created": created, "model": request_model})
+                            + "\n\n"
+                        )
+                except ChatError as exc:
+                    yield "data: " + json.dumps({"error": coded(exc).to_dict()}) + "\n\n"
+                    return
+            keep_reply(service, agent_id, acc.completion(), key, who.actor)
+        yield "data: [DONE]\n\n"
+
+    return streamed(chunks(), held)
