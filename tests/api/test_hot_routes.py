@@ -169,3 +169,29 @@ def test_the_health_report_is_refreshed_in_the_background_and_goes_stale() -> No
     stale = cache.cached()
     assert stale is not None and stale["ok"] is False and len(probes) == 2
     gate.set()
+
+
+def test_an_idle_server_answers_from_a_new_probe_not_a_stale_report() -> None:
+    clock = Clock(now=100.0)
+    probes: list[float] = []
+
+    def probe() -> dict[str, Any]:
+        probes.append(clock.now)
+        return {"ok": True, "redis": True, "store": True, "store_backend": "embedded"}
+
+    cache = HealthCache(probe, max_age_s=1.0, stale_after_s=10.0, clock=clock)
+    cache.refresh()
+    clock.now += 30.0  # nobody asked for 30 s: no probe is in flight
+    assert cache.cached() is None  # the route probes now instead of answering a 30 s old report
+    assert cache.refresh()["ok"] is True and probes == [100.0, 130.0]
+    assert cache.cached() is not None and cache.cached()["ok"] is True
+
+
+def test_healthz_after_30_s_idle_answers_200(client: TestClient) -> None:
+    cache = client.app.state.vcm.health  # type: ignore[attr-defined]
+    clock = Clock(now=1000.0)
+    cache._clock = clock  # the app's own cache, on a clock the test moves
+    assert client.get("/healthz").status_code == 200
+    clock.now += 30.0
+    r = client.get("/healthz")
+    assert r.status_code == 200 and r.json()["ok"] is True
