@@ -56,3 +56,18 @@ def idempotency(agent_id: str, idempotency_key: str) -> str:
 
 def job(agent_id: str, job_id: str) -> str:
     return prefix(agent_id) + JOB + job_id
+
+
+# Message ids of the hot path: ``m<seq>`` in the agent's message sequence (the Lua scripts
+# build the same form: ``'m' .. seq``).
+MESSAGE_ID_PREFIX = "m"
+
+
+def message_id(seq: int) -> str:
+    return f"{MESSAGE_ID_PREFIX}{seq}"
+
+
+def message_seq(message_id: str) -> int | None:
+    """The seq in a hot-path message id; None for any other id."""
+    digits = message_id.removeprefix(MESSAGE_ID_PREFIX)
+    return int(digits) if message_id.startswith(MESSAGE_ID_PREFIX) and digits.isdigit() else None

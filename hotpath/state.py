@@ -403,7 +403,7 @@ class HotState(HotReads):
         """An id in the agent's message sequence for a message that skips the FIFO (write_recall)."""
         self.agent(agent_id)
         seq = int(self.redis.hincrby(keys.key(agent_id, keys.META), "msg_seq", 1))
-        return f"m{seq}", seq
+        return keys.message_id(seq), seq
 
     # --- rebuild and removal (vcm.durable) ------------------------------------------------------
     def restore(

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vcm.errors import IdempotencyMismatch, RevConflict, StoreUnavailable, VcmError
+from vcm.store.audit_names import audit_id
 from vcm.store.cursor import fingerprint
 from vcm.store.port import FaultHook
 from vcm.store.types import CoreBlock, CoreBlockWrite, EvictionCommit, MemoryEvent, StoredMessage
@@ -52,7 +53,7 @@ def event_id(event: MemoryEvent) -> str:
 
 def evict_event_id(agent_id: str, batch_id: int) -> str:
     """Id of the ``evict`` event of one batch: a replayed commit finds the same event."""
-    return f"{agent_id}:evict:{batch_id}"
+    return audit_id(agent_id, "evict", batch_id)
 
 
 def evict_event_payload(commit: EvictionCommit, batch: Sequence[StoredMessage], summary_rev: str) -> dict[str, Any]:

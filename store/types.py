@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
+from vcm.store.audit_names import Actor
+
 T = TypeVar("T")
 
 Metric = Literal["cosine", "l2"]
@@ -81,7 +83,7 @@ class EvictionCommit:
     summary_tokens: int
     expected_summary_rev: str | None  # None when the agent has no summary yet
     event: Mapping[str, Any] = field(default_factory=dict)  # payload of the `evict` event row
-    actor: str = "system"  # of the `evict` event row
+    actor: str = Actor.SYSTEM  # of the `evict` event row
     events: Sequence[MemoryEvent] = ()  # more audit rows committed with it (the messages' appends)
 
 
@@ -137,7 +139,7 @@ class MemoryEvent:
     payload: Mapping[str, Any]
     event_id: str = ""  # idempotency: same id twice stores one row; "" lets the store assign one
     created_at: float = 0.0
-    actor: str = "system"
+    actor: str = Actor.SYSTEM
     idempotency_key: str | None = None
 
 

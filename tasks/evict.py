@@ -32,6 +32,7 @@ from vcm.errors import NotFound, VcmError
 from vcm.hotpath.budget import Budget
 from vcm.obs import audit, footprint, metrics
 from vcm.service import MemoryService
+from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.types import EvictionCommit, MemoryEvent, Summary
 from vcm.tasks.deps import Deps
 from vcm.tasks.facts import extraction as fact_extraction
@@ -225,12 +226,20 @@ def _record_drift(deps: Deps, agent_id: str, batch_id: int, check: drift.DriftCh
         "flagged_sentences": kept.flagged,
     }
     deps.store.append_event(
-        MemoryEvent(agent_id, "summarize", payload, event_id=f"{agent_id}:summarize:{batch_id}", actor=ACTOR)
+        MemoryEvent(
+            agent_id, EventKind.SUMMARIZE, payload, event_id=audit_id(agent_id, "summarize", batch_id), actor=ACTOR
+        )
     )
     if check.alarm:
         log.warning("summary drift stays below threshold for %s batch %s: %s", agent_id, batch_id, payload)
         deps.store.append_event(
-            MemoryEvent(agent_id, "drift_alarm", payload, event_id=f"{agent_id}:drift_alarm:{batch_id}", actor=ACTOR)
+            MemoryEvent(
+                agent_id,
+                EventKind.DRIFT_ALARM,
+                payload,
+                event_id=audit_id(agent_id, "drift_alarm", batch_id),
+                actor=ACTOR,
+            )
         )
 
 
@@ -274,9 +283,9 @@ def dead_letter(deps: Deps, agent_id: str, batch_id: int, *, reason: str, attemp
     deps.store.append_event(
         MemoryEvent(
             agent_id,
-            "dead_letter",
+            EventKind.DEAD_LETTER,
             {"task": "evict_batch", "batch_id": batch_id, "reason": reason[:2000], "attempts": attempts},
-            event_id=f"{agent_id}:dead_letter:{batch_id}:{delivery}",
+            event_id=audit_id(agent_id, "dead_letter", batch_id, delivery),
             actor=ACTOR,
         )
     )

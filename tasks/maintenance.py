@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vcm.errors import NotFound
+from vcm.hotpath.keys import message_seq
 from vcm.obs import audit, footprint
+from vcm.store.audit_names import EventKind
 from vcm.store.types import MemoryEvent
 from vcm.tasks.deps import Deps
 from vcm.tasks.spool import spool_messages
@@ -126,12 +128,6 @@ def _reconcile_agent(deps: Deps, agent: str, older_than: float) -> int:
     return written
 
 
-def message_seq(message_id: str) -> int | None:
-    """The seq in a hot-path message id (``m<seq>``); None for any other id."""
-    digits = message_id[1:]
-    return int(digits) if message_id.startswith("m") and digits.isdigit() else None
-
-
 def expire(deps: Deps) -> int:
     """Delete recall messages past their TTL, and record the sweep when it deleted any. The
     store reports one count for all agents, so the row belongs to no single agent
@@ -142,7 +138,7 @@ def expire(deps: Deps) -> int:
         deps.store.append_event(
             audit.event(
                 audit.ALL_AGENTS,
-                "expire",
+                EventKind.EXPIRE,
                 footprint.expiry(removed, now),
                 actor=audit.worker("expire"),
                 event_id=f"expire:{now:.6f}",

@@ -33,6 +33,7 @@ from typing import Any
 from vcm.errors import NotFound, RevConflict
 from vcm.hotpath.state import HotState
 from vcm.obs import audit, footprint
+from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
 from vcm.store.types import CoreBlockWrite, MemoryEvent, StoredMessage
 from vcm.types import AgentImage, Block, FinishResult, Message
@@ -108,10 +109,10 @@ def append_event(agent_id: str, message: Message) -> MemoryEvent:
     notices (memory pressure) have neither."""
     return audit.event(
         agent_id,
-        "append",
+        EventKind.APPEND,
         footprint.append(message.content, message.tokens, role=message.role, pinned=message.pinned),
         actor=message.actor or audit.SYSTEM,
-        event_id=f"{agent_id}:append:{message.id}",
+        event_id=audit_id(agent_id, "append", message.id),
         idempotency_key=message.idempotency_key,
         created_at=message.created_at,
         details={"message_id": message.id, "seq": message.seq, "kind": message.kind},

@@ -17,6 +17,7 @@ from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.aql import messages as aql_messages
 from vcm.store.arango.base import ArangoBase
 from vcm.store.arango.eviction import EvictionPlan, chunk_by_size, plan_eviction, size_of
+from vcm.store.audit_names import EventKind
 from vcm.store.types import EvictionCommit, EvictionResult, MemoryEvent, StoredMessage
 
 
@@ -138,7 +139,7 @@ class MessageOps(ArangoBase):
             rev = str(meta["_rev"])
             event = MemoryEvent(
                 agent_id=agent,
-                kind="evict",
+                kind=EventKind.EVICT,
                 payload=semantics.evict_event_payload(commit, plan.messages, rev),
                 event_id=plan.event_id,
                 created_at=now,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from vcm.errors import ValidationError
 from vcm.store import semantics, validation
 from vcm.store.analysis import analyze
+from vcm.store.audit_names import EventKind
 from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase
 from vcm.store.embedded.db import chunked, meta_add
@@ -140,8 +141,8 @@ class MessageOps(EmbeddedBase):
             payload = semantics.evict_event_payload(commit, batch, rev)
             conn.execute(
                 "INSERT OR IGNORE INTO events (event_id, agent_id, kind, payload, created_at, "
-                "actor, idempotency_key) VALUES (?, ?, 'evict', ?, ?, ?, ?)",
-                (event_id, agent, rows.dumps(payload), now, commit.actor, event_id),
+                "actor, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (event_id, agent, EventKind.EVICT, rows.dumps(payload), now, commit.actor, event_id),
             )
             _insert_events(conn, commit.events, now)
             conn.execute(

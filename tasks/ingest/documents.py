@@ -32,6 +32,7 @@ from typing import Any, Literal
 from vcm.errors import IdempotencyMismatch, ValidationError, VcmError
 from vcm.obs import audit, footprint
 from vcm.settings import Settings, get_settings
+from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
 from vcm.store.types import ArchivalChunk, MemoryEvent
 from vcm.tasks.embedding import Embedder
@@ -39,9 +40,6 @@ from vcm.tasks.ingest.checks import RESERVED_METADATA_KEY, check_text, checked_m
 from vcm.tasks.ingest.late_chunking import MODES, DocumentPlan, LateChunker, Mode, Vectors
 
 log = logging.getLogger(__name__)
-
-
-COMPLIANCE_EVENT = "compliance_violation"
 
 
 Status = Literal["ingested", "unchanged", "failed"]
@@ -172,7 +170,7 @@ def _compliance_event(job: Job) -> MemoryEvent:
     key = hashlib.sha256(f"{job.agent_id}\x1f{job.doc_id}\x1f{job.version}".encode()).hexdigest()[:32]
     return MemoryEvent(
         agent_id=job.agent_id,
-        kind=COMPLIANCE_EVENT,
+        kind=EventKind.COMPLIANCE_VIOLATION,
         payload={
             "rule": "archival chunks must be embedded with late chunking (issue 4)",
             "mode": job.mode,
@@ -194,10 +192,10 @@ def audit_ingest(store: MemoryStore, job: Job, result: IngestResult, actor: str)
         store.append_event(
             audit.event(
                 job.agent_id,
-                "archival_ingest",
+                EventKind.ARCHIVAL_INGEST,
                 footprint.ingest(job.plan.text, counts),
                 actor=actor,
-                event_id=f"{job.agent_id}:ingest:{job.doc_id}:{job.version}"[:500],
+                event_id=audit_id(job.agent_id, "ingest", job.doc_id, job.version)[:500],
                 details={"doc_id": job.doc_id, "source": job.source, "embedding_version": job.version},
             )
         )

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from vcm.errors import NotFound, StoreUnavailable, VcmError
 from vcm.hotpath.state import HotState
 from vcm.obs import audit, footprint
+from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
 from vcm.types import IngestRequest
 
@@ -99,10 +100,10 @@ def _audit(store: MemoryStore, request: IngestRequest, result: Mapping[str, Any]
         store.append_event(
             audit.event(
                 request.agent_id,
-                "archival_ingest",
+                EventKind.ARCHIVAL_INGEST,
                 footprint.ingest(request.text, result),
                 actor=request.actor,
-                event_id=f"{request.agent_id}:ingest:{request.doc_id}:{text_digest}",
+                event_id=audit_id(request.agent_id, "ingest", request.doc_id, text_digest),
                 idempotency_key=request.idempotency_key,
                 created_at=now,
                 details={"doc_id": request.doc_id, "job_id": request.job_id, **result},

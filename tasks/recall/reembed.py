@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vcm.obs import audit
+from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
 from vcm.store.types import StoredMessage
 from vcm.tasks.recall.vectors import Turn, Vectorizer, message_text
@@ -93,10 +94,10 @@ def reembed_agent(
         store.append_event(
             audit.event(
                 agent_id,
-                "reembed",
+                EventKind.REEMBED,
                 None,
                 actor=ACTOR,
-                event_id=f"{agent_id}:reembed:{vectorizer.version}:{cursor}:{embedded}",
+                event_id=audit_id(agent_id, "reembed", vectorizer.version, cursor, embedded),
                 created_at=clock(),
                 details={"version": vectorizer.version, "scanned": scanned, "embedded": embedded},
             )

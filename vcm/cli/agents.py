@@ -15,6 +15,7 @@ from typing import Any
 from vcm.errors import ValidationError
 from vcm.service import MemoryService
 from vcm.settings import get_settings
+from vcm.store.audit_names import Actor
 
 
 @contextmanager
@@ -69,15 +70,15 @@ def cmd_agents(args: argparse.Namespace) -> int:
         if args.action == "list":
             _print({"agents": service.agents()})
         elif args.action == "create":
-            info = service.create_agent(args.agent, model=args.model, system_prompt=args.system, actor="cli")
+            info = service.create_agent(args.agent, model=args.model, system_prompt=args.system, actor=Actor.CLI)
             # The token `vcm serve` will accept for this agent (its hash is kept in the store); none
             # when the agent has one already.
             token = service.issue_token(args.agent, replace=False)
             _print({"agent_id": info.agent_id, "model": info.model, "window": info.window, "token": token})
         elif args.action == "delete":
-            _print({"agent_id": args.agent, "removed": service.delete_agent(args.agent, actor="cli")})
+            _print({"agent_id": args.agent, "removed": service.delete_agent(args.agent, actor=Actor.CLI)})
         else:
-            _print(service.reset(args.agent, actor="cli"))
+            _print(service.reset(args.agent, actor=Actor.CLI))
     return 0
 
 
@@ -96,11 +97,13 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
         if args.action == "list":
             _print({"snapshots": [_snapshot_json(s) for s in service.list_snapshots(args.agent)]})
         elif args.action == "create":
-            _print(_snapshot_json(service.create_snapshot(args.agent, kind=args.kind, reason=args.reason, actor="cli")))
+            _print(
+                _snapshot_json(service.create_snapshot(args.agent, kind=args.kind, reason=args.reason, actor=Actor.CLI))
+            )
         elif args.action == "restore":
-            _print(service.restore_snapshot(args.agent, _need_id(args), actor="cli"))
+            _print(service.restore_snapshot(args.agent, _need_id(args), actor=Actor.CLI))
         else:
-            _print({"deleted": service.delete_snapshot(args.agent, _need_id(args), actor="cli")})
+            _print({"deleted": service.delete_snapshot(args.agent, _need_id(args), actor=Actor.CLI)})
     return 0
 
 
@@ -140,11 +143,11 @@ def cmd_facts(args: argparse.Namespace) -> int:
             _print({"hits": [{"score": round(h.score, 4), **_fact_json(h.fact)} for h in hits]})
         elif args.action == "remember":
             res = service.remember(
-                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key, actor="cli"
+                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key, actor=Actor.CLI
             )
             _print({"decision": res.decision, "fact": _fact_json(res.fact)})
         elif args.action == "forget":
-            _print({"deleted": service.forget_fact(args.agent, _need_text(args), actor="cli")})
+            _print({"deleted": service.forget_fact(args.agent, _need_text(args), actor=Actor.CLI)})
         elif args.action == "entity":
             g = service.entity_graph(args.agent, _need_text(args), depth=args.depth)
             _print({
@@ -168,10 +171,10 @@ def cmd_state(args: argparse.Namespace) -> int:
         return 0
     with _local() as service:
         if args.action == "set":
-            e = service.set_state(args.agent, _need_key(args), _json_value(args.value), ttl_s=args.ttl, actor="cli")
+            e = service.set_state(args.agent, _need_key(args), _json_value(args.value), ttl_s=args.ttl, actor=Actor.CLI)
             _print({"key": e.key, "value": e.value, "_rev": e.rev, "expires_at": e.expires_at})
         elif args.action == "delete":
-            _print({"deleted": service.delete_state(args.agent, _need_key(args), actor="cli")})
+            _print({"deleted": service.delete_state(args.agent, _need_key(args), actor=Actor.CLI)})
         elif args.key:
             e = service.get_state(args.agent, args.key)
             _print({"key": e.key, "value": e.value, "_rev": e.rev, "expires_at": e.expires_at})

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from vcm.errors import VcmError
+from vcm.store.audit_names import Actor
 
 
 def _lines(args: argparse.Namespace, stdin: TextIO) -> Iterator[str]:
@@ -54,7 +55,7 @@ def cmd_chat(args: argparse.Namespace, stdin: TextIO = sys.stdin) -> int:
         service.agent(args.agent)
         loop = AgentLoop(
             service, ToolExecutor(service), Upstream(settings.chat).client(), model=settings.chat.model or None,
-            actor="cli",
+            actor=Actor.CLI,
         )  # fmt: skip
         for line in _lines(args, stdin):
             print(f"{args.agent}> ", end="", flush=True)

@@ -16,11 +16,17 @@ from vcm.eval.conveyance import Conveyance, Signals
 from vcm.hotpath.budget import Budget
 from vcm.hotpath.context import assemble
 from vcm.service import MemoryService
+from vcm.store.audit_names import EventKind
 from vcm.store.types import MemoryEvent
 
-# Kept in step with vcm.tasks.ingest.documents.COMPLIANCE_EVENT (the hot path does not import the cold path).
-NAIVE_CHUNKING_EVENT = "compliance_violation"
-EVENT_KINDS = ("flush", "evict", "heartbeat_end", "target_unreachable", NAIVE_CHUNKING_EVENT)
+NAIVE_CHUNKING_EVENT = EventKind.COMPLIANCE_VIOLATION
+EVENT_KINDS = (
+    EventKind.FLUSH,
+    EventKind.EVICT,
+    EventKind.HEARTBEAT_END,
+    EventKind.TARGET_UNREACHABLE,
+    NAIVE_CHUNKING_EVENT,
+)
 _PAGE = 1000
 
 
@@ -109,17 +115,17 @@ def agent_signals(
     naive = False
     for e in _events(service, agent_id, since):
         batch = e.payload.get("batch_id")
-        if e.kind == "flush" and isinstance(batch, int):
+        if e.kind == EventKind.FLUSH and isinstance(batch, int):
             flushed_at[batch] = e.created_at
-        elif e.kind == "evict" and isinstance(batch, int):
+        elif e.kind == EventKind.EVICT and isinstance(batch, int):
             committed_at[batch] = e.created_at
             score = e.payload.get("drift")
             if isinstance(score, int | float):
                 drift.append(float(score))
-        elif e.kind == "heartbeat_end":
+        elif e.kind == EventKind.HEARTBEAT_END:
             chains += 1
             yielded += e.payload.get("reason") in conveyance.AGENT_ENDINGS
-        elif e.kind == "target_unreachable":
+        elif e.kind == EventKind.TARGET_UNREACHABLE:
             unreachable += 1
         elif e.kind == NAIVE_CHUNKING_EVENT:
             naive = True

@@ -26,12 +26,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from vcm.obs.footprint import Footprint, eviction_begun
+from vcm.store.audit_names import Actor, EventKind, audit_id
 from vcm.store.types import MemoryEvent
 
-SYSTEM = "system"
-CLI = "cli"
-API_ADMIN = "api:admin"
-MCP_ADMIN = "mcp:admin"
+SYSTEM = Actor.SYSTEM
+CLI = Actor.CLI
+API_ADMIN = Actor.API_ADMIN
+MCP_ADMIN = Actor.MCP_ADMIN
 ALL_AGENTS = "*"  # agent_id of rows about no single agent (a retention sweep)
 MAX_ACTOR_CHARS = 200
 
@@ -58,7 +59,7 @@ def worker(task: str) -> str:
 
 def event(
     agent_id: str,
-    kind: str,
+    kind: EventKind,
     footprint: Footprint | None,
     *,
     actor: str,
@@ -102,10 +103,10 @@ def flush_event(
         payload["total_after"] = total_after
     return event(
         agent_id,
-        "flush",
+        EventKind.FLUSH,
         eviction_begun(messages, tokens, total_after),
         actor=actor,
-        event_id=f"{agent_id}:flush:{batch_id}",
+        event_id=audit_id(agent_id, "flush", batch_id),
         idempotency_key=idempotency_key,
         created_at=created_at,
         details=payload,

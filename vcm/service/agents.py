@@ -13,6 +13,7 @@ from vcm.hotpath.turns import Turn
 from vcm.service.core import Core
 from vcm.service.facts import Facts
 from vcm.service.state import StateKeys
+from vcm.store.audit_names import Actor, EventKind, audit_id
 from vcm.store.types import MemoryEvent, Page
 from vcm.types import AgentInfo, Gauges
 
@@ -34,17 +35,17 @@ class Agents:
         model: str | None = None,
         system_prompt: str = "",
         tools: Sequence[Mapping[str, Any]] = (),
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
     ) -> AgentInfo:
         self.core.rebuild(agent_id)  # an agent known to the store answers as it was, not anew
         info = self.core.hot.create_agent(agent_id, model=model, system_prompt=system_prompt, tools=tools)
         self.core.durable.agent_created(agent_id, agent_config(info.model, system_prompt, tools))
         self.core.event(
             agent_id,
-            "agent_created",
+            EventKind.AGENT_CREATED,
             {"model": info.model, "window": info.window},
             actor,
-            event_id=f"{agent_id}:created",
+            event_id=audit_id(agent_id, "created"),
             change={"op": "agent_create", "window": info.window, "system_chars": len(system_prompt)},
         )
         return info
@@ -135,7 +136,7 @@ class Agents:
         )
 
     def record_event(
-        self, agent_id: str, kind: str, payload: Mapping[str, Any], *, event_id: str, actor: str = "system"
+        self, agent_id: str, kind: EventKind, payload: Mapping[str, Any], *, event_id: str, actor: str = Actor.SYSTEM
     ) -> None:
         """An audit row for something that happened outside the service's own writes (a heartbeat
         chain ending). Idempotent by ``event_id``; a store failure is logged, never raised."""

@@ -10,6 +10,7 @@ from vcm import poisoning
 from vcm.errors import TaintedContent, ValidationError
 from vcm.obs import footprint, metrics
 from vcm.service.core import Core
+from vcm.store.audit_names import Actor, EventKind, audit_id
 from vcm.types import Block, BlockResult
 
 
@@ -30,7 +31,7 @@ class Blocks:
         expected_rev: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
         justification: str | None = None,
     ) -> BlockResult:
         """Create or edit a working block. Content that reads like instructions to the model
@@ -91,10 +92,10 @@ class Blocks:
                 details["justification"] = reason[:1000]
             self.core.event(
                 agent_id,
-                "core_write",
+                EventKind.CORE_WRITE,
                 details,
                 actor,
-                event_id=f"{agent_id}:core:{block_id}:{res.rev}",
+                event_id=audit_id(agent_id, "core", block_id, res.rev),
                 idempotency_key=idempotency_key,
                 change=footprint.block(
                     before.content if before is not None else None,
@@ -121,7 +122,7 @@ class Blocks:
         expected_rev: str,
         *,
         idempotency_key: str | None = None,
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
     ) -> BlockResult:
         res = self.core.hot_call(
             agent_id, self.core.hot.delete_block, agent_id, block_id, expected_rev, idempotency_key=idempotency_key
@@ -134,10 +135,10 @@ class Blocks:
             before = res.previous
             self.core.event(
                 agent_id,
-                "core_delete",
+                EventKind.CORE_DELETE,
                 {"block_id": block_id, "previous_rev": expected_rev},
                 actor,
-                event_id=f"{agent_id}:core:{block_id}:del:{expected_rev}",
+                event_id=audit_id(agent_id, "core", block_id, "del", expected_rev),
                 idempotency_key=idempotency_key,
                 change=footprint.block(
                     before.content if before is not None else "",

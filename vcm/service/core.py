@@ -33,6 +33,7 @@ from vcm.facts import guard
 from vcm.hotpath.state import HotState
 from vcm.hotpath.tokens import TokenCounter
 from vcm.obs import audit, footprint, metrics
+from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
 from vcm.store.types import MemoryEvent
 from vcm.types import AgentInfo, BatchInfo, Gauges
@@ -135,7 +136,13 @@ class Core:
         payload = {"batch_id": batch.id, "messages": batch.count, "tokens": batch.tokens, "total_after": total}
         if unreachable:
             # The unevictable parts (system, blocks, pinned, summary) alone exceed the target.
-            self.event(agent_id, "target_unreachable", payload, actor, event_id=f"{agent_id}:unreachable:{batch.id}")
+            self.event(
+                agent_id,
+                EventKind.TARGET_UNREACHABLE,
+                payload,
+                actor,
+                event_id=audit_id(agent_id, "unreachable", batch.id),
+            )
 
     def gauges_seen(self, agent_id: str, gauges: Gauges) -> None:
         m = self.settings.metrics
@@ -166,7 +173,7 @@ class Core:
     def event(
         self,
         agent_id: str,
-        kind: str,
+        kind: EventKind,
         payload: Mapping[str, Any],
         actor: str,
         *,
@@ -188,7 +195,7 @@ class Core:
             )
         )
 
-    def audit(self, agent_id: str, kind: str, payload: Mapping[str, Any], actor: str) -> None:
+    def audit(self, agent_id: str, kind: EventKind, payload: Mapping[str, Any], actor: str) -> None:
         """An audit row of an operation with no natural id of its own."""
         # Unique per call (two identical rows in one clock tick are still two events).
         digest = hashlib.sha256(f"{kind}{sorted(payload.items())!r}{time.perf_counter_ns()}".encode()).hexdigest()[:24]
@@ -212,7 +219,7 @@ class Core:
             suffix = idempotency_key or uuid.uuid4().hex
             self.event(
                 agent_id,
-                "error",
+                EventKind.ERROR,
                 {"code": str(exc.code), "op": op, **numbers},
                 actor,
                 event_id=f"{agent_id}:error:{op}:{hashlib.sha256(suffix.encode()).hexdigest()[:24]}",
@@ -250,14 +257,17 @@ class Core:
         if justification is not None and not poisoning.justification_problem(justification):
             self.audit(
                 agent_id,
-                "guard_override",
+                EventKind.GUARD_OVERRIDE,
                 {"op": op, "reasons": list(verdict.reasons), "justification": justification[:1000], **ids},
                 actor,
             )
             return
         metrics.guard_refused(op)
         self.audit(
-            agent_id, "fact_decision", {"decision": "REFUSED", "op": op, "reasons": list(verdict.reasons), **ids}, actor
+            agent_id,
+            EventKind.FACT_DECISION,
+            {"decision": "REFUSED", "op": op, "reasons": list(verdict.reasons), **ids},
+            actor,
         )
         raise PolicyRefused(
             f"the policy guard refused this {op.replace('_', ' ')}: {', '.join(verdict.reasons)}; "

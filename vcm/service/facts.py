@@ -30,6 +30,7 @@ from vcm.service import fact_input
 from vcm.service.core import Core
 from vcm.service.fact_input import RememberResult
 from vcm.store import validation as store_validation
+from vcm.store.audit_names import Actor, EventKind
 from vcm.store.types import Edge, Fact, FactHit, FactQuery, fact_node, message_node
 
 # The statuses a listing shows when it names none: the facts that are the agent's memory now
@@ -64,7 +65,7 @@ class Facts:
         ttl_s: int | None = None,
         justification: str | None = None,
         idempotency_key: str | None = None,
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
     ) -> RememberResult:
         """Upsert a fact: guard, then dedup (MATCH joins its evidence to the existing fact and
         refreshes its lifetime; CONFLICT keeps both values of one key, marked; NEW adds it)."""
@@ -196,13 +197,13 @@ class Facts:
         self.core.agent(agent_id)
         return self.core.store.get_fact(agent_id, fact_id)
 
-    def forget_fact(self, agent_id: str, fact_id: str, *, actor: str = "system") -> bool:
+    def forget_fact(self, agent_id: str, fact_id: str, *, actor: str = Actor.SYSTEM) -> bool:
         self.core.agent(agent_id)
         store_validation.identifier("fact_id", fact_id)
         removed = self.core.store.delete_facts(agent_id, [fact_id]) > 0
         if removed:
             self.core.changed(agent_id, "fact", fact_id, None, "delete")
-            self.core.audit(agent_id, "fact_forgotten", {"fact_id": fact_id}, actor)
+            self.core.audit(agent_id, EventKind.FACT_FORGOTTEN, {"fact_id": fact_id}, actor)
         return removed
 
     def archive_facts(
@@ -214,7 +215,7 @@ class Facts:
         category: str | None = None,
         until: float | None = None,
         max_importance: float | None = None,
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
     ) -> int:
         """Move the live facts that match to ``archived``: kept, no longer recalled or searched.
         Every filter given must match (``tags``: all of them; ``until``: last updated before;
@@ -229,7 +230,7 @@ class Facts:
             if f.status != "archived":
                 self.put_fact(replace(f, status="archived", updated_at=self.core.clock()), f.version)
                 done += 1
-        self.core.audit(agent_id, "facts_archived", {"count": done}, actor)
+        self.core.audit(agent_id, EventKind.FACTS_ARCHIVED, {"count": done}, actor)
         return done
 
     def fact_stats(self, agent_id: str) -> dict[str, Any]:
@@ -338,7 +339,7 @@ class Facts:
         metrics.fact_decision(decision)
         payload = {"decision": decision, "fact_id": fact.fact_id, "type": fact.type, "scope": fact.scope,
                    "key": fact.key, "status": fact.status, "chars": len(fact.value), **extra}  # fmt: skip
-        self.core.audit(agent_id, "fact_decision", payload, actor)
+        self.core.audit(agent_id, EventKind.FACT_DECISION, payload, actor)
 
     # --- graph edges ------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from vcm.hotpath.state import Snapshot
 from vcm.obs import metrics
 from vcm.service.core import Core
 from vcm.store import validation as store_validation
+from vcm.store.audit_names import Actor, EventKind
 from vcm.store.types import ContextReset
 from vcm.types import Message
 
@@ -37,7 +38,7 @@ class Lifecycle:
     def __init__(self, core: Core) -> None:
         self.core = core
 
-    def delete_agent(self, agent_id: str, *, actor: str = "system") -> dict[str, int]:
+    def delete_agent(self, agent_id: str, *, actor: str = Actor.SYSTEM) -> dict[str, int]:
         """Remove the agent everywhere: store rows and indexes, Redis keys, metric series. The
         audit row (under agent ``*``) names the agent and counts what went, never content.
         Idempotent: deleting an unknown agent removes nothing and says so with empty counts."""
@@ -47,10 +48,10 @@ class Lifecycle:
         self.core.durable.forget(agent_id)
         metrics.forget_agent(agent_id)
         counts = {k: v for k, v in counts.items() if v}
-        self.core.audit(SYSTEM_AGENT, "agent_deleted", {"agent_id": agent_id, "removed": counts}, actor)
+        self.core.audit(SYSTEM_AGENT, EventKind.AGENT_DELETED, {"agent_id": agent_id, "removed": counts}, actor)
         return counts
 
-    def forget_message(self, agent_id: str, message_id: str, *, actor: str = "system") -> dict[str, int]:
+    def forget_message(self, agent_id: str, message_id: str, *, actor: str = Actor.SYSTEM) -> dict[str, int]:
         """Remove one message from recall and every index. A message still in the main context
         (FIFO or a pending batch) is refused with CONFLICT: evict it first. The summary keeps a
         note that something was forgotten; what a summary said about it before stays there."""
@@ -64,17 +65,17 @@ class Lifecycle:
         counts = dict(self.core.store.forget_message(agent_id, message_id).counts)
         if counts:
             self._note_in_summary(agent_id, "[A message was removed from memory at the user's request.]")
-        self.core.audit(agent_id, "forget", {"message_id": message_id, "removed": counts}, actor)
+        self.core.audit(agent_id, EventKind.FORGET, {"message_id": message_id, "removed": counts}, actor)
         return counts
 
-    def forget_document(self, agent_id: str, doc_id: str, *, actor: str = "system") -> dict[str, int]:
+    def forget_document(self, agent_id: str, doc_id: str, *, actor: str = Actor.SYSTEM) -> dict[str, int]:
         self.core.agent(agent_id)
         store_validation.identifier("doc_id", doc_id)
         counts = dict(self.core.store.forget_document(agent_id, doc_id).counts)
-        self.core.audit(agent_id, "forget", {"doc_id": doc_id, "removed": counts}, actor)
+        self.core.audit(agent_id, EventKind.FORGET, {"doc_id": doc_id, "removed": counts}, actor)
         return counts
 
-    def reset(self, agent_id: str, *, actor: str = "system", idempotency_key: str | None = None) -> dict[str, Any]:
+    def reset(self, agent_id: str, *, actor: str = Actor.SYSTEM, idempotency_key: str | None = None) -> dict[str, Any]:
         """Start the conversation over (VICW ``/reset``): the FIFO and the summary go, the blocks
         stay. The messages stay in recall, searchable. A retry under the same idempotency key
         resets nothing (it would drop what was said since) and answers ``messages_to_recall`` 0."""
@@ -88,7 +89,7 @@ class Lifecycle:
         batch_id = self.fresh_id(agent_id)
         self.core.store.reset_context(ContextReset(agent_id, batch_id, "", 0, fifo_ids=[]))
         self.reload(agent_id)
-        self.core.audit(agent_id, "reset", {"messages_to_recall": left, "batch_id": batch_id}, actor)
+        self.core.audit(agent_id, EventKind.RESET, {"messages_to_recall": left, "batch_id": batch_id}, actor)
         return {"agent_id": agent_id, "messages_to_recall": left}
 
     def persist_hot(self, agent_id: str) -> int:

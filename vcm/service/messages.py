@@ -18,6 +18,7 @@ from vcm.obs import footprint, metrics
 from vcm.service.core import Core
 from vcm.service.facts import Facts
 from vcm.service.state import StateKeys
+from vcm.store.audit_names import Actor, EventKind, audit_id
 from vcm.store.types import StoredMessage
 from vcm.types import AppendResult, BatchInfo
 
@@ -43,7 +44,7 @@ class Messages:
         tool_call_id: str | None = None,
         tool_calls: Sequence[Mapping[str, Any]] | None = None,
         idempotency_key: str | None = None,
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
         token_sha256: str | None = None,
     ) -> AppendResult:
         """Append one message. ``token_sha256``: the caller's agent token digest, checked in the
@@ -98,10 +99,10 @@ class Messages:
             metrics.warning()
             self.core.event(
                 agent_id,
-                "memory_pressure",
+                EventKind.MEMORY_PRESSURE,
                 {"total": res.total, "message_id": res.pressure_message_id},
                 actor,
-                event_id=f"{agent_id}:pressure:{res.pressure_message_id}",
+                event_id=audit_id(agent_id, "pressure", res.pressure_message_id),
             )
         if res.batch is not None:
             self.core.batch_begun(agent_id, res.batch, res.total, res.target_unreachable, actor)
@@ -109,7 +110,7 @@ class Messages:
         return res
 
     def evict(
-        self, agent_id: str, count: int, *, idempotency_key: str | None = None, actor: str = "system"
+        self, agent_id: str, count: int, *, idempotency_key: str | None = None, actor: str = Actor.SYSTEM
     ) -> tuple[int, BatchInfo | None]:
         with self.core.refusals_audited(agent_id, "evict", actor, idempotency_key):
             total, batch = self.core.hot_call(
@@ -127,7 +128,7 @@ class Messages:
         *,
         role: str = "assistant",
         idempotency_key: str | None,
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
     ) -> StoredMessage:
         """A note straight into recall memory, never into the context window.
 
@@ -174,10 +175,10 @@ class Messages:
         self.core.store.spool_messages([msg])
         self.core.event(
             agent_id,
-            "recall_write",
+            EventKind.RECALL_WRITE,
             {"message_id": message_id, "tokens": tokens, **({"replayed": True} if replayed else {})},
             actor,
-            event_id=f"{agent_id}:recall:{message_id}",
+            event_id=audit_id(agent_id, "recall", message_id),
             idempotency_key=idempotency_key,
             change=footprint.recall_note(content, tokens, role=role),
         )

@@ -32,6 +32,7 @@ from vcm.hotpath.changes import ChangePage
 from vcm.obs import audit, metrics
 from vcm.service.core import Core
 from vcm.store import validation as store_validation
+from vcm.store.audit_names import Actor, EventKind, audit_id
 
 INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 STATUSES = ("synced", "syncing", "conflict", "error")
@@ -115,7 +116,7 @@ class Replicas:
             self.core.agent(agent_id)
         return self.core.hot.changes.read(agent_id, after, limit)
 
-    def record_conflict(self, agent_id: str, conflict: Mapping[str, Any], *, actor: str = "system") -> str:
+    def record_conflict(self, agent_id: str, conflict: Mapping[str, Any], *, actor: str = Actor.SYSTEM) -> str:
         """Keep a conflict an instance found and resolved as a ``sync_conflict`` audit row; returns
         the row's id. Idempotent by the instance's ``conflict_id``."""
         self.core.agent(agent_id)
@@ -137,13 +138,13 @@ class Replicas:
         }
         if "losing_value" in conflict:
             payload.update(losing_value(conflict["losing_value"]))
-        event_id = f"{agent_id}:sync_conflict:{conflict_id}"
+        event_id = audit_id(agent_id, "sync_conflict", conflict_id)
         # Written here rather than through _event, which logs a failed audit write and goes on:
         # this row is the operation (it may hold the only copy of an overwritten value), so a
         # failure reaches the instance, which keeps the report and sends it again.
         row = audit.event(
             agent_id,
-            "sync_conflict",
+            EventKind.SYNC_CONFLICT,
             None,
             actor=actor,
             event_id=event_id,

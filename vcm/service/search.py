@@ -15,6 +15,7 @@ from vcm.errors import StoreUnavailable, ValidationError, VcmError
 from vcm.hotpath.jobs import IngestJob
 from vcm.service.core import Core
 from vcm.store import validation as store_validation
+from vcm.store.audit_names import Actor
 from vcm.store.types import ArchivalHit, Page, RecallHit
 from vcm.types import IngestRequest
 
@@ -130,7 +131,7 @@ class Search:
         doc_id: str | None = None,
         source: str = "",
         metadata: Mapping[str, Any] | None = None,
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
         idempotency_key: str | None = None,
     ) -> IngestJob:
         """Queue a document for archival memory; returns its job at once (poll :meth:`ingest_job`).

@@ -17,6 +17,7 @@ from vcm.obs import metrics
 from vcm.service.core import Core
 from vcm.service.lifecycle import Lifecycle
 from vcm.store import validation as store_validation
+from vcm.store.audit_names import Actor, EventKind
 from vcm.store.types import ContextReset, SnapshotRecord, SummaryVersion
 from vcm.types import Block, Message
 
@@ -41,7 +42,7 @@ class Snapshots:
         reason: str = "",
         ttl_s: int | None = None,
         snapshot_id: str | None = None,
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
         idempotency_key: str | None = None,
     ) -> SnapshotRecord:
         """Capture the agent's blocks, summary, FIFO (with pending batches' messages, which the
@@ -90,7 +91,7 @@ class Snapshots:
         metrics.snapshot("taken")
         self.core.audit(
             agent_id,
-            "snapshot",
+            EventKind.SNAPSHOT,
             {"snapshot_id": snapshot_id, "kind": kind, "bytes": len(payload), "fifo": len(fifo)},
             actor,
         )
@@ -109,15 +110,15 @@ class Snapshots:
         self.core.agent(agent_id)
         return SnapshotRecord(**{**self.core.store.get_snapshot(agent_id, snapshot_id).__dict__, "payload": b""})
 
-    def delete_snapshot(self, agent_id: str, snapshot_id: str, *, actor: str = "system") -> bool:
+    def delete_snapshot(self, agent_id: str, snapshot_id: str, *, actor: str = Actor.SYSTEM) -> bool:
         self.core.agent(agent_id)
         deleted = self.core.store.delete_snapshot(agent_id, snapshot_id)
         if deleted:
-            self.core.audit(agent_id, "snapshot_deleted", {"snapshot_id": snapshot_id}, actor)
+            self.core.audit(agent_id, EventKind.SNAPSHOT_DELETED, {"snapshot_id": snapshot_id}, actor)
         return deleted
 
     def restore_snapshot(
-        self, agent_id: str, snapshot_id: str, *, actor: str = "system", idempotency_key: str | None = None
+        self, agent_id: str, snapshot_id: str, *, actor: str = Actor.SYSTEM, idempotency_key: str | None = None
     ) -> dict[str, Any]:
         """Return the agent to a snapshot: blocks, summary, FIFO and settings exactly as captured.
         The checksum is verified first (SNAPSHOT_CORRUPT, nothing changed); the current state is
@@ -163,7 +164,7 @@ class Snapshots:
         self.core.changed(agent_id, "agent", "*", None, "reset")
         self.core.audit(
             agent_id,
-            "snapshot_restored",
+            EventKind.SNAPSHOT_RESTORED,
             {"snapshot_id": snapshot_id, "pre_restore_snapshot_id": before.snapshot_id, "fifo": len(fifo)},
             actor,
         )

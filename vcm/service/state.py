@@ -9,6 +9,7 @@ from typing import Any
 from vcm.errors import ValidationError
 from vcm.service.core import Core
 from vcm.store import validation as store_validation
+from vcm.store.audit_names import Actor, EventKind
 from vcm.store.types import StateEntry
 
 
@@ -27,7 +28,7 @@ class StateKeys:
         ttl_s: int | None = None,
         expected_rev: str | None = None,
         justification: str | None = None,
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
     ) -> StateEntry:
         self.core.agent(agent_id)
         store_validation.identifier("key", key)
@@ -47,7 +48,7 @@ class StateKeys:
             expected_rev=expected_rev,
         )
         self.core.changed(agent_id, "state", key, entry.rev)
-        self.core.audit(agent_id, "state_set", {"key": key, "rev": entry.rev, "bytes": len(text)}, actor)
+        self.core.audit(agent_id, EventKind.STATE_SET, {"key": key, "rev": entry.rev, "bytes": len(text)}, actor)
         return entry
 
     def get_state(self, agent_id: str, key: str) -> StateEntry:
@@ -59,7 +60,7 @@ class StateKeys:
         return self.core.store.list_state(agent_id, self.core.clock())
 
     def delete_state(
-        self, agent_id: str, key: str | None, *, expected_rev: str | None = None, actor: str = "system"
+        self, agent_id: str, key: str | None, *, expected_rev: str | None = None, actor: str = Actor.SYSTEM
     ) -> int:
         """Delete one key, or every key (``key`` None: clear)."""
         self.core.agent(agent_id)
@@ -68,5 +69,5 @@ class StateKeys:
             self.core.changed(
                 agent_id, "state", "*" if key is None else key, None, "clear" if key is None else "delete"
             )
-        self.core.audit(agent_id, "state_deleted", {"key": key, "removed": removed}, actor)
+        self.core.audit(agent_id, EventKind.STATE_DELETED, {"key": key, "removed": removed}, actor)
         return removed

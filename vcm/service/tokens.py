@@ -31,6 +31,7 @@ from vcm import validation
 from vcm.errors import Conflict
 from vcm.service.agents import Agents
 from vcm.service.core import Core
+from vcm.store.audit_names import Actor
 from vcm.types import AgentInfo
 
 AGENT_TOKEN_PREFIX = "vcm_"
@@ -82,7 +83,7 @@ class Tokens:
         model: str | None = None,
         system_prompt: str = "",
         tools: Sequence[Mapping[str, Any]] = (),
-        actor: str = "system",
+        actor: str = Actor.SYSTEM,
     ) -> tuple[AgentInfo, str]:
         """Create an agent and issue its token. The token is shown this once (vcm keeps a hash),
         so the call cannot be replayed: an agent that has a token already is a CONFLICT."""

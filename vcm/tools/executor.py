@@ -34,6 +34,7 @@ from vcm.errors import ValidationError, VcmError
 from vcm.hotpath.tokens import TokenCounter
 from vcm.obs import audit
 from vcm.service import MemoryService
+from vcm.store.audit_names import EventKind, audit_id
 from vcm.tools import fact_tools, paging, results
 from vcm.tools.calls import (
     HEARTBEAT_FIELD_TOKENS,
@@ -135,9 +136,9 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
             if exc.code not in _AUDITED_BY_THE_SERVICE:  # budget refusals have their row already
                 self.service.record_event(
                     agent_id,
-                    "error",
+                    EventKind.ERROR,
                     {"code": str(exc.code), "tool": name, "tool_call_id": call_id},
-                    event_id=f"{agent_id}:error:tool:{call_id}",
+                    event_id=audit_id(agent_id, "error", "tool", call_id),
                     actor=actor,
                 )
         payload["context_total"] = gauges.total
@@ -166,9 +167,9 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
         if outcome.run and outcome.depth == 1 and outcome.chain_id:  # a chain begins (seed 000's hb_start)
             self.service.record_event(
                 agent_id,
-                "hb_start",
+                EventKind.HB_START,
                 {"chain_id": outcome.chain_id, "free_tokens": free_tokens},
-                event_id=f"{agent_id}:hb_start:{outcome.chain_id}",
+                event_id=audit_id(agent_id, "hb_start", outcome.chain_id),
                 actor=actor,
             )
         if end is not None:
@@ -178,7 +179,7 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
                 if end.chain_id
                 else f"{agent_id}:heartbeat_refused:{uuid.uuid4().hex}"
             )
-            self.service.record_event(agent_id, "heartbeat_end", payload, event_id=event_id, actor=actor)
+            self.service.record_event(agent_id, EventKind.HEARTBEAT_END, payload, event_id=event_id, actor=actor)
         return outcome, end
 
     def _result(

@@ -12,10 +12,11 @@ import pytest
 from vcm.errors import ConfigError, IdempotencyMismatch, ValidationError
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
+from vcm.store.audit_names import EventKind
 from vcm.store.port import MemoryStore
 from vcm.tasks.embedding import Embedder, get_embedder
 from vcm.tasks.ingest.checks import decode_document, document_id, json_text
-from vcm.tasks.ingest.documents import COMPLIANCE_EVENT, DocumentIngester, ingest_document
+from vcm.tasks.ingest.documents import DocumentIngester, ingest_document
 from vcm.tasks.ingest.files import PathOutcome, discover, ingest_paths
 
 AGENT = "agent-1"
@@ -112,12 +113,12 @@ def test_naive_mode_records_a_compliance_violation_once(store: MemoryStore, embe
     assert result.embedding_version == f"{embedder.model_id}:naive:v1"
     assert result.written == 2
     ingest_document(store, embedder, AGENT, "bio", PAGE, mode="naive", settings=cfg, source="x.txt")
-    events = store.query_events(AGENT, [COMPLIANCE_EVENT]).items
+    events = store.query_events(AGENT, [EventKind.COMPLIANCE_VIOLATION]).items
     assert len(events) == 1
     assert events[0].payload["doc_id"] == "bio" and events[0].payload["mode"] == "naive"
     # Late ingestion records none.
     ingest_document(store, embedder, AGENT, "garden", GARDEN, settings=cfg)
-    assert len(store.query_events(AGENT, [COMPLIANCE_EVENT]).items) == 1
+    assert len(store.query_events(AGENT, [EventKind.COMPLIANCE_VIOLATION]).items) == 1
 
 
 def test_bound_ingester_returns_a_json_ready_result(store: MemoryStore, embedder: Embedder, cfg: Settings) -> None:
@@ -258,7 +259,7 @@ def test_ingest_paths_batches_documents_smaller_than_the_folder(
     settings = load_settings({"ingest": {"batch_documents": 2}, "chunking": {"target_tokens": 16}}, environ={})
     report = ingest_paths(store, embedder, AGENT, [folder], settings=settings, mode="naive")
     assert report.count("ingested") == 5
-    assert len(store.query_events(AGENT, [COMPLIANCE_EVENT]).items) == 5
+    assert len(store.query_events(AGENT, [EventKind.COMPLIANCE_VIOLATION]).items) == 5
 
 
 def test_json_files_contribute_their_string_values(
