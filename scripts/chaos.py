@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Chaos run (not a test by itself; ``tests/test_chaos.py`` drives a short one): the production
+"""Chaos run (not a test by itself; ``tests/eval/test_chaos.py`` drives a short one): the production
 process layout on loopback, under concurrent keyed appends, while workers, API processes and
 Redis are SIGKILLed and restarted; then a drain and an exactly-once audit of what was acknowledged.
 

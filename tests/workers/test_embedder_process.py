@@ -107,7 +107,7 @@ def test_a_model_that_cannot_load_is_reported() -> None:
 def test_the_child_goes_with_its_parent() -> None:
     script = (
         "import time\n"
-        "from vcm.settings import EmbeddingSettings\n"
+        "from vcm.settings.memory import EmbeddingSettings\n"
         "from vcm.workers.embedder_process import EmbedderProcess\n"
         "p = EmbedderProcess(EmbeddingSettings())\n"
         "print(p.pid, flush=True)\n"
