@@ -116,6 +116,10 @@ class ChangeFeed:
         pipe.expire(name, self.ttl_s)
         return _text(pipe.execute()[0])
 
+    def exists(self, agent_id: str) -> bool:
+        """Whether the agent has a feed now (it goes with a lost hot state, or after ``ttl_s`` idle)."""
+        return bool(self.redis.exists(keys.key(agent_id, keys.CHANGES)))
+
     def read(self, agent_id: str, after: str | None, limit: int) -> ChangePage:
         """The changes after ``after`` (None: none, only where the feed is now; "0": from the
         oldest kept), at most ``limit``."""

@@ -97,7 +97,8 @@ def restored_counters(
         "batch_seq": image.id_floor,
         "finished_batch": image.id_floor,
         "rev_seq": max([image.id_floor, *(int(b.rev) for b in blocks if b.rev.isdigit())]),
-        "appended": len(fifo),
+        # Every append the store holds, not only those still in the FIFO: a restart goes on counting.
+        "appended": max(image.appended, len(fifo)),
         "evicted": 0,
     }
     total = int(creation.config["system"]) + meta["working"] + meta["summary"] + meta["fifo"]

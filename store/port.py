@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vcm.store.types import (
+    AgentMemory,
     AgentRecord,
     ArchivalChunk,
     ArchivalHit,
@@ -100,7 +101,9 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def reset_context(self, change: ContextReset) -> None:
         """Apply a :class:`ContextReset` in one transaction (see there). Messages leaving the
-        FIFO get ``recall_log`` edges (with ``batch_id``); messages re-entering it lose theirs."""
+        FIFO get ``recall_log`` edges (with ``batch_id``); messages re-entering it lose theirs.
+        With ``memory``: every fact, state key and fact edge of the agent goes and those of the
+        memory take their place (:class:`AgentMemory` says what they keep)."""
 
     @abc.abstractmethod
     def delete_agent(self, agent_id: str) -> Forgotten:
@@ -149,6 +152,11 @@ class MemoryStore(abc.ABC):
         """Record a use: ``last_used`` = now, ``access_count`` + 1 (no version change), and a
         live fact with a ``lifetime_s`` lives that long from now (a use refreshes a lifetime; it
         never shortens one and never revives an expired fact)."""
+
+    @abc.abstractmethod
+    def agent_memory(self, agent_id: str, now: float) -> AgentMemory:
+        """The agent's facts (every status, with embeddings, by id), its state keys unexpired
+        at ``now`` (by key) and its fact edges, in one consistent read: what a snapshot keeps."""
 
     @abc.abstractmethod
     def put_state(
@@ -223,7 +231,9 @@ class MemoryStore(abc.ABC):
         """Messages found, in the order asked; missing ids are left out."""
 
     @abc.abstractmethod
-    def count_messages(self, agent_id: str) -> int: ...
+    def count_messages(self, agent_id: str, *, id_prefix: str = "") -> int:
+        """How many messages the agent has stored (only those whose id starts with
+        ``id_prefix``, when given: the hot path's appends, without recall notes)."""
 
     @abc.abstractmethod
     def list_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 100) -> list[StoredMessage]:

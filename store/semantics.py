@@ -137,3 +137,10 @@ def rev_conflict(what: str, expected: str | None, current: str | None) -> RevCon
         expected_rev=expected,
         current_rev=current,
     )
+
+
+def restored_version(captured: int, current: int | None) -> int:
+    """The version a fact put back by a restore gets (``reset_context`` with memory): its own,
+    unless the store holds it now under another version, then one above both, so a version
+    seen between the snapshot and the restore never matches different contents."""
+    return captured if current is None or current == captured else max(captured, current) + 1

@@ -274,8 +274,9 @@ class ContextReset:
 
     Applied atomically by ``reset_context``: the summary becomes ``summary_text`` (recorded as
     the version of ``batch_id``, a fresh batch id), exactly the stored messages in ``fifo_ids``
-    stay in the FIFO (every other message leaves it for recall), and, unless ``blocks`` is None,
-    the agent's blocks become exactly ``blocks``."""
+    stay in the FIFO (every other message leaves it for recall), and, unless None, the agent's
+    blocks become exactly ``blocks``, its configuration ``config``, and its facts, state keys
+    and fact edges ``memory`` (see :class:`AgentMemory`)."""
 
     agent_id: str
     batch_id: int
@@ -283,6 +284,10 @@ class ContextReset:
     summary_tokens: int
     fifo_ids: Sequence[str]
     blocks: Sequence[CoreBlockWrite] | None = None
+    # Unless None: the agent record's configuration becomes this (a snapshot's settings).
+    config: Mapping[str, Any] | None = None
+    # Unless None: the agent's facts, state keys and fact edges become exactly these (a snapshot's).
+    memory: AgentMemory | None = None
 
 
 @dataclass(frozen=True)
@@ -350,3 +355,38 @@ class StateEntry:
     rev: str
     updated_at: float
     expires_at: float | None = None
+
+
+# The graph edges that belong to facts (written with them, gone with them): what an
+# :class:`AgentMemory` carries and ``reset_context`` replaces.
+FACT_EDGE_KINDS: tuple[EdgeKind, ...] = ("cites", "mentions", "relates_to")
+
+
+@dataclass(frozen=True)
+class AgentMemory:
+    """An agent's structured memory as a snapshot holds it (``agent_memory`` reads it,
+    ``reset_context`` puts it back): every fact whatever its status, with its embedding; the
+    state keys live at the time; and the fact edges (:data:`FACT_EDGE_KINDS`) of the agent.
+
+    Put back, facts keep their contents, statuses, evidence, lifetimes and versions, except that
+    a fact stored now under another version gets one above both (so no version is handed out
+    twice for different contents, :func:`vcm.store.semantics.restored_version`); state keys keep
+    their values and expiries and get new revs (a rev is never reused either)."""
+
+    facts: Sequence[Fact] = ()
+    state: Sequence[StateEntry] = ()
+    edges: Sequence[Edge] = ()
+
+
+@dataclass(frozen=True)
+class IdempotencyRecord:
+    """The first result of one keyed hot-path operation (an append, a claim), kept so that a
+    retry replays it after Redis lost it (a restart in embedded mode, a flushed Redis): the hot
+    state's record is a cache of this one. ``fingerprint`` and ``result`` (JSON text) are as the
+    hot state keeps them; the record counts until ``expires_at`` (``idempotency_ttl_s``)."""
+
+    agent_id: str
+    key: str  # the caller's idempotency key
+    fingerprint: str
+    result: str
+    expires_at: float

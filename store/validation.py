@@ -476,3 +476,32 @@ def traversal(start: Any, kinds: Any, max_depth: Any, direction: Any) -> tuple[E
     if direction not in DIRECTIONS:
         raise ValidationError(f"direction must be one of {', '.join(DIRECTIONS)}", field="direction")
     return wanted
+
+
+def agent_memory(agent_id: str, memory: Any) -> Any:
+    """An :class:`~vcm.store.types.AgentMemory` to put back for ``agent_id``: every fact, state
+    key and edge is the agent's, and edges are fact edges (``reset_context`` replaces only those)."""
+    from vcm.store.types import FACT_EDGE_KINDS, AgentMemory, StateEntry
+
+    if not isinstance(memory, AgentMemory):
+        raise ValidationError("memory must be an AgentMemory")
+    for f in memory.facts:
+        fact(f)
+        if f.agent_id != agent_id:
+            raise ValidationError("a fact of another agent in the memory to restore", field="facts")
+    keys: set[str] = set()
+    for s in memory.state:
+        if not isinstance(s, StateEntry) or s.agent_id != agent_id:
+            raise ValidationError("state entries must be the agent's StateEntry rows", field="state")
+        identifier("key", s.key)
+        json_value("value", s.value)
+        finite("updated_at", s.updated_at)
+        finite("expires_at", s.expires_at, optional=True)
+        if s.key in keys:
+            raise ValidationError(f"state key {s.key!r} twice in the memory to restore", field="state")
+        keys.add(s.key)
+    for e in memory.edges:
+        edge(e)
+        if e.agent_id != agent_id or e.kind not in FACT_EDGE_KINDS:
+            raise ValidationError("memory edges must be the agent's fact edges", field="edges")
+    return memory

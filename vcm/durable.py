@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vcm.errors import NotFound, RevConflict
+from vcm.hotpath import keys
 from vcm.hotpath.state import HotState
 from vcm.obs import audit, footprint
 from vcm.store.audit_names import EventKind, audit_id
@@ -244,6 +245,9 @@ class Durability:
             summary_batch=summary.batch_id if summary else 0,
             id_floor=max(record.id_floor, top_seq),
             token_sha256=record.token_sha256,
+            # The hot path's appends the store holds (recall notes have other ids): the counter
+            # resumes there rather than at the FIFO's length.
+            appended=self.store.count_messages(agent_id, id_prefix=keys.MESSAGE_ID_PREFIX),
         )
 
     def uncommitted(self, agent_id: str) -> list[StoredMessage]:
@@ -278,11 +282,24 @@ class Durability:
         )
         if restored is None:
             return None  # another process rebuilt it first
+        self._feed_restarted(agent_id)
         # The rebuilt agent continues from the floor: reserve the next stretch before use.
         self._remember_floor(agent_id, record.id_floor)
         self._raise_floor(agent_id, image.id_floor + self.reserve)
         log.info("rebuilt the hot state of agent %s from the store (%d FIFO messages)", agent_id, len(image.fifo))
         return restored
+
+    def _feed_restarted(self, agent_id: str) -> None:
+        """A change feed lost with the hot state begins again with an "agent reset" change, so a
+        follower learns it cannot know what changed: one whose position came from the lost feed
+        reads a gap (its position is older than the feed's first change, or beyond its head), and
+        one reading the feed from its start ("0") meets the reset and drops its cache of the agent.
+        A feed that survived (a reload after a reset or restore keeps it) is left as it is."""
+        try:
+            if not self.hot.changes.exists(agent_id):
+                self.hot.changes.publish(agent_id, "agent", "*", None, "reset")
+        except Exception:  # the rebuild stands; a follower still reads a gap at its next read
+            log.warning("could not restart the change feed of %s", agent_id, exc_info=True)
 
     def missing(self) -> list[str]:
         """Stored agents whose hot state is missing."""

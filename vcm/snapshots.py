@@ -2,17 +2,25 @@
 
 Pure: no I/O. The checksum covers the compressed bytes as stored, so a flipped bit anywhere is
 refused before anything is decompressed or restored.
+
+A payload holds ``agent_id``, ``config``, ``blocks``, ``summary``, ``fifo`` and, since snapshots
+hold the whole agent, ``memory``: the facts (every field, the embedding as base64 of
+little-endian float32), state keys and fact edges (:func:`memory_json`). A payload without
+``memory`` (taken before it existed) restores without touching facts and state.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vcm.errors import SnapshotCorrupt
+from vcm.store.types import AgentMemory, Edge, Fact, NodeRef, StateEntry
 
 FORMAT = 1
 KINDS = ("manual", "periodic", "pre_upgrade", "pre_restore")
@@ -36,3 +44,80 @@ def decode(payload: bytes, sha256: str) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise SnapshotCorrupt("the snapshot has an unknown format; nothing was restored")
     return state
+
+
+# --- the memory section ----------------------------------------------------------------------------
+def memory_json(memory: AgentMemory) -> dict[str, Any]:
+    """The ``memory`` section of a payload."""
+    return {
+        "facts": [_fact_json(f) for f in memory.facts],
+        "state": [
+            {"key": e.key, "value": e.value, "rev": e.rev, "updated_at": e.updated_at, "expires_at": e.expires_at}
+            for e in memory.state
+        ],
+        "edges": [
+            {
+                "kind": e.kind,
+                "src": [e.src.collection, e.src.key],
+                "dst": [e.dst.collection, e.dst.key],
+                "created_at": e.created_at,
+                "attributes": dict(e.attributes),
+            }
+            for e in memory.edges
+        ],
+    }
+
+
+def memory_of(state: Mapping[str, Any], agent_id: str) -> AgentMemory | None:
+    """The ``memory`` section of a decoded payload; None when it has none (an older snapshot);
+    SnapshotCorrupt when it cannot be read."""
+    section = state.get("memory")
+    if section is None:
+        return None
+    try:
+        return AgentMemory(
+            facts=tuple(_fact_of(agent_id, f) for f in section["facts"]),
+            state=tuple(_state_of(agent_id, e) for e in section["state"]),
+            edges=tuple(_edge_of(agent_id, e) for e in section["edges"]),
+        )
+    except (KeyError, TypeError, ValueError, struct.error) as exc:
+        reason = f"the snapshot's facts and state cannot be read ({exc!r}); nothing was restored"
+        raise SnapshotCorrupt(reason) from None
+
+
+def _fact_json(f: Fact) -> dict[str, Any]:
+    return {
+        "fact_id": f.fact_id, "scope": f.scope, "type": f.type, "value": f.value, "key": f.key,
+        "category": f.category, "tags": list(f.tags), "importance": f.importance, "confidence": f.confidence,
+        "evidence": [dict(e) for e in f.evidence], "status": f.status, "conflict_with": list(f.conflict_with),
+        "created_at": f.created_at, "updated_at": f.updated_at, "last_used": f.last_used,
+        "access_count": f.access_count, "expires_at": f.expires_at, "version": f.version,
+        "lifetime_s": f.lifetime_s, "embedding": None if not f.embedding else _vector_text(f.embedding),
+    }  # fmt: skip
+
+
+def _fact_of(agent_id: str, d: Mapping[str, Any]) -> Fact:
+    fields = {k: v for k, v in d.items() if k != "embedding"}
+    for name in ("tags", "evidence", "conflict_with"):
+        fields[name] = tuple(fields.get(name) or ())
+    embedding = d.get("embedding")
+    return Fact(agent_id=agent_id, **fields, embedding=None if embedding is None else _vector_of(str(embedding)))
+
+
+def _state_of(agent_id: str, e: Mapping[str, Any]) -> StateEntry:
+    expires_at = None if e.get("expires_at") is None else float(e["expires_at"])
+    return StateEntry(agent_id, str(e["key"]), e["value"], str(e.get("rev", "")), float(e["updated_at"]), expires_at)
+
+
+def _edge_of(agent_id: str, e: Mapping[str, Any]) -> Edge:
+    src, dst = NodeRef(*e["src"]), NodeRef(*e["dst"])
+    return Edge(e["kind"], src, dst, agent_id, float(e["created_at"]), dict(e.get("attributes") or {}))
+
+
+def _vector_text(vector: Sequence[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+def _vector_of(text: str) -> list[float]:
+    raw = base64.b64decode(text, validate=True)
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))

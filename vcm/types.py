@@ -134,6 +134,9 @@ class AgentImage:
     summary_batch: int  # the last batch folded into the summary (0: none)
     id_floor: int  # sequences continue from here
     token_sha256: str | None = None
+    # Messages appended over the agent's life, as the store counts them (the ``appended`` counter
+    # resumes from it; 0: count the FIFO only).
+    appended: int = 0
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from vcm.store.arango.aql import agents as aql_agents
 from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.base import ArangoBase
 from vcm.store.types import (
+    FACT_EDGE_KINDS,
     AgentRecord,
     ContextReset,
     Edge,
@@ -136,9 +137,14 @@ class AgentOps(ArangoBase):
         validation.identifier("agent_id", agent)
         keep = {keys.vertex_id(message_node(agent, validation.identifier("message_id", m))) for m in change.fifo_ids}
         blocks = None if change.blocks is None else [validation.core_write(b) for b in change.blocks]
+        if change.config is not None:
+            validation.json_mapping("config", change.config)
+        memory = None if change.memory is None else validation.agent_memory(agent, change.memory)
         summary = summary_node(agent)
         summary_vertex = keys.vertex_id(summary)
-        write = (names.CORE, names.RECALL_LOG, names.BATCHES)
+        write: tuple[str, ...] = (names.CORE, names.RECALL_LOG, names.BATCHES)
+        if memory is not None:
+            write = (*write, names.FACTS, names.STATE, *(k for k in FACT_EDGE_KINDS if k not in write))
         with self._transaction(write, "reset_context") as txn:
             now = self._clock()
             folded = set(self._run(txn, aql_agents.folded_message_vertices(summary_vertex), "reset_context"))
@@ -188,4 +194,14 @@ class AgentOps(ArangoBase):
                     core.delete(str(old))
                 for b in blocks:
                     core.insert(documents.block_doc(b, now), overwrite_mode="replace")
+            if change.config is not None:
+                current = core.get(agent_key(agent))
+                if current is not None and current.get("config") != dict(change.config):
+                    update = {"_key": agent_key(agent), "config": dict(change.config), "updated_at": now}
+                    core.update(update, merge=False)
+            if memory is not None:
+                # Imported here: the facts module imports (through lifecycle) this one.
+                from vcm.store.arango.facts import replace_memory
+
+                replace_memory(lambda q: self._run(txn, q, "reset_context"), agent, memory, now)
             self._fault("reset_context.before_commit")

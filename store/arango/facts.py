@@ -5,17 +5,17 @@ ranks them with :mod:`vcm.store.fact_rank`, exactly as the embedded adapter does
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vcm.errors import NotFound, ValidationError
 from vcm.store import fact_rank, semantics, validation
-from vcm.store.arango import keys, names
+from vcm.store.arango import documents, keys, names
 from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.aql import facts as aql_facts
 from vcm.store.arango.base import ArangoBase
 from vcm.store.arango.lifecycle import count_of
-from vcm.store.types import Fact, FactHit, FactQuery, StateEntry, fact_node
+from vcm.store.types import FACT_EDGE_KINDS, AgentMemory, Edge, Fact, FactHit, FactQuery, StateEntry, fact_node
 
 
 def fact_key(agent_id: str, fact_id: str) -> str:
@@ -159,6 +159,23 @@ class FactOps(ArangoBase):
             self._rw, aql_facts.touch_facts(agent_id, [fact_key(agent_id, f) for f in fact_ids], now), "touch_facts"
         )
 
+    def agent_memory(self, agent_id: str, now: float) -> AgentMemory:
+        validation.identifier("agent_id", agent_id)
+        # One stream transaction (it writes nothing): the facts, keys and edges of one moment.
+        with self._transaction((names.FACTS, names.STATE, *FACT_EDGE_KINDS), "agent_memory") as txn:
+            facts = self._run(txn, aql_facts.facts_of_agent(agent_id), "agent_memory")
+            state = self._run(txn, aql_facts.list_state(agent_id, now), "agent_memory")
+            edges = [
+                d
+                for kind in FACT_EDGE_KINDS
+                for d in self._run(txn, aql_facts.edges_of_agent(kind, agent_id), "agent_memory")
+            ]
+        return AgentMemory(
+            facts=tuple(fact_from_doc(d, with_embedding=True) for d in facts),
+            state=tuple(_state(d) for d in state),
+            edges=tuple(e for e in (_edge(d) for d in edges) if e is not None),
+        )
+
     # --- state ------------------------------------------------------------------------------------
     def put_state(
         self, agent_id: str, key: str, value: Any, *, expires_at: float | None, expected_rev: str | None
@@ -211,3 +228,34 @@ class FactOps(ArangoBase):
                 return 0
             state.delete(doc_key)
             return 1
+
+
+def _edge(d: Mapping[str, Any]) -> Edge | None:
+    src, dst = documents.ref_from_pair(d.get("src")), documents.ref_from_pair(d.get("dst"))
+    if src is None or dst is None:
+        return None  # not written by this adapter
+    return Edge(d["kind"], src, dst, d["agent_id"], float(d.get("created_at", 0.0)), d.get("attributes") or {})
+
+
+def replace_memory(
+    run: Callable[[aql_common.AqlQuery], list[Any]], agent_id: str, memory: AgentMemory, now: float
+) -> None:
+    """``reset_context``'s memory part, inside its stream transaction (``run`` runs a query in
+    it): the agent's facts, state keys and fact edges become exactly ``memory``'s (the port's
+    :class:`~vcm.store.types.AgentMemory` rules; state keys get new ``_rev`` from the server)."""
+    current = {str(f): int(v) for f, v in run(aql_facts.fact_versions(agent_id))}
+    for collection in (names.FACTS, names.STATE, *FACT_EDGE_KINDS):
+        run(aql_common.remove_of_agent(collection, agent_id))
+    facts = [fact_doc(f, semantics.restored_version(f.version, current.get(f.fact_id))) for f in memory.facts]
+    state = [
+        {"_key": state_key(agent_id, s.key), "agent_id": agent_id, "key": s.key, "value": s.value,
+         "updated_at": s.updated_at, "expires_at": s.expires_at}
+        for s in memory.state
+    ]  # fmt: skip
+    for collection, docs in ((names.FACTS, facts), (names.STATE, state)):
+        if docs:
+            run(aql_common.insert_ignore(collection, docs))
+    for kind in FACT_EDGE_KINDS:
+        edges = [documents.edge_doc(e, now) for e in memory.edges if e.kind == kind]
+        if edges:
+            run(aql_common.insert_ignore(kind, edges))

@@ -75,9 +75,9 @@ class MessageOps(ArangoBase):
         q = aql_messages.list_messages(agent_id, validation.after_seq(after_seq), validation.limit("limit", limit))
         return [documents.message_from_doc(d) for d in self._run(self._ro, q, "list_messages")]
 
-    def count_messages(self, agent_id: str) -> int:
+    def count_messages(self, agent_id: str, *, id_prefix: str = "") -> int:
         validation.identifier("agent_id", agent_id)
-        rows = self._run(self._ro, aql_messages.count_messages(agent_id), "count_messages")
+        rows = self._run(self._ro, aql_messages.count_messages(agent_id, id_prefix), "count_messages")
         return int(rows[0]) if rows else 0
 
     def commit_eviction(self, commit: EvictionCommit) -> EvictionResult:

@@ -17,6 +17,7 @@ from vcm.errors import NotFound, ValidationError
 from vcm.store import validation
 from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.facts import replace_memory
 from vcm.store.types import (
     SUMMARY_BLOCK_ID,
     AgentRecord,
@@ -130,6 +131,8 @@ class AgentOps(EmbeddedBase):
         validation.identifier("agent_id", agent)
         keep = {validation.identifier("message_id", m) for m in change.fifo_ids}
         blocks = None if change.blocks is None else [validation.core_write(b) for b in change.blocks]
+        config = None if change.config is None else validation.json_mapping("config", change.config)
+        memory = None if change.memory is None else validation.agent_memory(agent, change.memory)
         summary = summary_node(agent)
         now = self._clock()
         with self._db.write("reset a context") as conn:
@@ -195,4 +198,11 @@ class AgentOps(EmbeddedBase):
                             rows.dumps(dict(b.metadata)),
                         ),
                     )
+            if config is not None:
+                conn.execute(
+                    "UPDATE agents SET config = ?, updated_at = ? WHERE agent_id = ? AND config != ?",
+                    (config, now, agent, config),
+                )
+            if memory is not None:
+                replace_memory(conn, agent, memory, lambda: self._next_rev(conn))
             self._fault("reset_context.before_commit")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,17 @@ from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase
 from vcm.store.embedded.db import chunked
 from vcm.store.embedded.graph import delete_node_edges
-from vcm.store.types import Fact, FactHit, FactQuery, StateEntry, fact_node
+from vcm.store.types import (
+    FACT_EDGE_KINDS,
+    AgentMemory,
+    Edge,
+    Fact,
+    FactHit,
+    FactQuery,
+    NodeRef,
+    StateEntry,
+    fact_node,
+)
 
 _COLUMNS = (
     "agent_id, fact_id, scope, type, key, value, category, tags, importance, confidence, evidence, status, "
@@ -97,7 +107,6 @@ class FactOps(EmbeddedBase):
 
     def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
         validation.fact(fact)
-        embedding = None if not fact.embedding else np.asarray(fact.embedding, dtype="<f4").tobytes()
         with self._db.write("write a fact") as conn:
             current = conn.execute(
                 "SELECT version FROM facts WHERE agent_id = ? AND fact_id = ?", (fact.agent_id, fact.fact_id)
@@ -109,34 +118,7 @@ class FactOps(EmbeddedBase):
                     None if expected_version is None else str(expected_version),
                     None if current_version is None else str(current_version),
                 )
-            version = 1 if expected_version is None else expected_version + 1
-            conn.execute(
-                f"INSERT OR REPLACE INTO facts ({_COLUMNS}, embedding) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    fact.agent_id,
-                    fact.fact_id,
-                    fact.scope,
-                    fact.type,
-                    fact.key,
-                    fact.value,
-                    fact.category,
-                    rows.dumps(list(fact.tags)),
-                    fact.importance,
-                    fact.confidence,
-                    rows.dumps([dict(e) for e in fact.evidence]),
-                    fact.status,
-                    rows.dumps(list(fact.conflict_with)),
-                    fact.created_at,
-                    fact.updated_at,
-                    fact.last_used,
-                    fact.access_count,
-                    fact.expires_at,
-                    version,
-                    fact.lifetime_s,
-                    embedding,
-                ),
-            )
+            _insert_fact(conn, fact, 1 if expected_version is None else expected_version + 1)
             row = conn.execute(
                 f"SELECT {_COLUMNS} FROM facts WHERE agent_id = ? AND fact_id = ?", (fact.agent_id, fact.fact_id)
             ).fetchone()
@@ -245,6 +227,29 @@ class FactOps(EmbeddedBase):
                 [(now, agent_id, f) for f in fact_ids],
             )
 
+    def agent_memory(self, agent_id: str, now: float) -> AgentMemory:
+        validation.identifier("agent_id", agent_id)
+        kinds = ",".join("?" * len(FACT_EDGE_KINDS))
+        with self._db.read("read an agent's memory") as conn:
+            facts = conn.execute(
+                f"SELECT {_COLUMNS}, embedding FROM facts WHERE agent_id = ? ORDER BY fact_id", (agent_id,)
+            ).fetchall()
+            state = conn.execute(
+                "SELECT agent_id, key, value, rev, updated_at, expires_at FROM state WHERE agent_id = ? "
+                "AND (expires_at IS NULL OR expires_at >= ?) ORDER BY key",
+                (agent_id, now),
+            ).fetchall()
+            edges = conn.execute(
+                "SELECT kind, src_coll, src_key, dst_coll, dst_key, agent_id, created_at, attributes FROM edges "
+                f"WHERE agent_id = ? AND kind IN ({kinds}) ORDER BY kind, src_coll, src_key, dst_coll, dst_key",
+                (agent_id, *FACT_EDGE_KINDS),
+            ).fetchall()
+        return AgentMemory(
+            facts=tuple(_fact(r, r["embedding"]) for r in facts),
+            state=tuple(_state(r) for r in state),
+            edges=tuple(_edge(r) for r in edges),
+        )
+
     # --- state ------------------------------------------------------------------------------------
     def put_state(
         self, agent_id: str, key: str, value: Any, *, expires_at: float | None, expected_rev: str | None
@@ -316,4 +321,74 @@ def _state(row: sqlite3.Row) -> StateEntry:
         row["rev"],
         float(row["updated_at"]),
         None if row["expires_at"] is None else float(row["expires_at"]),
+    )
+
+
+# --- helpers (run inside an open write transaction) -------------------------------------------
+def _insert_fact(conn: sqlite3.Connection, fact: Fact, version: int) -> None:
+    embedding = None if not fact.embedding else np.asarray(fact.embedding, dtype="<f4").tobytes()
+    conn.execute(
+        f"INSERT OR REPLACE INTO facts ({_COLUMNS}, embedding) VALUES "
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            fact.agent_id,
+            fact.fact_id,
+            fact.scope,
+            fact.type,
+            fact.key,
+            fact.value,
+            fact.category,
+            rows.dumps(list(fact.tags)),
+            fact.importance,
+            fact.confidence,
+            rows.dumps([dict(e) for e in fact.evidence]),
+            fact.status,
+            rows.dumps(list(fact.conflict_with)),
+            fact.created_at,
+            fact.updated_at,
+            fact.last_used,
+            fact.access_count,
+            fact.expires_at,
+            version,
+            fact.lifetime_s,
+            embedding,
+        ),
+    )
+
+
+def _edge(r: sqlite3.Row) -> Edge:
+    src, dst = NodeRef(r["src_coll"], r["src_key"]), NodeRef(r["dst_coll"], r["dst_key"])
+    return Edge(r["kind"], src, dst, r["agent_id"], float(r["created_at"]), json.loads(r["attributes"]))
+
+
+def _edge_row(agent_id: str, e: Edge) -> tuple[Any, ...]:
+    attributes = rows.dumps(dict(e.attributes))
+    return (e.kind, e.src.collection, e.src.key, e.dst.collection, e.dst.key, agent_id, e.created_at, attributes)
+
+
+def replace_memory(conn: sqlite3.Connection, agent_id: str, memory: AgentMemory, next_rev: Callable[[], str]) -> None:
+    """``reset_context``'s memory part: the agent's facts, state keys and fact edges become
+    exactly ``memory``'s (the port's :class:`~vcm.store.types.AgentMemory` rules)."""
+    current = {
+        str(r[0]): int(r[1]) for r in conn.execute("SELECT fact_id, version FROM facts WHERE agent_id = ?", (agent_id,))
+    }
+    conn.execute("DELETE FROM facts WHERE agent_id = ?", (agent_id,))
+    conn.execute(
+        f"DELETE FROM edges WHERE agent_id = ? AND kind IN ({','.join('?' * len(FACT_EDGE_KINDS))})",
+        (agent_id, *FACT_EDGE_KINDS),
+    )
+    conn.execute("DELETE FROM state WHERE agent_id = ?", (agent_id,))
+    for f in memory.facts:
+        _insert_fact(conn, f, semantics.restored_version(f.version, current.get(f.fact_id)))
+    conn.executemany(
+        "INSERT INTO state (agent_id, key, value, rev, updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (agent_id, s.key, validation.json_value("value", s.value), next_rev(), s.updated_at, s.expires_at)
+            for s in memory.state
+        ],
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO edges (kind, src_coll, src_key, dst_coll, dst_key, agent_id, created_at, "
+        "attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [_edge_row(agent_id, e) for e in memory.edges],
     )

@@ -74,9 +74,14 @@ class MessageOps(EmbeddedBase):
         )
         return [rows.message(r) for r in found]
 
-    def count_messages(self, agent_id: str) -> int:
+    def count_messages(self, agent_id: str, *, id_prefix: str = "") -> int:
         validation.identifier("agent_id", agent_id)
-        found = self._db.query("count messages", "SELECT COUNT(*) FROM messages WHERE agent_id = ?", (agent_id,))
+        # substr() rather than LIKE or GLOB: a prefix holding their wildcards matches as written.
+        found = self._db.query(
+            "count messages",
+            "SELECT COUNT(*) FROM messages WHERE agent_id = ? AND substr(message_id, 1, ?) = ?",
+            (agent_id, len(id_prefix), id_prefix),
+        )
         return int(found[0][0])
 
     def commit_eviction(self, commit: EvictionCommit) -> EvictionResult:

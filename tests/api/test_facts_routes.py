@@ -137,3 +137,35 @@ def test_the_built_context_shows_each_layer_with_its_tokens_and_sources(client: 
     facts = client.get("/v1/agents/a1/facts", headers=h).json()["facts"]
     assert memory["sources"][0]["id"] in {f["fact_id"] for f in facts}
     assert all(f["access_count"] == 0 for f in facts), facts
+
+
+def test_a_restore_over_http_returns_facts_and_state_to_the_snapshot(client: TestClient) -> None:
+    """Snapshots hold facts and state (issue 29): what came after goes on a restore, and the
+    ``pre_restore`` snapshot brings it back."""
+    h = new_agent(client, "a1")
+    kept = client.post("/v1/agents/a1/facts", json={"value": "Ann likes tea", "type": "preference"}, headers=h).json()
+    client.put("/v1/agents/a1/state/plan", json={"value": {"step": 1}}, headers=h)
+    snap = client.post("/v1/agents/a1/snapshots", json={}, headers=h).json()
+    before = (facts_of(client, h), client.get("/v1/agents/a1/state", headers=h).json())
+    client.post("/v1/agents/a1/facts", json={"value": "Ann moved to Oslo", "type": "learned"}, headers=h)
+    client.delete(f"/v1/agents/a1/facts/{kept['fact']['fact_id']}", headers=h)
+    client.put("/v1/agents/a1/state/plan", json={"value": {"step": 2}}, headers=h)
+    client.put("/v1/agents/a1/state/later", json={"value": True}, headers=h)
+    later = (facts_of(client, h), client.get("/v1/agents/a1/state", headers=h).json())
+
+    out = client.post(f"/v1/agents/a1/snapshots/{snap['snapshot_id']}/restore", headers=h)
+    assert out.status_code == 200, out.text
+    facts, state = facts_of(client, h), client.get("/v1/agents/a1/state", headers=h).json()
+    assert [(f["fact_id"], f["value"], f["status"]) for f in facts] == [
+        (f["fact_id"], f["value"], f["status"]) for f in before[0]
+    ]
+    assert _values(state) == _values(before[1]) == {"plan": {"step": 1}}
+
+    back = client.post(f"/v1/agents/a1/snapshots/{out.json()['pre_restore_snapshot_id']}/restore", headers=h)
+    assert back.status_code == 200, back.text
+    assert [f["value"] for f in facts_of(client, h)] == [f["value"] for f in later[0]] == ["Ann moved to Oslo"]
+    assert _values(client.get("/v1/agents/a1/state", headers=h).json()) == _values(later[1])
+
+
+def _values(listing: dict[str, Any]) -> dict[str, Any]:
+    return {e["key"]: e["value"] for e in listing["state"]}

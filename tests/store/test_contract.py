@@ -190,6 +190,10 @@ def test_spool_is_idempotent_by_message_id(store: MemoryStore) -> None:
     assert store.spool_messages([*batch[:2], msg(A, 5)]) == 1
     assert store.count_messages(A) == 6
     assert store.count_messages(B) == 0
+    # By id prefix (the hot path's appends, without recall notes); "_" and "%" are no wildcards.
+    store.spool_messages([replace(msg(A, 6), message_id="r_note"), replace(msg(A, 7), message_id="m%x")])
+    assert store.count_messages(A, id_prefix="m") == 7 and store.count_messages(A, id_prefix="r_") == 1
+    assert store.count_messages(A, id_prefix="m%") == 1 and store.count_messages(A, id_prefix="m_") == 0
 
 
 def test_spool_keeps_the_first_write_of_a_message(store: MemoryStore) -> None:

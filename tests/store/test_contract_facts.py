@@ -6,9 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from vcm.errors import NotFound, RevConflict, ValidationError
+from tests.store.factories import FaultSwitch
+from vcm.errors import InjectedFailure, NotFound, RevConflict, ValidationError
 from vcm.store.port import MemoryStore
-from vcm.store.types import Edge, Fact, FactQuery, fact_node, message_node
+from vcm.store.types import AgentMemory, ContextReset, Edge, Fact, FactQuery, fact_node, message_node
 
 NOW = 1_700_000_000.0
 
@@ -144,3 +145,64 @@ def test_state_keys_revs_ttl_and_clear(store: MemoryStore) -> None:
         store.put_state("a1", "owner", "instance-2", expires_at=None, expected_rev="")
     assert "already exists" in late.value.message
     assert store.get_state("a1", "owner", NOW).value == "instance-1" and made.rev
+
+
+def test_agent_memory_reads_everything_and_reset_context_puts_it_back_at_once(
+    store: MemoryStore, faults: FaultSwitch
+) -> None:
+    """What a snapshot keeps (``agent_memory``) and what a restore puts back (``reset_context``
+    with ``memory``): every fact with its embedding, the live state keys, the fact edges; and
+    only those of the agent."""
+    store.put_agent("a1", {"model": "m"})
+    store.put_agent("b1", {"model": "m"})
+    kept = store.put_fact(fact(1, "likes tea", status="archived", lifetime_s=60.0, expires_at=NOW + 60), None)
+    moved = store.put_fact(fact(2, "likes coffee"), None)
+    cites = Edge("cites", fact_node("a1", "f1"), message_node("a1", "m1"), "a1", NOW)
+    store.add_edge(cites)
+    store.put_state("a1", "plan", {"step": 1}, expires_at=None, expected_rev=None)
+    store.put_state("a1", "gone", 1, expires_at=NOW - 1, expected_rev=None)
+    store.put_state("b1", "other", 1, expires_at=None, expected_rev=None)
+    store.put_fact(replace(fact(9, "b's own"), agent_id="b1"), None)
+    snap = store.agent_memory("a1", NOW)
+    assert [f.fact_id for f in snap.facts] == ["f1", "f2"] and snap.facts[0].embedding == [1.0, 0.0, 0.0]
+    assert snap.facts[0].status == "archived" and snap.facts[0].lifetime_s == 60.0
+    assert [s.key for s in snap.state] == ["plan"] and snap.edges == (cites,)
+
+    # After the snapshot: one fact moves on, one comes, keys and edges change.
+    store.put_fact(replace(moved, value="likes cocoa"), moved.version)
+    store.put_fact(fact(3, "new"), None)
+    store.add_edge(Edge("cites", fact_node("a1", "f3"), message_node("a1", "m3"), "a1", NOW))
+    plan = store.put_state("a1", "plan", {"step": 2}, expires_at=None, expected_rev=None)
+    store.put_state("a1", "later", True, expires_at=None, expected_rev=None)
+    reset = ContextReset("a1", 500, "", 0, fifo_ids=[], memory=snap)
+
+    # A failure inside the transaction changes nothing.
+    faults.armed.add("reset_context.before_commit")
+    with pytest.raises(InjectedFailure):
+        store.reset_context(reset)
+    faults.armed.clear()
+    assert len(store.agent_memory("a1", NOW).facts) == 3
+
+    store.reset_context(reset)
+    back = store.agent_memory("a1", NOW)
+    assert [(f.fact_id, f.value, f.status, f.expires_at) for f in back.facts] == [
+        ("f1", "likes tea", "archived", NOW + 60),
+        ("f2", "likes coffee", "active", None),
+    ]
+    # Versions: kept where the fact had not moved on, above both where it had.
+    assert [f.version for f in back.facts] == [kept.version, moved.version + 2]
+    assert [(s.key, s.value) for s in back.state] == [("plan", {"step": 1})] and back.state[0].rev != plan.rev
+    assert back.edges == (cites,)
+    assert store.traverse(fact_node("a1", "f3"), ["cites"]) == []
+    # Another agent's memory is untouched.
+    assert [f.fact_id for f in store.agent_memory("b1", NOW).facts] == ["f9"]
+    assert [s.key for s in store.list_state("b1", NOW)] == ["other"]
+
+
+def test_reset_context_refuses_memory_of_another_agent(store: MemoryStore) -> None:
+    store.put_agent("a1", {})
+    store.put_fact(fact(1, "mine"), None)
+    stranger = AgentMemory(facts=(replace(fact(2, "theirs"), agent_id="b1"),))
+    with pytest.raises(ValidationError):
+        store.reset_context(ContextReset("a1", 7, "", 0, fifo_ids=[], memory=stranger))
+    assert [f.fact_id for f in store.query_facts("a1", FactQuery())] == ["f1"]

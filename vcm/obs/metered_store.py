@@ -17,6 +17,7 @@ from vcm.errors import VcmError
 from vcm.obs import metrics
 from vcm.store.port import MemoryStore
 from vcm.store.types import (
+    AgentMemory,
     AgentRecord,
     ArchivalChunk,
     ArchivalHit,
@@ -112,6 +113,9 @@ class MeteredStore(MemoryStore):
     def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:
         self._call("touch_facts", self.inner.touch_facts, agent_id, fact_ids, now)
 
+    def agent_memory(self, agent_id: str, now: float) -> AgentMemory:
+        return self._call("agent_memory", self.inner.agent_memory, agent_id, now)
+
     def put_state(
         self, agent_id: str, key: str, value: Any, *, expires_at: float | None, expected_rev: str | None
     ) -> StateEntry:
@@ -178,8 +182,8 @@ class MeteredStore(MemoryStore):
     def list_messages(self, agent_id: str, *, after_seq: int = -1, limit: int = 100) -> list[StoredMessage]:
         return self._call("list_messages", self.inner.list_messages, agent_id, after_seq=after_seq, limit=limit)
 
-    def count_messages(self, agent_id: str) -> int:
-        return self._call("count_messages", self.inner.count_messages, agent_id)
+    def count_messages(self, agent_id: str, *, id_prefix: str = "") -> int:
+        return self._call("count_messages", self.inner.count_messages, agent_id, id_prefix=id_prefix)
 
     def commit_eviction(self, commit: EvictionCommit) -> EvictionResult:
         return self._call("commit_eviction", self.inner.commit_eviction, commit)

@@ -1,24 +1,26 @@
 """Snapshots of an agent through the façade: capture (blocks, summary, FIFO with pending batches,
-settings; compressed and checksummed by :mod:`vcm.snapshots`), list, delete, and restore, which
-goes through the lifecycle's hand-over (:class:`~vcm.service.lifecycle.Lifecycle`): the store
-switches over in one transaction and the hot state is rebuilt from it."""
+settings, facts, state keys and fact edges; compressed and checksummed by :mod:`vcm.snapshots`),
+list, delete, and restore, which goes through the lifecycle's hand-over
+(:class:`~vcm.service.lifecycle.Lifecycle`): the store switches over in one transaction and the
+hot state is rebuilt from it."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from vcm import snapshots as payloads
 from vcm import validation
 from vcm.durable import agent_config, block_write, stored_message
-from vcm.errors import Conflict, NotFound, ValidationError
+from vcm.errors import Conflict, NotFound, SnapshotCorrupt, ValidationError
 from vcm.obs import metrics
 from vcm.service.core import Core
 from vcm.service.lifecycle import Lifecycle
 from vcm.store import validation as store_validation
 from vcm.store.audit_names import Actor, EventKind
-from vcm.store.types import ContextReset, SnapshotRecord, SummaryVersion
+from vcm.store.types import AgentMemory, ContextReset, SnapshotRecord, SummaryVersion, fact_node, message_node
 from vcm.types import Block, Message
 
 
@@ -46,7 +48,8 @@ class Snapshots:
         idempotency_key: str | None = None,
     ) -> SnapshotRecord:
         """Capture the agent's blocks, summary, FIFO (with pending batches' messages, which the
-        summary does not cover yet) and settings, compressed and checksummed.
+        summary does not cover yet), settings, facts (every status, with evidence, lifetimes and
+        versions), state keys and fact edges, compressed and checksummed.
 
         Under an idempotency key the snapshot's id is claimed first: a retry answers with the
         snapshot the first call took, or takes it under that id if the first call died before
@@ -80,6 +83,7 @@ class Snapshots:
                 "blocks": [b.as_json() for b in snap.blocks],
                 "summary": {"text": text, "tokens": tokens, "batch_id": batch},
                 "fifo": [m.as_json() for m in fifo],
+                "memory": payloads.memory_json(self.core.store.agent_memory(agent_id, now)),
             }
             payload, sha, size = payloads.encode(state)
             record = self.core.store.put_snapshot(
@@ -120,12 +124,13 @@ class Snapshots:
     def restore_snapshot(
         self, agent_id: str, snapshot_id: str, *, actor: str = Actor.SYSTEM, idempotency_key: str | None = None
     ) -> dict[str, Any]:
-        """Return the agent to a snapshot: blocks, summary, FIFO and settings exactly as captured.
-        The checksum is verified first (SNAPSHOT_CORRUPT, nothing changed); the current state is
-        kept as a ``pre_restore`` snapshot; then one store transaction switches the agent over
-        and its hot state is rebuilt from the store. A retry under the same idempotency key
-        restores nothing (it would undo what happened since the first call) and answers with an
-        empty ``pre_restore_snapshot_id``."""
+        """Return the agent to a snapshot: blocks, summary, FIFO, settings, facts, state keys and
+        fact edges exactly as captured (a snapshot taken before snapshots held facts and state
+        leaves those as they are). The checksum is verified and the whole payload read first
+        (SNAPSHOT_CORRUPT, nothing changed); the current state is kept as a ``pre_restore``
+        snapshot; then one store transaction switches the agent over and its hot state is rebuilt
+        from the store. A retry under the same idempotency key restores nothing (it would undo
+        what happened since the first call) and answers with an empty ``pre_restore_snapshot_id``."""
         validation.idempotency_key(idempotency_key)
         if idempotency_key is not None:
             request = {"snapshot_id": snapshot_id}
@@ -137,18 +142,26 @@ class Snapshots:
         state = payloads.decode(record.payload, record.sha256)
         if state.get("agent_id") != agent_id:
             raise Conflict("the snapshot belongs to another agent", snapshot_id=snapshot_id)
-        fifo = [Message.from_json(m) for m in state["fifo"]]
-        blocks = [Block.from_json(b) for b in state["blocks"]]
-        summary = state["summary"]
+        # Everything is read before anything is written: a payload that cannot be read changes nothing.
+        try:
+            fifo = [Message.from_json(m) for m in state["fifo"]]
+            blocks = [Block.from_json(b) for b in state["blocks"]]
+            summary, config = dict(state["summary"]), dict(state["config"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotCorrupt(f"the snapshot cannot be read ({exc!r}); nothing was restored") from None
+        memory = payloads.memory_of(state, agent_id)  # None: an older snapshot, facts and state stay
         before = self.create_snapshot(
             agent_id, kind="pre_restore", reason=f"before restoring {snapshot_id}", actor=actor
         )
+        # Writes that change nothing the agent holds (they only make the switch-over possible):
+        # the hot state's messages reach the store, and so do the snapshot's FIFO messages, which
+        # come back even if forgotten or expired since.
         self.lifecycle.persist_hot(agent_id)
-        # Messages of the snapshot's FIFO come back even if forgotten or expired since.
         ttl = self.core.settings.maintenance.recall_ttl_s
         self.core.store.spool_messages([stored_message(agent_id, m, ttl_s=ttl) for m in fifo])
-        self.core.store.put_agent(agent_id, state["config"])
         batch_id = self.lifecycle.fresh_id(agent_id)
+        # The switch-over, in one store transaction: summary, FIFO, blocks, settings, facts, state
+        # keys and fact edges change together or not at all.
         self.core.store.reset_context(
             ContextReset(
                 agent_id,
@@ -157,10 +170,13 @@ class Snapshots:
                 int(summary.get("tokens", 0)),
                 fifo_ids=[m.id for m in fifo],
                 blocks=[block_write(agent_id, b) for b in blocks],
+                config=config,
+                memory=None if memory is None else self._linked(agent_id, memory),
             )
         )
         self.lifecycle.reload(agent_id)
-        # Blocks, state and facts may all differ now: instances drop their cache of the agent.
+        # Blocks, state and facts may all differ now: instances drop their whole cache of the
+        # agent (an "agent reset" change clears every kind, :meth:`vcm.sync.state.SyncState.apply`).
         self.core.changed(agent_id, "agent", "*", None, "reset")
         self.core.audit(
             agent_id,
@@ -169,6 +185,17 @@ class Snapshots:
             actor,
         )
         return {"agent_id": agent_id, "snapshot_id": snapshot_id, "pre_restore_snapshot_id": before.snapshot_id}
+
+    def _linked(self, agent_id: str, memory: AgentMemory) -> AgentMemory:
+        """The memory with only the edges whose ends exist once it is back: its own facts, and
+        messages still stored (one forgotten since the snapshot takes its edges with it, as a
+        forget does)."""
+        facts = {fact_node(agent_id, f.fact_id) for f in memory.facts}
+        wanted = {n.key.split(":", 1)[1] for e in memory.edges for n in (e.src, e.dst) if n.collection == "messages"}
+        stored = {m.message_id for m in self.core.store.get_messages(agent_id, sorted(wanted))} if wanted else set()
+        messages = {message_node(agent_id, m) for m in stored}
+        edges = tuple(e for e in memory.edges if all(n in facts or n in messages for n in (e.src, e.dst)))
+        return replace(memory, edges=edges)
 
     def snapshot_all(self, *, kind: str = "periodic") -> int:
         """A snapshot of every agent (beat, and before an upgrade); returns how many were taken."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from vcm.errors import ValidationError
 from vcm.store.arango import names
 from vcm.store.arango.aql.common import (
     AqlQuery,
@@ -71,3 +72,23 @@ def fact_counts(agent_id: str) -> AqlQuery:
         "}"
     )
     return AqlQuery(text, {"agent_id": agent_id})
+
+
+def facts_of_agent(agent_id: str) -> AqlQuery:
+    """Every fact of the agent, whatever its status, with its embedding, by id (a snapshot's)."""
+    text = f"FOR f IN {names.FACTS}\n  FILTER f.agent_id == @agent_id\n  SORT f.fact_id ASC\n  RETURN f"
+    return AqlQuery(text, {"agent_id": agent_id})
+
+
+def fact_versions(agent_id: str) -> AqlQuery:
+    """``[fact_id, version]`` of every fact of the agent (what a restore's versions start from)."""
+    text = f"FOR f IN {names.FACTS}\n  FILTER f.agent_id == @agent_id\n  RETURN [f.fact_id, f.version]"
+    return AqlQuery(text, {"agent_id": agent_id})
+
+
+def edges_of_agent(edge_collection: str, agent_id: str) -> AqlQuery:
+    """Every edge of the agent in one edge collection (the fact edges a snapshot keeps)."""
+    if edge_collection not in names.EDGE_COLLECTIONS:
+        raise ValidationError("unknown edge collection", collection=edge_collection)
+    text = "FOR e IN @@edges\n  FILTER e.agent_id == @agent_id\n  SORT e._key ASC\n  RETURN e"
+    return AqlQuery(text, {"@edges": edge_collection, "agent_id": agent_id})

@@ -22,9 +22,16 @@ def list_core(agent_id: str) -> AqlQuery:
     return AqlQuery(text, {"agent_id": agent_id})
 
 
-def count_messages(agent_id: str) -> AqlQuery:
-    text = f"FOR m IN {names.MESSAGES}\n  FILTER m.agent_id == @agent_id\n  COLLECT WITH COUNT INTO n\n  RETURN n"
-    return AqlQuery(text, {"agent_id": agent_id})
+def count_messages(agent_id: str, id_prefix: str = "") -> AqlQuery:
+    """How many messages the agent has (whose id starts with ``id_prefix``, when given)."""
+    if not id_prefix:
+        text = f"FOR m IN {names.MESSAGES}\n  FILTER m.agent_id == @agent_id\n  COLLECT WITH COUNT INTO n\n  RETURN n"
+        return AqlQuery(text, {"agent_id": agent_id})
+    text = (
+        f"FOR m IN {names.MESSAGES}\n  FILTER m.agent_id == @agent_id AND STARTS_WITH(m.message_id, @prefix)\n"
+        "  COLLECT WITH COUNT INTO n\n  RETURN n"
+    )
+    return AqlQuery(text, {"agent_id": agent_id, "prefix": id_prefix})
 
 
 def committed_batches(agent_id: str) -> AqlQuery:
