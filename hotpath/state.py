@@ -20,7 +20,7 @@ from vcm import validation
 from vcm.errors import ValidationError
 from vcm.hotpath import keys, lua, render
 from vcm.hotpath.changes import ChangeFeed
-from vcm.hotpath.codec import dumps, fingerprint, num, reply
+from vcm.hotpath.codec import as_str, dumps, fingerprint, num, reply
 from vcm.hotpath.creation import creation_of, restored_counters
 from vcm.hotpath.credentials import AgentTokens
 from vcm.hotpath.heartbeats import HeartbeatStore
@@ -32,7 +32,12 @@ from vcm.hotpath.turns import TurnLocks
 from vcm.settings import Settings
 from vcm.types import AgentImage, AgentInfo, AppendResult, BatchInfo, Block, BlockResult, FinishResult, Gauges, Message
 
-__all__ = ["HotState", "Snapshot"]
+__all__ = ["HotState", "Snapshot", "claim_record"]
+
+
+def claim_record(op: str, request: Mapping[str, Any], result: Mapping[str, Any]) -> tuple[str, str]:
+    """The fingerprint and result text a claim of ``op`` records (in Redis and in the store)."""
+    return fingerprint({"op": op, **request}), dumps(dict(result))
 
 
 class HotState(HotReads):
@@ -383,10 +388,10 @@ class HotState(HotReads):
         """
         validation.agent_id(agent_id)
         validation.idempotency_key(idempotency_key)
-        fp = fingerprint({"op": op, **request})
+        fp, text = claim_record(op, request, result)
         raw = self._claim(
             keys=[keys.idempotency(agent_id, idempotency_key)],
-            args=[keys.prefix(agent_id), fp, self.settings.idempotency_ttl_s, dumps(dict(result))],
+            args=[keys.prefix(agent_id), fp, self.settings.idempotency_ttl_s, text],
         )
         return reply(raw)
 
@@ -395,9 +400,38 @@ class HotState(HotReads):
     ) -> None:
         """Replace a claimed key's recorded result with the operation's final one (same
         fingerprint), so that retries answer with it (:meth:`claim` records what is known first)."""
-        fp = fingerprint({"op": op, **request})
-        record = f"{fp}\n{dumps(dict(result))}"
-        self.redis.set(keys.idempotency(agent_id, idempotency_key), record, ex=self.settings.idempotency_ttl_s)
+        fp, text = claim_record(op, request, result)
+        self.redis.set(keys.idempotency(agent_id, idempotency_key), f"{fp}\n{text}", ex=self.settings.idempotency_ttl_s)
+
+    def idempotency_records(self, agent_id: str, idempotency_keys: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """The records Redis holds under the agent's keys: key -> (fingerprint, result JSON), for
+        the store's copy (:mod:`vcm.durable`). One MGET: the keys share the agent's hash tag."""
+        wanted = list(dict.fromkeys(idempotency_keys))
+        if not wanted:
+            return {}
+        found = self.redis.mget([keys.idempotency(agent_id, k) for k in wanted])
+        out: dict[str, tuple[str, str]] = {}
+        for key, raw in zip(wanted, found, strict=True):
+            if raw:
+                fp, _, result = as_str(raw).partition("\n")
+                out[key] = (fp, result)
+        return out
+
+    def install_idempotency(
+        self, agent_id: str, records: Sequence[tuple[str, str, str, float]], *, replace: bool = False
+    ) -> int:
+        """Put the store's records ``(key, fingerprint, result JSON, expires_at)`` back, each with
+        the time it has left; a record Redis holds already is kept unless ``replace`` (Redis can
+        only be newer: the store is written first). Returns how many were written."""
+        now = self.clock()
+        live = [(k, fp, res, int((exp - now) * 1000)) for k, fp, res, exp in records if exp - now >= 0.001]
+        written = 0
+        for i in range(0, len(live), 1000):
+            pipe = self.redis.pipeline(transaction=False)
+            for key, fp, result, ms in live[i : i + 1000]:
+                pipe.set(keys.idempotency(agent_id, key), f"{fp}\n{result}", px=ms, nx=not replace)
+            written += sum(1 for ok in pipe.execute() if ok)
+        return written
 
     def reserve_message_id(self, agent_id: str) -> tuple[str, int]:
         """An id in the agent's message sequence for a message that skips the FIFO (write_recall)."""

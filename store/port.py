@@ -48,6 +48,7 @@ from vcm.store.types import (
     FactQuery,
     Forgotten,
     Health,
+    IdempotencyRecord,
     MemoryEvent,
     NodeRef,
     Page,
@@ -218,12 +219,19 @@ class MemoryStore(abc.ABC):
 
     # --- messages / recall -------------------------------------------------------------
     @abc.abstractmethod
-    def spool_messages(self, messages: Sequence[StoredMessage], *, events: Sequence[MemoryEvent] = ()) -> int:
+    def spool_messages(
+        self,
+        messages: Sequence[StoredMessage],
+        *,
+        events: Sequence[MemoryEvent] = (),
+        idempotency: Sequence[IdempotencyRecord] = (),
+    ) -> int:
         """Write-behind of appended messages; idempotent by (agent_id, message_id).
 
-        ``events`` (their audit rows, idempotent by event id) are written with the messages, in
-        the same transaction (the ArangoDB adapter: with the last size-capped part). Returns how
-        many messages were new.
+        ``events`` (their audit rows, idempotent by event id) and ``idempotency`` (the records of
+        keyed appends, as :meth:`put_idempotency`) are written with the messages, in the same
+        transaction (the ArangoDB adapter: with the last size-capped part), so a stored message
+        never lacks its key's record. Returns how many messages were new.
         """
 
     @abc.abstractmethod
@@ -368,6 +376,28 @@ class MemoryStore(abc.ABC):
         """Distinct nodes reachable within max_depth, breadth first, start excluded."""
 
     # --- maintenance ------------------------------------------------------------------------
+    # --- idempotency records of the hot path ----------------------------------------------
+    @abc.abstractmethod
+    def put_idempotency(self, records: Sequence[IdempotencyRecord]) -> None:
+        """Keep the records, replacing one of the same (agent, key): a claim's settled result
+        replaces its first one. Durable when it returns."""
+
+    @abc.abstractmethod
+    def get_idempotency(self, agent_id: str, key: str) -> IdempotencyRecord | None:
+        """The agent's record under ``key``, or None (none, or expired: an expired record is gone
+        whether or not :meth:`expire_idempotency` swept it yet)."""
+
+    @abc.abstractmethod
+    def list_idempotency(
+        self, agent_id: str, *, after: str | None = None, limit: int = 1000
+    ) -> list[IdempotencyRecord]:
+        """The agent's unexpired records by key, at most ``limit``, those with keys above
+        ``after``: the next page starts after the last key returned."""
+
+    @abc.abstractmethod
+    def expire_idempotency(self, now: float) -> int:
+        """Delete the records expired before ``now``; returns how many."""
+
     @abc.abstractmethod
     def expire(self, now: float) -> int:
         """Delete messages whose ``expires_at`` < now (with their edges), expired snapshots and

@@ -27,6 +27,7 @@ from vcm.store.types import (
     Edge,
     EdgeKind,
     EvictionCommit,
+    IdempotencyRecord,
     MemoryEvent,
     NodeRef,
     StoredMessage,
@@ -409,6 +410,27 @@ def archival_search(
         identifier("embedding_version", embedding_version)
     parsed = parse(filters)
     return ArchivalQuery(vector("vector", query, metric_name=metric_name), probe, parsed)
+
+
+def idempotency_record(r: Any) -> IdempotencyRecord:
+    if not isinstance(r, IdempotencyRecord):
+        raise ValidationError("idempotency records must be IdempotencyRecord instances")
+    identifier("agent_id", r.agent_id)
+    # Any printable key the hot path accepts (a blank one too), so not identifier().
+    if not isinstance(r.key, str) or not 0 < len(r.key) <= MAX_ID_CHARS:
+        raise ValidationError(f"key must be 1-{MAX_ID_CHARS} characters", field="key")
+    identifier("fingerprint", r.fingerprint)
+    text("result", r.result)
+    finite("expires_at", r.expires_at)
+    return r
+
+
+def idempotency_records(items: Any) -> list[IdempotencyRecord]:
+    """Checked records, the last of each (agent, key) kept: a later write of a key (a claim's
+    settled result) wins over an earlier one in the same call."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        raise ValidationError("idempotency records must be a sequence of IdempotencyRecord")
+    return list({(r.agent_id, r.key): r for r in (idempotency_record(r) for r in items)}.values())
 
 
 def keyed_events(items: Any) -> list[MemoryEvent]:

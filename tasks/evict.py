@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from vcm import poisoning
-from vcm.durable import append_event, stored_message
+from vcm.durable import append_event, append_records, stored_message
 from vcm.errors import NotFound, VcmError
 from vcm.hotpath.budget import Budget
 from vcm.obs import audit, footprint, metrics
@@ -81,6 +81,10 @@ def evict_batch(deps: Deps, agent_id: str, batch_id: int) -> EvictOutcome:
         _record_drift(deps, agent_id, batch_id, check)
         if deps.settings.facts.extract_on_eviction:
             _extract_facts(deps, agent_id, messages)
+        # Keyed messages the spool has not reached yet leave Redis with this batch: their
+        # records go to the store first (a record without its message is the lesser fault: a
+        # retry replays rather than duplicates, and the batch commits on its own retries).
+        store.put_idempotency(append_records(hot, agent_id, messages))
         result = store.commit_eviction(
             EvictionCommit(
                 agent_id=agent_id,

@@ -1,7 +1,9 @@
 """Write-behind of appended messages to the store's recall log.
 
-Idempotent by message id (the store keeps the first write). A message no longer in Redis has left
-with its eviction batch, which committed it to the store first, so it is skipped, not lost.
+Idempotent by message id (the store keeps the first write). The idempotency records of keyed
+appends travel with their messages, so the store can replay them after Redis lost them. A message
+no longer in Redis has left with its eviction batch, which committed it to the store first, so it
+is skipped, not lost.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vcm.durable import append_event, stored_message
+from vcm.durable import append_event, append_records, stored_message
 from vcm.hotpath.state import HotState
 from vcm.store.port import MemoryStore
 from vcm.tasks.faults import NO_FAULTS, Faults
@@ -51,6 +53,8 @@ def spool_messages(
         store.spool_messages(
             [stored_message(agent_id, m, ttl_s=ttl_s) for m in messages],
             events=[append_event(agent_id, m) for m in messages],
+            # The records of keyed appends ride with their messages (one transaction).
+            idempotency=append_records(hot, agent_id, messages),
         )
         if messages
         else 0

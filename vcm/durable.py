@@ -9,12 +9,19 @@ What the store holds for each agent, and who writes it:
   ``write_through``, the default when the hot state is in-process), or spooled by the cold path
   (``write_behind``: on a Redis loss, what the spool had not reached yet is lost; the spool lag
   is usually under a second);
-* the summary and its versions, and which messages left the FIFO: ``commit_eviction``.
+* the summary and its versions, and which messages left the FIFO: ``commit_eviction``;
+* **idempotency records** (the first result under a caller's key, for ``idempotency_ttl_s``):
+  a keyed append's record travels with its message, in the same store write (write-through
+  before the append is acknowledged, or the spool; an eviction that commits a message the spool
+  missed writes its record first); a claim's record (:meth:`vcm.service.core.Core.claim`: facts,
+  state, tools, reset, snapshot, restore, token rotation, notes, ingestion) and its settled
+  result are written before the operation is acknowledged. Redis holds a cache of them.
 
 **Rebuild.** An agent whose hot state is missing (a restart in embedded mode, a Redis
 ``FLUSHALL``) is re-created from its record; its FIFO is every stored message no committed batch
 holds (messages of a batch that had begun but not committed come back, and are evicted again
-when over budget), its blocks and summary are the stored ones.
+when over budget), its blocks and summary are the stored ones. Its unexpired idempotency records
+are put back first, so the append script's own check replays a retried key.
 
 **Ids are never reused.** Message sequence numbers and batch ids come from counters in Redis.
 The store keeps an ``id_floor`` ahead of them: whenever an agent's sequence comes within half of
@@ -36,7 +43,7 @@ from vcm.hotpath.state import HotState
 from vcm.obs import audit, footprint
 from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
-from vcm.store.types import CoreBlockWrite, MemoryEvent, StoredMessage
+from vcm.store.types import CoreBlockWrite, IdempotencyRecord, MemoryEvent, StoredMessage
 from vcm.types import AgentImage, Block, FinishResult, Message
 
 log = logging.getLogger(__name__)
@@ -120,6 +127,24 @@ def append_event(agent_id: str, message: Message) -> MemoryEvent:
     )
 
 
+def append_records(hot: HotState, agent_id: str, messages: Sequence[Message]) -> list[IdempotencyRecord]:
+    """The store's copies of the idempotency records of keyed appends among ``messages``, read
+    from Redis (one MGET; none for unkeyed messages). A record expires ``idempotency_ttl_s``
+    after its message was appended, as Redis's does; an expired one is not copied (its key may
+    mean another request by now)."""
+    keyed = [m for m in messages if m.idempotency_key]
+    if not keyed:
+        return []
+    found = hot.idempotency_records(agent_id, [m.idempotency_key for m in keyed if m.idempotency_key])
+    ttl, now = hot.settings.idempotency_ttl_s, hot.clock()
+    out: list[IdempotencyRecord] = []
+    for m in keyed:
+        record = found.get(m.idempotency_key or "")
+        if record is not None and m.created_at + ttl > now:
+            out.append(IdempotencyRecord(agent_id, m.idempotency_key or "", record[0], record[1], m.created_at + ttl))
+    return out
+
+
 def block_write(agent_id: str, block: Block) -> CoreBlockWrite:
     return CoreBlockWrite(
         agent_id=agent_id,
@@ -189,7 +214,36 @@ class Durability:
             self.store.spool_messages(
                 [stored_message(agent_id, m, ttl_s=self.hot.settings.maintenance.recall_ttl_s) for m in messages],
                 events=[append_event(agent_id, m) for m in messages],
+                idempotency=append_records(self.hot, agent_id, messages),
             )
+
+    def keep_record(self, agent_id: str, idempotency_key: str, fingerprint: str, result: str) -> None:
+        """Write one idempotency record (a claim's, or its settled result) to the store, for
+        ``idempotency_ttl_s`` from now; the caller acknowledges its operation after this."""
+        expires_at = self.hot.clock() + self.hot.settings.idempotency_ttl_s
+        self.store.put_idempotency([IdempotencyRecord(agent_id, idempotency_key, fingerprint, result, expires_at)])
+
+    def keep_hot_record(self, agent_id: str, idempotency_key: str | None) -> None:
+        """Copy the record a keyed hot-state mutation (a block edit, a requested eviction) left
+        in Redis to the store."""
+        if not idempotency_key:
+            return
+        found = self.hot.idempotency_records(agent_id, [idempotency_key]).get(idempotency_key)
+        if found is not None:
+            self.keep_record(agent_id, idempotency_key, *found)
+
+    def reinstall_records(self, agent_id: str) -> int:
+        """Put the agent's unexpired idempotency records from the store back into Redis (those
+        Redis holds stay); how many were written."""
+        written, after = 0, None
+        while True:
+            page = self.store.list_idempotency(agent_id, after=after, limit=1000)
+            written += self.hot.install_idempotency(
+                agent_id, [(r.key, r.fingerprint, r.result, r.expires_at) for r in page]
+            )
+            if len(page) < 1000:
+                return written
+            after = page[-1].key
 
     def block_written(self, agent_id: str, block_id: str) -> None:
         """Copy the block as the hot state now holds it (a newer hot rev always wins, so two
@@ -272,6 +326,8 @@ class Durability:
         except NotFound:
             return None
         image = self.image(agent_id)
+        # Before the agent exists again: no retry may reach it ahead of its key's record.
+        self.reinstall_records(agent_id)
         config = record.config
         restored = self.hot.restore(
             agent_id,

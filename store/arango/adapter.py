@@ -63,6 +63,7 @@ from vcm.store.arango.eviction import DEFAULT_CAP_BYTES
 from vcm.store.arango.facts import FactOps
 from vcm.store.arango.graph import GraphOps, order_traversal
 from vcm.store.arango.guard import GuardReport, run_guard
+from vcm.store.arango.idempotency import IdempotencyOps
 from vcm.store.arango.lifecycle import LifecycleOps
 from vcm.store.arango.maintenance import MaintenanceOps
 from vcm.store.arango.messages import MessageOps
@@ -86,6 +87,7 @@ class ArangoStore(
     ArchivalOps,
     EventOps,
     GraphOps,
+    IdempotencyOps,
     MaintenanceOps,
 ):
     """ArangoDB 3.12.4+ behind the store port. Thread-safe: python-arango sessions are."""

@@ -14,30 +14,44 @@ from vcm.errors import RevConflict, ValidationError
 from vcm.store import semantics, validation
 from vcm.store.arango import documents, names
 from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import idempotency as aql_idem
 from vcm.store.arango.aql import messages as aql_messages
 from vcm.store.arango.base import ArangoBase
 from vcm.store.arango.eviction import EvictionPlan, chunk_by_size, plan_eviction, size_of
+from vcm.store.arango.idempotency import record_docs
 from vcm.store.audit_names import EventKind
-from vcm.store.types import EvictionCommit, EvictionResult, MemoryEvent, StoredMessage
+from vcm.store.types import EvictionCommit, EvictionResult, IdempotencyRecord, MemoryEvent, StoredMessage
 
 
 class MessageOps(ArangoBase):
     """Message storage and the eviction commit (messages, ``recall_log`` edges, summary, ``evict``
     event and batch marker; one transaction, or pre-written messages plus one when too large)."""
 
-    def spool_messages(self, messages: Sequence[StoredMessage], *, events: Sequence[MemoryEvent] = ()) -> int:
+    def spool_messages(
+        self,
+        messages: Sequence[StoredMessage],
+        *,
+        events: Sequence[MemoryEvent] = (),
+        idempotency: Sequence[IdempotencyRecord] = (),
+    ) -> int:
         batch = semantics.distinct(validation.messages(messages))
         audit = [self._event_doc(e) for e in validation.keyed_events(events)]
-        if not batch and not audit:
+        records = record_docs(validation.idempotency_records(idempotency), self._clock())
+        if not batch and not audit and not records:
             return 0
         docs = [documents.message_doc(m) for m in batch]
         added = 0
         # Idempotent chunks under the size cap; a retry after a partial failure completes it.
-        # The audit rows go with the last chunk, so they land once every message has.
+        # The audit rows and idempotency records go with the last chunk, so they land once
+        # every message has: a record never names a message the store lacks.
         parts = _chunks_by_size(docs, self._cap) or [[]]
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
-            collections = (names.MESSAGES, names.EVENTS) if last and audit else (names.MESSAGES,)
+            collections = (
+                (names.MESSAGES, *((names.EVENTS,) if audit else ()), *((names.IDEMPOTENCY,) if records else ()))
+                if last
+                else (names.MESSAGES,)
+            )
             with self._transaction(collections, "spool_messages") as txn:
                 rows = (
                     self._run(
@@ -48,6 +62,8 @@ class MessageOps(ArangoBase):
                 )
                 if last and audit:
                     self._run(txn, aql_common.insert_ignore(names.EVENTS, audit), "spool_messages")
+                if last and records:
+                    self._run(txn, aql_idem.upsert_records(records), "spool_messages")
                 self._fault("spool_messages.before_commit")
             added += sum(1 for r in rows if r is not None)
         return added

@@ -58,6 +58,7 @@ from vcm.store.embedded.db import Database, meta_add, meta_get, meta_set
 from vcm.store.embedded.events import EventOps
 from vcm.store.embedded.facts import FactOps
 from vcm.store.embedded.graph import GraphOps
+from vcm.store.embedded.idempotency import IdempotencyOps
 from vcm.store.embedded.indexer import TextIndexer
 from vcm.store.embedded.lifecycle import LifecycleOps
 from vcm.store.embedded.maintenance import MaintenanceOps
@@ -84,6 +85,7 @@ class EmbeddedStore(
     ArchivalOps,
     EventOps,
     GraphOps,
+    IdempotencyOps,
     MaintenanceOps,
 ):
     """The default store: one SQLite file plus derived indexes, no services.

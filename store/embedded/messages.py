@@ -18,11 +18,13 @@ from vcm.store.audit_names import EventKind
 from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase
 from vcm.store.embedded.db import chunked, meta_add
+from vcm.store.embedded.idempotency import upsert_records
 from vcm.store.embedded.schema import META_TEXT_DOCS, META_TEXT_TERMS
 from vcm.store.types import (
     SUMMARY_BLOCK_ID,
     EvictionCommit,
     EvictionResult,
+    IdempotencyRecord,
     MemoryEvent,
     StoredMessage,
     message_node,
@@ -34,15 +36,23 @@ class MessageOps(EmbeddedBase):
     """Message storage and the atomic eviction commit (messages, ``recall_log`` edges, summary,
     ``evict`` event and batch marker in one SQLite transaction)."""
 
-    def spool_messages(self, messages: Sequence[StoredMessage], *, events: Sequence[MemoryEvent] = ()) -> int:
+    def spool_messages(
+        self,
+        messages: Sequence[StoredMessage],
+        *,
+        events: Sequence[MemoryEvent] = (),
+        idempotency: Sequence[IdempotencyRecord] = (),
+    ) -> int:
         batch = semantics.distinct(validation.messages(messages))
         audit = validation.keyed_events(events)
-        if not batch and not audit:
+        records = validation.idempotency_records(idempotency)
+        if not batch and not audit and not records:
             return 0
         lengths = [len(analyze(m.content)) for m in batch]
         with self._db.write("spool messages") as conn:
             added = _insert_messages(conn, batch, lengths)
             _insert_events(conn, audit, self._clock())
+            upsert_records(conn, records, self._clock())
             self._fault("spool_messages.before_commit")
         if added:
             self._messages_written()

@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
     fingerprint TEXT NOT NULL,
     result      TEXT NOT NULL,
     created_at  REAL NOT NULL,
+    expires_at  REAL,                   -- the hot path's records ('hot' scope); NULL: kept
     PRIMARY KEY (agent_id, scope, key)
 ) WITHOUT ROWID;
 
@@ -271,6 +272,8 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         for statement in _statements(DDL):
             conn.execute(statement)
         _add_missing_columns(conn)
+        for statement in ADDED_INDEXES:
+            conn.execute(statement)
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_SCHEMA_VERSION,)).fetchone()
         if row is not None and int(row[0]) > SCHEMA_VERSION:
             raise StoreUnavailable(f"database schema {row[0]} is newer than this vcm ({SCHEMA_VERSION}); upgrade vcm")
@@ -293,7 +296,11 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
 
 # Columns added after a table first shipped: (table, column, declaration). A database an earlier
 # vcm created gets them on open (ALTER TABLE ... ADD COLUMN keeps every row, value NULL).
-ADDED_COLUMNS = (("facts", "lifetime_s", "REAL"),)
+ADDED_COLUMNS = (("facts", "lifetime_s", "REAL"), ("idempotency", "expires_at", "REAL"))
+# Indexes over added columns, created once the columns exist.
+ADDED_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at) WHERE expires_at IS NOT NULL",
+)
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:

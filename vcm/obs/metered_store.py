@@ -33,6 +33,7 @@ from vcm.store.types import (
     FactQuery,
     Forgotten,
     Health,
+    IdempotencyRecord,
     MemoryEvent,
     NodeRef,
     Page,
@@ -173,8 +174,14 @@ class MeteredStore(MemoryStore):
         return self._call("get_summary", self.inner.get_summary, agent_id)
 
     # --- messages / recall ---------------------------------------------------------------------
-    def spool_messages(self, messages: Sequence[StoredMessage], *, events: Sequence[MemoryEvent] = ()) -> int:
-        return self._call("spool_messages", self.inner.spool_messages, messages, events=events)
+    def spool_messages(
+        self,
+        messages: Sequence[StoredMessage],
+        *,
+        events: Sequence[MemoryEvent] = (),
+        idempotency: Sequence[IdempotencyRecord] = (),
+    ) -> int:
+        return self._call("spool_messages", self.inner.spool_messages, messages, events=events, idempotency=idempotency)
 
     def get_messages(self, agent_id: str, message_ids: Sequence[str]) -> list[StoredMessage]:
         return self._call("get_messages", self.inner.get_messages, agent_id, message_ids)
@@ -333,6 +340,21 @@ class MeteredStore(MemoryStore):
         return self._call("traverse", self.inner.traverse, start, kinds, max_depth=max_depth, direction=direction)
 
     # --- maintenance ---------------------------------------------------------------------------
+    # --- idempotency records ---------------------------------------------------------------------
+    def put_idempotency(self, records: Sequence[IdempotencyRecord]) -> None:
+        self._call("put_idempotency", self.inner.put_idempotency, records)
+
+    def get_idempotency(self, agent_id: str, key: str) -> IdempotencyRecord | None:
+        return self._call("get_idempotency", self.inner.get_idempotency, agent_id, key)
+
+    def list_idempotency(
+        self, agent_id: str, *, after: str | None = None, limit: int = 1000
+    ) -> list[IdempotencyRecord]:
+        return self._call("list_idempotency", self.inner.list_idempotency, agent_id, after=after, limit=limit)
+
+    def expire_idempotency(self, now: float) -> int:
+        return self._call("expire_idempotency", self.inner.expire_idempotency, now)
+
     def expire(self, now: float) -> int:
         return self._call("expire", self.inner.expire, now)
 

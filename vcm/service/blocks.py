@@ -72,8 +72,10 @@ class Blocks:
                 metadata=metadata,
                 idempotency_key=idempotency_key,
             )
-        # Replays too: the first attempt may have died before its copy reached the store.
+        # Replays too: the first attempt may have died before its copy reached the store (the
+        # key's record with it: a retry after Redis lost it replays rather than conflicts).
         self.core.durable.block_written(agent_id, block_id)
+        self.core.durable.keep_hot_record(agent_id, idempotency_key)
         # Replays too: the first attempt may have died before publishing, and a follower given the
         # same change twice only reads the block once more.
         self.core.changed(agent_id, "block", block_id, res.rev)
@@ -129,6 +131,7 @@ class Blocks:
         )
         if res.deleted:
             self.core.durable.block_deleted(agent_id, block_id)
+        self.core.durable.keep_hot_record(agent_id, idempotency_key)
         if res.deleted:  # replays too, as for put_block
             self.core.changed(agent_id, "block", block_id, None, "delete")
         if not res.replayed:

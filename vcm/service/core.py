@@ -17,6 +17,7 @@ hold it and call it with real signatures, so mypy checks every call between them
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 import uuid
@@ -28,9 +29,9 @@ from typing import Any, ParamSpec, TypeVar
 from vcm import poisoning
 from vcm.dispatch import Dispatcher
 from vcm.durable import Durability
-from vcm.errors import NotFound, PinLimitExceeded, PolicyRefused, TokenBudgetExceeded, Unauthorized
+from vcm.errors import IdempotencyMismatch, NotFound, PinLimitExceeded, PolicyRefused, TokenBudgetExceeded, Unauthorized
 from vcm.facts import guard
-from vcm.hotpath.state import HotState
+from vcm.hotpath.state import HotState, claim_record
 from vcm.hotpath.tokens import TokenCounter
 from vcm.obs import audit, footprint, metrics
 from vcm.store.audit_names import EventKind, audit_id
@@ -153,14 +154,35 @@ class Core:
         self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
     ) -> tuple[dict[str, Any], bool]:
         """An entry point's own idempotent operation: the first result under the key, and whether
-        this is a replay (the hot state's one record format; IDEMPOTENCY_MISMATCH on reuse)."""
+        this is a replay (the hot state's one record format; IDEMPOTENCY_MISMATCH on reuse).
+
+        The store is the source of truth for the record, Redis its cache: a key new to Redis is
+        looked up in the store (Redis may have lost it: a restart, a flush, a failover) and the
+        store's record wins; a new record is written to the store before this returns, so the
+        operation it guards is never acknowledged without it."""
         self.agent(agent_id)
-        return self.hot.claim(agent_id, idempotency_key, op, request, result)
+        first, replayed = self.hot.claim(agent_id, idempotency_key, op, request, result)
+        if replayed:
+            return first, True
+        fp, text = claim_record(op, request, result)
+        kept = self.store.get_idempotency(agent_id, idempotency_key)
+        if kept is None:
+            self.durable.keep_record(agent_id, idempotency_key, fp, text)
+            return first, False
+        # Redis had lost it: put the store's record back in place of the one just claimed.
+        self.hot.install_idempotency(
+            agent_id, [(idempotency_key, kept.fingerprint, kept.result, kept.expires_at)], replace=True
+        )
+        if kept.fingerprint != fp:
+            raise IdempotencyMismatch("this idempotency key was already used for a different request; use a new key")
+        return dict(json.loads(kept.result)), True
 
     def settle(
         self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
     ) -> None:
-        """Record the final result of a claimed keyed operation (retries answer with it)."""
+        """Record the final result of a claimed keyed operation (retries answer with it): in the
+        store first, then in its Redis cache."""
+        self.durable.keep_record(agent_id, idempotency_key, *claim_record(op, request, result))
         self.hot.settle(agent_id, idempotency_key, op, request, result)
 
     def cursor_secret(self) -> bytes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from vcm import validation
-from vcm.durable import append_event, stored_message
+from vcm.durable import append_event, append_records, stored_message
 from vcm.errors import Conflict
 from vcm.hotpath import keys
 from vcm.hotpath.state import Snapshot
@@ -101,6 +101,8 @@ class Lifecycle:
             self.core.store.spool_messages(
                 [stored_message(agent_id, m, ttl_s=ttl) for m in messages],
                 events=[append_event(agent_id, m) for m in messages],
+                # Their keys' records too: the reload drops Redis's copies and re-installs the store's.
+                idempotency=append_records(self.core.hot, agent_id, messages),
             )
         return len(messages)
 

@@ -116,6 +116,8 @@ class Messages:
             total, batch = self.core.hot_call(
                 agent_id, self.core.hot.evict_oldest, agent_id, count, idempotency_key=idempotency_key
             )
+        # Its record, in the store too: a retry after Redis lost it evicts nothing more.
+        self.core.durable.keep_hot_record(agent_id, idempotency_key)
         if batch is not None:
             self.core.batch_begun(agent_id, batch, total, False, actor, idempotency_key)
             metrics.flush("request")
@@ -146,7 +148,7 @@ class Messages:
         # The id comes from the idempotency key, so the store's idempotent spool dedupes retries.
         message_id = "r" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
         request = {"role": role, "content_sha256": hashlib.sha256(content.encode("utf-8")).hexdigest()}
-        claimed, replayed = self.core.hot.claim(
+        claimed, replayed = self.core.claim(
             agent_id, idempotency_key, "write_recall", request, {"message_id": message_id}
         )
         message_id = str(claimed["message_id"])

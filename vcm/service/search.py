@@ -153,7 +153,7 @@ class Search:
                 "source": source,
                 "metadata": meta,
             }
-            self.core.hot.claim(agent_id, idempotency_key, "ingest_archival", request, {"job_id": job_id})
+            self.core.claim(agent_id, idempotency_key, "ingest_archival", request, {"job_id": job_id})
         job, opened = self.core.hot.jobs.open(agent_id, job_id, doc, self.core.clock())
         if not opened:
             return job
