@@ -375,7 +375,6 @@ class MemoryStore(abc.ABC):
     ) -> list[NodeRef]:
         """Distinct nodes reachable within max_depth, breadth first, start excluded."""
 
-    # --- maintenance ------------------------------------------------------------------------
     # --- idempotency records of the hot path ----------------------------------------------
     @abc.abstractmethod
     def put_idempotency(self, records: Sequence[IdempotencyRecord]) -> None:
@@ -398,6 +397,7 @@ class MemoryStore(abc.ABC):
     def expire_idempotency(self, now: float) -> int:
         """Delete the records expired before ``now``; returns how many."""
 
+    # --- maintenance ------------------------------------------------------------------------
     @abc.abstractmethod
     def expire(self, now: float) -> int:
         """Delete messages whose ``expires_at`` < now (with their edges), expired snapshots and

@@ -339,7 +339,6 @@ class MeteredStore(MemoryStore):
     ) -> list[NodeRef]:
         return self._call("traverse", self.inner.traverse, start, kinds, max_depth=max_depth, direction=direction)
 
-    # --- maintenance ---------------------------------------------------------------------------
     # --- idempotency records ---------------------------------------------------------------------
     def put_idempotency(self, records: Sequence[IdempotencyRecord]) -> None:
         self._call("put_idempotency", self.inner.put_idempotency, records)
@@ -355,6 +354,7 @@ class MeteredStore(MemoryStore):
     def expire_idempotency(self, now: float) -> int:
         return self._call("expire_idempotency", self.inner.expire_idempotency, now)
 
+    # --- maintenance ---------------------------------------------------------------------------
     def expire(self, now: float) -> int:
         return self._call("expire", self.inner.expire, now)
 
