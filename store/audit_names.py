@@ -35,6 +35,8 @@ class EventKind(StrEnum):
     RECALL_WRITE = "recall_write"
     REEMBED = "reembed"
     EXPIRE = "expire"
+    # One run of a periodic maintenance job (vcm.types.MaintenanceJob), agent "*"
+    MAINTENANCE = "maintenance"
     # Archival memory
     ARCHIVAL_INGEST = "archival_ingest"
     COMPLIANCE_VIOLATION = "compliance_violation"

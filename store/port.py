@@ -43,6 +43,7 @@ from vcm.store.types import (
     EdgeKind,
     EvictionCommit,
     EvictionResult,
+    Expiry,
     Fact,
     FactHit,
     FactQuery,
@@ -399,9 +400,13 @@ class MemoryStore(abc.ABC):
 
     # --- maintenance ------------------------------------------------------------------------
     @abc.abstractmethod
-    def expire(self, now: float) -> int:
+    def expire_all(self, now: float) -> Expiry:
         """Delete messages whose ``expires_at`` < now (with their edges), expired snapshots and
-        state keys, and mark expired facts ``expired``; returns how many messages."""
+        state keys, and mark expired facts ``expired``; returns how many of each."""
+
+    def expire(self, now: float) -> int:
+        """:meth:`expire_all`, answering how many messages it deleted."""
+        return self.expire_all(now).messages
 
     @abc.abstractmethod
     def health(self) -> Health: ...

@@ -206,6 +206,24 @@ class Page(Generic[T]):
 
 
 @dataclass(frozen=True)
+class Expiry:
+    """What one retention sweep (:meth:`MemoryStore.expire_all`) did: messages, snapshots and
+    state keys deleted, facts marked ``expired``."""
+
+    messages: int = 0
+    snapshots: int = 0
+    state: int = 0
+    facts: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.messages + self.snapshots + self.state + self.facts
+
+    def as_dict(self) -> dict[str, int]:
+        return {"messages": self.messages, "snapshots": self.snapshots, "state": self.state, "facts": self.facts}
+
+
+@dataclass(frozen=True)
 class Health:
     ok: bool
     backend: str

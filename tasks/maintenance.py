@@ -1,4 +1,5 @@
-"""Periodic upkeep: recall TTL expiry, the eviction sweeper, and write-behind reconciliation.
+"""Periodic upkeep: the maintenance jobs (:data:`JOBS`: retention expiry, the eviction sweeper and
+write-behind reconciliation, fact consolidation, periodic snapshots) and the record of their runs.
 
 The sweeper works in two looks, ``sweep_grace_s`` apart, and keeps no state of its own: the
 first look records each agent's oldest pending batch and hands that record to the second (a
@@ -14,17 +15,18 @@ first), so a batch that keeps failing does not spin.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from vcm.errors import NotFound
 from vcm.hotpath.keys import message_seq
-from vcm.obs import audit, footprint
-from vcm.store.audit_names import EventKind
-from vcm.store.types import MemoryEvent
+from vcm.obs import audit, footprint, metrics
+from vcm.store.audit_names import EventKind, audit_id
+from vcm.store.types import Expiry, MemoryEvent
 from vcm.tasks.deps import Deps
 from vcm.tasks.spool import spool_messages
+from vcm.types import MaintenanceJob
 
 log = logging.getLogger(__name__)
 
@@ -128,22 +130,130 @@ def _reconcile_agent(deps: Deps, agent: str, older_than: float) -> int:
     return written
 
 
-def expire(deps: Deps) -> int:
-    """Delete recall messages past their TTL, and record the sweep when it deleted any. The
-    store reports one count for all agents, so the row belongs to no single agent
-    (``agent_id`` ``*``)."""
+def expire(deps: Deps) -> Expiry:
+    """Delete recall messages past their TTL, expired snapshots and state keys, mark expired facts
+    ``expired``, and record the sweep when it changed anything. The store reports counts for all
+    agents, so the row belongs to no single agent (``agent_id`` ``*``)."""
     now = deps.clock()
-    removed = deps.store.expire(now)
-    if removed:
+    expiry = deps.store.expire_all(now)
+    if expiry.total:
         deps.store.append_event(
             audit.event(
                 audit.ALL_AGENTS,
                 EventKind.EXPIRE,
-                footprint.expiry(removed, now),
+                footprint.expiry(expiry.messages, now),
                 actor=audit.worker("expire"),
                 event_id=f"expire:{now:.6f}",
                 created_at=now,
-                details={"removed": removed, "retention_s": deps.settings.maintenance.recall_ttl_s},
+                details={
+                    "removed": expiry.messages,
+                    **expiry.as_dict(),
+                    "retention_s": deps.settings.maintenance.recall_ttl_s,
+                },
             )
         )
-    return removed
+    for kind, n in expiry.as_dict().items():
+        if n:
+            metrics.EXPIRED.labels(kind=kind).inc(n)
+    return expiry
+
+
+# --- the jobs ----------------------------------------------------------------------------------
+# One function per job (vcm.types.MaintenanceJob), shared by the Celery tasks that beat sends
+# (vcm.workers.tasks) and the run-now paths (vcm.workers.maintenance), so a run answers the same
+# outcome whoever started it. Each returns a small dict with an ``outcome``.
+JobBody = Callable[[Deps], dict[str, Any]]
+
+
+def expire_job(deps: Deps) -> dict[str, Any]:
+    return {"outcome": "expired", **expire(deps).as_dict()}
+
+
+def sweep_now(deps: Deps) -> dict[str, Any]:
+    """Both looks of the sweeper at once (the run-now path): without a second look ``sweep_grace_s``
+    later, every agent's oldest pending batch counts as stuck and is dispatched again. That is safe
+    (an eviction is idempotent: a duplicate finds nothing to do), and what an operator who asks
+    for a sweep wants; beat's sweeps keep the two looks (tasks.sweep, then tasks.sweep_confirm)."""
+    return redrive(deps, observe(deps)).as_dict()
+
+
+def snapshot_job(deps: Deps) -> dict[str, Any]:
+    """A periodic snapshot of every agent, through the façade like any other caller."""
+    from vcm.service import MemoryService  # the façade sits above the store this module uses
+
+    taken = MemoryService(deps.hot, deps.store, deps.dispatcher).snapshot_all(kind="periodic")
+    return {"outcome": "snapshots", "taken": taken}
+
+
+def consolidate_job(deps: Deps) -> dict[str, Any]:
+    """Shadow facts of every agent through the replay test (SHADOW -> ACTIVE, seed 002 §8)."""
+    from vcm.service import MemoryService
+
+    service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed)
+    totals: dict[str, int] = {}
+    for agent_id in service.store_agent_ids():
+        try:
+            found = service.consolidate(agent_id)
+        except NotFound:  # deleted meanwhile
+            continue
+        for name, n in found.items():
+            totals[name] = totals.get(name, 0) + n
+    return {"outcome": "consolidated", "agents": len(service.store_agent_ids()), **totals}
+
+
+JOBS: dict[MaintenanceJob, JobBody] = {
+    MaintenanceJob.EXPIRE: expire_job,
+    MaintenanceJob.SWEEP: sweep_now,
+    MaintenanceJob.CONSOLIDATE: consolidate_job,
+    MaintenanceJob.SNAPSHOT: snapshot_job,
+}
+
+# A run that changed nothing is recorded at most this often per job: sweeps run every minute, and
+# a row for each would be 1 440 rows a day of "nothing to do"; this keeps "when did it last run"
+# answerable (``vcm doctor``) to within the hour from the store, which every process of a
+# deployment can read, while every run that did something keeps its own row.
+IDLE_RECORD_S = 3600.0
+
+
+def run(deps: Deps, job: MaintenanceJob, body: JobBody | None = None, *, trigger: str = "beat") -> dict[str, Any]:
+    """Run one job (``body``: a different body for the same job, the second look of beat's sweep),
+    count it and record its run (see :func:`record_run`); returns its outcome."""
+    started = deps.clock()
+    outcome = (body or JOBS[job])(deps)
+    metrics.MAINTENANCE_RUNS.labels(job=str(job), trigger=trigger).inc()
+    if job is MaintenanceJob.SWEEP:
+        metrics.REDRIVEN.inc(int(outcome.get("redriven", 0)))
+        metrics.RESPOOLED.inc(int(outcome.get("respooled", 0)))
+    record_run(deps, job, outcome, started=started, trigger=trigger)
+    return outcome
+
+
+def did_something(outcome: Mapping[str, Any]) -> bool:
+    """Whether an outcome reports any work: a positive count anywhere in it."""
+    return any(isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in outcome.items() if k != "agents")
+
+
+def record_run(deps: Deps, job: MaintenanceJob, outcome: Mapping[str, Any], *, started: float, trigger: str) -> bool:
+    """The audit row of one run (kind ``maintenance``, agent ``*``, actor ``worker:<job>``): always
+    for a run that did something or was asked for now, else at most one per :data:`IDLE_RECORD_S`.
+    Returns whether a row was written."""
+    now = deps.clock()
+    actor = audit.worker(str(job))
+    if trigger == "beat" and not did_something(outcome):
+        recent = deps.store.query_events(
+            audit.ALL_AGENTS, [EventKind.MAINTENANCE], since=now - IDLE_RECORD_S, actor=actor, limit=1
+        )
+        if recent.items:
+            return False
+    deps.store.append_event(
+        audit.event(
+            audit.ALL_AGENTS,
+            EventKind.MAINTENANCE,
+            None,
+            actor=actor,
+            event_id=audit_id(audit.ALL_AGENTS, "maintenance", job, f"{started:.6f}"),
+            created_at=now,
+            details={"job": str(job), "trigger": trigger, "duration_s": round(now - started, 3), **outcome},
+        )
+    )
+    return True

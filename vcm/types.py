@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -279,3 +280,14 @@ class IngestRequest:
             "actor": self.actor,
             "idempotency_key": self.idempotency_key,
         }
+
+
+class MaintenanceJob(StrEnum):
+    """The periodic maintenance jobs, named once: the beat schedule, the Celery tasks, the
+    run-now paths (``vcm maintenance run``, ``POST /v1/maintenance/{job}``) and the audit rows
+    of their runs all use these names (``vcm.tasks.maintenance`` holds what each one does)."""
+
+    EXPIRE = "expire"  # recall retention, expired facts, state keys and snapshots
+    SWEEP = "sweep"  # re-drive stuck eviction batches, spool what the write-behind missed
+    CONSOLIDATE = "consolidate"  # shadow facts through the replay test
+    SNAPSHOT = "snapshot"  # a periodic snapshot of every agent

@@ -1,5 +1,6 @@
 """The beat schedule: periodic maintenance. Run exactly one ``celery -A vcm.workers.app beat``
 (several would each enqueue every entry; harmless because the tasks are idempotent, but wasteful).
+Embedded mode runs the same schedule in process (:func:`vcm.workers.embedded.embedded_beat`).
 """
 
 from __future__ import annotations
@@ -7,7 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from vcm.settings import Settings
+from vcm.types import MaintenanceJob
 from vcm.workers import names
+
+# The job each entry runs (vcm.types.MaintenanceJob; vcm.tasks.maintenance.JOBS does it). The
+# entry names stay as they were: a beat's schedule file remembers entries by name.
+ENTRY_JOBS: dict[str, MaintenanceJob] = {
+    "sweep-evictions": MaintenanceJob.SWEEP,
+    "expire-recall": MaintenanceJob.EXPIRE,
+    "snapshot-agents": MaintenanceJob.SNAPSHOT,
+    "consolidate-facts": MaintenanceJob.CONSOLIDATE,
+}
 
 
 def schedule(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -19,15 +19,17 @@ import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
-from celery import Celery
+from celery import Celery, beat
 from celery.app import trace
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
 from vcm.errors import ConfigError
 from vcm.workers import routes
+from vcm.workers.beat import ENTRY_JOBS
 
 log = logging.getLogger(__name__)
 
@@ -89,3 +91,45 @@ def embedded_worker(
         trace.reset_worker_optimizations(app)
         if thread.is_alive():
             log.error("the in-process worker did not stop within %ss", stop_timeout_s)
+
+
+class _StoreScheduler(beat.Scheduler):  # type: ignore[misc]  # celery ships no type information
+    """Beat's in-memory scheduler (no schedule file in anyone's working directory), whose entries
+    start from the last runs the store recorded rather than from now: a process restarted more
+    often than a job's interval (hourly expiry, say) would otherwise never run it. A run recorded
+    up to an hour late (idle runs are recorded hourly) only makes the first run come sooner."""
+
+    def setup_schedule(self) -> None:
+        super().setup_schedule()
+        try:
+            from vcm.service.maintenance import last_run
+            from vcm.workers import runtime
+
+            store = runtime.deps().store
+            now = datetime.now(UTC)
+            for name, job in ENTRY_JOBS.items():
+                entry = self.schedule.get(name)
+                if entry is None:
+                    continue
+                at = last_run(store, job, now.timestamp()).at
+                if at is not None:
+                    entry.last_run_at = min(datetime.fromtimestamp(at, tz=UTC), now)
+        except Exception as exc:  # the schedule still runs, from now
+            log.warning("beat could not read the last maintenance runs (%r); its schedule starts now", exc)
+
+
+@contextmanager
+def embedded_beat(app: Celery, *, stop_timeout_s: float = 10.0) -> Iterator[Any]:
+    """Run Celery's beat in a thread for ``app`` (``celery worker -B``'s embedded beat) while the
+    block runs: the entries of :func:`vcm.workers.beat.schedule` go to the in-process worker's
+    ``maintenance`` queue. The solo worker takes its queues in turn, so a maintenance job delays
+    an eviction by at most one job's run, and never runs twice at once."""
+    service = beat.EmbeddedService(app, thread=True, scheduler_cls=_StoreScheduler)
+    service.start()
+    try:
+        yield service
+    finally:
+        service.service.stop()  # its loop wakes at least every second
+        service.join(stop_timeout_s)
+        if service.is_alive():
+            log.error("the in-process beat did not stop within %ss", stop_timeout_s)

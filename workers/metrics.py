@@ -39,9 +39,8 @@ def observe(task_name: str, retval: Any) -> None:
     outcome = retval.get("outcome")
     if outcome == "dead_lettered":
         DEAD_LETTERS.labels(task=task_name).inc()
-    elif outcome == "swept":
-        REDRIVEN.inc(int(retval.get("redriven", 0)))
-        RESPOOLED.inc(int(retval.get("respooled", 0)))
+    # A sweep's re-drives and re-spools are counted by the job itself (vcm.tasks.maintenance.run),
+    # whoever ran it: beat's task or a run-now.
 
 
 def wipe_multiprocess_dir() -> None:

@@ -24,13 +24,12 @@ from celery import Task, shared_task
 from celery.exceptions import Reject
 
 from vcm.dispatch import COLD_PATH
-from vcm.service import MemoryService
 from vcm.tasks import evict, maintenance
 from vcm.tasks.backoff import delay_s
 from vcm.tasks.ingest import jobs as ingest_job
 from vcm.tasks.recall import reembed
 from vcm.tasks.spool import spool_messages
-from vcm.types import IngestRequest
+from vcm.types import IngestRequest, MaintenanceJob
 from vcm.workers import runtime
 from vcm.workers.names import (
     CONSOLIDATE,
@@ -176,32 +175,29 @@ def sweep(self: VcmTask) -> dict[str, Any]:
 
 @shared_task(bind=True, base=VcmTask, name=SWEEP_CONFIRM)
 def sweep_confirm(self: VcmTask, observed: dict[str, int]) -> dict[str, Any]:
-    return maintenance.redrive(runtime.deps(), {a: int(b) for a, b in observed.items()}).as_dict()
+    """The second look: this is the sweep's run (recorded as job ``sweep``)."""
+    before = {a: int(b) for a, b in observed.items()}
+    return maintenance.run(
+        runtime.deps(), MaintenanceJob.SWEEP, lambda deps: maintenance.redrive(deps, before).as_dict()
+    )
 
 
+# The other jobs: one task each, running the job function the run-now paths run too.
 @shared_task(bind=True, base=VcmTask, name=EXPIRE)
 def expire_recall(self: VcmTask) -> dict[str, Any]:
-    return {"outcome": "expired", "messages": maintenance.expire(runtime.deps())}
+    return maintenance.run(runtime.deps(), MaintenanceJob.EXPIRE)
 
 
 @shared_task(bind=True, base=VcmTask, name=SNAPSHOT)
 def snapshot_agents(self: VcmTask) -> dict[str, Any]:
-    """A periodic snapshot of every agent, through the façade like any other caller."""
-    deps = runtime.deps()
-    taken = MemoryService(deps.hot, deps.store, deps.dispatcher).snapshot_all(kind="periodic")
-    return {"outcome": "snapshots", "taken": taken}
+    """A periodic snapshot of every agent."""
+    return maintenance.run(runtime.deps(), MaintenanceJob.SNAPSHOT)
 
 
 @shared_task(bind=True, base=VcmTask, name=CONSOLIDATE)
 def consolidate_facts(self: VcmTask) -> dict[str, Any]:
     """Shadow facts of every agent through the replay test (SHADOW -> ACTIVE, seed 002 §8)."""
-    deps = runtime.deps()
-    service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed)
-    totals: dict[str, int] = {}
-    for agent_id in service.store_agent_ids():
-        for name, n in service.consolidate(agent_id).items():
-            totals[name] = totals.get(name, 0) + n
-    return {"outcome": "consolidated", **totals}
+    return maintenance.run(runtime.deps(), MaintenanceJob.CONSOLIDATE)
 
 
 @shared_task(bind=True, base=VcmTask, name=DEAD_LETTER)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from vcm.service import MemoryService
 from vcm.settings import Settings
@@ -35,6 +35,7 @@ def _service(worker: Worker) -> MemoryService:
     dispatcher of its dependencies."""
     from vcm.workers.bulk import LocalBulkJobs
     from vcm.workers.dispatch import BackgroundDispatcher
+    from vcm.workers.maintenance import LocalMaintenanceJobs
 
     deps = runtime.deps()
     vectorizer = deps.vectorizer
@@ -47,6 +48,7 @@ def _service(worker: Worker) -> MemoryService:
         embed=deps.embed.local() if isinstance(deps.embed, runtime.LazyEmbed) else deps.embed,
         recall_version=(lambda: vectorizer.version) if vectorizer is not None else None,
         bulk=LocalBulkJobs(worker.settings, deps),
+        maintenance=LocalMaintenanceJobs(runtime.deps),
     )
     # The store is the source of truth: agents whose hot state is missing (embedded mode after a
     # restart, a flushed Redis) are rebuilt before the first request (others rebuild on demand).
@@ -57,8 +59,9 @@ def _service(worker: Worker) -> MemoryService:
 
 
 @contextmanager
-def running_service(settings: Settings) -> Iterator[MemoryService]:
-    """A service whose cold path is running: in-process in embedded mode, else external workers."""
+def running_service(settings: Settings, *, beat: bool = True) -> Iterator[MemoryService]:
+    """A service whose cold path is running: in-process in embedded mode (the worker and beat
+    threads; ``beat`` off: no periodic jobs, for a one-shot command), else external workers and beat."""
     worker = build(settings)
     service = _service(worker)
     if not embedded(settings):
@@ -67,7 +70,7 @@ def running_service(settings: Settings) -> Iterator[MemoryService]:
         finally:
             _flush(service)
         return
-    from vcm.workers.embedded import embedded_worker
+    from vcm.workers.embedded import embedded_beat, embedded_worker
     from vcm.workers.embedder_process import EmbedderProcesses
 
     # The cold path shares this interpreter with the API: its model work goes to a child process
@@ -76,7 +79,10 @@ def running_service(settings: Settings) -> Iterator[MemoryService]:
     if processes is not None:
         runtime.use_embedder(processes.get)
     try:
-        with embedded_worker(worker.app):
+        # Beat in a thread beside the worker: the periodic maintenance of production's `celery
+        # beat` (vcm.workers.beat), sent to the same in-process worker. It stops first (the inner
+        # block), so nothing is sent to a stopped worker.
+        with embedded_worker(worker.app), embedded_beat(worker.app) if beat else nullcontext():
             try:
                 yield service
             finally:

@@ -16,13 +16,13 @@ from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.aql import maintenance as aql_maintenance
 from vcm.store.arango.errors import translated
 from vcm.store.arango.vector_spaces import VectorSpaceOps
-from vcm.store.types import Health
+from vcm.store.types import Expiry, Health
 
 
 class MaintenanceOps(VectorSpaceOps):
     """``expire``, ``health`` and ``stats``."""
 
-    def expire(self, now: float) -> int:
+    def expire_all(self, now: float) -> Expiry:
         validation.finite("now", now)
         removed = 0
         while True:
@@ -36,12 +36,16 @@ class MaintenanceOps(VectorSpaceOps):
             removed += len(ids)
             if len(ids) < self._expire_batch:
                 break
+        counts = {"snapshots": 0, "state": 0, "facts": 0}
         with contextlib.suppress(VcmError):  # housekeeping only
             self._run(self._rw, aql_maintenance.purge_cursors(self._clock()), "expire")
-            self._run(self._rw, aql_maintenance.expire_snapshots(now), "expire")
-            self._run(self._rw, aql_maintenance.expire_state(now), "expire")
-            self._run(self._rw, aql_maintenance.expire_facts(now), "expire")
-        return removed
+            for name, query in (
+                ("snapshots", aql_maintenance.expire_snapshots(now)),
+                ("state", aql_maintenance.expire_state(now)),
+                ("facts", aql_maintenance.expire_facts(now)),
+            ):
+                counts[name] = sum(int(n) for n in self._run(self._rw, query, "expire"))
+        return Expiry(messages=removed, **counts)
 
     def health(self) -> Health:
         try:

@@ -17,13 +17,13 @@ from vcm.store.embedded.db import meta_int
 from vcm.store.embedded.lifecycle import delete_message_rows
 from vcm.store.embedded.schema import META_TEXT_GEN, META_TEXT_HWM
 from vcm.store.embedded.vectorindex import SpaceKey
-from vcm.store.types import SUMMARY_BLOCK_ID, Health
+from vcm.store.types import SUMMARY_BLOCK_ID, Expiry, Health
 
 
 class MaintenanceOps(EmbeddedBase):
     """``expire``, ``health``, ``stats`` and the derived indexes' upkeep."""
 
-    def expire(self, now: float) -> int:
+    def expire_all(self, now: float) -> Expiry:
         validation.finite("now", now)
         with self._db.write("expire messages") as conn:
             doomed = conn.execute(
@@ -33,16 +33,18 @@ class MaintenanceOps(EmbeddedBase):
             ).fetchall()
             delete_message_rows(conn, doomed)
             conn.execute("DELETE FROM cursors WHERE expires_at < ?", (self._clock(),))
-            conn.execute("DELETE FROM agent_snapshots WHERE expires_at IS NOT NULL AND expires_at < ?", (now,))
-            conn.execute("DELETE FROM state WHERE expires_at IS NOT NULL AND expires_at < ?", (now,))
-            conn.execute(
+            snapshots = conn.execute(
+                "DELETE FROM agent_snapshots WHERE expires_at IS NOT NULL AND expires_at < ?", (now,)
+            ).rowcount
+            state = conn.execute("DELETE FROM state WHERE expires_at IS NOT NULL AND expires_at < ?", (now,)).rowcount
+            facts = conn.execute(
                 "UPDATE facts SET status = 'expired' WHERE expires_at IS NOT NULL AND expires_at < ? "
                 "AND status IN ('active', 'shadow')",
                 (now,),
-            )
+            ).rowcount
         if doomed:
             self._messages_written()
-        return len(doomed)
+        return Expiry(messages=len(doomed), snapshots=snapshots, state=state, facts=facts)
 
     def health(self) -> Health:
         try:

@@ -407,6 +407,8 @@ def test_openapi_documents_every_route_with_a_response_model(client: TestClient,
         ("POST", "/v1/agents/{agent_id}/conflicts"),
         ("PUT", "/v1/agents/{agent_id}/instances/{instance_id}"),
         ("GET", "/v1/agents/{agent_id}/instances"),
+        ("POST", "/v1/maintenance/{job}"),
+        ("GET", "/v1/maintenance"),
     }
     for p, item in spec["paths"].items():
         for method, op in item.items():

@@ -165,7 +165,8 @@ def test_doctor_reports_each_dependency(tmp_path: Path) -> None:
     from vcm.settings import load_settings
 
     ok = doctor_checks(load_settings({"store_url": f"sqlite:///{tmp_path}/vcm.db"}, environ={}), strict=True)
-    assert {name for name, _, _ in ok} == {"redis", "broker", "store", "embedding model"}
+    jobs = {f"maintenance {j}" for j in ("expire", "sweep", "consolidate", "snapshot")}
+    assert {name for name, _, _ in ok} == {"redis", "broker", "store", "embedding model", *jobs}
     assert all(passed for _, passed, _ in ok)
     bad = doctor_checks(
         load_settings({"store_url": f"sqlite:///{tmp_path}/vcm.db", "broker_url": "redis://127.0.0.1:1/0"}, environ={}),

@@ -148,9 +148,9 @@ def test_expire_deletes_recall_past_its_ttl(tmp_path: Path) -> None:
     spool_messages(d.hot, d.store, AGENT, ids, ttl_s=60)
     created = max(m.created_at for m in d.hot.snapshot(AGENT).fifo)
     d.clock = lambda: created + 30
-    assert maintenance.expire(d) == 0
+    assert maintenance.expire(d).total == 0
     d.clock = lambda: created + 61
-    assert maintenance.expire(d) == 3 and d.store.count_messages(AGENT) == 0
+    assert maintenance.expire(d).messages == 3 and d.store.count_messages(AGENT) == 0
 
 
 def test_expired_recall_vanishes_from_text_and_vector_search_and_the_rest_stays(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_expired_recall_vanishes_from_text_and_vector_search_and_the_rest_stays(
     created = max(m.created_at for m in stored)
     d.clock = lambda: created + 61
 
-    assert maintenance.expire(d) == 3
+    assert maintenance.expire(d).messages == 3
     assert found("text") == found("vector") == set(kept)
     assert {h.message.message_id for h in d.store.search_recall(AGENT, "river").items} == set()
     (row,) = d.store.query_events("*", ["expire"]).items

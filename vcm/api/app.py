@@ -74,6 +74,7 @@ from vcm.api.routes import (
     events,
     facts,
     lifecycle,
+    maintenance,
     messages,
     probes,
     recall,
@@ -91,7 +92,7 @@ from vcm.settings import Settings
 ROUTERS = (
     agents.router, messages.router, blocks.router, recall.router, archival.router, events.router, tools.router,
     probes.router, lifecycle.router, snapshots.router, facts.router, entities.router, state.router, chat.router,
-    viewer.router, sync.router,
+    viewer.router, sync.router, maintenance.router,
 )  # fmt: skip
 
 

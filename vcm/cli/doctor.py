@@ -59,6 +59,7 @@ def doctor_checks(settings: Settings, *, strict: bool) -> list[tuple[str, bool, 
             s.close()
 
     check("store", store)
+    results += maintenance_checks(settings)
     if settings.store_url.startswith("arango") and not guard:
         # The adapter runs the guard when it opens; a refused server fails the store check with
         # the guard's own message.
@@ -77,6 +78,53 @@ def doctor_checks(settings: Settings, *, strict: bool) -> list[tuple[str, bool, 
         results.append(users_check(settings, strict=strict))
     secrets = secret_values(settings)
     return [(name, ok, redact(detail, secrets)) for name, ok, detail in results]
+
+
+def job_interval_s(settings: Settings, job: str) -> float:
+    """How often beat runs ``job`` (0: it does not)."""
+    return {
+        "expire": settings.maintenance.expire_interval_s,
+        "sweep": settings.maintenance.sweep_interval_s,
+        "consolidate": settings.facts.consolidate_interval_s,
+        "snapshot": settings.durability.snapshot_interval_s,
+    }.get(job, 0.0)
+
+
+def maintenance_checks(settings: Settings, now: float | None = None) -> list[tuple[str, bool, str]]:
+    """When each maintenance job last ran, from the store's audit rows (this process shares
+    nothing else with the server in embedded mode). Informational: a job that never ran is not a
+    failure (a fresh install), but one overdue says so."""
+    import time
+    from datetime import UTC, datetime
+
+    from vcm.service.maintenance import IDLE_RECORD_S, last_runs
+    from vcm.workers.runtime import open_configured_store
+
+    now = time.time() if now is None else now
+    try:
+        s = open_configured_store(settings)
+    except Exception as exc:  # the store check reports why
+        return [("maintenance", False, f"not read: {type(exc).__name__}: {exc}")]
+    try:
+        runs = last_runs(s, now)
+    except Exception as exc:
+        return [("maintenance", False, f"not read: {type(exc).__name__}: {exc}")]
+    finally:
+        s.close()
+    found: list[tuple[str, bool, str]] = []
+    for run in runs:
+        interval = job_interval_s(settings, run.job)
+        every = f"every {interval:g}s" if interval > 0 else "not scheduled"
+        if run.at is None:
+            found.append((f"maintenance {run.job}", True, f"no run recorded ({every})"))
+            continue
+        stamp = datetime.fromtimestamp(run.at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        age = max(0.0, now - run.at)
+        overdue = interval > 0 and age > 2 * interval + IDLE_RECORD_S
+        counts = ", ".join(f"{k}={v}" for k, v in run.outcome.items() if k not in ("job", "outcome", "trigger"))
+        detail = f"last ran {stamp} ({age:.0f}s ago, {run.outcome.get('trigger', '?')}; {every}): {counts}"
+        found.append((f"maintenance {run.job}", True, detail + ("; OVERDUE: is a beat running?" if overdue else "")))
+    return found
 
 
 def transport_check(settings: Settings, *, strict: bool) -> tuple[str, bool, str]:

@@ -270,6 +270,15 @@ class MemoryOperations(Sender[R]):
         params = clean({"agent_id": list(agent_ids) if agent_ids else None, "since": since})
         return self._send(Call("GET", "/v1/report", params=params))
 
+    def run_maintenance(self, job: str) -> R:
+        """Admin only: run one maintenance job now on the server (expire, sweep, consolidate,
+        snapshot); ``{"job", "outcome"}``."""
+        return self._send(Call("POST", f"/v1/maintenance/{seg(job)}"))
+
+    def maintenance_runs(self) -> R:
+        """Admin only: when each maintenance job last ran, ``{"jobs": [{"job", "at", "outcome"}]}``."""
+        return self._send(Call("GET", "/v1/maintenance"))
+
     def health(self) -> R:
         """``{"ok": ..., "redis": ..., "store": ...}``; an unhealthy server answers too (503)."""
         return self._send(Call("GET", "/healthz", ok=(503,)))

@@ -28,6 +28,7 @@ from vcm.store.types import (
     EdgeKind,
     EvictionCommit,
     EvictionResult,
+    Expiry,
     Fact,
     FactHit,
     FactQuery,
@@ -355,8 +356,8 @@ class MeteredStore(MemoryStore):
         return self._call("expire_idempotency", self.inner.expire_idempotency, now)
 
     # --- maintenance ---------------------------------------------------------------------------
-    def expire(self, now: float) -> int:
-        return self._call("expire", self.inner.expire, now)
+    def expire_all(self, now: float) -> Expiry:
+        return self._call("expire", self.inner.expire_all, now)
 
     def health(self) -> Health:
         return self._call("health", self.inner.health)

@@ -93,6 +93,14 @@ DEAD_LETTERS = Counter(
 )
 REDRIVEN = Counter("vcm_sweeper_redriven_batches", "Eviction batches the sweeper dispatched again")
 RESPOOLED = Counter("vcm_sweeper_respooled_messages", "Messages the sweeper spooled that the write-behind missed")
+MAINTENANCE_RUNS = Counter(
+    "vcm_maintenance_runs", "Runs of a periodic maintenance job (beat, or run now)", ["job", "trigger"]
+)
+EXPIRED = Counter(
+    "vcm_expired",
+    "Records the retention sweep removed (messages, snapshots, state) or marked expired (facts)",
+    ["kind"],
+)
 DISPATCH_FAILURES = Counter(
     "vcm_dispatch_failures", "Hot-path dispatches the broker refused (the sweeper catches up)", ["kind"]
 )

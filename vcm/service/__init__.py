@@ -18,6 +18,7 @@
 | :mod:`~vcm.service.replicas` | the change feed, sync conflicts, instance status |
 | :mod:`~vcm.service.context` | the prompt the model sees (``build_context``) |
 | :mod:`~vcm.service.bulk` | the CLI's bulk jobs (``vcm ingest``, ``vcm reembed``), through a port |
+| :mod:`~vcm.service.maintenance` | run a maintenance job now, when each last ran, through a port |
 | :mod:`~vcm.service.tokens` | agent tokens: their format, issuing one with a new agent, rotation |
 """
 

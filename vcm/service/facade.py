@@ -16,7 +16,8 @@ answers, which filters and defaults apply, what a request needs are decided here
 
 Its collaborators are ports, wired by process entry points: a :class:`~vcm.dispatch.Dispatcher`
 for cold-path work (spooling, evictions, archival ingestion jobs), an ``embed`` function for
-query vectors and, for the CLI's bulk jobs, a :class:`~vcm.service.bulk.BulkJobs`. Nothing here
+query vectors, for the CLI's bulk jobs a :class:`~vcm.service.bulk.BulkJobs` and, to run
+maintenance now, a :class:`~vcm.service.maintenance.MaintenanceJobs`. Nothing here
 imports Celery or the embedding model.
 
 **Composition.** The façade is made of parts that share one :class:`~vcm.service.core.Core`, each
@@ -42,6 +43,7 @@ from vcm.service.core import Core, Embed
 from vcm.service.facts import Facts
 from vcm.service.graph import Graph
 from vcm.service.lifecycle import Lifecycle
+from vcm.service.maintenance import Maintenance, MaintenanceJobs
 from vcm.service.messages import Messages
 from vcm.service.replicas import Replicas
 from vcm.service.search import Search
@@ -63,6 +65,7 @@ class MemoryService:
         recall_version: Callable[[], str] | None = None,
         clock: Callable[[], float] = time.time,
         bulk: BulkJobs | None = None,
+        maintenance: MaintenanceJobs | None = None,
     ) -> None:
         self.core = core = Core(hot, store, dispatcher, embed=embed, recall_version=recall_version, clock=clock)
         # --- the parts; a part that needs another takes it explicitly --------------------------------
@@ -79,6 +82,7 @@ class MemoryService:
         self.replicas = Replicas(core)
         self.builder = ContextBuilder(core, self.messages, self.facts, self.state, self.search)
         self.bulk = Bulk(core, bulk)
+        self.maintenance = Maintenance(core, maintenance)
 
         # --- the public surface: each part's methods, bound ------------------------------------------
         # core: agents, idempotency, retrieved text, counters
@@ -165,6 +169,9 @@ class MemoryService:
         # the CLI's bulk jobs, run here in this process
         self.ingest_paths = self.bulk.ingest_paths
         self.reembed = self.bulk.reembed
+        # periodic maintenance: run a job now, and when each last ran
+        self.run_maintenance = self.maintenance.run_maintenance
+        self.maintenance_runs = self.maintenance.maintenance_runs
 
     # --- the tiers and ports, shared with the parts through the core ---------------------------------
     # Read-only: the parts hold the core's, so replacing one here would split the service.

@@ -42,7 +42,10 @@ def expire_snapshots(now: float) -> AqlQuery:
 
 
 def expire_state(now: float) -> AqlQuery:
-    text = f"FOR s IN {names.STATE}\n  FILTER s.expires_at != null AND s.expires_at < @now\n  REMOVE s IN {names.STATE}"
+    text = (
+        f"FOR s IN {names.STATE}\n  FILTER s.expires_at != null AND s.expires_at < @now\n"
+        f"  REMOVE s IN {names.STATE}\n  COLLECT WITH COUNT INTO n\n  RETURN n"
+    )
     return AqlQuery(text, {"now": now})
 
 
@@ -51,7 +54,8 @@ def expire_facts(now: float) -> AqlQuery:
     text = (
         f"FOR f IN {names.FACTS}\n  FILTER f.expires_at != null AND f.expires_at < @now"
         ' AND f.status IN ["active", "shadow"]\n'
-        f'  UPDATE f WITH {{ status: "expired" }} IN {names.FACTS}'
+        f'  UPDATE f WITH {{ status: "expired" }} IN {names.FACTS}\n'
+        "  COLLECT WITH COUNT INTO n\n  RETURN n"
     )
     return AqlQuery(text, {"now": now})
 
