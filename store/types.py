@@ -207,20 +207,28 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True)
 class Expiry:
-    """What one retention sweep (:meth:`MemoryStore.expire_all`) did: messages, snapshots and
-    state keys deleted, facts marked ``expired``."""
+    """What one retention sweep did: messages, snapshots and state keys deleted, facts marked
+    ``expired`` (:meth:`MemoryStore.expire_all`), and idempotency records past their TTL deleted
+    (:meth:`MemoryStore.expire_idempotency`, the same sweep)."""
 
     messages: int = 0
     snapshots: int = 0
     state: int = 0
     facts: int = 0
+    idempotency: int = 0
 
     @property
     def total(self) -> int:
-        return self.messages + self.snapshots + self.state + self.facts
+        return self.messages + self.snapshots + self.state + self.facts + self.idempotency
 
     def as_dict(self) -> dict[str, int]:
-        return {"messages": self.messages, "snapshots": self.snapshots, "state": self.state, "facts": self.facts}
+        return {
+            "messages": self.messages,
+            "snapshots": self.snapshots,
+            "state": self.state,
+            "facts": self.facts,
+            "idempotency": self.idempotency,
+        }
 
 
 @dataclass(frozen=True)

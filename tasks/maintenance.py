@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vcm.errors import NotFound
@@ -131,11 +131,12 @@ def _reconcile_agent(deps: Deps, agent: str, older_than: float) -> int:
 
 
 def expire(deps: Deps) -> Expiry:
-    """Delete recall messages past their TTL, expired snapshots and state keys, mark expired facts
-    ``expired``, and record the sweep when it changed anything. The store reports counts for all
-    agents, so the row belongs to no single agent (``agent_id`` ``*``)."""
+    """Delete recall messages past their TTL, expired snapshots, state keys and idempotency
+    records, mark expired facts ``expired``, and record the sweep when it changed anything. The
+    store reports counts for all agents, so the row belongs to no single agent (``agent_id``
+    ``*``)."""
     now = deps.clock()
-    expiry = deps.store.expire_all(now)
+    expiry = replace(deps.store.expire_all(now), idempotency=deps.store.expire_idempotency(now))
     if expiry.total:
         deps.store.append_event(
             audit.event(

@@ -14,6 +14,7 @@ from vcm.cli.doctor import maintenance_checks
 from vcm.errors import NotFound, ValidationError
 from vcm.service import MemoryService
 from vcm.service.maintenance import last_run
+from vcm.store.types import IdempotencyRecord
 from vcm.tasks import maintenance
 from vcm.tasks.deps import Deps
 from vcm.tasks.spool import spool_messages
@@ -51,7 +52,7 @@ def test_expire_removes_each_kind_records_it_and_a_second_run_finds_nothing(deps
     svc = seeded(deps)
     deps.clock = lambda: time.time() + 120
     outcome = svc.run_maintenance("expire")["expire"]
-    assert outcome == {"outcome": "expired", "messages": 3, "snapshots": 1, "state": 1, "facts": 1}
+    assert outcome == {"outcome": "expired", "messages": 3, "snapshots": 1, "state": 1, "facts": 1, "idempotency": 0}
     assert deps.store.count_messages(AGENT) == 0
     with pytest.raises(NotFound):  # deleted: not merely past its time (0.0 is long before it)
         deps.store.get_state(AGENT, "step", 0.0)
@@ -114,3 +115,17 @@ def test_the_doctor_says_when_each_job_last_ran(deps: Deps, tmp_path: Path) -> N
     assert ok and detail.startswith("last ran ") and "taken=1" in detail and "now" in detail
     assert lines["maintenance expire"] == (True, "no run recorded (every 3600s)")
     assert lines["maintenance sweep"] == (True, "no run recorded (every 60s)")
+
+
+def test_expire_sweeps_idempotency_records_past_their_ttl(deps: Deps) -> None:
+    svc = seeded(deps)
+    now = time.time()
+    deps.store.put_idempotency(
+        [
+            IdempotencyRecord(AGENT, "old-key", "fp", '{"message_id": "m1"}', now + 60),
+            IdempotencyRecord(AGENT, "live-key", "fp", '{"message_id": "m2"}', now + 3600),
+        ]
+    )
+    deps.clock = lambda: now + 120
+    assert svc.run_maintenance("expire")["expire"]["idempotency"] == 1
+    assert [r.key for r in deps.store.list_idempotency(AGENT)] == ["live-key"]
