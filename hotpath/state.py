@@ -1,6 +1,7 @@
 """Per-agent hot state in Redis: every mutation is one Lua call (see :mod:`vcm.hotpath.lua`).
 
-The reads are :class:`~vcm.hotpath.reads.HotReads` (which :class:`HotState` extends); an agent's
+The reads are :class:`~vcm.hotpath.reads.HotReads` and the idempotency records
+:class:`~vcm.hotpath.claims.HotClaims` (which :class:`HotState` extends); an agent's
 budget configuration is :mod:`vcm.hotpath.creation`; the replies of the scripts are decoded by
 :mod:`vcm.hotpath.codec`. Beside the agent's memory, the hot state holds the records other
 components keep under the agent's hash tag, each behind named operations: ingestion jobs, the
@@ -20,13 +21,14 @@ from vcm import validation
 from vcm.errors import ValidationError
 from vcm.hotpath import keys, lua, render
 from vcm.hotpath.changes import ChangeFeed
-from vcm.hotpath.codec import as_str, dumps, fingerprint, num, reply
+from vcm.hotpath.claims import HotClaims, claim_record
+from vcm.hotpath.codec import dumps, fingerprint, num, reply
 from vcm.hotpath.creation import creation_of, restored_counters
 from vcm.hotpath.credentials import AgentTokens
 from vcm.hotpath.heartbeats import HeartbeatStore
 from vcm.hotpath.instances import InstanceBoard
 from vcm.hotpath.jobs import JobBoard
-from vcm.hotpath.reads import HotReads, Snapshot
+from vcm.hotpath.reads import Snapshot
 from vcm.hotpath.tokens import TokenCounter
 from vcm.hotpath.turns import TurnLocks
 from vcm.settings import Settings
@@ -35,12 +37,7 @@ from vcm.types import AgentImage, AgentInfo, AppendResult, BatchInfo, Block, Blo
 __all__ = ["HotState", "Snapshot", "claim_record"]
 
 
-def claim_record(op: str, request: Mapping[str, Any], result: Mapping[str, Any]) -> tuple[str, str]:
-    """The fingerprint and result text a claim of ``op`` records (in Redis and in the store)."""
-    return fingerprint({"op": op, **request}), dumps(dict(result))
-
-
-class HotState(HotReads):
+class HotState(HotClaims):
     """The hot path's Redis state for all agents. Thread-safe; one per process is enough."""
 
     def __init__(self, client: redis.Redis, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
@@ -375,63 +372,6 @@ class HotState(HotReads):
         )
         data, _ = reply(raw)
         return int(data["total"]), BatchInfo.from_json(data.get("batch"))
-
-    def claim(
-        self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], bool]:
-        """Record ``result`` as the outcome of ``op`` under ``idempotency_key``, atomically.
-
-        Returns ``(result, False)`` on the key's first use and ``(first result, True)`` when the
-        same request comes again; a different request under the key raises IdempotencyMismatch.
-        The record has the format the Lua mutations use (``<fingerprint>\n<result JSON>``, one
-        namespace per agent), so one key cannot mean two things across operations.
-        """
-        validation.agent_id(agent_id)
-        validation.idempotency_key(idempotency_key)
-        fp, text = claim_record(op, request, result)
-        raw = self._claim(
-            keys=[keys.idempotency(agent_id, idempotency_key)],
-            args=[keys.prefix(agent_id), fp, self.settings.idempotency_ttl_s, text],
-        )
-        return reply(raw)
-
-    def settle(
-        self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]
-    ) -> None:
-        """Replace a claimed key's recorded result with the operation's final one (same
-        fingerprint), so that retries answer with it (:meth:`claim` records what is known first)."""
-        fp, text = claim_record(op, request, result)
-        self.redis.set(keys.idempotency(agent_id, idempotency_key), f"{fp}\n{text}", ex=self.settings.idempotency_ttl_s)
-
-    def idempotency_records(self, agent_id: str, idempotency_keys: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """The records Redis holds under the agent's keys: key -> (fingerprint, result JSON), for
-        the store's copy (:mod:`vcm.durable`). One MGET: the keys share the agent's hash tag."""
-        wanted = list(dict.fromkeys(idempotency_keys))
-        if not wanted:
-            return {}
-        found = self.redis.mget([keys.idempotency(agent_id, k) for k in wanted])
-        out: dict[str, tuple[str, str]] = {}
-        for key, raw in zip(wanted, found, strict=True):
-            if raw:
-                fp, _, result = as_str(raw).partition("\n")
-                out[key] = (fp, result)
-        return out
-
-    def install_idempotency(
-        self, agent_id: str, records: Sequence[tuple[str, str, str, float]], *, replace: bool = False
-    ) -> int:
-        """Put the store's records ``(key, fingerprint, result JSON, expires_at)`` back, each with
-        the time it has left; a record Redis holds already is kept unless ``replace`` (Redis can
-        only be newer: the store is written first). Returns how many were written."""
-        now = self.clock()
-        live = [(k, fp, res, int((exp - now) * 1000)) for k, fp, res, exp in records if exp - now >= 0.001]
-        written = 0
-        for i in range(0, len(live), 1000):
-            pipe = self.redis.pipeline(transaction=False)
-            for key, fp, result, ms in live[i : i + 1000]:
-                pipe.set(keys.idempotency(agent_id, key), f"{fp}\n{result}", px=ms, nx=not replace)
-            written += sum(1 for ok in pipe.execute() if ok)
-        return written
 
     def reserve_message_id(self, agent_id: str) -> tuple[str, int]:
         """An id in the agent's message sequence for a message that skips the FIFO (write_recall)."""

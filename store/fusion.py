@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vcm.errors import ValidationError
-from vcm.store import validation
+from vcm.store import search_checks, validation
 
 K = TypeVar("K", bound=Hashable)
 
@@ -194,7 +194,7 @@ def vector_query(
     agent_id: object, query: object, vector: object, mode: str, limit: object, since: object, until: object
 ) -> tuple[float | None, float | None, npt.NDArray[np.float32]]:
     """Arguments of a vector or hybrid recall search: its time window and the unit query vector."""
-    start, end = validation.recall_search(agent_id, query, limit, since, until)
+    start, end = search_checks.recall_search(agent_id, query, limit, since, until)
     if vector is None:
         raise ValidationError(f"mode {mode} needs a query vector", field="vector")
     return start, end, unit_vector(vector)

@@ -14,7 +14,7 @@ from typing import Any, cast
 from arango.exceptions import ArangoServerError
 
 from vcm.errors import VcmError
-from vcm.store import validation
+from vcm.store import search_checks, validation
 from vcm.store.arango import documents, keys, names
 from vcm.store.arango.aql import archival as aql_archival
 from vcm.store.arango.aql import common as aql_common
@@ -41,12 +41,12 @@ class ArchivalOps(VectorSpaceOps):
     ``get_archival``."""
 
     def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:
-        checked, dims = validation.chunk_batch(chunks)
+        checked, dims = search_checks.chunk_batch(chunks)
         if not checked:
             return 0
         known: dict[tuple[str, str], int] = {(s.metric, s.embedding_version): s.dimension for s in self._spaces()}
         for (metric, version), dim in dims.items():
-            validation.space_dimension(metric, version, dim, known.get((metric, version)))
+            search_checks.space_dimension(metric, version, dim, known.get((metric, version)))
         now = self._clock()
         docs = [documents.chunk_doc(c, vec.tolist(), now) for c, vec in checked]
         write = (names.ARCHIVAL, names.DERIVED_FROM, names.META)
@@ -62,7 +62,7 @@ class ArchivalOps(VectorSpaceOps):
                     (s.metric, s.embedding_version): s.dimension for s in self._spaces(txn)
                 }
                 for (metric, version), dim in dims.items():  # a concurrent first writer wins
-                    validation.space_dimension(metric, version, dim, stored.get((metric, version)))
+                    search_checks.space_dimension(metric, version, dim, stored.get((metric, version)))
             inserted = {
                 r for r in self._run(txn, aql_common.insert_ignore(names.ARCHIVAL, docs), "ingest_archival") if r
             }
@@ -114,7 +114,7 @@ class ArchivalOps(VectorSpaceOps):
         metric: str = "cosine",
         embedding_version: str | None = None,
     ) -> Page[ArchivalHit]:
-        args = validation.archival_search(
+        args = search_checks.archival_search(
             agent_id,
             vector,
             k,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vcm.errors import ValidationError
-from vcm.store import fusion, validation
+from vcm.store import fusion, search_checks, validation
 from vcm.store.arango import documents, names
 from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.aql import messages as aql_messages
@@ -35,7 +35,7 @@ class RecallOps(RecallVectorOps):
         since: float | None = None,
         until: float | None = None,
     ) -> Page[RecallHit]:
-        since, until = validation.recall_search(agent_id, query, limit, since, until)
+        since, until = search_checks.recall_search(agent_id, query, limit, since, until)
         key = fingerprint("recall", agent_id, query, since, until)
         if cursor is not None:
             part = self._snapshots.next("recall", agent_id, key, cursor, limit)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from vcm.errors import VcmError
-from vcm.store import validation
+from vcm.store import search_checks
 from vcm.store.arango import names
 from vcm.store.arango.aql import archival as aql_archival
 from vcm.store.arango.aql import common as aql_common
@@ -62,7 +62,7 @@ class VectorSpaceOps(ArangoBase):
         known = [
             s for s in self._spaces() if s.metric == metric and (version is None or s.embedding_version == version)
         ]
-        return validation.matching_spaces(known, dimension, metric, version)
+        return search_checks.matching_spaces(known, dimension, metric, version)
 
     def _has_any_vector_index(self) -> bool:
         with translated("list indexes"):

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from vcm.store import validation
+from vcm.store import search_checks, validation
 from vcm.store.cursor import fingerprint, vector_digest
 from vcm.store.embedded import rows
 from vcm.store.embedded.archival import FilterTally
@@ -26,7 +26,7 @@ class ArchivalOps(EmbeddedBase):
     """``ingest_archival``, ``search_archival`` and ``get_archival``."""
 
     def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:
-        checked, dims = validation.chunk_batch(chunks)
+        checked, dims = search_checks.chunk_batch(chunks)
         if not checked:
             return 0
         now = self._clock()
@@ -36,7 +36,7 @@ class ArchivalOps(EmbeddedBase):
                     "SELECT dimension FROM vector_spaces WHERE metric = ? AND embedding_version = ?",
                     (metric, version),
                 ).fetchone()
-                validation.space_dimension(metric, version, dim, None if known is None else known[0])
+                search_checks.space_dimension(metric, version, dim, None if known is None else known[0])
                 conn.execute(
                     "INSERT OR IGNORE INTO vector_spaces (metric, dimension, embedding_version) VALUES (?, ?, ?)",
                     (metric, dim, version),
@@ -85,7 +85,7 @@ class ArchivalOps(EmbeddedBase):
         metric: str = "cosine",
         embedding_version: str | None = None,
     ) -> Page[ArchivalHit]:
-        args = validation.archival_search(
+        args = search_checks.archival_search(
             agent_id,
             vector,
             k,
@@ -126,7 +126,7 @@ class ArchivalOps(EmbeddedBase):
             sql += " AND embedding_version = ?"
             params.append(version)
         known = [SpaceKey(r[0], r[1], r[2]) for r in self._db.query("read vector spaces", sql, params)]
-        return validation.matching_spaces(known, dimension, metric, version)
+        return search_checks.matching_spaces(known, dimension, metric, version)
 
     def get_archival(self, agent_id: str, doc_id: str) -> list[ArchivalChunk]:
         validation.identifier("agent_id", agent_id)

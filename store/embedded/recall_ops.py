@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from vcm.errors import ValidationError
-from vcm.store import fusion, validation
+from vcm.store import fusion, search_checks, validation
 from vcm.store.analysis import query_terms
 from vcm.store.cursor import fingerprint, vector_digest
 from vcm.store.embedded import rows
@@ -36,7 +36,7 @@ class RecallOps(EmbeddedBase):
         since: float | None = None,
         until: float | None = None,
     ) -> Page[RecallHit]:
-        since, until = validation.recall_search(agent_id, query, limit, since, until)
+        since, until = search_checks.recall_search(agent_id, query, limit, since, until)
         key = fingerprint("recall", agent_id, query, since, until)
         terms = query_terms(query)
 

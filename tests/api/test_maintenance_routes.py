@@ -41,7 +41,7 @@ def test_a_job_runs_now_for_the_admin_and_says_what_it_did(client: TestClient, s
     assert r.status_code == 200, r.text
     assert r.json() == {
         "job": "expire",
-        "outcome": {"outcome": "expired", "messages": 0, "snapshots": 0, "state": 1, "facts": 0},
+        "outcome": {"outcome": "expired", "messages": 0, "snapshots": 0, "state": 1, "facts": 0, "idempotency": 0},
     }
     runs = {j["job"]: j for j in client.get("/v1/maintenance", headers=ADMIN).json()["jobs"]}
     assert runs["expire"]["outcome"]["state"] == 1 and runs["expire"]["at"] is not None
