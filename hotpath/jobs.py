@@ -4,12 +4,15 @@ Ingestion (chunking, embedding, storing) takes seconds to minutes, so the API an
 open a job and hand the document to the ``ingest`` queue; the worker moves the job on::
 
     queued ──▶ running ──▶ done      (result: chunks, written, embedding_version, ...)
-                   │
-                   └─────▶ failed    (error: a coded error body; resubmitting reopens the job)
+       │           │
+       │           ├─────▶ failed    (error: a coded error body; resubmitting reopens the job)
+       └───────────┴─────▶ cancelled (the agent was reset, or deleted, before the chunks were
+                                      stored: nothing written; resubmitting reopens the job)
 
 A job's id is derived from the agent and the document's content (see
 :func:`vcm.service.ingest_job_id`), so submitting the same document again finds the same job
-instead of queueing a second one. Records expire ``ttl_s`` after their last change.
+instead of queueing a second one. Records expire ``ttl_s`` after their last change; a reset or a
+snapshot restore keeps them (a deleted agent's go with it).
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ import redis
 from vcm.errors import NotFound
 from vcm.hotpath import keys, lua
 
-Status = Literal["queued", "running", "done", "failed"]
-STATUSES: tuple[Status, ...] = ("queued", "running", "done", "failed")
+Status = Literal["queued", "running", "done", "failed", "cancelled"]
+STATUSES: tuple[Status, ...] = ("queued", "running", "done", "failed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class IngestJob:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("done", "failed")
+        return self.status in ("done", "failed", "cancelled")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -82,9 +85,11 @@ class JobBoard:
         self.ttl_s = ttl_s
         self._open = client.register_script(lua.JOB_OPEN)
         self._update = client.register_script(lua.JOB_UPDATE)
+        self._cancel = client.register_script(lua.JOB_CANCEL)
 
     def open(self, agent_id: str, job_id: str, doc_id: str, now: float) -> tuple[IngestJob, bool]:
-        """The job, queued anew (True) unless one that has not failed exists (False)."""
+        """The job, queued anew (True) unless one that has neither failed nor been cancelled exists
+        (False)."""
         fields = {"status": "queued", "doc_id": doc_id, "created_at": repr(now), "updated_at": repr(now)}
         fields["chunks_done"] = "0"
         status, _ = self._open(keys=[keys.job(agent_id, job_id)], args=[self.ttl_s, *_pairs(fields)])
@@ -125,6 +130,19 @@ class JobBoard:
 
     def failed(self, agent_id: str, job_id: str, error: Mapping[str, Any], now: float) -> bool:
         return self._set(agent_id, job_id, {"status": "failed", "updated_at": repr(now), "error": dict(error)})
+
+    def cancelled(self, agent_id: str, job_id: str, now: float) -> bool:
+        """The worker found its job's agent gone or reset before its store write: it wrote nothing."""
+        return self._set(agent_id, job_id, {"status": "cancelled", "updated_at": repr(now)})
+
+    def cancel_open(self, agent_id: str, now: float, reason: str) -> list[str]:
+        """Cancel every job of the agent still queued or running (a reset); the ids cancelled."""
+        pattern = keys.job(agent_id, "").replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + "*"
+        error = {"code": "CONFLICT", "message": reason}
+        args: list[str | int] = [self.ttl_s, *_pairs({"status": "cancelled", "updated_at": repr(now), "error": error})]
+        prefix = len(keys.job(agent_id, ""))
+        found = self.redis.scan_iter(match=pattern, count=1000)
+        return sorted(_text(k)[prefix:] for k in found if self._cancel(keys=[k], args=args))
 
     def _set(self, agent_id: str, job_id: str, fields: Mapping[str, Any]) -> bool:
         return bool(self._update(keys=[keys.job(agent_id, job_id)], args=[self.ttl_s, *_pairs(fields)]))

@@ -521,11 +521,11 @@ return {'ok', ARGV[4]}
 # Opens an archival ingestion job, or finds the one already open for the same document.
 # KEYS: [1] job hash
 # ARGV: [1] ttl seconds  [2..] field, value pairs of a new queued job
-# Returns {'ok', 'queued'} when (re)opened, or {'replayed', status} when a job that has not
-# failed exists (a failed one is reopened: resubmitting is how a caller retries it).
+# Returns {'ok', 'queued'} when (re)opened, or {'replayed', status} when a job that has neither
+# failed nor been cancelled exists (such a one is reopened: resubmitting is how a caller retries it).
 JOB_OPEN = r"""
 local status = redis.call('HGET', KEYS[1], 'status')
-if status and status ~= 'failed' then return {'replayed', status} end
+if status and status ~= 'failed' and status ~= 'cancelled' then return {'replayed', status} end
 local attempts = tonumber(redis.call('HGET', KEYS[1], 'submissions') or '0')
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'submissions', attempts + 1, unpack(ARGV, 2))
@@ -533,12 +533,24 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 return {'ok', 'queued'}
 """
 
-# Moves a job on (running, done, failed) unless it is done already: a late redelivery of a finished
-# job must not turn it back. KEYS: [1] job hash  ARGV: [1] ttl seconds  [2..] field, value pairs
-# (the first pair is 'status', <new status>). Returns 1 when written, 0 when the job is done or gone.
+# Moves a job on (running, done, failed, cancelled) unless it is done or cancelled already: a late
+# redelivery of a finished job must not turn it back, nor a worker revive a job its agent's reset
+# cancelled. KEYS: [1] job hash  ARGV: [1] ttl seconds  [2..] field, value pairs (the first pair is
+# 'status', <new status>). Returns 1 when written, 0 when the job is done, cancelled or gone.
 JOB_UPDATE = r"""
 local status = redis.call('HGET', KEYS[1], 'status')
-if not status or status == 'done' then return 0 end
+if not status or status == 'done' or status == 'cancelled' then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+# Cancels a job still queued or running (its agent was reset): the worker sees it before its store
+# write and writes nothing. KEYS: [1] job hash  ARGV: [1] ttl seconds  [2..] field, value pairs
+# (status cancelled first). Returns 1 when cancelled, 0 when the job had finished or is gone.
+JOB_CANCEL = r"""
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'queued' and status ~= 'running' then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1

@@ -22,7 +22,7 @@ from vcm.errors import ValidationError
 from vcm.hotpath import keys, lua, render
 from vcm.hotpath.changes import ChangeFeed
 from vcm.hotpath.claims import HotClaims, claim_record
-from vcm.hotpath.codec import dumps, fingerprint, num, reply
+from vcm.hotpath.codec import as_str, dumps, fingerprint, num, reply
 from vcm.hotpath.creation import creation_of, restored_counters
 from vcm.hotpath.credentials import AgentTokens
 from vcm.hotpath.heartbeats import HeartbeatStore
@@ -441,14 +441,20 @@ class HotState(HotClaims):
             replayed=False,
         )
 
-    def forget(self, agent_id: str, *, keep: Collection[str] = ()) -> int:
+    def forget(self, agent_id: str, *, keep: Collection[str] = (), keep_prefixes: Collection[str] = ()) -> int:
         """Delete every Redis key of the agent (all share its hash tag, so one SCAN pattern finds
         them on a single node; on a cluster each master is scanned by redis-py) but those named in
-        ``keep`` (key names of :mod:`vcm.hotpath.keys`). Returns how many."""
+        ``keep`` (key names of :mod:`vcm.hotpath.keys`) or starting with one of ``keep_prefixes``
+        (``keys.JOB``: every ingestion job). Returns how many."""
         validation.agent_id(agent_id)
         pattern = keys.prefix(agent_id).replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + "*"
         kept = {keys.key(agent_id, name) for name in keep}
-        doomed = [k for k in self.redis.scan_iter(match=pattern, count=1000) if k not in kept]
+        spared = tuple(keys.key(agent_id, p) for p in keep_prefixes)
+        doomed = [
+            k
+            for k in self.redis.scan_iter(match=pattern, count=1000)
+            if k not in kept and not (spared and as_str(k).startswith(spared))
+        ]
         removed = 0
         for i in range(0, len(doomed), 500):
             removed += int(self.redis.delete(*doomed[i : i + 500]))

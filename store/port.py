@@ -59,6 +59,7 @@ from vcm.store.types import (
     StoredMessage,
     Summary,
     SummaryVersion,
+    Tombstones,
 )
 
 # Called by adapters at named points inside multi-step writes, so tests can inject a failure
@@ -111,15 +112,24 @@ class MemoryStore(abc.ABC):
     def delete_agent(self, agent_id: str) -> Forgotten:
         """Remove everything of the agent: record, core memory, summary versions, messages and
         their vectors and index entries, edges, archival chunks, events, batches, idempotency
-        records, cursors and snapshots. Idempotent (a second call removes nothing)."""
+        records, cursors, snapshots and tombstones. Idempotent (a second call removes nothing)."""
 
     @abc.abstractmethod
     def forget_message(self, agent_id: str, message_id: str) -> Forgotten:
-        """Remove one message with its vectors, index entries and edges. Idempotent."""
+        """Remove one message with its vectors, index entries and edges, and write its
+        tombstone (:meth:`tombstones`) in the same transaction, whether or not the message was
+        stored (one still only in the hot state is forgotten too). Idempotent: a second call
+        removes nothing and keeps the first tombstone's time."""
 
     @abc.abstractmethod
     def forget_document(self, agent_id: str, doc_id: str) -> Forgotten:
-        """Remove one archival document's chunks (every embedding version) and their edges."""
+        """Remove one archival document's chunks (every embedding version) and their edges, and
+        write its tombstone in the same transaction, as :meth:`forget_message` does."""
+
+    @abc.abstractmethod
+    def tombstones(self, agent_id: str) -> Tombstones:
+        """The ids the agent's forgets named, with the time of each (a snapshot restore drops
+        them from what it puts back)."""
 
     # --- facts and state ------------------------------------------------------------------------
     @abc.abstractmethod

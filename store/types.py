@@ -295,6 +295,17 @@ class Forgotten:
 
 
 @dataclass(frozen=True)
+class Tombstones:
+    """What was forgotten of an agent, for good: message and document ids with the time each
+    was forgotten (``forget_message``/``forget_document`` write them with the removal). A
+    snapshot restore honours them: nothing it restores brings a forgotten item back. Ids only,
+    never content; they go with the agent."""
+
+    messages: Mapping[str, float] = field(default_factory=dict)
+    documents: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ContextReset:
     """A replacement of an agent's context as the store keeps it (snapshot restore, reset).
 

@@ -16,7 +16,8 @@ import hashlib
 import json
 import struct
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from vcm.errors import SnapshotCorrupt
@@ -83,6 +84,32 @@ def memory_of(state: Mapping[str, Any], agent_id: str) -> AgentMemory | None:
     except (KeyError, TypeError, ValueError, struct.error) as exc:
         reason = f"the snapshot's facts and state cannot be read ({exc!r}); nothing was restored"
         raise SnapshotCorrupt(reason) from None
+
+
+def redacted(memory: AgentMemory, messages: Collection[str], documents: Collection[str]) -> AgentMemory:
+    """The memory without what forgotten messages and documents (their tombstones' ids) gave it,
+    by the rule a forget applies to live facts: a fact's evidence pointing at one loses that
+    pointer; a fact left with no evidence (it came from them alone), or a conflict's open question
+    quoting one, goes; the others' ``conflict_with`` lose the ids of facts gone. Edges to facts
+    gone are left to the caller, which keeps only edges whose ends exist."""
+
+    def forgotten(e: Any) -> bool:
+        kind, ident = (e.get("kind"), str(e.get("id"))) if isinstance(e, Mapping) else (None, "")
+        return (kind == "message" and ident in messages) or (kind == "document" and ident in documents)
+
+    kept: list[Fact] = []
+    gone: set[str] = set()
+    for f in memory.facts:
+        rest = tuple(e for e in f.evidence if not forgotten(e))
+        if len(rest) == len(f.evidence):
+            kept.append(f)
+        elif rest and not (f.type == "question" and (f.key or "").startswith("conflict:")):
+            kept.append(replace(f, evidence=rest))
+        else:
+            gone.add(f.fact_id)
+    if gone:
+        kept = [replace(f, conflict_with=tuple(c for c in f.conflict_with if c not in gone)) for f in kept]
+    return replace(memory, facts=tuple(kept))
 
 
 def _fact_json(f: Fact) -> dict[str, Any]:

@@ -4,7 +4,8 @@ snapshots (``agent_state_snapshots``, seed 001's collection).
 Deletes run collection by collection outside one transaction: an agent's data can exceed a
 stream transaction's size limit, and every step filters on the agent (or the ids), so a retry of
 an interrupted delete finishes it. The ArangoSearch view and the vector index drop entries with
-their documents.
+their documents. A forget writes the id's tombstone (collection ``tombstones``) in the same stream
+transaction as the removal; a restore reads them.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from vcm.store.arango.agents import agent_key
 from vcm.store.arango.aql import agents as aql_agents
 from vcm.store.arango.aql import archival as aql_archival
 from vcm.store.arango.aql import common as aql_common
+from vcm.store.arango.aql import tombstones as aql_tombstones
 from vcm.store.arango.base import ArangoBase
-from vcm.store.types import Forgotten, SnapshotRecord, message_node
+from vcm.store.types import Forgotten, SnapshotRecord, Tombstones, message_node
 
 
 def count_of(rows: list[object]) -> int:
@@ -79,23 +81,37 @@ class LifecycleOps(ArangoBase):
         validation.identifier("agent_id", agent_id)
         validation.identifier("message_id", message_id)
         vertex = keys.vertex_id(message_node(agent_id, message_id))
-        with self._transaction((names.MESSAGES, *names.EDGE_COLLECTIONS), "forget_message") as txn:
+        write = (names.MESSAGES, names.TOMBSTONES, *names.EDGE_COLLECTIONS)
+        with self._transaction(write, "forget_message") as txn:
             removed = count_of(self._run(txn, aql_common.remove_documents(names.MESSAGES, [vertex]), "forget_message"))
             for edges in names.EDGE_COLLECTIONS:
                 self._run(txn, aql_common.remove_edges_of(edges, [vertex]), "forget_message")
+            self._run(txn, self._tombstone(agent_id, "message", message_id), "forget_message")
         return Forgotten({"messages": removed} if removed else {})
 
     def forget_document(self, agent_id: str, doc_id: str) -> Forgotten:
         validation.identifier("agent_id", agent_id)
         validation.identifier("doc_id", doc_id)
         ids = [str(i) for i in self._run(self._ro, aql_archival.document_chunks(agent_id, doc_id), "forget_document")]
-        if not ids:
-            return Forgotten({})
-        with self._transaction((names.ARCHIVAL, *names.EDGE_COLLECTIONS), "forget_document") as txn:
-            removed = count_of(self._run(txn, aql_common.remove_documents(names.ARCHIVAL, ids), "forget_document"))
-            for edges in names.EDGE_COLLECTIONS:
-                self._run(txn, aql_common.remove_edges_of(edges, ids), "forget_document")
+        removed = 0
+        with self._transaction((names.ARCHIVAL, names.TOMBSTONES, *names.EDGE_COLLECTIONS), "forget_document") as txn:
+            if ids:
+                removed = count_of(self._run(txn, aql_common.remove_documents(names.ARCHIVAL, ids), "forget_document"))
+                for edges in names.EDGE_COLLECTIONS:
+                    self._run(txn, aql_common.remove_edges_of(edges, ids), "forget_document")
+            self._run(txn, self._tombstone(agent_id, "document", doc_id), "forget_document")
         return Forgotten({"archival_chunks": removed} if removed else {})
+
+    def tombstones(self, agent_id: str) -> Tombstones:
+        validation.identifier("agent_id", agent_id)
+        by_kind: dict[str, dict[str, float]] = {"message": {}, "document": {}}
+        for t in self._run(self._ro, aql_tombstones.list_tombstones(agent_id), "tombstones"):
+            by_kind.setdefault(str(t["kind"]), {})[str(t["item_id"])] = float(t["forgotten_at"])
+        return Tombstones(messages=by_kind["message"], documents=by_kind["document"])
+
+    def _tombstone(self, agent_id: str, kind: str, item_id: str) -> aql_common.AqlQuery:
+        key = keys.doc_key(agent_id, kind, item_id)
+        return aql_tombstones.put_tombstone(key, agent_id, kind, item_id, self._now())
 
     # --- snapshots ------------------------------------------------------------------------------
     def put_snapshot(self, snapshot: SnapshotRecord) -> SnapshotRecord:

@@ -26,6 +26,7 @@ META: Final = "vcm_meta"
 SNAPSHOTS: Final = "agent_state_snapshots"
 FACTS: Final = "agent_longterm_memory"
 STATE: Final = "agent_working_memory"
+TOMBSTONES: Final = "tombstones"
 
 VIEW: Final = "messages_view"
 GRAPH: Final = "g_mem"
@@ -33,7 +34,7 @@ TEXT_ANALYZER: Final = "text_en"
 
 NODE_COLLECTIONS: Final[tuple[NodeCollection, ...]] = (CORE, MESSAGES, ARCHIVAL, EVENTS, FACTS)
 EDGE_COLLECTIONS: Final[tuple[EdgeKind, ...]] = EDGE_KINDS
-DOCUMENT_COLLECTIONS: Final = (*NODE_COLLECTIONS, BATCHES, IDEMPOTENCY, CURSORS, META, SNAPSHOTS, STATE)
+DOCUMENT_COLLECTIONS: Final = (*NODE_COLLECTIONS, BATCHES, IDEMPOTENCY, CURSORS, META, SNAPSHOTS, STATE, TOMBSTONES)
 ALL_COLLECTIONS: Final = (*DOCUMENT_COLLECTIONS, *EDGE_COLLECTIONS)
 
 # commit_eviction touches exactly these; a stream transaction must declare them up front.
@@ -42,5 +43,6 @@ PUT_CORE_WRITE: Final = (CORE, IDEMPOTENCY)
 # Everything an agent owns, in the order delete_agent removes it (the record first, so nothing
 # rebuilds a half-deleted agent; each removal filters on agent_id, so a retry finishes the job).
 AGENT_OWNED: Final = (
-    CORE, MESSAGES, ARCHIVAL, EVENTS, BATCHES, IDEMPOTENCY, CURSORS, SNAPSHOTS, FACTS, STATE, *EDGE_COLLECTIONS
+    CORE, MESSAGES, ARCHIVAL, EVENTS, BATCHES, IDEMPOTENCY, CURSORS, SNAPSHOTS, FACTS, STATE, TOMBSTONES,
+    *EDGE_COLLECTIONS,
 )  # fmt: skip

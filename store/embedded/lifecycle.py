@@ -2,7 +2,8 @@
 
 Derived indexes are kept honest: a deleted message's row id goes to ``text_index_deletes`` (the
 tantivy writer drains it) and its vectors leave through ``message_vector_log`` (op -1), exactly as
-:meth:`expire` does; deleted archival rows are removed from the FAISS spaces that hold them.
+:meth:`expire` does; deleted archival rows are removed from the FAISS spaces that hold them. A forget writes the id's
+tombstone (table ``tombstones``) in the same transaction as the removal; a restore reads them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from vcm.store.embedded.db import meta_add
 from vcm.store.embedded.graph import delete_node_edges
 from vcm.store.embedded.messageindex import space_key
 from vcm.store.embedded.schema import META_TEXT_DOCS, META_TEXT_TERMS
-from vcm.store.types import Forgotten, chunk_node, message_node
+from vcm.store.types import Forgotten, Tombstones, chunk_node, message_node
 
 # Tables keyed by agent_id whose rows go with the agent and need no index upkeep.
 _PLAIN_TABLES = (
@@ -31,6 +32,7 @@ _PLAIN_TABLES = (
     "state",
     "edges",
     "message_vector_log",
+    "tombstones",
 )
 
 
@@ -103,6 +105,7 @@ class LifecycleOps(EmbeddedBase):
                 "SELECT COUNT(*) FROM message_vectors WHERE agent_id = ? AND message_id = ?", (agent_id, message_id)
             ).fetchone()[0]
             delete_message_rows(conn, doomed)
+            _tombstone(conn, agent_id, "message", message_id, self._clock())
         if doomed:
             self._messages_written()
         return Forgotten({k: v for k, v in {"messages": len(doomed), "message_vectors": int(vectors)}.items() if v})
@@ -119,5 +122,24 @@ class LifecycleOps(EmbeddedBase):
                 conn, [chunk_node(agent_id, doc_id, r["chunk_index"], r["embedding_version"]) for r in found]
             )
             conn.execute("DELETE FROM archival WHERE agent_id = ? AND doc_id = ?", (agent_id, doc_id))
+            _tombstone(conn, agent_id, "document", doc_id, self._clock())
         self._vectors.remove([int(r["id"]) for r in found])
         return Forgotten({"archival_chunks": len(found)} if found else {})
+
+    def tombstones(self, agent_id: str) -> Tombstones:
+        validation.identifier("agent_id", agent_id)
+        found = self._db.query(
+            "list tombstones", "SELECT kind, item_id, forgotten_at FROM tombstones WHERE agent_id = ?", (agent_id,)
+        )
+        by_kind: dict[str, dict[str, float]] = {"message": {}, "document": {}}
+        for r in found:
+            by_kind.setdefault(r["kind"], {})[r["item_id"]] = float(r["forgotten_at"])
+        return Tombstones(messages=by_kind["message"], documents=by_kind["document"])
+
+
+def _tombstone(conn: sqlite3.Connection, agent_id: str, kind: str, item_id: str, now: float) -> None:
+    # OR IGNORE: a repeated forget keeps the first time, which is what restores compare against.
+    conn.execute(
+        "INSERT OR IGNORE INTO tombstones (agent_id, kind, item_id, forgotten_at) VALUES (?, ?, ?, ?)",
+        (agent_id, kind, item_id, now),
+    )

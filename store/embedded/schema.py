@@ -46,6 +46,16 @@ CREATE TABLE IF NOT EXISTS core_memory (
     PRIMARY KEY (agent_id, block_id)
 ) WITHOUT ROWID;
 
+-- What forget_message / forget_document named (kind 'message' or 'document'), written with the
+-- removal; a snapshot restore puts none of them back. Ids only, never content.
+CREATE TABLE IF NOT EXISTS tombstones (
+    agent_id     TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    item_id      TEXT NOT NULL,
+    forgotten_at REAL NOT NULL,
+    PRIMARY KEY (agent_id, kind, item_id)
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS idempotency (
     agent_id    TEXT NOT NULL,
     scope       TEXT NOT NULL,

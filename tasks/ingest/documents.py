@@ -220,9 +220,14 @@ def _finish(store: MemoryStore, job: Job, vectors: Vectors | None, model_id: str
 
 
 def embed_and_finish(
-    store: MemoryStore, chunker: LateChunker, jobs: Sequence[Job]
+    store: MemoryStore,
+    chunker: LateChunker,
+    jobs: Sequence[Job],
+    *,
+    before_write: Callable[[Job], None] | None = None,
 ) -> Iterator[tuple[Job, IngestResult | VcmError]]:
-    """Embed the jobs that need it (late and naive each in one batched call), then write each alone."""
+    """Embed the jobs that need it (late and naive each in one batched call), then write each alone,
+    ``before_write(job)`` first (it stops the write by raising: the job was cancelled)."""
     vectors: dict[int, Vectors] = {}
     for mode in MODES:
         todo = [i for i, j in enumerate(jobs) if not j.stored and j.mode == mode]
@@ -230,6 +235,8 @@ def embed_and_finish(
             for i, v in zip(todo, chunker.embed([jobs[i].plan for i in todo], mode), strict=True):
                 vectors[i] = v
     for i, job in enumerate(jobs):
+        if before_write is not None:
+            before_write(job)
         try:
             yield job, _finish(store, job, vectors.get(i), chunker.embedder.model_id)
         except VcmError as exc:
@@ -253,7 +260,9 @@ def ingest_document(
 ) -> IngestResult:
     """Chunk, embed (late by default) and store one document; a replay writes nothing new.
 
-    ``progress(done, total)`` hears of the chunk count once planned (0 of n) and when stored.
+    ``progress(done, total)`` hears of the chunk count once planned (0 of n), again once embedded,
+    right before the store write (0 of n: the caller's last chance to stop it, by raising), and
+    when stored.
 
     ``embedding_version`` defaults to ``"<model_id>:<mode>:<ingest.version_suffix>"``; ``mode``
     to ``ingest.mode``. Raises ValidationError (bad input), IdempotencyMismatch (stored under
@@ -277,7 +286,13 @@ def ingest_document(
     )
     if progress is not None:
         progress(0, len(job.plan.chunks))
-    for _, outcome in embed_and_finish(store, chunker, [job]):
+    total = len(job.plan.chunks)
+
+    def last_call(_: Job) -> None:
+        if progress is not None:
+            progress(0, total)
+
+    for _, outcome in embed_and_finish(store, chunker, [job], before_write=last_call):
         if isinstance(outcome, IngestResult):
             if progress is not None:
                 progress(outcome.chunks, outcome.chunks)

@@ -5,6 +5,16 @@ The API and the tools open the job and queue the document
 the ``ingest`` queue calls :func:`run_ingest_job`. Everything here is idempotent: the ingester
 writes chunks under keys derived from the document and the embedding version, the audit row has a
 fixed id, and a job that is done stays done, so a redelivered task changes nothing.
+
+A job whose agent is deleted or reset while it runs ends ``cancelled`` and writes nothing: each
+progress report, the last one right before the store write, checks that the agent still exists in
+the store (a delete removes the store's rows first) and that its job was not cancelled (a reset
+cancels open jobs), and stops the ingester otherwise. What remains is the window between that
+last check and the store write's commit (a store read, a Redis read, then the write: milliseconds):
+a delete landing there leaves the document's chunks under the deleted agent's id, where a new agent
+of the same id would find them; a reset landing there lets them be stored (a reset keeps archival
+documents anyway) while the job reads ``cancelled``. Closing it needs the store write itself to
+check the agent (a generation fence), which this module cannot give.
 """
 
 from __future__ import annotations
@@ -42,9 +52,13 @@ class Ingest(Protocol):
     ) -> Mapping[str, Any]: ...
 
 
+class JobCancelled(Exception):
+    """Raised from the progress report into the ingester: the job's agent is gone or was reset."""
+
+
 @dataclass(frozen=True)
 class JobOutcome:
-    outcome: str  # done | failed | already_done
+    outcome: str  # done | failed | already_done | cancelled
     job_id: str
     agent_id: str
     detail: Mapping[str, Any]
@@ -64,14 +78,20 @@ def run_ingest_job(
             return JobOutcome("already_done", job_id, agent, {})
     except NotFound:
         log.warning("ingestion job %s of %s has no record (expired?); ingesting anyway", job_id, agent)
-    hot.jobs.progress(agent, job_id, clock())
 
-    def progress(done: int, total: int) -> None:
+    def progress(done: int, total: int | None = None) -> None:
+        if not _wanted(hot, store, agent, job_id):
+            raise JobCancelled(job_id)
         hot.jobs.progress(agent, job_id, clock(), chunks_total=total, chunks_done=done)
 
     try:
+        progress(0)
         doc, text = request.doc_id, request.text
         result = dict(ingest(agent, doc, text, source=request.source, metadata=request.metadata, progress=progress))
+    except JobCancelled:
+        hot.jobs.cancelled(agent, job_id, clock())  # a deleted agent's record is gone: a no-op
+        log.info("ingestion job %s of %s cancelled: its agent was deleted or reset", job_id, agent)
+        return JobOutcome("cancelled", job_id, agent, {"doc_id": request.doc_id})
     except StoreUnavailable:
         raise
     except VcmError as exc:
@@ -80,6 +100,19 @@ def run_ingest_job(
     _audit(store, request, result, clock())
     hot.jobs.done(agent, job_id, {"doc_id": request.doc_id, **result}, clock())
     return JobOutcome("done", job_id, agent, {"doc_id": request.doc_id, **result})
+
+
+def _wanted(hot: HotState, store: MemoryStore, agent_id: str, job_id: str) -> bool:
+    """Whether the job may still write: its agent exists in the store, and its record, when there
+    is one (an expired or flushed record lets the job go on), is not cancelled."""
+    try:
+        store.get_agent(agent_id)
+    except NotFound:
+        return False
+    try:
+        return hot.jobs.get(agent_id, job_id).status != "cancelled"
+    except NotFound:
+        return True
 
 
 def give_up(hot: HotState, request: IngestRequest, exc: BaseException | str, *, clock: Callable[[], float]) -> None:

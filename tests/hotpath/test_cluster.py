@@ -135,6 +135,7 @@ def _exercise_every_script(client: redis.Redis) -> None:
         hot.claim(agent, "note-1", "write_recall", {"text": "x"}, {"message_id": "m999"})
         hot.jobs.open(agent, "job1", "doc1", 1.0)
         hot.jobs.progress(agent, "job1", 2.0, chunks_total=3, chunks_done=1)
+        assert hot.jobs.cancel_open(agent, 3.0, "the agent was reset") == ["job1"]
         hot.snapshot(agent)  # a MULTI pipeline
         HeartbeatGovernor(hot.heartbeats, settings.heartbeat).decide(agent, requested=True, free_tokens=10_000)
         hot.tokens.put(agent, digest("token-1"))

@@ -8,6 +8,7 @@ import pytest
 
 from vcm.store.arango import names
 from vcm.store.arango.aql import idempotency as aql_idem
+from vcm.store.arango.aql import tombstones as aql_tombstones
 from vcm.store.arango.idempotency import record_docs, record_key, record_of
 from vcm.store.types import IdempotencyRecord
 
@@ -45,3 +46,13 @@ def test_documents_round_trip_and_keys_stay_apart_from_core_writes() -> None:
     assert doc["_key"] == record_key("a1", "k 1/✓") and doc["scope"] == "hot"
     assert record_of(doc) == rec
     assert record_key("a1", "k") != record_key("a2", "k")
+
+
+def test_tombstones_travel_as_bind_variables_and_a_repeat_keeps_the_first() -> None:
+    put = aql_tombstones.put_tombstone("k", NASTY[0], "message", NASTY[1], 3.0)
+    assert NASTY[0] not in put.text and NASTY[1] not in put.text
+    assert 'overwriteMode: "ignore"' in put.text and f"INTO {names.TOMBSTONES}" in put.text
+    doc = {"_key": "k", "agent_id": NASTY[0], "kind": "message", "item_id": NASTY[1], "forgotten_at": 3.0}
+    assert put.bind_vars["doc"] == doc
+    listing = aql_tombstones.list_tombstones(NASTY[2])
+    assert NASTY[2] not in listing.text and listing.bind_vars == {"agent_id": NASTY[2]}

@@ -100,6 +100,26 @@ def test_forget_message_and_document(store: MemoryStore) -> None:
     assert [h.chunk.doc_id for h in store.search_archival("a1", [0.0, 1.0, 0.0], k=5).items] == ["other"]
 
 
+def test_forgets_leave_tombstones_that_only_deleting_the_agent_removes(store: MemoryStore) -> None:
+    for agent in ("a1", "a2"):
+        store.put_agent(agent, {})
+        store.spool_messages([msg(agent, i) for i in range(1, 3)])
+        store.ingest_archival([chunk(agent, "doc", 0, [0.0, 1.0, 0.0])])
+    assert store.tombstones("a1").messages == {} and store.tombstones("a1").documents == {}
+    store.forget_message("a1", "m0001")
+    store.forget_message("a1", "m0009")  # never stored (e.g. still in the hot state): named all the same
+    store.forget_document("a1", "doc")
+    store.forget_document("a1", "never")
+    marks = store.tombstones("a1")
+    assert set(marks.messages) == {"m0001", "m0009"} and set(marks.documents) == {"doc", "never"}
+    first = marks.messages["m0001"]
+    store.forget_message("a1", "m0001")  # a repeat keeps the first time
+    assert store.tombstones("a1").messages["m0001"] == first
+    assert store.tombstones("a2").messages == {} and store.tombstones("a2").documents == {}
+    assert store.delete_agent("a1").counts.get("tombstones") == 4
+    assert store.tombstones("a1").messages == {} and store.tombstones("a1").documents == {}
+
+
 def test_snapshots_round_trip_list_without_payload_expire_and_delete(store: MemoryStore) -> None:
     now = 1_700_000_000.0
     live = SnapshotRecord("a1", "s1", "manual", "before upgrade", b"\x00\x01payload", "ab", 9, now, None)

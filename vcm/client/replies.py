@@ -77,6 +77,8 @@ def rejected_error(result: SyncResult) -> VcmError:
 def finished(job: Json) -> Json:
     if job["status"] == "failed":
         raise from_payload(job.get("error") or {"code": "INTERNAL_ERROR", "message": "ingestion failed"})
+    if job["status"] == "cancelled":  # its agent was reset before the chunks were stored
+        raise from_payload(job.get("error") or {"code": "CONFLICT", "message": "ingestion cancelled"})
     return job
 
 

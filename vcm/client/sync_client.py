@@ -101,11 +101,12 @@ class VcmClient(AgentOperations[Json], MemoryOperations[Json]):
             drive(self._cached().sync(), self._send)
 
     def wait_for_ingest(self, agent_id: str, job_id: str, *, timeout: float = 300.0, poll: float = 0.25) -> Json:
-        """Poll an ingestion job until it is done (its job) or failed (raises its coded error)."""
+        """Poll an ingestion job until it is done (its job), failed or cancelled (raises its coded
+        error)."""
         deadline = time.monotonic() + timeout
         while True:
             job = self.ingest_job(agent_id, job_id)
-            if job["status"] in ("done", "failed"):
+            if job["status"] in ("done", "failed", "cancelled"):
                 return finished(job)
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"ingestion job {job_id} still {job['status']} after {timeout} s")

@@ -44,6 +44,7 @@ from vcm.store.types import (
     StoredMessage,
     Summary,
     SummaryVersion,
+    Tombstones,
 )
 
 R = TypeVar("R")
@@ -145,6 +146,9 @@ class MeteredStore(MemoryStore):
 
     def forget_document(self, agent_id: str, doc_id: str) -> Forgotten:
         return self._call("forget_document", self.inner.forget_document, agent_id, doc_id)
+
+    def tombstones(self, agent_id: str) -> Tombstones:
+        return self._call("tombstones", self.inner.tombstones, agent_id)
 
     def put_snapshot(self, snapshot: SnapshotRecord) -> SnapshotRecord:
         return self._call("put_snapshot", self.inner.put_snapshot, snapshot)

@@ -77,7 +77,8 @@ class Lifecycle:
 
     def reset(self, agent_id: str, *, actor: str = Actor.SYSTEM, idempotency_key: str | None = None) -> dict[str, Any]:
         """Start the conversation over (VICW ``/reset``): the FIFO and the summary go, the blocks
-        stay. The messages stay in recall, searchable. A retry under the same idempotency key
+        stay. The messages stay in recall, searchable; ingestion jobs still queued or running end
+        ``cancelled``, finished ones keep their records. A retry under the same idempotency key
         resets nothing (it would drop what was said since) and answers ``messages_to_recall`` 0."""
         validation.idempotency_key(idempotency_key)
         if idempotency_key is not None:
@@ -85,6 +86,9 @@ class Lifecycle:
             if replayed:
                 return {"agent_id": agent_id, "messages_to_recall": 0}
         self.core.agent(agent_id)
+        # Ingestion still queued or running is cancelled: its worker checks before its store write
+        # and writes nothing (vcm.tasks.ingest.jobs). Finished jobs keep their records.
+        self.core.hot.jobs.cancel_open(agent_id, self.core.clock(), "the agent was reset; submit the document again")
         left = self.persist_hot(agent_id)
         batch_id = self.fresh_id(agent_id)
         self.core.store.reset_context(ContextReset(agent_id, batch_id, "", 0, fifo_ids=[]))
@@ -122,8 +126,9 @@ class Lifecycle:
 
     def reload(self, agent_id: str) -> None:
         # The change feed and the instance reports outlive a reload: followers see the change that
-        # says what happened (restore: the whole agent) rather than a gap; a running turn keeps its lock.
-        self.core.hot.forget(agent_id, keep=(keys.CHANGES, keys.INSTANCES, keys.TURN))
+        # says what happened (restore: the whole agent) rather than a gap; a running turn keeps its
+        # lock; ingestion jobs keep their records (a poller of a finished job still finds it).
+        self.core.hot.forget(agent_id, keep=(keys.CHANGES, keys.INSTANCES, keys.TURN), keep_prefixes=(keys.JOB,))
         self.core.durable.forget(agent_id)
         self.core.rebuild(agent_id)
 

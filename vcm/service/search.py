@@ -173,7 +173,7 @@ class Search:
         return self.core.hot.jobs.get(agent_id, job_id)
 
     def ingest_job(self, agent_id: str, job_id: str) -> IngestJob:
-        """An ingestion job's state: queued, running (with chunk progress), done or failed."""
+        """An ingestion job's state: queued, running (with chunk progress), done, failed or cancelled."""
         self.core.agent(agent_id)
         if not isinstance(job_id, str) or not job_id.startswith("ing-") or len(job_id) > 64:
             raise ValidationError("not an ingestion job id", field="job_id")

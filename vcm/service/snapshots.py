@@ -23,6 +23,10 @@ from vcm.store.audit_names import Actor, EventKind
 from vcm.store.types import AgentMemory, ContextReset, SnapshotRecord, SummaryVersion, fact_node, message_node
 from vcm.types import Block, Message
 
+# The note a forget leaves in the summary (:mod:`vcm.service.lifecycle`); a restored summary that
+# may speak of a message forgotten since gets it too.
+FORGOTTEN_NOTE = "[A message was removed from memory at the user's request.]"
+
 
 def new_snapshot_id(kind: str, now: float) -> str:
     return f"{kind}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}-{uuid.uuid4().hex[:8]}"
@@ -150,12 +154,15 @@ class Snapshots:
         except (KeyError, TypeError, ValueError) as exc:
             raise SnapshotCorrupt(f"the snapshot cannot be read ({exc!r}); nothing was restored") from None
         memory = payloads.memory_of(state, agent_id)  # None: an older snapshot, facts and state stay
+        # What was forgotten stays forgotten: the store's tombstones name every message and
+        # document a forget removed, and nothing restored may bring one back (issue 28).
+        fifo, memory, summary = self._honour_tombstones(agent_id, record, fifo, memory, summary)
         before = self.create_snapshot(
             agent_id, kind="pre_restore", reason=f"before restoring {snapshot_id}", actor=actor
         )
         # Writes that change nothing the agent holds (they only make the switch-over possible):
         # the hot state's messages reach the store, and so do the snapshot's FIFO messages, which
-        # come back even if forgotten or expired since.
+        # come back if expired since (never if forgotten: those left the FIFO above).
         self.lifecycle.persist_hot(agent_id)
         ttl = self.core.settings.maintenance.recall_ttl_s
         self.core.store.spool_messages([stored_message(agent_id, m, ttl_s=ttl) for m in fifo])
@@ -185,6 +192,42 @@ class Snapshots:
             actor,
         )
         return {"agent_id": agent_id, "snapshot_id": snapshot_id, "pre_restore_snapshot_id": before.snapshot_id}
+
+    def _honour_tombstones(
+        self,
+        agent_id: str,
+        record: SnapshotRecord,
+        fifo: list[Message],
+        memory: AgentMemory | None,
+        summary: dict[str, Any],
+    ) -> tuple[list[Message], AgentMemory | None, dict[str, Any]]:
+        """The snapshot's FIFO, memory and summary without what forgets removed since: forgotten
+        messages leave the FIFO (the rebuild counts the FIFO's tokens from what is stored), facts
+        lose the evidence pointing at forgotten messages and documents (:func:`vcm.snapshots.redacted`; edges to
+        them or to facts gone are dropped by :meth:`_linked`). A summary is text: one taken before
+        a message it may have covered was forgotten (not in the snapshot's FIFO, so possibly
+        folded into it) gets the note a forget leaves on the live summary; what it said of the
+        message stays, as it does on the live summary."""
+        marks = self.core.store.tombstones(agent_id)
+        if not marks.messages and not marks.documents:
+            return fifo, memory, summary
+        captured = {m.id for m in fifo}
+        kept = [m for m in fifo if m.id not in marks.messages]
+        if memory is not None:
+            memory = payloads.redacted(memory, set(marks.messages), set(marks.documents))
+        later = [m for m, at in marks.messages.items() if at >= record.created_at and m not in captured]
+        if later:
+            summary = self._noted(agent_id, summary)
+        return kept, memory, summary
+
+    def _noted(self, agent_id: str, summary: dict[str, Any]) -> dict[str, Any]:
+        if FORGOTTEN_NOTE in str(summary.get("text", "")):
+            return summary  # noted by an earlier forget already
+        text = f"{summary.get('text', '')}\n{FORGOTTEN_NOTE}".strip()
+        tokens = self.core.hot.summary_tokens(agent_id, text)
+        cap = int(self.core.agent(agent_id).window * self.core.settings.budget.summary_cap)
+        # Over the summary cap the snapshot's summary stays as it is (the forget's audit row is the note).
+        return {**summary, "text": text, "tokens": tokens} if tokens <= cap else summary
 
     def _linked(self, agent_id: str, memory: AgentMemory) -> AgentMemory:
         """The memory with only the edges whose ends exist once it is back: its own facts, and

@@ -326,3 +326,25 @@ def test_ingest_paths_refuses_special_files_and_links_out_of_the_root(
     # Without --root, a link is read like any file the user may read (documented in `vcm ingest --help`).
     loose = ingest_paths(store, embedder, AGENT, [root / "link.md"], settings=cfg)
     assert loose.outcomes[0].status == "ingested"
+
+
+def test_progress_hears_of_the_store_write_before_it_and_can_stop_it(
+    store: MemoryStore, embedder: Embedder, cfg: Settings
+) -> None:
+    heard: list[tuple[int, int]] = []
+
+    class Stop(Exception):
+        pass
+
+    def progress(done: int, total: int) -> None:
+        heard.append((done, total))
+        if len(heard) == 2:  # embedded, not yet stored: the job runner's last check
+            raise Stop
+
+    with pytest.raises(Stop):
+        ingest_document(store, embedder, AGENT, "bio", PAGE, settings=cfg, progress=progress)
+    assert heard[0] == heard[1] and heard[0][0] == 0 and heard[0][1] > 0
+    assert _archival_count(store) == 0
+    heard.clear()
+    ingest_document(store, embedder, AGENT, "bio", PAGE, settings=cfg, progress=lambda d, t: heard.append((d, t)))
+    assert heard == [(0, heard[0][1]), (0, heard[0][1]), (heard[0][1], heard[0][1])]

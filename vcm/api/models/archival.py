@@ -68,15 +68,16 @@ class ArchivalPage(BaseModel):
 
 
 class IngestOut(BaseModel):
-    """An archival ingestion job (:class:`vcm.hotpath.jobs.IngestJob`): poll it until done or failed."""
+    """An archival ingestion job (:class:`vcm.hotpath.jobs.IngestJob`): poll it until done, failed or
+    cancelled (its agent was reset before the chunks were stored)."""
 
     job_id: str
     doc_id: str
-    status: Literal["queued", "running", "done", "failed"]
+    status: Literal["queued", "running", "done", "failed", "cancelled"]
     created_at: float
     updated_at: float
     chunks_total: int | None = Field(None, description="known once the worker has planned the chunks")
     chunks_done: int
-    submissions: int = Field(description="times the job was queued: a failed job is queued again on resubmission")
+    submissions: int = Field(description="times the job was queued: a failed or cancelled one requeues on resubmission")
     result: dict[str, Any] | None = Field(None, description="when done: chunks, written, embedding_version, ...")
-    error: dict[str, Any] | None = Field(None, description="when failed: the coded error")
+    error: dict[str, Any] | None = Field(None, description="when failed (or cancelled by a reset): the coded error")

@@ -43,7 +43,8 @@ def ingest_archival(
 
 @router.get("/archival/jobs/{job_id}", response_model=IngestOut, responses=ERROR_RESPONSES)
 def ingest_job(agent_id: AgentId, job_id: str, who: Agent, service: ServiceDep) -> IngestOut:
-    """An ingestion job: queued, running (chunks_done of chunks_total), done (result) or failed (error)."""
+    """An ingestion job: queued, running (chunks_done of chunks_total), done (result), failed (error) or
+    cancelled (a reset of its agent: nothing stored)."""
     return IngestOut.model_validate(service.ingest_job(agent_id, job_id).as_dict())
 
 
