@@ -617,3 +617,56 @@ return {'ok', '{"total":' .. d.total .. ',"action":"' .. d.action .. '","pressur
   .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch) .. '}'}
 """
 )
+
+# Forget one message still in the main context (vcm.service.lifecycle): it leaves the FIFO with
+# its tokens (and its pinned share), its body leaves the message hash, and the warning re-arms
+# when the total falls below it, as after a requested eviction. A message of a pending eviction
+# batch is refused (CONFLICT): the cold path is committing that batch (summary, facts, recall),
+# and taking a message out from under it would let the commit write it back; the caller forgets
+# it once the batch has committed. Nothing else moves: no eviction is decided (the total only
+# falls) and `appended` keeps counting appends.
+# KEYS: [1] meta  [2] fifo  [3] msg  [4] batches
+# ARGV: [1] agent prefix  [2] message id
+# Returns {'ok', {"removed": bool, "tokens", "pinned", "total", "gauges"}}: removed false when the
+# message is in neither the FIFO nor a batch (already gone, or never in the context).
+FORGET_MESSAGE = (
+    _PRELUDE
+    + r"""
+local m = load_meta()
+if not m then return fail('NOT_FOUND', 'unknown agent; create it first') end
+local id = ARGV[2]
+local entry = nil
+local n = redis.call('LLEN', FIFO)
+for start = 0, n - 1, 512 do
+  for _, e in ipairs(redis.call('LRANGE', FIFO, start, start + 511)) do
+    local _, _, eid = parse_entry(e)
+    if eid == id then entry = e break end
+  end
+  if entry then break end
+end
+if not entry then
+  if redis.call('HEXISTS', MSG, id) == 1 then
+    for _, bid in ipairs(redis.call('ZRANGE', BATCHES, 0, -1)) do
+      for _, bmid in ipairs(redis.call('LRANGE', P .. 'evicting:' .. bid, 0, -1)) do
+        if bmid == id then
+          return fail('CONFLICT', 'message ' .. id .. ' is in eviction batch ' .. bid .. ', which is being'
+            .. ' committed to recall now; forget it again once the batch has committed (seconds)',
+            {message_id = id, batch_id = tonumber(bid)})
+        end
+      end
+    end
+  end
+  return {'ok', '{"removed":false,"tokens":0,"pinned":false,"total":' .. total_of(m) .. '}'}
+end
+local tok, pin = parse_entry(entry)
+redis.call('LREM', FIFO, 1, entry)
+redis.call('HDEL', MSG, id)
+set(m, 'fifo', m.fifo - tok)
+if pin == '1' then set(m, 'pinned_fifo', m.pinned_fifo - tok) end
+local total = total_of(m)
+if m.warned == 1 and total < m.warn then set(m, 'warned', 0) end
+save_meta(m)
+return {'ok', '{"removed":true,"tokens":' .. tok .. ',"pinned":' .. tostring(pin == '1') .. ',"total":' .. total
+  .. ',"gauges":' .. gauges_json(m) .. '}'}
+"""
+)

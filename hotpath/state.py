@@ -53,6 +53,7 @@ class HotState(HotClaims):
         self._evict = client.register_script(lua.EVICT_OLDEST)
         self._claim = client.register_script(lua.IDEMPOTENCY_CLAIM)
         self._restore = client.register_script(lua.RESTORE_AGENT)
+        self._forget_message = client.register_script(lua.FORGET_MESSAGE)
         # Archival ingestion jobs; a record outlives its last change as long as an idempotency key.
         self.jobs = JobBoard(client, settings.idempotency_ttl_s)
         # What client instances of an agent follow and report (vcm.service.replicas).
@@ -372,6 +373,18 @@ class HotState(HotClaims):
         )
         data, _ = reply(raw)
         return int(data["total"]), BatchInfo.from_json(data.get("batch"))
+
+    def forget_message(self, agent_id: str, message_id: str) -> dict[str, Any]:
+        """Take one message out of the main context, with its tokens (:data:`lua.FORGET_MESSAGE`):
+        ``{"removed", "tokens", "pinned", "total"}``, removed false when the context does not hold
+        it; CONFLICT when it is in a pending eviction batch."""
+        validation.agent_id(agent_id)
+        raw = self._forget_message(
+            keys=[keys.key(agent_id, k) for k in (keys.META, keys.FIFO, keys.MESSAGES, keys.BATCHES)],
+            args=[keys.prefix(agent_id), message_id],
+        )
+        data, _ = reply(raw)
+        return dict(data)
 
     def reserve_message_id(self, agent_id: str) -> tuple[str, int]:
         """An id in the agent's message sequence for a message that skips the FIFO (write_recall)."""

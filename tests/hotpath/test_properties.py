@@ -1,7 +1,8 @@
 """Property tests: random appends, pins, block edits, retries, requested evictions (count=1 many
-times among them) and finishes, on fakeredis and on the real Redis. After every step the invariants
-of docs/architecture.md §1/§5 hold (the total never exceeds ``max``), and every Lua decision equals the
-pure policy's (vcm.hotpath.budget) on the same inputs."""
+times among them), forgets (of FIFO and of batch messages) and finishes, on fakeredis and on the
+real Redis. After every step the invariants of docs/architecture.md §1/§5 hold (the total never
+exceeds ``max``), and every Lua decision equals the pure policy's (vcm.hotpath.budget) on the same
+inputs."""
 
 from __future__ import annotations
 
@@ -325,6 +326,29 @@ class HotPathMachine(RuleBasedStateMachine):
             self.hot.finish_eviction(AGENT, pending[1], "early")
         assert err.value.code == "CONFLICT"
         assert dump(self.client, AGENT) == before
+
+    @rule(pick=st.integers(0, 10_000))
+    def forget(self, pick: int) -> None:
+        """Forget a message still in the FIFO (it leaves with its tokens) or one of a pending
+        batch (CONFLICT, nothing changes); the invariants then check every counter."""
+        fifo = [m.id for m in self.hot.snapshot(AGENT).fifo]
+        batched = [i for ids in self.hot.batch_message_ids(AGENT).values() for i in ids]
+        places = fifo + batched
+        if not places:
+            return
+        mid = places[pick % len(places)]
+        if mid in batched:
+            before = dump(self.client, AGENT)
+            with pytest.raises(VcmError) as err:
+                self.hot.forget_message(AGENT, mid)
+            assert err.value.code == "CONFLICT" and dump(self.client, AGENT) == before
+            return
+        gauges = self.hot.gauges(AGENT)
+        out = self.hot.forget_message(AGENT, mid)
+        assert out["removed"] and self.hot.gauges(AGENT).fifo == gauges.fifo - out["tokens"]
+        assert out["total"] == self.hot.gauges(AGENT).total
+        self.appended.discard(mid)
+        assert self.hot.forget_message(AGENT, mid)["removed"] is False  # a repeat finds nothing
 
     # --- invariants -------------------------------------------------------------------------
     @invariant()

@@ -44,7 +44,13 @@ class AgentOperations(Sender[R]):
         return self._send(Call("DELETE", f"/v1/agents/{seg(agent_id)}"))
 
     def forget_message(self, agent_id: str, message_id: str) -> R:
+        """Forget a message wherever it is, and the facts derived from it; the reply's ``receipt``
+        is what :meth:`check_forget` re-checks."""
         return self._send(Call("DELETE", f"/v1/agents/{seg(agent_id)}/messages/{seg(message_id)}"))
+
+    def check_forget(self, agent_id: str, receipt: str) -> R:
+        """Is anything of a forgotten message left? ``clean``, or ``left`` says where."""
+        return self._send(Call("GET", f"/v1/agents/{seg(agent_id)}/forget/{seg(receipt)}"))
 
     def forget_document(self, agent_id: str, doc_id: str) -> R:
         return self._send(Call("DELETE", f"/v1/agents/{seg(agent_id)}/archival/{seg(doc_id)}"))

@@ -13,7 +13,8 @@
 | :mod:`~vcm.service.fact_input` | what a fact write may carry, checked |
 | :mod:`~vcm.service.state` | state keys |
 | :mod:`~vcm.service.graph` | the entity neighbourhood query |
-| :mod:`~vcm.service.lifecycle` | delete, forget, reset |
+| :mod:`~vcm.service.lifecycle` | delete, forget a document, reset |
+| :mod:`~vcm.service.forgetting` | forget a message wherever it is, with what was derived from it; receipts |
 | :mod:`~vcm.service.snapshots` | snapshots and restores |
 | :mod:`~vcm.service.replicas` | the change feed, sync conflicts, instance status |
 | :mod:`~vcm.service.context` | the prompt the model sees (``build_context``) |

@@ -41,6 +41,7 @@ from vcm.service.bulk import Bulk, BulkJobs
 from vcm.service.context import ContextBuilder
 from vcm.service.core import Core, Embed
 from vcm.service.facts import Facts
+from vcm.service.forgetting import Forgetting
 from vcm.service.graph import Graph
 from vcm.service.lifecycle import Lifecycle
 from vcm.service.maintenance import Maintenance, MaintenanceJobs
@@ -79,6 +80,7 @@ class MemoryService:
         self.graph = Graph(core, self.facts)
         self.lifecycle = Lifecycle(core)
         self.snapshots = Snapshots(core, self.lifecycle)
+        self.forgetting = Forgetting(core, self.facts, self.lifecycle)
         self.replicas = Replicas(core)
         self.builder = ContextBuilder(core, self.messages, self.facts, self.state, self.search)
         self.bulk = Bulk(core, bulk)
@@ -148,7 +150,9 @@ class MemoryService:
         self.delete_state = self.state.delete_state
         # lifecycle and snapshots
         self.delete_agent = self.lifecycle.delete_agent
-        self.forget_message = self.lifecycle.forget_message
+        self.forget = self.forgetting.forget
+        self.forget_message = self.forgetting.forget_message
+        self.check_forget = self.forgetting.check_forget
         self.forget_document = self.lifecycle.forget_document
         self.reset = self.lifecycle.reset
         self.create_snapshot = self.snapshots.create_snapshot

@@ -1,4 +1,4 @@
-"""An agent's lifecycle beyond appends: delete, forget, reset (seed 001 §3.3), and the steps they
+"""An agent's lifecycle beyond appends: delete, forget a document, reset (seed 001 §3.3), and the steps they
 share with snapshot restores (:mod:`vcm.service.snapshots`).
 
 Every operation here changes the store first, the store being the source of truth, and then
@@ -16,7 +16,6 @@ from typing import Any
 
 from vcm import validation
 from vcm.durable import append_event, append_records, stored_message
-from vcm.errors import Conflict
 from vcm.hotpath import keys
 from vcm.hotpath.state import Snapshot
 from vcm.obs import metrics
@@ -31,7 +30,8 @@ SYSTEM_AGENT = "*"
 
 
 class Lifecycle:
-    """delete_agent, forget_message, forget_document, reset; and the hot state's hand-over to the
+    """delete_agent, forget_document, reset (a message's forget is :mod:`vcm.service.forgetting`'s,
+    which notes it in the summary here: :meth:`note_in_summary`); and the hot state's hand-over to the
     store that snapshot restores share (:meth:`persist_hot`, :meth:`held`, :meth:`fresh_id`,
     :meth:`reload`)."""
 
@@ -49,23 +49,6 @@ class Lifecycle:
         metrics.forget_agent(agent_id)
         counts = {k: v for k, v in counts.items() if v}
         self.core.audit(SYSTEM_AGENT, EventKind.AGENT_DELETED, {"agent_id": agent_id, "removed": counts}, actor)
-        return counts
-
-    def forget_message(self, agent_id: str, message_id: str, *, actor: str = Actor.SYSTEM) -> dict[str, int]:
-        """Remove one message from recall and every index. A message still in the main context
-        (FIFO or a pending batch) is refused with CONFLICT: evict it first. The summary keeps a
-        note that something was forgotten; what a summary said about it before stays there."""
-        self.core.agent(agent_id)
-        store_validation.identifier("message_id", message_id)
-        if self.core.hot.get_messages(agent_id, [message_id]):
-            raise Conflict(
-                f"message {message_id!r} is in the main context; evict it first, then forget it",
-                message_id=message_id,
-            )
-        counts = dict(self.core.store.forget_message(agent_id, message_id).counts)
-        if counts:
-            self._note_in_summary(agent_id, "[A message was removed from memory at the user's request.]")
-        self.core.audit(agent_id, EventKind.FORGET, {"message_id": message_id, "removed": counts}, actor)
         return counts
 
     def forget_document(self, agent_id: str, doc_id: str, *, actor: str = Actor.SYSTEM) -> dict[str, int]:
@@ -132,7 +115,7 @@ class Lifecycle:
         self.core.durable.forget(agent_id)
         self.core.rebuild(agent_id)
 
-    def _note_in_summary(self, agent_id: str, note: str) -> None:
+    def note_in_summary(self, agent_id: str, note: str) -> None:
         """Append a note to the summary in the store, keeping the FIFO as it is; the hot state
         takes it on its next rebuild or summary install (a note is a few tokens, for which the
         summary's newest clauses make room when it fills its cap)."""

@@ -23,7 +23,7 @@ from vcm.store.audit_names import Actor, EventKind
 from vcm.store.types import AgentMemory, ContextReset, SnapshotRecord, SummaryVersion, fact_node, message_node
 from vcm.types import Block, Message
 
-# The note a forget leaves in the summary (:mod:`vcm.service.lifecycle`); a restored summary that
+# The note a forget leaves in the summary (:mod:`vcm.service.forgetting`); a restored summary that
 # may speak of a message forgotten since gets it too.
 FORGOTTEN_NOTE = "[A message was removed from memory at the user's request.]"
 

@@ -45,6 +45,8 @@ from vcm.api.models.facts import (
     WorkingSetOut,
 )
 from vcm.api.models.lifecycle import (
+    ForgetCheckOut,
+    ForgetOut,
     ResetOut,
     RestoreOut,
     SnapshotIn,
@@ -100,6 +102,8 @@ __all__ = [
     "FactOut",
     "FactStatsOut",
     "Figure",
+    "ForgetCheckOut",
+    "ForgetOut",
     "Gauges",
     "HealthOut",
     "IngestOut",

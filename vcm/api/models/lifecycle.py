@@ -1,4 +1,4 @@
-"""Reset, snapshots and summary versions (:mod:`vcm.api.routes.lifecycle`,
+"""Forget receipts, reset, snapshots and summary versions (:mod:`vcm.api.routes.lifecycle`,
 :mod:`vcm.api.routes.snapshots`)."""
 
 from __future__ import annotations
@@ -7,7 +7,24 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from vcm.api.models.common import RequestBody
+from vcm.api.models.common import RemovedOut, RequestBody
+
+
+class ForgetOut(RemovedOut):
+    """A message forgotten: ``removed`` as before, and the receipt that re-checks it."""
+
+    receipt: str = Field(description="GET .../forget/{receipt} re-checks that nothing of the message is left")
+    message_id: str
+    facts_removed: list[str] = Field(description="facts whose only evidence was the message")
+    facts_rewritten: list[str] = Field(description="facts kept without their pointer to it")
+
+
+class ForgetCheckOut(BaseModel):
+    agent_id: str
+    receipt: str
+    message_id: str
+    clean: bool = Field(description="true when nothing of the message is left anywhere")
+    left: dict[str, Any] = Field(description="where something is left: recall, context, edges (counts), facts (ids)")
 
 
 class ResetOut(BaseModel):

@@ -15,6 +15,8 @@ from vcm.api.models import (
     ERROR_RESPONSES,
     WRITE_ERROR_RESPONSES,
     AgentId,
+    ForgetCheckOut,
+    ForgetOut,
     RemovedOut,
     ResetOut,
     SummaryVersionList,
@@ -33,12 +35,31 @@ def delete_agent(agent_id: AgentId, who: Anyone, service: ServiceDep) -> Removed
     return RemovedOut(agent_id=agent_id, removed=service.delete_agent(agent_id, actor=who.actor))
 
 
-@router.delete("/messages/{message_id}", response_model=RemovedOut, responses=WRITE_ERROR_RESPONSES)
+@router.delete("/messages/{message_id}", response_model=ForgetOut, responses=WRITE_ERROR_RESPONSES)
 def forget_message(
     agent_id: AgentId, message_id: Annotated[str, Path(max_length=256)], who: Agent, service: ServiceDep
-) -> RemovedOut:
-    """Forget one message (recall and every index). One still in the main context: CONFLICT."""
-    return RemovedOut(agent_id=agent_id, removed=service.forget_message(agent_id, message_id, actor=who.actor))
+) -> ForgetOut:
+    """Forget one message wherever it is (the main context, recall and every index) and the facts
+    derived from it; one in an eviction batch being committed: CONFLICT, retry in seconds. The
+    answer's receipt re-checks it (GET .../forget/{receipt})."""
+    r = service.forget(agent_id, message_id, actor=who.actor)
+    return ForgetOut(
+        agent_id=agent_id,
+        removed=r.removed,
+        receipt=r.receipt,
+        message_id=r.message_id,
+        facts_removed=list(r.facts_removed),
+        facts_rewritten=list(r.facts_rewritten),
+    )
+
+
+@router.get("/forget/{receipt}", response_model=ForgetCheckOut, responses=ERROR_RESPONSES)
+def check_forget(
+    agent_id: AgentId, receipt: Annotated[str, Path(max_length=64)], who: Agent, service: ServiceDep
+) -> ForgetCheckOut:
+    """Re-check a forget: is anything of its message left (recall, context, edges, facts)?"""
+    c = service.check_forget(agent_id, receipt)
+    return ForgetCheckOut(agent_id=agent_id, receipt=c.receipt, message_id=c.message_id, clean=c.clean, left=c.left)
 
 
 @router.delete("/archival/{doc_id}", response_model=RemovedOut, responses=WRITE_ERROR_RESPONSES)
