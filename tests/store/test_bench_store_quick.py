@@ -33,9 +33,12 @@ def _positive(value: Any) -> bool:
 
 
 @pytest.mark.slow
-def test_bench_store_quick_reports_every_measurement(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
-    done = _bench("--quick", "--json", str(out))
+def test_bench_store_quick_reports_every_measurement_and_reuses_its_agent_store(tmp_path: Path) -> None:
+    """One full ``--quick`` run that keeps its one-agent store (``--store-dir``), then a second run
+    of the agent measurement alone: it copies the kept store (the writer writes into the copy
+    only) and measures the same vector recall on it."""
+    out, cache = tmp_path / "bench.json", tmp_path / "cache"
+    done = _bench("--quick", "--store-dir", str(cache), "--dir", str(tmp_path / "first"), "--json", str(out))
     report = json.loads(out.read_text())
 
     assert {"machine", "config", "ingest", "recall", "archival", "targets", "total_s"} <= set(report)
@@ -63,20 +66,10 @@ def test_bench_store_quick_reports_every_measurement(tmp_path: Path) -> None:
             m = row[mode]
             assert _positive(m["p50_ms"]) and m["p50_ms"] <= m["p95_ms"] <= m["p99_ms"] and _positive(m["mean_hits"])
     assert "recall BM25" in done.stdout and "archival top-10" in done.stdout and "one agent: hybrid" in done.stdout
-
-
-@pytest.mark.slow
-def test_bench_store_reuses_a_cached_agent_store(tmp_path: Path) -> None:
-    """``--store-dir``: the first run loads the one-agent store and keeps it; the second copies it
-    (the writer writes into the copy only), and measures the same vector recall on it."""
-    cache = tmp_path / "cache"
-    reports = []
-    for run in ("first", "second"):
-        out = tmp_path / f"{run}.json"
-        _bench("--quick", "--skip", "recall", "--skip", "archival", "--store-dir", str(cache),
-               "--dir", str(tmp_path / run), "--json", str(out))  # fmt: skip
-        reports.append(json.loads(out.read_text())["agent"][0])
-    first, second = reports
+    second_out = tmp_path / "second.json"
+    _bench("--quick", "--skip", "recall", "--skip", "archival", "--store-dir", str(cache),
+           "--dir", str(tmp_path / "second"), "--json", str(second_out))  # fmt: skip
+    first, second = report["agent"][0], json.loads(second_out.read_text())["agent"][0]
     assert not first["store_cached"] and second["store_cached"]
     assert second["load_s"] == first["load_s"] and second["index_build_s"] == first["index_build_s"]
     assert second["vector_recall_at_10"] == first["vector_recall_at_10"]
