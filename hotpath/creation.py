@@ -99,7 +99,9 @@ def restored_counters(
         "rev_seq": max([image.id_floor, *(int(b.rev) for b in blocks if b.rev.isdigit())]),
         # Every append the store holds, not only those still in the FIFO: a restart goes on counting.
         "appended": max(image.appended, len(fifo)),
-        "evicted": 0,
+        # The stored appends no longer in the FIFO left it for recall (committed evictions; a reset
+        # sends the whole FIFO there too); a begun batch that never committed is back in the FIFO.
+        "evicted": max(image.appended, len(fifo)) - len(fifo),
     }
     total = int(creation.config["system"]) + meta["working"] + meta["summary"] + meta["fifo"]
     # Warned already if over the line: the context it restores carried its notice.

@@ -132,6 +132,7 @@ def _exercise_every_script(client: redis.Redis) -> None:
         assert batches, "a 512-token window must flush within 40 messages"
         hot.finish_eviction(agent, batches[0], "they talked about ferries")
         hot.evict_oldest(agent, 2, idempotency_key="ev1")
+        assert hot.forget_message(agent, hot.fifo_ids(agent)[-1])["removed"]
         hot.claim(agent, "note-1", "write_recall", {"text": "x"}, {"message_id": "m999"})
         hot.jobs.open(agent, "job1", "doc1", 1.0)
         hot.jobs.progress(agent, "job1", 2.0, chunks_total=3, chunks_done=1)

@@ -10,10 +10,13 @@ import pytest
 
 from tests.doubles.coldpath import MODEL, appended_ids, converse, make_deps, small_settings
 from vcm.dispatch import RecordingDispatcher
+from vcm.durable import agent_config
 from vcm.errors import InjectedFailure
+from vcm.service import MemoryService
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults, Rule
+from vcm.tasks.spool import spool_messages
 
 AGENT = "agent-1"
 
@@ -205,3 +208,23 @@ def test_a_batch_begun_by_a_summary_install_gets_its_flush_row(tmp_path: Path) -
     assert f"{AGENT}:flush:{begun}" in ids  # written at the finish, before batch 2 is committed
     assert audit.flush_event(AGENT, begun, messages=1, tokens=1, total_after=None, actor="x").event_id in ids
     d.store.close()
+
+
+def test_a_rebuild_resumes_the_evicted_counter_from_the_committed_batches(deps: Deps) -> None:
+    deps.store.put_agent(AGENT, agent_config(MODEL, "You are a careful assistant.", []))  # as the service does
+    fill(deps, batches=2)
+    assert evict.evict_batch(deps, AGENT, 1).outcome == "committed"
+    (committed_ids,) = [e["message_ids"] for e in events(deps, "evict")]
+    committed = len(committed_ids)  # type: ignore[arg-type]
+    assert deps.hot.snapshot(AGENT).counter("evicted") > committed > 0  # batch 2 began, never committed
+    # The write-behind caught up: every message the hot state holds is in the store too.
+    held = deps.hot.batch_message_ids(AGENT)[2] + deps.hot.fifo_ids(AGENT)
+    spool_messages(deps.hot, deps.store, AGENT, held)
+    deps.hot.forget(AGENT)  # the hot state is lost; the store rebuilds it
+    MemoryService(deps.hot, deps.store, RecordingDispatcher()).rebuild(AGENT)
+    after = deps.hot.snapshot(AGENT)
+    # Batch 2 never committed: its messages came back into the FIFO, batch 1's count as evicted, and
+    # those the rebuilt context could not hold were evicted again in a new batch (counted as ever).
+    begun = sum(len(ids) for ids in deps.hot.batch_message_ids(AGENT).values())
+    assert after.counter("evicted") == committed + begun
+    assert after.counter("appended") == after.counter("evicted") + len(deps.hot.fifo_ids(AGENT))
