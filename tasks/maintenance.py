@@ -22,6 +22,8 @@ from typing import Any
 from vcm.errors import NotFound
 from vcm.hotpath.keys import message_seq
 from vcm.obs import audit, footprint, metrics
+from vcm.service import MemoryService
+from vcm.service.maintenance import IDLE_RECORD_S
 from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.types import Expiry, MemoryEvent
 from vcm.tasks.deps import Deps
@@ -43,7 +45,7 @@ def stuck(before: Mapping[str, int], now: Mapping[str, int]) -> dict[str, int]:
 
 
 def recently_dead_lettered(events: list[MemoryEvent], batch_id: int) -> bool:
-    return any(e.kind == "dead_letter" and e.payload.get("batch_id") == batch_id for e in events)
+    return any(e.kind == EventKind.DEAD_LETTER and e.payload.get("batch_id") == batch_id for e in events)
 
 
 # --- I/O ----------------------------------------------------------------------------------------
@@ -75,7 +77,7 @@ def redrive(deps: Deps, before: Mapping[str, int]) -> RedriveOutcome:
     held: dict[str, int] = {}
     for agent, batch in stuck(before, observe(deps)).items():
         if wait > 0:
-            events = deps.store.query_events(agent, ["dead_letter"], since=now - wait, limit=1000).items
+            events = deps.store.query_events(agent, [EventKind.DEAD_LETTER], since=now - wait, limit=1000).items
             if recently_dead_lettered(events, batch):
                 held[agent] = batch
                 continue
@@ -180,26 +182,23 @@ def sweep_now(deps: Deps) -> dict[str, Any]:
 
 def snapshot_job(deps: Deps) -> dict[str, Any]:
     """A periodic snapshot of every agent, through the façade like any other caller."""
-    from vcm.service import MemoryService  # the façade sits above the store this module uses
-
     taken = MemoryService(deps.hot, deps.store, deps.dispatcher).snapshot_all(kind="periodic")
     return {"outcome": "snapshots", "taken": taken}
 
 
 def consolidate_job(deps: Deps) -> dict[str, Any]:
     """Shadow facts of every agent through the replay test (SHADOW -> ACTIVE, seed 002 §8)."""
-    from vcm.service import MemoryService
-
     service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed)
     totals: dict[str, int] = {}
-    for agent_id in service.store_agent_ids():
+    agents = service.store_agent_ids()
+    for agent_id in agents:
         try:
             found = service.consolidate(agent_id)
         except NotFound:  # deleted meanwhile
             continue
         for name, n in found.items():
             totals[name] = totals.get(name, 0) + n
-    return {"outcome": "consolidated", "agents": len(service.store_agent_ids()), **totals}
+    return {"outcome": "consolidated", "agents": len(agents), **totals}
 
 
 JOBS: dict[MaintenanceJob, JobBody] = {
@@ -213,7 +212,6 @@ JOBS: dict[MaintenanceJob, JobBody] = {
 # a row for each would be 1 440 rows a day of "nothing to do"; this keeps "when did it last run"
 # answerable (``vcm doctor``) to within the hour from the store, which every process of a
 # deployment can read, while every run that did something keeps its own row.
-IDLE_RECORD_S = 3600.0
 
 
 def run(deps: Deps, job: MaintenanceJob, body: JobBody | None = None, *, trigger: str = "beat") -> dict[str, Any]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 ALPHA = 1.7
-#: Seconds from flush to committed eviction that count as converged (issue 4's eviction target).
+#: Seconds from flush to committed eviction that count as converged (the eviction target).
 TARGET_LAG_S = 1.0
 #: Heartbeat chain endings that are the agent's own choice; any other reason is a guard stopping it.
 AGENT_ENDINGS = frozenset({"explicit_yield"})

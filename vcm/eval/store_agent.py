@@ -1,4 +1,4 @@
-"""The store benchmark's one-agent run (issue 16): one agent grown to each size with recall vectors,
+"""The store benchmark's one-agent run: one agent grown to each size with recall vectors,
 vector recall@10 on a quiet store, then text, vector and hybrid recall timed while a writer (another
 process, or a thread) spools into the same agent; loaded stores cached between runs."""
 

@@ -1,4 +1,4 @@
-"""Forgetting one message wherever it is, and what was derived from it (issue 28).
+"""Forgetting one message wherever it is, and what was derived from it.
 
 :meth:`Forgetting.forget` takes the message out of every place it can be, in this order:
 

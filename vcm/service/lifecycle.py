@@ -69,12 +69,13 @@ class Lifecycle:
             if replayed:
                 return {"agent_id": agent_id, "messages_to_recall": 0}
         self.core.agent(agent_id)
-        # Ingestion still queued or running is cancelled: its worker checks before its store write
-        # and writes nothing (vcm.tasks.ingest.jobs). Finished jobs keep their records.
-        self.core.hot.jobs.cancel_open(agent_id, self.core.clock(), "the agent was reset; submit the document again")
         left = self.persist_hot(agent_id)
         batch_id = self.fresh_id(agent_id)
         self.core.store.reset_context(ContextReset(agent_id, batch_id, "", 0, fifo_ids=[]))
+        # Once the reset has happened (a failed one leaves the jobs be): ingestion still queued or
+        # running is cancelled, its worker checks before its store write and writes nothing
+        # (vcm.tasks.ingest.jobs). Finished jobs keep their records.
+        self.core.hot.jobs.cancel_open(agent_id, self.core.clock(), "the agent was reset; submit the document again")
         self.reload(agent_id)
         self.core.audit(agent_id, EventKind.RESET, {"messages_to_recall": left, "batch_id": batch_id}, actor)
         return {"agent_id": agent_id, "messages_to_recall": left}

@@ -59,6 +59,14 @@ class Snapshots:
         snapshot the first call took, or takes it under that id if the first call died before
         writing it."""
         validation.idempotency_key(idempotency_key)
+        # Bad input is refused before a key is claimed: a corrected retry under the same key must
+        # not meet IDEMPOTENCY_MISMATCH for a request that changed nothing.
+        if kind not in payloads.KINDS:
+            raise ValidationError(f"kind must be one of {', '.join(payloads.KINDS)}", field="kind")
+        reason = validation.text(reason, "reason", 1000, allow_empty=True)
+        ttl = self.core.settings.durability.snapshot_ttl_s if ttl_s is None else ttl_s
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
+            raise ValidationError("ttl_s must be a non-negative integer (0: no expiry)", field="ttl_s")
         if idempotency_key is not None:
             request = {"kind": kind, "reason": reason, "ttl_s": ttl_s}
             first = {"snapshot_id": new_snapshot_id(kind, self.core.clock())}
@@ -69,12 +77,6 @@ class Snapshots:
             except NotFound:
                 pass  # the first attempt died before writing it: write it now
         info = self.core.agent(agent_id)
-        if kind not in payloads.KINDS:
-            raise ValidationError(f"kind must be one of {', '.join(payloads.KINDS)}", field="kind")
-        reason = validation.text(reason, "reason", 1000, allow_empty=True)
-        ttl = self.core.settings.durability.snapshot_ttl_s if ttl_s is None else ttl_s
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
-            raise ValidationError("ttl_s must be a non-negative integer (0: no expiry)", field="ttl_s")
         now = self.core.clock()
         snapshot_id = snapshot_id or new_snapshot_id(kind, now)
         store_validation.identifier("snapshot_id", snapshot_id)
@@ -136,16 +138,18 @@ class Snapshots:
         from the store. A retry under the same idempotency key restores nothing (it would undo
         what happened since the first call) and answers with an empty ``pre_restore_snapshot_id``."""
         validation.idempotency_key(idempotency_key)
-        if idempotency_key is not None:
-            request = {"snapshot_id": snapshot_id}
-            _, replayed = self.core.claim(agent_id, idempotency_key, "restore", request, {"done": True})
-            if replayed:
-                return {"agent_id": agent_id, "snapshot_id": snapshot_id, "pre_restore_snapshot_id": ""}
         self.core.agent(agent_id)
         record = self.core.store.get_snapshot(agent_id, snapshot_id)
         state = payloads.decode(record.payload, record.sha256)
         if state.get("agent_id") != agent_id:
             raise Conflict("the snapshot belongs to another agent", snapshot_id=snapshot_id)
+        # Claimed only once the snapshot is known to be readable: a restore refused above (not
+        # found, corrupt, another agent's) leaves no record that a retry would replay as done.
+        if idempotency_key is not None:
+            request = {"snapshot_id": snapshot_id}
+            _, replayed = self.core.claim(agent_id, idempotency_key, "restore", request, {"done": True})
+            if replayed:
+                return {"agent_id": agent_id, "snapshot_id": snapshot_id, "pre_restore_snapshot_id": ""}
         # Everything is read before anything is written: a payload that cannot be read changes nothing.
         try:
             fifo = [Message.from_json(m) for m in state["fifo"]]
@@ -155,7 +159,7 @@ class Snapshots:
             raise SnapshotCorrupt(f"the snapshot cannot be read ({exc!r}); nothing was restored") from None
         memory = payloads.memory_of(state, agent_id)  # None: an older snapshot, facts and state stay
         # What was forgotten stays forgotten: the store's tombstones name every message and
-        # document a forget removed, and nothing restored may bring one back (issue 28).
+        # document a forget removed, and nothing restored may bring one back.
         fifo, memory, summary = self._honour_tombstones(agent_id, record, fifo, memory, summary)
         before = self.create_snapshot(
             agent_id, kind="pre_restore", reason=f"before restoring {snapshot_id}", actor=actor

@@ -25,7 +25,7 @@ class EmbeddingSettings(BaseModel):
 
 
 class ChunkingSettings(BaseModel):
-    """How archival documents are cut into chunks and windowed for late chunking (issue 4)."""
+    """How archival documents are cut into chunks and windowed for late chunking."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -67,7 +67,7 @@ class IngestSettings(BaseModel):
 
 
 class RecallSettings(BaseModel):
-    """Message vectors for vector and hybrid recall search (issue 7)."""
+    """Message vectors for vector and hybrid recall search."""
 
     model_config = ConfigDict(extra="forbid")
 

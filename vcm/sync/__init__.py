@@ -1,4 +1,4 @@
-"""The client's local cache of agents' memory and its sync with the server (issue 18).
+"""The client's local cache of agents' memory and its sync with the server.
 
 ``VcmClient(url, token, cache=CacheConfig(...))`` turns it on: reads of blocks, state keys and
 facts are served from a local LRU cache while fresh, writes go through (or, with

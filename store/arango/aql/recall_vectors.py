@@ -1,5 +1,5 @@
 """Vector recall over messages: the vectors on message documents, and the exact, ANN and
-filtered-ANN searches with the plan that picks one (issue 16; docs/recall-scale.md).
+filtered-ANN searches with the plan that picks one (docs/recall-scale.md).
 """
 
 from __future__ import annotations
