@@ -16,6 +16,7 @@ from vcm.store.arango import documents, names
 from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.aql import idempotency as aql_idem
 from vcm.store.arango.aql import messages as aql_messages
+from vcm.store.arango.aql import tombstones as aql_tombstones
 from vcm.store.arango.base import ArangoBase
 from vcm.store.arango.eviction import EvictionPlan, chunk_by_size, plan_eviction, size_of
 from vcm.store.arango.idempotency import record_docs
@@ -53,6 +54,14 @@ class MessageOps(ArangoBase):
                 else (names.MESSAGES,)
             )
             with self._transaction(collections, "spool_messages") as txn:
+                if part:
+                    # A forgotten message is never written back: a spool that read it before the
+                    # forget (write-behind) lands after it and finds its tombstone here.
+                    query = aql_tombstones.tombstoned_messages(
+                        sorted({d["agent_id"] for d in part}), [d["message_id"] for d in part]
+                    )
+                    gone = set(self._run(txn, query, "spool_messages"))
+                    part = [d for d in part if f"{d['agent_id']}|{d['message_id']}" not in gone]
                 rows = (
                     self._run(
                         txn, aql_common.insert_ignore(names.MESSAGES, part, stamp_ingested=True), "spool_messages"

@@ -189,6 +189,13 @@ class MessageOps(EmbeddedBase):
 def _insert_messages(conn: sqlite3.Connection, batch: Sequence[StoredMessage], lengths: Sequence[int]) -> int:
     added, terms = 0, 0
     for m, n_terms in zip(batch, lengths, strict=True):
+        # A forgotten message is never written back: a spool or a commit that read it before the
+        # forget (write-behind) lands after it, in this transaction, and finds its tombstone.
+        if conn.execute(
+            "SELECT 1 FROM tombstones WHERE agent_id = ? AND kind = 'message' AND item_id = ?",
+            (m.agent_id, m.message_id),
+        ).fetchone():
+            continue
         inserted = conn.execute(
             "INSERT INTO messages (agent_id, message_id, seq, role, content, tokens, created_at, "
             "name, metadata, expires_at, n_terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "

@@ -56,3 +56,11 @@ def test_tombstones_travel_as_bind_variables_and_a_repeat_keeps_the_first() -> N
     assert put.bind_vars["doc"] == doc
     listing = aql_tombstones.list_tombstones(NASTY[2])
     assert NASTY[2] not in listing.text and listing.bind_vars == {"agent_id": NASTY[2]}
+
+
+def test_the_spools_tombstone_check_travels_as_bind_variables() -> None:
+    query = aql_tombstones.tombstoned_messages([NASTY[0]], [NASTY[1], NASTY[2]])
+    assert all(n not in query.text for n in NASTY[:3])
+    assert query.bind_vars == {"agent_ids": [NASTY[0]], "message_ids": [NASTY[1], NASTY[2]]}
+    assert f"FOR t IN {names.TOMBSTONES}" in query.text and 't.kind == "message"' in query.text
+

@@ -120,6 +120,17 @@ def test_forgets_leave_tombstones_that_only_deleting_the_agent_removes(store: Me
     assert store.tombstones("a1").messages == {} and store.tombstones("a1").documents == {}
 
 
+def test_a_spool_never_writes_a_forgotten_message_back(store: MemoryStore) -> None:
+    store.put_agent("a1", {})
+    store.spool_messages([msg("a1", 1)])
+    store.forget_message("a1", "m0001")
+    store.forget_message("a1", "m0002")  # forgotten while only the hot state held it
+    # A write-behind spool that read both before the forgets lands after them: neither comes back.
+    assert store.spool_messages([msg("a1", i) for i in (1, 2, 3)]) == 1
+    assert [m.message_id for m in store.list_messages("a1")] == ["m0003"]
+    assert store.spool_messages([msg("a2", 1)]) == 1  # another agent's m0001 is not forgotten
+
+
 def test_snapshots_round_trip_list_without_payload_expire_and_delete(store: MemoryStore) -> None:
     now = 1_700_000_000.0
     live = SnapshotRecord("a1", "s1", "manual", "before upgrade", b"\x00\x01payload", "ab", 9, now, None)

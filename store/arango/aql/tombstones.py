@@ -22,6 +22,17 @@ def put_tombstone(key: str, agent_id: str, kind: str, item_id: str, now: float) 
     return AqlQuery(text, {"doc": doc})
 
 
+def tombstoned_messages(agent_ids: list[str], message_ids: list[str]) -> AqlQuery:
+    """Which of these messages were forgotten (``agent_id|message_id`` pairs): a spool that read
+    them before the forget must not write them back."""
+    text = (
+        f"FOR t IN {names.TOMBSTONES}\n"
+        '  FILTER t.agent_id IN @agent_ids AND t.kind == "message" AND t.item_id IN @message_ids\n'
+        '  RETURN CONCAT(t.agent_id, "|", t.item_id)'
+    )
+    return AqlQuery(text, {"agent_ids": agent_ids, "message_ids": message_ids})
+
+
 def list_tombstones(agent_id: str) -> AqlQuery:
     """The agent's tombstones (the ``tombstones_agent`` index)."""
     text = (
