@@ -63,4 +63,3 @@ def test_the_spools_tombstone_check_travels_as_bind_variables() -> None:
     assert all(n not in query.text for n in NASTY[:3])
     assert query.bind_vars == {"agent_ids": [NASTY[0]], "message_ids": [NASTY[1], NASTY[2]]}
     assert f"FOR t IN {names.TOMBSTONES}" in query.text and 't.kind == "message"' in query.text
-
