@@ -40,6 +40,22 @@ class ChatError(Exception):
         self.status = status
         self.retryable = retryable
         self.attempts = attempts
+        # The endpoint's answer to a refused request (parsed JSON, else bytes), for a proxy to relay.
+        self.body: Any = None
+        self.media_type: str | None = None
+
+    @classmethod
+    def answered(cls, response: httpx.Response) -> ChatError:
+        """The endpoint's refusal: its status (429 and 5xx retryable) and its body."""
+        status = response.status_code
+        error = cls(f"the endpoint answered HTTP {status}: {response.text[:300]}", status=status)
+        error.retryable = status == 429 or status >= 500
+        error.media_type = response.headers.get("content-type")
+        try:
+            error.body = response.json()
+        except ValueError:
+            error.body = response.content
+        return error
 
     @property
     def code(self) -> str:
@@ -151,9 +167,10 @@ class StreamAccumulator:
         if isinstance(chunk.get("model"), str):
             self.model = chunk["model"]
         choices = chunk.get("choices") or []
-        if not choices or not isinstance(choices[0], Mapping):
+        # The first choice only (with ``n`` > 1 the others' chunks are interleaved with it).
+        choice = next((c for c in choices if isinstance(c, Mapping) and c.get("index", 0) == 0), None)
+        if choice is None:
             return ""
-        choice = choices[0]
         if choice.get("finish_reason"):
             self.finish_reason = str(choice["finish_reason"])
         delta = choice.get("delta") or {}
@@ -240,11 +257,8 @@ class ChatClient:
                         return parse_completion(response.json())
                     except ValueError:
                         raise ChatError("the endpoint's answer is not JSON", status=response.status_code) from None
-                status = response.status_code
-                retryable = status == 429 or status >= 500
-                error = ChatError(f"the endpoint answered HTTP {status}: {response.text[:300]}", status=status)
-                error.retryable = retryable
-                if not retryable:
+                error = ChatError.answered(response)
+                if not error.retryable:
                     raise error
                 wait = retry_after_s(response)
             error.attempts = attempt + 1
@@ -273,9 +287,7 @@ class ChatClient:
                     if response.is_success:
                         return (yield from self._chunks(response))
                     response.read()
-                    status = response.status_code
-                    error = ChatError(f"the endpoint answered HTTP {status}: {response.text[:300]}", status=status)
-                    error.retryable = status == 429 or status >= 500
+                    error = ChatError.answered(response)
                     if not error.retryable:
                         raise error
                     wait = retry_after_s(response)

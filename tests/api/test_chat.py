@@ -136,12 +136,10 @@ def test_client_tools_pass_through_and_their_calls_come_back(
 def test_model_failures_are_coded(
     live: LiveServer, upstream: FakeLLM, script: list[Action], status_code: int, code: str
 ) -> None:
-    token = agent(live)
+    token = agent(live)  # the agent chat route answers vcm's coded errors (the proxy relays the upstream's)
     upstream.script += script
     r = httpx.post(
-        f"{live.url}/v1/chat/completions",
-        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-        headers={"Authorization": f"Bearer {token}"},
+        f"{live.url}/v1/agents/ann/chat", json={"message": "hi"}, headers={"Authorization": f"Bearer {token}"}
     )
     assert r.status_code == status_code and r.json()["error"]["code"] == code
 
@@ -266,3 +264,49 @@ def test_one_turn_at_a_time_per_agent(app: FastAPI, upstream: FakeLLM, service: 
             assert s.status_code == 200  # then the client leaves before the model answers
         r = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "six"}, headers=auth, timeout=30)
         assert r.status_code == 200 and r.json()["reply"] == "Six."
+
+
+TAGGED = ("Noted, Ann. [MEM", "ORY:preference]Ann likes green tea[/MEMORY] [STATE:trip.city]", '"Porto"[/STATE]Bye.')
+SHOWN = "Noted, Ann. Bye."
+
+
+def test_memory_tags_never_reach_the_reader_of_agent_chat(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    token = agent(live)
+    auth = {"Authorization": f"Bearer {token}"}
+    upstream.script += [answer("".join(TAGGED)), streamed(*TAGGED)]
+    r = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "I like green tea."}, headers=auth)
+    assert r.status_code == 200 and r.json()["reply"] == SHOWN
+    events = []
+    with httpx.stream("POST", f"{live.url}/v1/agents/ann/chat", json={"message": "Again.", "stream": True},
+                      headers=auth) as s:  # fmt: skip
+        for line in s.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert "".join(e["content"] for e in events[:-1]) == SHOWN  # the tag cut across deltas too
+    assert events[-1]["reply"] == SHOWN and "MEMORY" not in json.dumps(events)
+    # Captured as before: facts and state from the reply as written; memory holds it shown.
+    assert [f.value for f in service.list_facts("ann")] == ["Ann likes green tea"]
+    assert service.get_state("ann", "trip.city").value == "Porto"
+    assert [m["content"] for m in service.context("ann").messages if m["role"] == "assistant"] == [SHOWN, SHOWN]
+
+
+def test_memory_tags_never_reach_an_openai_client(live: LiveServer, upstream: FakeLLM, service: MemoryService) -> None:
+    token = agent(live)
+    sdk = openai.OpenAI(base_url=f"{live.url}/v1", api_key=token, max_retries=0)
+    upstream.script += [answer("".join(TAGGED)), streamed(*TAGGED), answer("Fine.")]
+    history: list[Any] = [{"role": "user", "content": "I like green tea."}]
+    plain = sdk.chat.completions.create(model="m", messages=history)
+    assert plain.choices[0].message.content == SHOWN
+    history += [plain.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "Again."}]
+    stream = sdk.chat.completions.create(model="m", messages=history, stream=True)
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert "".join(pieces) == SHOWN and not any("[" in p for p in pieces)  # a tag split across deltas
+    assert [f.value for f in service.list_facts("ann")] == ["Ann likes green tea"]
+    assert service.get_state("ann", "trip.city").value == "Porto"
+    # The client sends back what it was shown: nothing lands twice, nothing is refused.
+    history += [{"role": "assistant", "content": "".join(pieces)}, {"role": "user", "content": "Thanks."}]
+    assert sdk.chat.completions.create(model="m", messages=history).choices[0].message.content == "Fine."
+    said = [m["content"] for m in service.context("ann").messages if m["role"] in ("user", "assistant")]
+    assert said == ["I like green tea.", SHOWN, "Again.", SHOWN, "Thanks.", "Fine."]

@@ -41,8 +41,9 @@ def test_agents_and_snapshots_live_in_the_data_directory(tmp_path: Path) -> None
         "--key", "Priya|sister|Maya")  # fmt: skip
     around = json.loads(vcm(tmp_path, "facts", "entity", "priya", "--agent", "zoe"))
     assert [n["key"] for n in around["neighbours"]] == ["maya"] and around["relations"][0]["type"] == "relation"
-    # A terminal chat turn over a local OpenAI-compatible model: streamed, then kept in memory.
-    llm = FakeLLM([streamed("Hello ", "Priya!")])
+    # A terminal chat turn over a local OpenAI-compatible model: streamed (a memory tag cut across
+    # deltas never shows), then kept in memory.
+    llm = FakeLLM([streamed("Hello ", "Priya! [MEMORY:rel", "ation]Maya is Priya's sister[/MEMORY]")])
     try:
         said = vcm(tmp_path, "chat", "--agent", "zoe", "--name", "Priya", "--message", "Hi, who is Maya?",
                    VCM_CHAT__BASE_URL=llm.url)  # fmt: skip

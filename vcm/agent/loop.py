@@ -18,6 +18,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vcm.facts.capture import TagFilter, shown
 from vcm.llm import ChatClient, ChatError, Completion, ToolCall
 from vcm.obs import audit
 from vcm.service import MemoryService
@@ -34,7 +35,7 @@ Stop = Literal["answer", "yield", "heartbeat_end", "max_steps"]
 
 @dataclass(frozen=True)
 class TurnResult:
-    final: str | None  # the model's last text (None when it only called tools)
+    final: str | None  # the model's last text without its memory tags (None when it only called tools)
     steps: int  # inference calls made
     stop: Stop  # why the turn ended
     heartbeat_end: EndReason | None  # how the heartbeat chain ended, if one ran
@@ -56,7 +57,7 @@ class TurnResult:
 
 
 # What a streamed turn yields as it goes: {"type": "delta", "content": text} for each piece of
-# the model's text, {"type": "tool_result", ...ToolResult.as_dict()} after each tool call ran.
+# the model's text (memory tags taken out), {"type": "tool_result", ...ToolResult.as_dict()} after each tool call ran.
 TurnEvent = dict[str, Any]
 
 
@@ -127,10 +128,13 @@ class AgentLoop:
                     completion = self.client.complete(model=model, messages=messages, tools=self.tools, **self.options)
                 _add_usage(usage, completion)
                 steps += 1
-                final = completion.content
+                # The reply as written goes to memory (its tags become facts and state); the
+                # reader gets it without them.
+                written = completion.content
+                final = shown(written) if written is not None else None
                 if not completion.tool_calls:
-                    if final and final.strip():
-                        self.service.append(agent_id, "assistant", final, actor=self._actor(agent_id))
+                    if written and written.strip():
+                        self.service.append(agent_id, "assistant", written, actor=self._actor(agent_id))
                     return self._end(agent_id, "answer", final, steps, depth, done, chain_open, usage)
                 before = len(done)
                 outcome = self._run_calls(agent_id, completion, done)
@@ -149,17 +153,23 @@ class AgentLoop:
 
     def _streamed(self, model: str, messages: list[dict[str, Any]]) -> Generator[TurnEvent, None, Completion]:
         chunks = self.client.stream(model=model, messages=messages, tools=self.tools, **self.options)
+        tags = TagFilter()  # memory tags never reach the reader, even cut across pieces
         while True:
             try:
                 chunk = next(chunks)
             except StopIteration as end:
+                rest = tags.end()
+                if rest:
+                    yield {"type": "delta", "content": rest}
                 completion: Completion = end.value
                 return completion
             choices = chunk.get("choices") or []
             delta = choices[0].get("delta") if choices and isinstance(choices[0], Mapping) else None
             text = delta.get("content") if isinstance(delta, Mapping) else None
             if isinstance(text, str) and text:
-                yield {"type": "delta", "content": text}
+                text = tags.feed(text)
+                if text:
+                    yield {"type": "delta", "content": text}
 
     def _run_calls(self, agent_id: str, completion: Completion, done: list[ToolResult]) -> HeartbeatOutcome:
         calls = completion.tool_calls

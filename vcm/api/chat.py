@@ -1,6 +1,5 @@
 """Talking to an agent through vcm: what the chat routes (:mod:`vcm.api.routes.chat`) take and
-answer, the upstream model, and the OpenAI-compatible route's reconciling of the client's history
-with the agent's memory.
+answer, the upstream model, and the OpenAI wire format of the proxy route.
 
 Both chat routes call the model configured in ``[chat]`` with the context builder's prompt
 (:mod:`vcm.service.context`): the hot context plus identity, state, sticky facts, relevant memory
@@ -8,24 +7,22 @@ and skills. While the model generates, the in-process cold path waits (:data:`vc
 
 ``/v1/chat/completions``: the agent is the bearer token's (or, with the admin token, the one the
 ``X-VCM-Agent`` header names). The client sends its whole conversation each time, as OpenAI
-clients do; vcm appends each of its messages to the agent once — keyed by a fingerprint of the
-message and how many identical messages precede it, so a resent history appends nothing twice —
-and the upstream model sees vcm's assembled context instead of the raw history. The client's
-``system`` messages are left out (the agent's own system prompt and blocks rule), its tools are
-passed through and their calls come back to it (vcm runs only its own tools, in ``/chat``). The
-reply is appended to the agent under the key the client's next request will carry for it.
+clients do; vcm lands it in the agent's memory by the history rule (:mod:`vcm.api.proxy`) and
+the upstream model sees vcm's assembled context instead of the raw history. Its tools and every
+option vcm does not own (``model``, ``messages``, ``stream``, ``tools``) are passed through, and
+the upstream's answer, chunks and errors come back as the upstream sent them, but for the
+memory tags (vcm runs only its own tools, in ``/chat``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
@@ -33,14 +30,10 @@ from vcm.agent.loop import TurnResult
 from vcm.api.auth import Principal
 from vcm.api.models import ERROR_RESPONSES, ErrorOut
 from vcm.errors import LlmRejected, LlmUnavailable, NotFound, ValidationError, VcmError
+from vcm.facts.capture import TagFilter, shown
 from vcm.hotpath.turns import Turn
-from vcm.llm import ChatClient, ChatError, Completion
-from vcm.service import MemoryService
+from vcm.llm import ChatClient, ChatError
 from vcm.settings import ChatSettings
-
-# Request options passed through to the upstream model as the client gave them.
-PASSTHROUGH = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "tool_choice",
-               "parallel_tool_calls", "response_format", "presence_penalty", "frequency_penalty", "user")  # fmt: skip
 
 
 class ChatIn(BaseModel):
@@ -156,7 +149,9 @@ def sse(event: str, data: Mapping[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def streamed(body: Generator[str, None, None], held: Turn) -> StreamingResponse:
+def streamed(
+    body: Generator[str, None, None], held: Turn, headers: Mapping[str, str] | None = None
+) -> StreamingResponse:
     """Server-sent events from ``body``, which holds the agent's turn while it runs. After the
     response (sent, failed, or the client gone) the generator is closed, which ends the turn under
     its lock, and the turn is freed; one still running in its thread frees it when it ends."""
@@ -169,7 +164,10 @@ def streamed(body: Generator[str, None, None], held: Turn) -> StreamingResponse:
         held.release()
 
     return StreamingResponse(
-        body, media_type="text/event-stream", headers={"Cache-Control": "no-store"}, background=BackgroundTask(finish)
+        body,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", **(headers or {})},
+        background=BackgroundTask(finish),
     )
 
 
@@ -185,103 +183,73 @@ def agent_named(who: Principal, header: str | None) -> str:
     return who.agent_id
 
 
-# --- reconciling the client's history with the agent's memory (pure but for the appends) -------------
-def fingerprint(message: Mapping[str, Any]) -> str:
-    """What identifies a client message: role, name, content, tool call id and tool calls."""
-    parts = [message.get("role"), message.get("name"), _text(message.get("content")), message.get("tool_call_id"),
-             json.dumps(message.get("tool_calls") or [], sort_keys=True)]  # fmt: skip
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
-
-
-def keys_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """An idempotency key per message: its fingerprint and how many identical ones came before,
-    so "ok" said twice is two messages, and the same history resent is the same keys."""
-    seen: dict[str, int] = {}
-    out = []
-    for m in messages:
-        fp = fingerprint(m)
-        out.append(f"oai:{fp}:{seen.get(fp, 0)}")
-        seen[fp] = seen.get(fp, 0) + 1
+# --- the OpenAI wire format: the upstream's answer as the client gets it ------------------------------
+def shown_completion(raw: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The upstream's chat completion relayed as it came (every choice, logprobs, usage, the
+    fields vcm does not know), but for each message's memory tags and the model the client named."""
+    out = {"id": "chatcmpl-vcm-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
+           **{k: v for k, v in raw.items()}, "model": model}  # fmt: skip
+    choices = []
+    for choice in raw.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, Mapping) else None
+        if isinstance(message, Mapping) and isinstance(message.get("content"), str):
+            choice = {**choice, "message": {**message, "content": shown(message["content"])}}
+        choices.append(choice)
+    out["choices"] = choices
     return out
 
 
-def reply_key(messages: Sequence[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str]:
-    """The key the reply will carry when the client sends it back in its next request."""
+class ChunkRelay:
+    """Streamed chunks relayed as they came but for the memory tags in their content, taken out
+    per choice (a tag cut across deltas included, held back until it is known). What choice 0
+    showed is kept: the reply is stored under the key the client's next request will carry."""
 
-    def key(reply: Mapping[str, Any]) -> str:
-        fp = fingerprint(reply)
-        return f"oai:{fp}:{sum(1 for m in messages if fingerprint(m) == fp)}"
+    def __init__(self, cid: str, created: int, model: str) -> None:
+        self.head = {"id": cid, "created": created, "model": model}
+        self.tags: dict[int, TagFilter] = {}
+        self.shown: list[str] = []  # choice 0's text, as the client got it
 
-    return key
+    def relay(self, chunk: Mapping[str, Any]) -> dict[str, Any]:
+        out = {**chunk, **self.head}
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            out["choices"] = [self._choice(c) if isinstance(c, Mapping) else c for c in choices]
+        return out
 
+    def _choice(self, choice: Mapping[str, Any]) -> Mapping[str, Any]:
+        delta = choice.get("delta")
+        if not isinstance(delta, Mapping):
+            return choice
+        index = choice.get("index", 0)
+        index = index if isinstance(index, int) else 0
+        tags = self.tags.setdefault(index, TagFilter())
+        text = delta.get("content")
+        if not isinstance(text, str) and not choice.get("finish_reason"):
+            return choice
+        shown_text = tags.feed(text) if isinstance(text, str) else ""
+        if choice.get("finish_reason"):
+            shown_text += tags.end()  # the choice ends: what was held back is no tag
+        if index == 0:
+            self.shown.append(shown_text)
+        if not isinstance(text, str) and not shown_text:
+            return choice
+        return {**choice, "delta": {**delta, "content": shown_text}}
 
-def reconcile(
-    service: MemoryService, agent_id: str, messages: Sequence[Mapping[str, Any]], actor: str, limit: int
-) -> str:
-    """Append the client's messages the agent does not hold yet; the latest user text. Every
-    message is checked before the first is appended, so a bad one changes nothing."""
-    checked: list[tuple[Mapping[str, Any], str, str]] = []
-    for m in messages:
-        role = m.get("role")
-        if role not in ("system", "developer", "user", "assistant", "tool"):
-            raise ValidationError(f"unknown message role {role!r}", field="messages")
-        content = _text(m.get("content"))
-        if len(content) > limit:
-            raise ValidationError(f"a message is longer than {limit} characters", field="messages", limit=limit)
-        checked.append((m, str(role), content))
-    latest = ""
-    for (m, role, content), key in zip(checked, keys_of(messages), strict=True):
-        if role in ("system", "developer"):
-            continue  # the agent's own system prompt and blocks rule its context
-        if role == "user":
-            latest = content
-        service.append(
-            agent_id, role, content, name=m.get("name"), tool_call_id=m.get("tool_call_id"),
-            tool_calls=m.get("tool_calls") or None, idempotency_key=key, actor=actor,
-        )  # fmt: skip
-    return latest
-
-
-def keep_reply(
-    service: MemoryService, agent_id: str, completion: Completion, key: Callable[[Mapping[str, Any]], str], actor: str
-) -> None:
-    message = _reply_message(completion)
-    if not message.get("content") and not message.get("tool_calls"):
-        return
-    service.append(
-        agent_id, "assistant", str(message.get("content") or ""), tool_calls=message.get("tool_calls"),
-        idempotency_key=key(message), actor=actor,
-    )  # fmt: skip
+    def rest(self) -> dict[str, Any] | None:
+        """A last chunk with what is still held back, when the stream ended without a finish reason."""
+        held = {i: t.end() for i, t in self.tags.items()}
+        choices = [{"index": i, "delta": {"content": text}} for i, text in sorted(held.items()) if text]
+        if not choices:
+            return None
+        self.shown.append(held.get(0, ""))
+        return {"object": "chat.completion.chunk", **self.head, "choices": choices}
 
 
-def _reply_message(completion: Completion) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": completion.content}
-    if completion.tool_calls:
-        message["tool_calls"] = [c.wire() for c in completion.tool_calls]
-    return message
-
-
-def completion_json(completion: Completion, model: str) -> dict[str, Any]:
-    finish = completion.finish_reason or ("tool_calls" if completion.tool_calls else "stop")
-    out: dict[str, Any] = {
-        "id": "chatcmpl-vcm-" + uuid.uuid4().hex[:24],
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "message": _reply_message(completion), "finish_reason": finish}],
-    }
-    usage = completion.raw.get("usage")
-    if isinstance(usage, Mapping):
-        out["usage"] = dict(usage)
-    return out
-
-
-def _text(content: Any) -> str:
-    """Message content as text: a string, or the text parts of a content-part list."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
-    raise ValidationError("message content must be text or a list of content parts", field="messages")
+def relayed_error(exc: ChatError) -> Response:
+    """The upstream's refusal as the client would have had it from the upstream itself: its
+    status and body. A failure without an answer (timeout, network) is vcm's coded error."""
+    if exc.status is None or exc.body is None:
+        raise coded(exc) from None
+    if isinstance(exc.body, bytes):
+        return Response(exc.body, status_code=exc.status, media_type=exc.media_type or "text/plain")
+    return JSONResponse(exc.body, status_code=exc.status)

@@ -8,10 +8,11 @@ with the agent's memory are :mod:`vcm.api.chat`'s.
 No ``from __future__ import annotations``: FastAPI reads these signatures at import time.
 """
 
+import itertools
 import json
 import time
 import uuid
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
@@ -21,26 +22,26 @@ from vcm.agent.loop import AgentLoop, wire_messages
 from vcm.api.auth import Principal
 from vcm.api.chat import (
     ERRORS,
-    PASSTHROUGH,
     ChatIn,
     ChatOut,
+    ChunkRelay,
     CompletionIn,
     CompletionOut,
     StatsOut,
     Upstream,
     agent_named,
     coded,
-    completion_json,
-    keep_reply,
-    reconcile,
-    reply_key,
+    relayed_error,
+    shown_completion,
     sse,
     streamed,
 )
 from vcm.api.deps import Agent, Anyone, ExecutorDep, ServiceDep, ToolRunner, UpstreamDep
 from vcm.api.models import ERROR_RESPONSES, AgentId
+from vcm.api.proxy import keep_reply, reconcile, reply_key
 from vcm.dispatch import COLD_PATH
 from vcm.errors import LlmUnavailable, ValidationError, VcmError
+from vcm.facts.capture import shown
 from vcm.hotpath.turns import Turn
 from vcm.llm import ChatClient, ChatError, StreamAccumulator
 from vcm.service import MemoryService
@@ -109,7 +110,8 @@ def completions(
     upstream: UpstreamDep,
     x_vcm_agent: Annotated[str | None, Header(max_length=128)] = None,
 ) -> Any:
-    """OpenAI-compatible chat completions over the agent's virtual context (see the module)."""
+    """OpenAI-compatible chat completions over the agent's virtual context (see :mod:`vcm.api.chat`
+    and the history rule of :mod:`vcm.api.proxy`)."""
     agent_id = agent_named(who, x_vcm_agent)
     service.agent(agent_id)
     client = upstream.client()
@@ -138,42 +140,56 @@ def _complete(
     client: ChatClient,
     held: Turn,
 ) -> Any:
-    query = reconcile(service, agent_id, body.messages, who.actor, upstream.settings.max_message_chars)
-    context = service.build_context(agent_id, query=query)
-    options = {k: v for k, v in (body.model_extra or {}).items() if k in PASSTHROUGH}
+    history = reconcile(service, agent_id, body.messages, who.actor, upstream.settings.max_message_chars)
+    context = service.build_context(agent_id, query=history.query)
+    options = dict(body.model_extra or {})  # every option vcm does not own goes upstream as given
     model = upstream.settings.model or body.model or service.agent(agent_id).model
     request_model = body.model or model
     messages = wire_messages(context.messages)
     tools = body.tools or ()
-    key = reply_key(body.messages)
     if not body.stream:
         with held:
             try:
                 with COLD_PATH.generating():
                     completion = client.complete(model=model, messages=messages, tools=tools, **options)
             except ChatError as exc:
-                raise coded(exc) from None
-            keep_reply(service, agent_id, completion, key, who.actor)
-        return JSONResponse(completion_json(completion, request_model))
+                return relayed_error(exc)
+            out = shown_completion(completion.raw, request_model)
+            calls = [c.wire() for c in completion.tool_calls]
+            reply = {"role": "assistant", "content": shown(completion.content or ""), "tool_calls": calls}
+            key = reply_key(body.messages, reply)
+            keep_reply(service, agent_id, completion.content, calls, key, who.actor)
+        return JSONResponse(out, headers=history.header)
+
+    relay = ChunkRelay("chatcmpl-vcm-" + uuid.uuid4().hex[:24], int(time.time()), request_model)
+    stream = client.stream(model=model, messages=messages, tools=tools, **options)
+    try:  # the first chunk before the 200: a refused request is relayed with its status and body
+        with COLD_PATH.generating():
+            first: Mapping[str, Any] | None = next(stream)
+    except ChatError as exc:
+        held.release()
+        return relayed_error(exc)
+    except StopIteration:
+        first = None
 
     def chunks() -> Generator[str, None, None]:
-        created, cid = int(time.time()), "chatcmpl-vcm-" + uuid.uuid4().hex[:24]
         with held:
             with COLD_PATH.generating():
                 acc = StreamAccumulator()
-                stream = client.stream(model=model, messages=messages, tools=tools, **options)
                 try:
-                    for chunk in stream:
+                    for chunk in itertools.chain([first] if first is not None else [], stream):
                         acc.add(chunk)
-                        yield (
-                            "data: "
-                            + json.dumps({**chunk, "id": cid, "created": created, "model": request_model})
-                            + "\n\n"
-                        )
+                        yield "data: " + json.dumps(relay.relay(chunk)) + "\n\n"
                 except ChatError as exc:
                     yield "data: " + json.dumps({"error": coded(exc).to_dict()}) + "\n\n"
                     return
-            keep_reply(service, agent_id, acc.completion(), key, who.actor)
+                rest = relay.rest()
+                if rest is not None:
+                    yield "data: " + json.dumps(rest) + "\n\n"
+            completion = acc.completion()
+            calls = [c.wire() for c in completion.tool_calls]
+            reply = {"role": "assistant", "content": "".join(relay.shown), "tool_calls": calls}
+            keep_reply(service, agent_id, completion.content, calls, reply_key(body.messages, reply), who.actor)
         yield "data: [DONE]\n\n"
 
-    return streamed(chunks(), held)
+    return streamed(chunks(), held, headers=history.header)
