@@ -34,6 +34,9 @@ TOKEN = "token"  # string: SHA-256 (hex) of the agent's API bearer token; the to
 CHANGES = "changes"
 INSTANCES = "instances"  # hash: client instance id -> its latest sync status report (JSON)
 TURN = "turn"  # string with a TTL: the lock of the chat turn running (vcm.hotpath.turns)
+# zset, write-behind only: message id -> the time its append was acknowledged, until the store
+# holds it (the spool's backlog, bounded by [durability] write_behind_max_s / _max_messages)
+UNSPOOLED = "unspooled"
 
 
 def prefix(agent_id: str) -> str:

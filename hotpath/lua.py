@@ -294,9 +294,12 @@ return {'ok', '{}'}
 )
 
 # KEYS: [1] meta  [2] fifo  [3] msg  [4] batches  [5] ph  [6] idempotency key (or a dummy)
+#       [7] unspooled (the write-behind backlog)
 # ARGV: [1] agent prefix  [2] idempotency key name ('' = none)  [3] fingerprint  [4] ttl seconds
 #       [5] message body JSON (role, content, tokens, pinned, created_at, ...; no id/seq)
 #       [6] tokens  [7] pinned 0|1  [8] pressure text as a JSON string  [9] now
+#       [10] write-behind 0|1: track the new messages in the backlog and report its size and
+#       oldest time ("backlog": [n, t], added after the idempotency record: a replay never has it)
 APPEND = (
     _PRELUDE
     + r"""
@@ -319,6 +322,12 @@ local result = '{"message_id":"' .. id .. '","seq":' .. seq .. ',"tokens":' .. t
   .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch)
   .. ',"gauges":' .. gauges_json(m) .. '}'
 idem_store(idem, ARGV[3], ARGV[4], result)
+if ARGV[10] == '1' then
+  redis.call('ZADD', KEYS[7], ARGV[9], id)
+  if pressure_id then redis.call('ZADD', KEYS[7], ARGV[9], pressure_id) end
+  local oldest = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
+  result = string.sub(result, 1, -2) .. ',"backlog":[' .. redis.call('ZCARD', KEYS[7]) .. ',' .. oldest[2] .. ']}'
+end
 return {'ok', result}
 """
 )
@@ -388,6 +397,7 @@ return {'ok', result, old_raw or ''}
 )
 
 # KEYS: [1] meta  [2] fifo  [3] msg  [4] batches  [5] ph  [6] summary  [7] evicting:<batch id>
+#       [8] unspooled (the batch committed its messages: none is write-behind's backlog any more)
 # ARGV: [1] agent prefix  [2] batch id  [3] summary text  [4] summary tokens (rendered message)
 #       [5] pressure text JSON  [6] now
 FINISH_EVICTION = (
@@ -419,6 +429,7 @@ local count = tonumber(string.match(ph, '^(%d+)|'))
 local ids = redis.call('LRANGE', KEYS[7], 0, -1)
 for i = 1, #ids, 1000 do
   redis.call('HDEL', MSG, unpack(ids, i, math.min(i + 999, #ids)))
+  redis.call('ZREM', KEYS[8], unpack(ids, i, math.min(i + 999, #ids)))
 end
 redis.call('DEL', KEYS[7])
 redis.call('ZREM', BATCHES, bid)

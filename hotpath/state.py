@@ -20,6 +20,7 @@ import redis
 from vcm import validation
 from vcm.errors import ValidationError
 from vcm.hotpath import keys, lua, render
+from vcm.hotpath.backlog import SpoolBacklog, writes_through
 from vcm.hotpath.changes import ChangeFeed
 from vcm.hotpath.claims import HotClaims, claim_record
 from vcm.hotpath.codec import as_str, dumps, fingerprint, num, reply
@@ -32,7 +33,18 @@ from vcm.hotpath.reads import Snapshot
 from vcm.hotpath.tokens import TokenCounter
 from vcm.hotpath.turns import TurnLocks
 from vcm.settings import Settings
-from vcm.types import AgentImage, AgentInfo, AppendResult, BatchInfo, Block, BlockResult, FinishResult, Gauges, Message
+from vcm.types import (
+    AgentImage,
+    AgentInfo,
+    AppendResult,
+    Backlog,
+    BatchInfo,
+    Block,
+    BlockResult,
+    FinishResult,
+    Gauges,
+    Message,
+)
 
 __all__ = ["HotState", "Snapshot", "claim_record"]
 
@@ -64,6 +76,9 @@ class HotState(HotClaims):
         # The API's bearer tokens and the tools' heartbeat chains (vcm.api.auth, vcm.tools.chains).
         self.tokens = AgentTokens(client)
         self.heartbeats = HeartbeatStore(client)
+        # Write-behind: appends not yet in the store, tracked by the append script itself.
+        self.backlog = SpoolBacklog(client)
+        self._track_backlog = not writes_through(settings)
         self._models: dict[str, str] = {}  # agent -> model; immutable after creation
         self._counters: dict[str, TokenCounter] = {}
         self._lock = threading.Lock()
@@ -173,6 +188,7 @@ class HotState(HotClaims):
             keys.key(agent_id, keys.BATCHES),
             keys.key(agent_id, keys.PLACEHOLDERS),
             keys.idempotency(agent_id, idempotency_key or ""),
+            keys.key(agent_id, keys.UNSPOOLED),
         ]
         args: list[Any] = [
             keys.prefix(agent_id),
@@ -184,6 +200,7 @@ class HotState(HotClaims):
             "1" if pinned else "0",
             self._pressure,
             num(now),
+            "1" if self._track_backlog else "0",
         ]
         if token_sha256 is None:
             raw = self._append(keys=script_keys, args=args)
@@ -203,6 +220,7 @@ class HotState(HotClaims):
             target_unreachable=bool(data.get("target_unreachable")),
             replayed=replayed,
             gauges=Gauges(*(int(v) for v in data["gauges"])) if "gauges" in data else None,
+            backlog=Backlog(int(data["backlog"][0]), float(data["backlog"][1])) if "backlog" in data else None,
         )
 
     # --- working blocks -------------------------------------------------------------------
@@ -330,6 +348,7 @@ class HotState(HotClaims):
                 keys.key(agent_id, keys.PLACEHOLDERS),
                 keys.key(agent_id, keys.SUMMARY),
                 keys.evicting(agent_id, batch_id),
+                keys.key(agent_id, keys.UNSPOOLED),
             ],
             args=[keys.prefix(agent_id), batch_id, summary_text, tokens, self._pressure, num(self.clock())],
         )

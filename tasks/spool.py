@@ -59,6 +59,8 @@ def spool_messages(
         if messages
         else 0
     )
+    # In the store now (or gone from Redis with a committed batch): out of write-behind's backlog.
+    hot.backlog.done(agent_id, list(message_ids))
     if vectorizer is None:
         return SpoolOutcome(len(message_ids), len(messages), written)
     # Written before embedded: an embedding failure raises with the messages already stored,

@@ -39,6 +39,7 @@ from typing import Any
 
 from vcm.errors import NotFound, RevConflict
 from vcm.hotpath import keys
+from vcm.hotpath.backlog import writes_through
 from vcm.hotpath.state import HotState
 from vcm.obs import audit, footprint
 from vcm.store.audit_names import EventKind, audit_id
@@ -184,8 +185,7 @@ class Durability:
         self.hot = hot
         self.store = store
         settings = hot.settings.durability
-        mode = settings.messages
-        self.write_through = mode == "write_through" or (mode == "auto" and not hot.settings.redis_url)
+        self.write_through = writes_through(hot.settings)
         self.reserve = settings.id_reserve
         self._floors: dict[str, int] = {}
         self._lock = threading.Lock()

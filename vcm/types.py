@@ -165,6 +165,25 @@ class BatchInfo:
 
 
 @dataclass(frozen=True)
+class Backlog:
+    """One agent's write-behind backlog (:mod:`vcm.hotpath.backlog`): appends acknowledged and
+    not yet in the store, as an append reported it or as read."""
+
+    messages: int
+    oldest_at: float | None  # when its oldest message was acknowledged (None: empty)
+
+    def age_s(self, now: float) -> float:
+        return max(0.0, now - self.oldest_at) if self.oldest_at is not None else 0.0
+
+    def over(self, max_messages: int, max_s: float, now: float) -> bool:
+        """Past either bound (``[durability] write_behind_max_messages`` / ``write_behind_max_s``;
+        0: that bound is off)."""
+        by_size = max_messages > 0 and self.messages > max_messages
+        by_age = max_s > 0 and self.age_s(now) > max_s
+        return by_size or by_age
+
+
+@dataclass(frozen=True)
 class AppendResult:
     message_id: str
     seq: int
@@ -178,6 +197,9 @@ class AppendResult:
     gauges: Gauges | None = None  # the main context right after this append (None: not reported)
     # The message as the hot state now holds it (None on a replay: the first call's is in Redis).
     message: Message | None = None
+    # Write-behind only: the agent's backlog of messages not yet in the store, this one included
+    # (None on a replay and when appends are written through).
+    backlog: Backlog | None = None
 
 
 @dataclass(frozen=True)

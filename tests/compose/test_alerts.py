@@ -1,5 +1,5 @@
 """compose/alerts.yml without promtool: it parses, Prometheus loads it (rule_files, mounted read-only
-where prometheus.yml says), it has the four alerts the operators asked for, and every vcm_*
+where prometheus.yml says), it has the alerts the operators asked for, and every vcm_*
 family and label its expressions name is one vcm exposes (recorded, or read at scrape)."""
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ from vcm.obs.metrics_state import StateCollector
 from vcm.workers import names
 
 ALERTS_FILE = stack.COMPOSE_DIR / "alerts.yml"
-WANTED = {"VcmSyncConflictRateHigh", "VcmSyncFailing", "VcmAgentOverMemoryQuota", "VcmSnapshotFailed"}
+WANTED = {
+    "VcmSyncConflictRateHigh",
+    "VcmSyncFailing",
+    "VcmAgentOverMemoryQuota",
+    "VcmSnapshotFailed",
+    "VcmWriteBehindBacklogOld",
+    "VcmWriteBehindWritingThrough",
+}
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
 
 
@@ -71,6 +78,7 @@ def test_the_alerts_asked_for_are_there_and_well_formed() -> None:
     assert "0.05 *" in by_name["VcmSyncConflictRateHigh"]  # 5 % of syncs
     assert ">= 3" in by_name["VcmSyncFailing"]  # three in a row
     assert f'task="{names.SNAPSHOT}"' in by_name["VcmSnapshotFailed"]  # the periodic snapshot task
+    assert "vcm_write_behind_backlog_age_seconds" in by_name["VcmWriteBehindBacklogOld"]
 
 
 def test_every_family_and_label_the_rules_name_is_exposed() -> None:

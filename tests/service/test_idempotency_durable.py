@@ -34,7 +34,10 @@ MODEL = "vcm-demo-2k"
 
 
 def settings(mode: str = "write_through", **over: Any) -> Settings:
-    return load_settings(overrides={"durability": {"messages": mode, "id_reserve": 64}, **over}, environ={})
+    # Write-behind's bounds off: these tests decide themselves what is spooled when (the bounds'
+    # own tests are tests/service/test_writebehind.py).
+    durability = {"messages": mode, "id_reserve": 64, "write_behind_max_s": 0, "write_behind_max_messages": 0}
+    return load_settings(overrides={"durability": durability, **over}, environ={})
 
 
 def service(client: redis.Redis, store: MemoryStore, cfg: Settings | None = None) -> MemoryService:

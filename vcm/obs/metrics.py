@@ -104,6 +104,16 @@ EXPIRED = Counter(
 DISPATCH_FAILURES = Counter(
     "vcm_dispatch_failures", "Hot-path dispatches the broker refused (the sweeper catches up)", ["kind"]
 )
+# Write-behind's loss window held by writing through (vcm.service.writebehind): reason size or age (an
+# append found the agent's backlog past a bound) or idle (no append came; the API's own check).
+WRITE_BEHIND_FORCED = Counter(
+    "vcm_write_behind_forced",
+    "Times the API wrote an agent's write-behind backlog to the store itself, past a bound",
+    ["reason"],
+)
+WRITE_BEHIND_FORCED_MESSAGES = Counter(
+    "vcm_write_behind_forced_messages", "Messages the API wrote to the store itself, past a write-behind bound"
+)
 
 # --- heartbeat chains ----------------------------------------------------------------------------
 HEARTBEAT_DEPTH = Histogram(
@@ -175,6 +185,8 @@ SNAPSHOTS = Counter("vcm_snapshots", "Agent snapshots by outcome (taken, failed)
 
 for _kind in ("evict", "spool"):
     DISPATCH_FAILURES.labels(kind=_kind)
+for _reason in ("size", "age", "idle"):
+    WRITE_BEHIND_FORCED.labels(reason=_reason)
 for _trigger in ("threshold", "request"):
     FLUSHES.labels(trigger=_trigger)
 for _mode in ("text", "vector", "hybrid"):
@@ -375,3 +387,9 @@ def registry(*extra: Collector) -> CollectorRegistry:
     for collector in extra:
         out.register(collector)
     return out
+
+
+@_never_raises
+def write_behind_forced(reason: str, messages: int) -> None:
+    WRITE_BEHIND_FORCED.labels(reason=reason).inc()
+    WRITE_BEHIND_FORCED_MESSAGES.inc(messages)

@@ -5,7 +5,8 @@ type and status, and the vector index state (trained IVF or exact search, per in
 about Redis and the store,
 the same whichever process is asked. So are the sync status client instances reported
 (``vcm_sync_instances``, ``vcm_sync_consecutive_failures``) and, when a quota is set, each
-agent's stored items (``vcm_agent_memory_items``). Recording them as gauges in each process would need a
+agent's stored items (``vcm_agent_memory_items``), and write-behind's backlog
+(``vcm_write_behind_backlog_*``). Recording them as gauges in each process would need a
 multi-process aggregation that cannot be right for both (a batch begun in the API and finished in
 a worker is nobody's to decrement), so the API's ``/metrics`` reads them when scraped: one
 ``SMEMBERS`` plus one pipelined ``ZCARD`` per agent, and the store's ``stats()``. A failed read
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -24,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from vcm.hotpath import keys
+from vcm.hotpath.backlog import SpoolBacklog
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ class StateCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._instances()
         yield from self._memory()
+        yield from self._backlog()
         pending = self._pending()
         if pending is not None:
             family = GaugeMetricFamily(
@@ -144,6 +148,29 @@ class StateCollector:
         quota = GaugeMetricFamily("vcm_agent_memory_quota_items", "[metrics] memory_quota_items: items per agent")
         quota.add_metric([], self._quota)
         yield quota
+
+    def _backlog(self) -> Iterator[Metric]:
+        """Write-behind's backlog (appends acknowledged, not yet in the store: what a Redis loss
+        would take), all agents: its size, the largest agent's, and the age of its oldest message.
+        One pipelined ZCARD and ZRANGE per agent; all 0 when appends are written through."""
+        try:
+            totals = SpoolBacklog(self._redis).totals(self._agents())
+        except Exception:  # a scrape must not fail because Redis did
+            log.warning("could not read the write-behind backlog for /metrics", exc_info=True)
+            return
+        age = max(0.0, time.time() - totals.oldest_at) if totals.oldest_at is not None else 0.0
+        for name, text, value in (
+            (
+                "vcm_write_behind_backlog_messages",
+                "Appends acknowledged and not yet in the store, all agents",
+                totals.messages,
+            ),
+            ("vcm_write_behind_backlog_agent_max_messages", "The largest backlog of one agent", totals.largest),
+            ("vcm_write_behind_backlog_age_seconds", "Age of the oldest acknowledged append not yet in the store", age),
+        ):
+            family = GaugeMetricFamily(name, text + " (write-behind; read at scrape)")
+            family.add_metric([], value)
+            yield family
 
     def _pending(self) -> int | None:
         try:

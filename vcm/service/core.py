@@ -34,6 +34,7 @@ from vcm.facts import guard
 from vcm.hotpath.state import HotState, claim_record
 from vcm.hotpath.tokens import TokenCounter
 from vcm.obs import audit, footprint, metrics
+from vcm.service.writebehind import WriteBehindBound
 from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
 from vcm.store.types import MemoryEvent
@@ -74,6 +75,8 @@ class Core:
         self._cursor_secret: bytes | None = None
         # The store is the source of truth for agents; Redis is rebuilt from it (vcm.durable).
         self.durable = Durability(hot, store)
+        # Write-behind's loss window, bounded by writing the backlog through (vcm.service.writebehind).
+        self.behind = None if self.durable.write_through else WriteBehindBound(hot, store)
         # Vectors of recent query texts: one prompt build searches facts twice and recall once
         # with the same text, and a model call costs 15-70 ms where the lookup costs nothing.
         self._vectors: OrderedDict[tuple[int, str], list[float]] = OrderedDict()

@@ -81,6 +81,9 @@ class Messages:
         # died before doing so.
         ids = [res.message_id] + ([res.pressure_message_id] if res.pressure_message_id else [])
         self.core.durable.appended(agent_id, ids, res.seq, known=[res.message] if res.message else ())
+        if res.backlog is not None and self.core.behind is not None:
+            # Write-behind: past its bound, the backlog is written through before the answer.
+            self.core.behind.after_append(agent_id, res.backlog)
         if res.replayed:
             # The first request may have died between its Lua call and its follow-ups. Hand its
             # batch over again with the flush row (both idempotent); a missed spool is the

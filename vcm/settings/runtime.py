@@ -74,6 +74,12 @@ class DurabilitySettings(BaseModel):
     # write_behind: the cold path spools it (Redis, with AOF, is the log until then).
     # auto: write_through when the hot state is in-process (embedded), which dies with the process.
     messages: Literal["auto", "write_through", "write_behind"] = "auto"
+    # Write-behind's loss window, per agent: an append that finds the agent's backlog (appends
+    # acknowledged, not yet in the store) older than this, or larger than the next, writes the
+    # backlog through before it is acknowledged; the API also writes through a backlog older than
+    # this when no append comes (0 turns that bound off).
+    write_behind_max_s: float = Field(2.0, ge=0.0, le=3600.0)
+    write_behind_max_messages: int = Field(500, ge=0, le=1_000_000)
     # Message and batch ids reserved in the store ahead of use, so a rebuilt agent never reuses one.
     id_reserve: int = Field(1024, ge=16, le=1_000_000)
     # Default lifetime of a snapshot (0 keeps it until deleted).

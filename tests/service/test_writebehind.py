@@ -1,0 +1,212 @@
+"""Write-behind's loss window is bounded (vcm.service.writebehind): per agent, the appends
+acknowledged and not yet in the store never number more than ``write_behind_max_messages`` and
+are never older than ``write_behind_max_s`` (while the API process lives), whatever the workers do.
+
+Real Redis (``VCM_TEST_REDIS_URL``) and a real SQLite store; no worker runs unless a test spools
+itself, which is the worst case the bound is for (workers down or far behind)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.redis_legs import REDIS_URL, real_redis
+from vcm.dispatch import RecordingDispatcher
+from vcm.hotpath import keys
+from vcm.hotpath.state import HotState
+from vcm.obs import metrics
+from vcm.obs.metrics_state import StateCollector
+from vcm.service import MemoryService
+from vcm.settings import Settings, load_settings
+from vcm.store import open_store
+from vcm.store.port import MemoryStore
+from vcm.tasks.spool import spool_messages
+
+pytestmark = pytest.mark.redis
+
+MODEL = "vcm-demo-2k"
+
+
+def settings(max_s: float, max_messages: int, mode: str = "write_behind") -> Settings:
+    durability: dict[str, Any] = {
+        "messages": mode,
+        "id_reserve": 64,
+        "write_behind_max_s": max_s,
+        "write_behind_max_messages": max_messages,
+    }
+    return load_settings(overrides={"durability": durability, "redis_url": REDIS_URL}, environ={})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MemoryStore]:
+    s = open_store(f"sqlite:///{tmp_path / 'vcm.db'}", text_index_lag_ok=False)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client() -> Iterator[redis.Redis]:
+    made = real_redis()
+    made.flushdb()
+    yield made
+    made.flushdb()
+
+
+def service(client: redis.Redis, store: MemoryStore, cfg: Settings) -> MemoryService:
+    return MemoryService(HotState(client, cfg), store, RecordingDispatcher())
+
+
+def stored(store: MemoryStore, agent: str) -> dict[str, str]:
+    return {m.message_id: m.content for m in store.list_messages(agent, limit=1000)}
+
+
+def forced(reason: str) -> float:
+    return metrics.WRITE_BEHIND_FORCED.labels(reason=reason)._value.get()
+
+
+def test_the_append_reports_the_backlog_and_the_spool_empties_it(client: redis.Redis, store: MemoryStore) -> None:
+    svc = service(client, store, settings(0, 0))
+    svc.create_agent("ann", model=MODEL)
+    first = svc.append("ann", "user", "Ann booked a room in Porto.", idempotency_key="k1")
+    second = svc.append("ann", "user", "Ann asked for a late checkout.")
+    assert first.backlog is not None and second.backlog is not None
+    assert (first.backlog.messages, second.backlog.messages) == (1, 2)
+    assert second.backlog.oldest_at == first.backlog.oldest_at
+    # A replay reports none (its record was written before the backlog was read).
+    assert svc.append("ann", "user", "Ann booked a room in Porto.", idempotency_key="k1").backlog is None
+    spool_messages(svc.hot, store, "ann", [first.message_id])
+    assert svc.hot.backlog.read("ann").messages == 1
+    spool_messages(svc.hot, store, "ann", [second.message_id])
+    assert svc.hot.backlog.read("ann").messages == 0 and len(stored(store, "ann")) == 2
+
+
+def test_write_through_mode_tracks_no_backlog(client: redis.Redis, store: MemoryStore) -> None:
+    svc = service(client, store, settings(1.0, 5, mode="write_through"))
+    svc.create_agent("bea", model=MODEL)
+    assert svc.append("bea", "user", "Bea is in Lyon.").backlog is None
+    assert svc.hot.backlog.read("bea").messages == 0 and len(stored(store, "bea")) == 1
+
+
+def test_past_the_size_bound_the_append_writes_the_backlog_through(client: redis.Redis, store: MemoryStore) -> None:
+    svc = service(client, store, settings(0, 3))
+    svc.create_agent("cy", model=MODEL)
+    before = forced("size")
+    ids = [svc.append("cy", "user", f"Cy paid bill {i}.", idempotency_key=f"k{i}").message_id for i in range(3)]
+    assert stored(store, "cy") == {} and svc.hot.backlog.read("cy").messages == 3  # within the bound
+    ids.append(svc.append("cy", "user", "Cy paid bill 3.", idempotency_key="k3").message_id)
+    # The fourth append wrote all four before it was acknowledged, with their idempotency records.
+    assert sorted(stored(store, "cy")) == sorted(ids) and svc.hot.backlog.read("cy").messages == 0
+    assert forced("size") == before + 1
+    assert {r.key for r in store.list_idempotency("cy")} == {"k0", "k1", "k2", "k3"}
+
+
+def test_an_idle_backlog_is_written_through_once_past_the_age_bound(client: redis.Redis, store: MemoryStore) -> None:
+    svc = service(client, store, settings(0.3, 0))
+    svc.create_agent("dee", model=MODEL)
+    before = forced("idle")
+    mid = svc.append("dee", "user", "Dee left for Kyoto.").message_id
+    assert stored(store, "dee") == {}
+    deadline = time.monotonic() + 5
+    while svc.hot.backlog.read("dee").messages and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mid in stored(store, "dee") and svc.hot.backlog.read("dee").messages == 0
+    assert forced("idle") == before + 1
+    assert svc.core.behind is not None
+    svc.core.behind.close()
+
+
+def test_an_append_finding_an_old_backlog_writes_it_through(client: redis.Redis, store: MemoryStore) -> None:
+    cfg = settings(0.2, 0)
+    now = [1000.0]
+    svc = MemoryService(HotState(client, cfg, clock=lambda: now[0]), store, RecordingDispatcher())
+    svc.create_agent("eve", model=MODEL)
+    assert svc.core.behind is not None
+    svc.core.behind.close()  # the idle check off: this is the append's own check
+    first = svc.append("eve", "user", "Eve rented a bicycle.").message_id
+    now[0] += 0.5
+    second = svc.append("eve", "user", "Eve returned it.").message_id
+    assert sorted(stored(store, "eve")) == sorted([first, second])
+
+
+def test_the_backlog_is_a_metric(client: redis.Redis, store: MemoryStore) -> None:
+    svc = service(client, store, settings(0, 0))
+    for agent, n in (("fay", 3), ("gus", 1)):
+        svc.create_agent(agent, model=MODEL)
+        for i in range(n):
+            svc.append(agent, "user", f"{agent} said {i}.")
+    samples = {s.name: s.value for family in StateCollector(client, lambda: {}).collect() for s in family.samples}
+    assert samples["vcm_write_behind_backlog_messages"] == 4
+    assert samples["vcm_write_behind_backlog_agent_max_messages"] == 3
+    assert 0 <= samples["vcm_write_behind_backlog_age_seconds"] < 60
+
+
+def test_flushdb_mid_load_loses_nothing_older_than_the_window_and_retries_never_duplicate(
+    client: redis.Redis, store: MemoryStore
+) -> None:
+    """No worker runs: without the bound every acknowledged message would go with the FLUSHDB.
+    With it, what is lost is at most ``max_messages`` messages, none acknowledged more than
+    ``max_s`` (plus a store write) before the flush; every retry replays or appends once."""
+    max_s, max_messages = 0.4, 5
+    svc = service(client, store, settings(max_s, max_messages))
+    agents = ["hal", "ivy"]
+    for agent in agents:
+        svc.create_agent(agent, model=MODEL)
+    acks: list[tuple[str, str, str, str, float]] = []  # agent, key, content, message id, acked at
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def appender(agent: str) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            key, content = f"{agent}-{n}", f"{agent} noted expense number {n} of the trip."
+            res = svc.append(agent, "user", content, idempotency_key=key)
+            with lock:
+                acks.append((agent, key, content, res.message_id, time.monotonic()))
+            time.sleep(0.01 if n % 40 else 0.6)  # bursts (the size bound) and pauses (the age bound)
+
+    threads = [threading.Thread(target=appender, args=(a,), daemon=True) for a in agents]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    with lock:  # no append is acknowledged while the flush runs, so each ack is before or after it
+        client.flushdb()
+        flushed_at = time.monotonic()
+        before = list(acks)
+    time.sleep(0.5)  # the load goes on: the agents are rebuilt from the store
+    stop.set()
+    for t in threads:
+        t.join(10)
+    assert before and len(acks) > len(before)
+    if svc.core.behind is not None:
+        svc.core.behind.close()
+    present = {a: {**held(client, a), **stored(store, a)} for a in agents}
+    lost = [ack for ack in acks if present[ack[0]].get(ack[3]) != ack[2]]
+    for agent in agents:
+        assert len([a for a in lost if a[0] == agent]) <= max_messages, lost
+    slack = 0.5  # the idle check's store write, on a loaded machine
+    assert all(flushed_at - acked_at <= max_s + slack for *_, acked_at in lost), (flushed_at, lost)
+    # Every acknowledged key retried: kept ones replay their first answer; lost ones append once.
+    for agent, key, content, message_id, acked_at in acks:
+        again = svc.append(agent, "user", content, idempotency_key=key)
+        if (agent, key, content, message_id, acked_at) in lost:
+            assert not again.replayed
+        else:
+            assert again.replayed and again.message_id == message_id
+    for agent in agents:
+        contents = list({**held(client, agent), **stored(store, agent)}.values())
+        mine = sorted(c for a, _, c, _, _ in acks if a == agent)
+        assert sorted(c for c in contents if c in set(mine)) == mine  # each exactly once
+
+
+def held(client: redis.Redis, agent: str) -> dict[str, str]:
+    """Messages Redis holds for the agent (FIFO and pending batches), by id."""
+    raw = client.hgetall(keys.key(agent, keys.MESSAGES))
+    return {str(mid): str(json.loads(body)["content"]) for mid, body in raw.items()}
