@@ -681,3 +681,36 @@ return {'ok', '{"removed":true,"tokens":' .. tok .. ',"pinned":' .. tostring(pin
   .. ',"gauges":' .. gauges_json(m) .. '}'}
 """
 )
+
+# Replace the summary of the batch the hot state holds now (a forget's re-summarisation): only
+# while the summary is still that batch's (an eviction finished meanwhile: CONFLICT, the caller
+# re-reads). A longer summary can push past flush like an installed one; the same decision runs.
+# KEYS: [1] meta  [2] fifo  [3] msg  [4] batches  [5] ph  [6] summary
+# ARGV: [1] agent prefix  [2] batch id  [3] text  [4] tokens  [5] pressure text  [6] now
+REPLACE_SUMMARY = (
+    _PRELUDE
+    + r"""
+local SUMMARY = KEYS[6]
+local m = load_meta()
+if not m then return fail('NOT_FOUND', 'unknown agent; create it first') end
+local bid = tonumber(ARGV[2])
+local held = tonumber(redis.call('HGET', SUMMARY, 'batch_id') or '0')
+if held ~= bid then
+  return fail('CONFLICT', 'the summary is of batch ' .. held .. ' now, not ' .. bid, {batch_id = held})
+end
+local tokens = tonumber(ARGV[4])
+if tokens > m.sum_cap then
+  return fail('VALIDATION_ERROR', 'summary of ' .. tokens .. ' tokens exceeds the summary cap of '
+    .. m.sum_cap, {cap = m.sum_cap})
+end
+local rev = redis.call('HINCRBY', SUMMARY, 'rev', 1)
+redis.call('HSET', SUMMARY, 'text', ARGV[3], 'tokens', tokens, 'updated_at', ARGV[6])
+set(m, 'summary', tokens)
+local get = fifo_reader(nil)
+local d = decide(m, get, 0, 0, 0, '', false)
+local batch, pressure_id = carry_out(m, d, get, ARGV[5], ARGV[6])
+return {'ok', '{"batch_id":' .. bid .. ',"summary_rev":' .. rev .. ',"total":' .. d.total
+  .. ',"action":"' .. d.action .. '","pressure_message_id":'
+  .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch) .. '}'}
+"""
+)

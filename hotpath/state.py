@@ -66,6 +66,7 @@ class HotState(HotClaims):
         self._claim = client.register_script(lua.IDEMPOTENCY_CLAIM)
         self._restore = client.register_script(lua.RESTORE_AGENT)
         self._forget_message = client.register_script(lua.FORGET_MESSAGE)
+        self._replace_summary = client.register_script(lua.REPLACE_SUMMARY)
         # Archival ingestion jobs; a record outlives its last change as long as an idempotency key.
         self.jobs = JobBoard(client, settings.idempotency_ttl_s)
         # What client instances of an agent follow and report (vcm.service.replicas).
@@ -352,16 +353,22 @@ class HotState(HotClaims):
             ],
             args=[keys.prefix(agent_id), batch_id, summary_text, tokens, self._pressure, num(self.clock())],
         )
-        data, replayed = reply(raw)
-        return FinishResult(
-            batch_id=int(data["batch_id"]),
-            summary_rev=int(data["summary_rev"]),
-            total=int(data["total"]),
-            action=data.get("action", "ok"),
-            batch=BatchInfo.from_json(data.get("batch")),
-            pressure_message_id=data.get("pressure_message_id"),
-            replayed=replayed,
+        return _finished(*reply(raw))
+
+    def replace_summary(self, agent_id: str, batch_id: int, summary_text: str) -> FinishResult:
+        """Replace the summary the hot state holds, while it is still ``batch_id``'s (CONFLICT
+        otherwise), deciding on the counters after as an installed summary does."""
+        validation.agent_id(agent_id)
+        summary_text = validation.text(
+            summary_text, "summary", self.settings.budget.max_content_chars, allow_empty=True
         )
+        tokens = self.summary_tokens(agent_id, summary_text)
+        raw = self._replace_summary(
+            keys=[keys.key(agent_id, k) for k in (keys.META, keys.FIFO, keys.MESSAGES, keys.BATCHES)]
+            + [keys.key(agent_id, keys.PLACEHOLDERS), keys.key(agent_id, keys.SUMMARY)],
+            args=[keys.prefix(agent_id), int(batch_id), summary_text, tokens, self._pressure, num(self.clock())],
+        )
+        return _finished(*reply(raw))
 
     def evict_oldest(
         self, agent_id: str, count: int, *, idempotency_key: str | None = None
@@ -494,3 +501,16 @@ class HotState(HotClaims):
         with self._lock:
             self._models.pop(agent_id, None)
         return removed
+
+
+def _finished(data: Mapping[str, Any], replayed: bool) -> FinishResult:
+    """A summary install's reply (FINISH_EVICTION, REPLACE_SUMMARY)."""
+    return FinishResult(
+        batch_id=int(data["batch_id"]),
+        summary_rev=int(data["summary_rev"]),
+        total=int(data["total"]),
+        action=data.get("action", "ok"),
+        batch=BatchInfo.from_json(data.get("batch")),
+        pressure_message_id=data.get("pressure_message_id"),
+        replayed=replayed,
+    )

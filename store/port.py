@@ -109,6 +109,16 @@ class MemoryStore(abc.ABC):
         memory take their place (:class:`AgentMemory` says what they keep)."""
 
     @abc.abstractmethod
+    def rewrite_summaries(
+        self, agent_id: str, versions: Sequence[SummaryVersion], *, expected_rev: str | None
+    ) -> Summary | None:
+        """Replace the text and tokens of stored summary versions (matched by ``batch_id``; one the
+        store does not hold is skipped), each getting a new rev; the current summary too when it is
+        one of them. One transaction, and only while the current summary's rev is still
+        ``expected_rev`` (``RevConflict`` otherwise: an eviction committed meanwhile). A forget
+        uses it so that no version keeps a forgotten message's words. Returns the current summary."""
+
+    @abc.abstractmethod
     def delete_agent(self, agent_id: str) -> Forgotten:
         """Remove everything of the agent: record, core memory, summary versions, messages and
         their vectors and index entries, edges, archival chunks, events, batches, idempotency

@@ -26,6 +26,7 @@ from vcm.store.types import (
     MemoryEvent,
     NodeRef,
     StoredMessage,
+    SummaryVersion,
 )
 
 MAX_LIMIT = 1000
@@ -127,6 +128,19 @@ def text(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise ValidationError(f"{name} must be a string", field=name)
     return value
+
+
+def summary_rewrites(agent_id: str, versions: Any) -> list[SummaryVersion]:
+    """Versions to rewrite (``rewrite_summaries``): of ``agent_id``, text and a token count each."""
+    identifier("agent_id", agent_id)
+    if isinstance(versions, (str, bytes)) or not isinstance(versions, Sequence):
+        raise ValidationError("versions must be a list of SummaryVersion", field="versions")
+    for v in versions:
+        if not isinstance(v, SummaryVersion) or v.agent_id != agent_id:
+            raise ValidationError("versions must be SummaryVersion instances of the agent", field="versions")
+        text("summary", v.text)
+        non_negative_int("tokens", v.tokens)
+    return list(versions)
 
 
 def message(m: Any) -> StoredMessage:

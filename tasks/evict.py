@@ -33,7 +33,7 @@ from vcm.hotpath.budget import Budget
 from vcm.obs import audit, footprint, metrics
 from vcm.service import MemoryService
 from vcm.store.audit_names import EventKind, audit_id
-from vcm.store.types import EvictionCommit, MemoryEvent, Summary
+from vcm.store.types import EvictionCommit, MemoryEvent
 from vcm.tasks.deps import Deps
 from vcm.tasks.facts import extraction as fact_extraction
 from vcm.tasks.spool import backfill_vectors
@@ -75,7 +75,7 @@ def evict_batch(deps: Deps, agent_id: str, batch_id: int) -> EvictOutcome:
         if previous is not None and previous.batch_id >= batch_id:
             return _finish(deps, agent_id, batch_id, previous.text, "replayed")
         faults.point("evict.before_summarize")
-        check = summarize(deps, agent_id, previous, messages)
+        check = summarize(deps, agent_id, previous.text if previous is not None else "", messages)
         draft = check.draft
         faults.point("evict.after_summarize")
         _record_drift(deps, agent_id, batch_id, check)
@@ -178,14 +178,13 @@ def _backfill(deps: Deps, agent_id: str, messages: Sequence[Message]) -> None:
         log.info("embedded %d batch messages of %s the spool had not reached", filled, agent_id)
 
 
-def summarize(
-    deps: Deps, agent_id: str, previous: Summary | None, messages: Sequence[Message]
-) -> drift.DriftCheck[Draft]:
-    """The new summary within the agent's summary cap, re-summarised once if it drifted."""
+def summarize(deps: Deps, agent_id: str, previous: str, messages: Sequence[Message]) -> drift.DriftCheck[Draft]:
+    """``messages`` folded into the summary ``previous`` within the agent's summary cap,
+    re-summarised once if it drifted (evictions; a forget's replay, :mod:`vcm.workers.summaries`)."""
     settings = deps.settings
     cap = Budget.for_window(deps.hot.agent(agent_id).window, settings.budget).summary_cap
     request = Request(
-        previous=previous.text if previous is not None else "",
+        previous=previous,
         turns=[t for t in (Turn.of(m) for m in messages) if t is not None],
         cap=cap,
         count=lambda text: deps.hot.summary_tokens(agent_id, text),

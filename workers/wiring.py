@@ -36,6 +36,7 @@ def _service(worker: Worker) -> MemoryService:
     from vcm.workers.bulk import LocalBulkJobs
     from vcm.workers.dispatch import BackgroundDispatcher
     from vcm.workers.maintenance import LocalMaintenanceJobs
+    from vcm.workers.summaries import LocalSummaries
 
     deps = runtime.deps()
     vectorizer = deps.vectorizer
@@ -49,6 +50,7 @@ def _service(worker: Worker) -> MemoryService:
         recall_version=(lambda: vectorizer.version) if vectorizer is not None else None,
         bulk=LocalBulkJobs(worker.settings, deps),
         maintenance=LocalMaintenanceJobs(runtime.deps),
+        summaries=LocalSummaries(deps),
     )
     # The store is the source of truth: agents whose hot state is missing (embedded mode after a
     # restart, a flushed Redis) are rebuilt before the first request (others rebuild on demand).

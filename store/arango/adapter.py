@@ -70,6 +70,7 @@ from vcm.store.arango.messages import MessageOps
 from vcm.store.arango.recall_ops import RecallOps
 from vcm.store.arango.schema import Schema, bootstrap, load_schema
 from vcm.store.arango.snapshots import Snapshots
+from vcm.store.arango.summaries import SummaryOps
 from vcm.store.arango.vector_spaces import VECTOR_RECHECK_S as VECTOR_RECHECK_S
 from vcm.store.port import FaultHook
 
@@ -79,6 +80,7 @@ _GUARDED: dict[str, GuardReport] = {}  # servers that passed the guard
 
 class ArangoStore(
     AgentOps,
+    SummaryOps,
     FactOps,
     LifecycleOps,
     CoreMemoryOps,

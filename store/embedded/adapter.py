@@ -69,6 +69,7 @@ from vcm.store.embedded.recall_ops import RecallOps
 from vcm.store.embedded.schema import META_CURSOR_SECRET, META_TEXT_GEN, META_TEXT_HWM
 from vcm.store.embedded.sizing import DEFAULT_TRAIN_THRESHOLD
 from vcm.store.embedded.snapshots import Snapshots
+from vcm.store.embedded.summaries import SummaryOps
 from vcm.store.embedded.textindex import TextIndex
 from vcm.store.embedded.vectorindex import VectorIndexes
 from vcm.store.port import FaultHook
@@ -76,6 +77,7 @@ from vcm.store.port import FaultHook
 
 class EmbeddedStore(
     AgentOps,
+    SummaryOps,
     FactOps,
     AgentSnapshotOps,
     LifecycleOps,

@@ -131,6 +131,7 @@ def _exercise_every_script(client: redis.Redis) -> None:
         hot.append(agent, "user", "message 0 about the harbour and the ferry timetable", idempotency_key="k0")
         assert batches, "a 512-token window must flush within 40 messages"
         hot.finish_eviction(agent, batches[0], "they talked about ferries")
+        hot.replace_summary(agent, batches[0], "they talked")
         hot.evict_oldest(agent, 2, idempotency_key="ev1")
         assert hot.forget_message(agent, hot.fifo_ids(agent)[-1])["removed"]
         hot.claim(agent, "note-1", "write_recall", {"text": "x"}, {"message_id": "m999"})

@@ -15,6 +15,7 @@ import pytest
 from tests.doubles.coldpath import line
 from tests.doubles.embedder import word_embed
 from tests.hotstate import policy_view, recount
+from tests.store.factories import chunk
 from vcm.dispatch import RecordingDispatcher
 from vcm.durable import stored_message
 from vcm.errors import Conflict
@@ -27,6 +28,7 @@ from vcm.store.types import Fact, FactQuery
 from vcm.tasks.deps import Deps
 from vcm.tasks.evict import evict_batch
 from vcm.tasks.summary.recursive import extractive
+from vcm.workers.summaries import LocalSummaries
 
 MODEL = "vcm-demo-2k"
 WORDS = ("zanzibar", "quokka")  # the forgotten message's own words; no other message has them
@@ -45,9 +47,19 @@ def svc(tmp_path: Path) -> Iterator[MemoryService]:
     store.close()
 
 
-def commit_pending(svc: MemoryService) -> None:
-    deps = Deps(settings=svc.settings, hot=svc.hot, store=svc.store, dispatcher=svc.dispatcher, embed=word_embed,
+def deps_of(svc: MemoryService) -> Deps:
+    return Deps(settings=svc.settings, hot=svc.hot, store=svc.store, dispatcher=svc.dispatcher, embed=word_embed,
                 summarizer=extractive)  # fmt: skip
+
+
+@pytest.fixture
+def wired(svc: MemoryService) -> MemoryService:
+    """The service as entry points build it: the cold path's summariser wired in for forgets."""
+    return MemoryService(svc.hot, svc.store, svc.dispatcher, embed=word_embed, summaries=LocalSummaries(deps_of(svc)))
+
+
+def commit_pending(svc: MemoryService) -> None:
+    deps = deps_of(svc)
     while pending := svc.hot.pending_batches("ann"):
         for batch in pending:
             assert evict_batch(deps, "ann", batch).outcome in ("committed", "replayed")
@@ -146,3 +158,88 @@ def test_the_receipt_check_reports_what_was_put_back_behind_its_back(svc: Memory
     svc.store.put_fact(replace(fact, embedding=[float(x) for x in word_embed(["a quokka"])[0]]), None)
     check = svc.check_forget("ann", receipt.receipt)
     assert not check.clean and check.left == {"facts": ["fback"]}
+
+
+def test_a_forgotten_message_leaves_the_summary_and_every_version_of_it(wired: MemoryService) -> None:
+    svc = wired
+    first = svc.append("ann", "user", "I love Zanzibar and I decided to adopt a quokka named Pip.").message_id
+    for i in range(85):
+        svc.append("ann", "user", line(i))
+    commit_pending(svc)
+    for i in range(85, 170):  # a second eviction folds the first summary into the next
+        svc.append("ann", "user", line(i))
+    commit_pending(svc)
+    versions = svc.summary_versions("ann", limit=100)
+    assert len(versions) >= 2 and all(leaks(v.text) for v in versions), "the words never reached the summary"
+    kept = {v.batch_id: v.text for v in versions}
+
+    receipt = svc.forget("ann", first)
+
+    assert receipt.removed["summary_versions"] == len(versions)
+    after = svc.summary_versions("ann", limit=100)
+    assert [v.batch_id for v in after] == [v.batch_id for v in versions]
+    assert not [v.batch_id for v in after if leaks(v.text)]
+    # What remains is summarised still: the other messages' words stay.
+    assert all(v.text for v in after) and any(set(v.text.split()) & set(kept[v.batch_id].split()) for v in after)
+    stored = svc.store.get_summary("ann")
+    text, tokens, _, _ = svc.hot.summary("ann")
+    assert stored is not None and not leaks(stored.text) and text == stored.text
+    assert tokens == svc.hot.summary_tokens("ann", text)
+    assert_words_gone(svc)
+    parts, _, _, _ = policy_view(svc.hot, "ann")
+    counted = recount(svc.hot, "ann")
+    assert (counted["fifo"], counted["summary"]) == (parts.fifo, parts.summary)
+    assert svc.hot.gauges("ann") == assemble(svc.hot.snapshot("ann")).gauges
+    # The next eviction builds on the rewritten summary.
+    for i in range(170, 255):
+        svc.append("ann", "user", line(i))
+    commit_pending(svc)
+    assert not [v.batch_id for v in svc.summary_versions("ann", limit=100) if leaks(v.text)]
+
+
+def test_an_eviction_committing_during_the_rewrite_makes_it_start_over(wired: MemoryService) -> None:
+    svc = wired
+    first = svc.append("ann", "user", "Zanzibar first, then a quokka named Pip.").message_id
+    for i in range(85):
+        svc.append("ann", "user", line(i))
+    commit_pending(svc)
+    for i in range(85, 170):
+        svc.append("ann", "user", line(i))
+    pending = svc.hot.pending_batches("ann")
+    assert pending
+    deps = deps_of(svc)
+    rewriter = svc.forgetting.redaction.rewriter
+    assert rewriter is not None
+    calls: list[int] = []
+
+    def racing(agent_id: str, previous: str, messages: object) -> tuple[str, int]:
+        if not calls:  # the pending batch commits while the first replay runs
+            for batch in pending:
+                evict_batch(deps, "ann", batch)
+        calls.append(1)
+        return rewriter(agent_id, previous, messages)  # type: ignore[arg-type]
+
+    svc.forgetting.redaction.rewriter = racing
+    svc.forget("ann", first)
+    assert not [v.batch_id for v in svc.summary_versions("ann", limit=100) if leaks(v.text)]
+    assert not leaks(svc.hot.summary("ann")[0])
+
+
+def test_forgetting_a_document_takes_or_rewrites_the_facts_citing_it(svc: MemoryService) -> None:
+    svc.store.ingest_archival([chunk("ann", "handbook", i, [1.0, 0.0, 0.0]) for i in range(2)])
+    other = svc.append("ann", "user", "I drink green tea every morning.").message_id
+    cited = {"kind": "document", "id": "handbook", "span": [0, 99]}
+    only = svc.remember("ann", "The handbook places a quokka in Zanzibar", type="project", evidence=[cited]).fact
+    both = svc.remember("ann", "Ann drinks green tea every morning", type="preference",
+                        evidence=[cited, {"kind": "message", "id": other}]).fact  # fmt: skip
+    untouched = svc.remember("ann", "Ann likes tea", type="preference",
+                             evidence=[{"kind": "message", "id": other}]).fact  # fmt: skip
+
+    counts = svc.forget_document("ann", "handbook")
+
+    assert counts == {"archival_chunks": 2, "facts_removed": 1, "facts_rewritten": 1}
+    live = {f.fact_id: f for f in svc.list_facts("ann", FactQuery(statuses=ALL, limit=1000))}
+    assert only.fact_id not in live and untouched.fact_id in live
+    assert [e["id"] for e in live[both.fact_id].evidence] == [other]
+    assert_words_gone(svc)
+    assert svc.forget_document("ann", "handbook") == {}  # a repeat finds nothing left

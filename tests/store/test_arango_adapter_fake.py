@@ -32,7 +32,7 @@ from vcm.errors import (
 )
 from vcm.store.arango import documents, names
 from vcm.store.arango.adapter import ArangoStore, order_traversal
-from vcm.store.types import ArchivalChunk, CoreBlockWrite, EvictionCommit, NodeRef, StoredMessage
+from vcm.store.types import ArchivalChunk, CoreBlockWrite, EvictionCommit, NodeRef, StoredMessage, SummaryVersion
 
 
 def msg(agent: str, i: int, content: str = "hello") -> StoredMessage:
@@ -396,3 +396,24 @@ def test_hybrid_asks_which_text_hits_have_vectors_through_the_read_only_handle(
     assert store._positions("a", {"k0", "k1", "k2"}, None)[1] == set()
     assert store._positions("a", set(), "v1") == ({}, set()) and len(asked) == 2
     assert rw.queries == []
+
+
+def test_rewrite_summaries_declares_its_collections_and_checks_the_rev(
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
+) -> None:
+    store, rw, faults = world
+    first = store.commit_eviction(commit("a", 1, 2, None))
+    second = store.commit_eviction(commit("a", 2, 2, first.summary_rev))
+    # (The fake runs no AQL, so the versions are not read back through summary_versions.)
+    rewrite = [SummaryVersion("a", 1, "one", 1, "", 0.0), SummaryVersion("a", 2, "two", 2, "", 0.0)]
+    with pytest.raises(RevConflict):
+        store.rewrite_summaries("a", rewrite, expected_rev=first.summary_rev)
+    rw.log.clear()
+    current = store.rewrite_summaries("a", rewrite, expected_rev=second.summary_rev)
+    assert rw.log == [f"begin {sorted([names.CORE, names.BATCHES])}", "commit"]
+    assert "rewrite_summaries.before_commit" in faults.seen
+    assert current is not None and (current.text, current.tokens, current.batch_id) == ("two", 2, 2)
+    stored = store.get_summary("a")
+    assert stored is not None and stored.text == "two" and stored.rev == current.rev
+    batches = rw.data[names.BATCHES]
+    assert sorted(d["summary_text"] for d in batches.values()) == ["one", "two"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.store.factories import chunk, eviction, msg
-from vcm.errors import NotFound, ValidationError
+from vcm.errors import NotFound, RevConflict, ValidationError
 from vcm.store.port import MemoryStore
 from vcm.store.types import ContextReset, CoreBlockWrite, MemoryEvent, SnapshotRecord, message_node
 
@@ -57,6 +59,34 @@ def test_summary_versions_are_the_history_of_commits(store: MemoryStore) -> None
     assert [(v.batch_id, v.text) for v in versions] == [(2, "second"), (1, "first")]
     assert versions[1].rev == r1.summary_rev
     assert [v.batch_id for v in store.summary_versions("a1", limit=1)] == [2]
+
+
+def test_rewriting_summaries_replaces_versions_and_the_current_summary_under_its_rev(store: MemoryStore) -> None:
+    messages = [msg("a1", i) for i in range(1, 5)]
+    r1 = store.commit_eviction(eviction("a1", 1, messages[:2], None, text="first secret"))
+    r2 = store.commit_eviction(eviction("a1", 2, messages[2:], r1.summary_rev, text="second secret"))
+    old = {v.batch_id: v for v in store.summary_versions("a1")}
+    new = [replace(old[1], text="first", tokens=3), replace(old[2], text="second", tokens=4)]
+    with pytest.raises(RevConflict):  # an eviction committed since the caller read the summary
+        store.rewrite_summaries("a1", new, expected_rev=r1.summary_rev)
+    assert [v.text for v in store.summary_versions("a1")] == ["second secret", "first secret"]
+    with pytest.raises(ValidationError):
+        store.rewrite_summaries("a1", [replace(old[1], agent_id="a2")], expected_rev=r2.summary_rev)
+
+    current = store.rewrite_summaries("a1", new, expected_rev=r2.summary_rev)
+
+    assert current is not None and (current.text, current.tokens, current.batch_id) == ("second", 4, 2)
+    assert current.rev != r2.summary_rev
+    stored = store.get_summary("a1")
+    assert stored is not None and (stored.text, stored.rev) == ("second", current.rev)
+    after = store.summary_versions("a1")
+    assert [(v.batch_id, v.text, v.tokens) for v in after] == [(2, "second", 4), (1, "first", 3)]
+    assert after[0].rev == current.rev and after[1].rev != old[1].rev
+    # The next commit builds on the rewritten summary's rev.
+    store.commit_eviction(eviction("a1", 3, [msg("a1", 9)], current.rev, text="third"))
+    # A version the store does not hold is skipped.
+    assert store.rewrite_summaries("a1", [replace(old[1], batch_id=7)], expected_rev=store.get_summary("a1").rev)
+    assert [v.batch_id for v in store.summary_versions("a1")] == [3, 2, 1]
 
 
 def test_delete_agent_removes_everything_of_it_and_nothing_else(store: MemoryStore) -> None:

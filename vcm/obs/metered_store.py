@@ -95,6 +95,13 @@ class MeteredStore(MemoryStore):
     def summary_versions(self, agent_id: str, *, limit: int = 20) -> list[SummaryVersion]:
         return self._call("summary_versions", self.inner.summary_versions, agent_id, limit=limit)
 
+    def rewrite_summaries(
+        self, agent_id: str, versions: Sequence[SummaryVersion], *, expected_rev: str | None
+    ) -> Summary | None:
+        return self._call(
+            "rewrite_summaries", self.inner.rewrite_summaries, agent_id, versions, expected_rev=expected_rev
+        )
+
     def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
         return self._call("put_fact", self.inner.put_fact, fact, expected_version)
 

@@ -46,6 +46,7 @@ from vcm.service.graph import Graph
 from vcm.service.lifecycle import Lifecycle
 from vcm.service.maintenance import Maintenance, MaintenanceJobs
 from vcm.service.messages import Messages
+from vcm.service.redaction import SummaryRedaction, SummaryRewriter
 from vcm.service.replicas import Replicas
 from vcm.service.search import Search
 from vcm.service.snapshots import Snapshots
@@ -67,6 +68,7 @@ class MemoryService:
         clock: Callable[[], float] = time.time,
         bulk: BulkJobs | None = None,
         maintenance: MaintenanceJobs | None = None,
+        summaries: SummaryRewriter | None = None,
     ) -> None:
         self.core = core = Core(hot, store, dispatcher, embed=embed, recall_version=recall_version, clock=clock)
         # --- the parts; a part that needs another takes it explicitly --------------------------------
@@ -80,7 +82,7 @@ class MemoryService:
         self.graph = Graph(core, self.facts)
         self.lifecycle = Lifecycle(core)
         self.snapshots = Snapshots(core, self.lifecycle)
-        self.forgetting = Forgetting(core, self.facts, self.lifecycle)
+        self.forgetting = Forgetting(core, self.facts, self.lifecycle, SummaryRedaction(core, summaries))
         self.replicas = Replicas(core)
         self.builder = ContextBuilder(core, self.messages, self.facts, self.state, self.search)
         self.bulk = Bulk(core, bulk)
@@ -153,7 +155,7 @@ class MemoryService:
         self.forget = self.forgetting.forget
         self.forget_message = self.forgetting.forget_message
         self.check_forget = self.forgetting.check_forget
-        self.forget_document = self.lifecycle.forget_document
+        self.forget_document = self.forgetting.forget_document
         self.reset = self.lifecycle.reset
         self.create_snapshot = self.snapshots.create_snapshot
         self.summary_versions = self.snapshots.summary_versions

@@ -12,10 +12,13 @@
 3. **the store**: the message row, its vectors, its text index entry and every graph edge of it
    (``cites``, ``mentions``, ``recall_log``) go (the store's ``forget_message``).
 
+4. **the summary**: a message an eviction folded into the summary has every summary version from
+   that batch on re-summarised from what remains (:mod:`vcm.service.redaction`); without the cold
+   path's summariser wired in, the summary gets a note that a message was removed instead.
+
 Hot state first: a crash after it leaves the message in the store, where a retry of the forget
-finds and removes it (every step is idempotent). A forgotten message that had left the context
-may have been summarised: the summary gets the note it got before; re-summarising it from what
-remains is not done here.
+finds and removes it (every step is idempotent; the summary's replay runs again whenever an
+``evict`` row names the message).
 
 The answer is a receipt: what went, by kind, and the ids of the facts removed and rewritten. It is
 kept as the forget's audit row (the receipt id as the row's idempotency key), and
@@ -26,7 +29,7 @@ operator's proof.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,6 +38,7 @@ from vcm.obs import audit
 from vcm.service.core import Core
 from vcm.service.facts import Facts
 from vcm.service.lifecycle import Lifecycle
+from vcm.service.redaction import SummaryRedaction
 from vcm.service.snapshots import FORGOTTEN_NOTE
 from vcm.store import validation as store_validation
 from vcm.store.audit_names import Actor, EventKind
@@ -46,7 +50,7 @@ from vcm.types import Gauges
 class ForgetReceipt:
     """What one forget removed: ``removed`` counts by kind (``messages``, ``message_vectors``,
     ``text_index_entries``, ``edges``, ``fifo``, ``fifo_tokens``, ``facts_removed``,
-    ``facts_rewritten``; only those above 0) and the facts' ids."""
+    ``facts_rewritten``, ``summary_versions`` rewritten; only those above 0) and the facts' ids."""
 
     receipt: str
     agent_id: str
@@ -82,10 +86,11 @@ class ForgetCheck:
 class Forgetting:
     """forget (with its receipt), forget_message (its counts only, as before), check_forget."""
 
-    def __init__(self, core: Core, facts: Facts, lifecycle: Lifecycle) -> None:
+    def __init__(self, core: Core, facts: Facts, lifecycle: Lifecycle, redaction: SummaryRedaction) -> None:
         self.core = core
         self.facts = facts
         self.lifecycle = lifecycle
+        self.redaction = redaction
 
     def forget_message(self, agent_id: str, message_id: str, *, actor: str = Actor.SYSTEM) -> dict[str, int]:
         return self.forget(agent_id, message_id, actor=actor).removed
@@ -101,15 +106,18 @@ class Forgetting:
         # Before the store forgets the message, which takes its edges: what the receipt counts.
         node = message_node(agent_id, message_id)
         counts["edges"] = sum(len(self.core.store.traverse(node, [k], direction="any")) for k in EDGE_KINDS)
-        removed, rewritten = self._derived_facts(agent_id, message_id)
+        removed, rewritten = self._derived_facts(agent_id, lambda e: _points_at(e, "message", message_id))
         counts["facts_removed"], counts["facts_rewritten"] = len(removed), len(rewritten)
         stored = dict(self.core.store.forget_message(agent_id, message_id).counts)
         counts.update(stored)
         # The store's text index entry goes with the row (the embedded index drains its deletes).
         counts["text_index_entries"] = stored.get("messages", 0)
-        if stored.get("messages") and not hot["removed"]:
-            # It had left the context, so a summary may speak of it.
-            self.lifecycle.note_in_summary(agent_id, FORGOTTEN_NOTE)
+        if not hot["removed"]:  # it had left the context, so a summary may speak of it
+            if self.redaction.available:
+                if (batch := self.redaction.batch_of(agent_id, message_id)) is not None:
+                    counts["summary_versions"] = len(self.redaction.redact(agent_id, batch).versions)
+            elif stored.get("messages"):
+                self.lifecycle.note_in_summary(agent_id, FORGOTTEN_NOTE)
         receipt = ForgetReceipt(
             "fr" + uuid.uuid4().hex[:20],
             agent_id,
@@ -162,16 +170,28 @@ class Forgetting:
             left["facts"] = found
         return ForgetCheck(receipt, agent_id, message_id, not left, left)
 
-    def _derived_facts(self, agent_id: str, message_id: str) -> tuple[list[str], list[str]]:
-        """Remove or rewrite the facts whose evidence points at the message; their ids."""
+    def forget_document(self, agent_id: str, doc_id: str, *, actor: str = Actor.SYSTEM) -> dict[str, int]:
+        """An archival document's chunks go, and the facts citing it go or are rewritten without
+        it, as for a message; counts by kind."""
+        self.core.agent(agent_id)
+        store_validation.identifier("doc_id", doc_id)
+        removed, rewritten = self._derived_facts(agent_id, lambda e: _points_at(e, "document", doc_id))
+        counts = dict(self.core.store.forget_document(agent_id, doc_id).counts)
+        counts["facts_removed"], counts["facts_rewritten"] = len(removed), len(rewritten)
+        counts = {k: v for k, v in counts.items() if v}
+        self.core.audit(agent_id, EventKind.FORGET, {"doc_id": doc_id, "removed": counts}, actor)
+        return counts
+
+    def _derived_facts(self, agent_id: str, points: Callable[[Any], bool]) -> tuple[list[str], list[str]]:
+        """Remove or rewrite the facts with evidence ``points`` at; their ids."""
         # Every fact, whatever its status (an archived or shadow fact can come back): the whole
         # structured memory is read, as a snapshot reads it; a forget is rare.
         facts = self.core.store.agent_memory(agent_id, self.core.clock()).facts
-        citing = [f for f in facts if _cites(f, message_id)]
+        citing = [f for f in facts if any(points(e) for e in f.evidence)]
         doomed: list[Fact] = []
         kept: list[Fact] = []
         for f in citing:
-            rest = [e for e in f.evidence if not _points_at(e, message_id)]
+            rest = [e for e in f.evidence if not points(e)]
             # An open question of a conflict quotes each side's value: it goes whole.
             if rest and not (f.type == "question" and (f.key or "").startswith("conflict:")):
                 kept.append(replace(f, evidence=tuple(rest), updated_at=self.core.clock()))
@@ -193,9 +213,9 @@ class Forgetting:
         return sorted(gone), sorted(rewritten)
 
 
-def _points_at(pointer: Any, message_id: str) -> bool:
-    return isinstance(pointer, Mapping) and pointer.get("kind") == "message" and str(pointer.get("id")) == message_id
+def _points_at(pointer: Any, kind: str, item_id: str) -> bool:
+    return isinstance(pointer, Mapping) and pointer.get("kind") == kind and str(pointer.get("id")) == item_id
 
 
 def _cites(fact: Fact, message_id: str) -> bool:
-    return any(_points_at(e, message_id) for e in fact.evidence)
+    return any(_points_at(e, "message", message_id) for e in fact.evidence)

@@ -20,7 +20,6 @@ from vcm.hotpath import keys
 from vcm.hotpath.state import Snapshot
 from vcm.obs import metrics
 from vcm.service.core import Core
-from vcm.store import validation as store_validation
 from vcm.store.audit_names import Actor, EventKind
 from vcm.store.types import ContextReset
 from vcm.types import Message
@@ -30,7 +29,7 @@ SYSTEM_AGENT = "*"
 
 
 class Lifecycle:
-    """delete_agent, forget_document, reset (a message's forget is :mod:`vcm.service.forgetting`'s,
+    """delete_agent, reset (a message's and a document's forget is :mod:`vcm.service.forgetting`'s,
     which notes it in the summary here: :meth:`note_in_summary`); and the hot state's hand-over to the
     store that snapshot restores share (:meth:`persist_hot`, :meth:`held`, :meth:`fresh_id`,
     :meth:`reload`)."""
@@ -49,13 +48,6 @@ class Lifecycle:
         metrics.forget_agent(agent_id)
         counts = {k: v for k, v in counts.items() if v}
         self.core.audit(SYSTEM_AGENT, EventKind.AGENT_DELETED, {"agent_id": agent_id, "removed": counts}, actor)
-        return counts
-
-    def forget_document(self, agent_id: str, doc_id: str, *, actor: str = Actor.SYSTEM) -> dict[str, int]:
-        self.core.agent(agent_id)
-        store_validation.identifier("doc_id", doc_id)
-        counts = dict(self.core.store.forget_document(agent_id, doc_id).counts)
-        self.core.audit(agent_id, EventKind.FORGET, {"doc_id": doc_id, "removed": counts}, actor)
         return counts
 
     def reset(self, agent_id: str, *, actor: str = Actor.SYSTEM, idempotency_key: str | None = None) -> dict[str, Any]:
