@@ -67,6 +67,7 @@ from vcm.api.health import HealthCache
 from vcm.api.models import ErrorOut
 from vcm.api.routes import (
     agents,
+    anthropic,
     archival,
     blocks,
     chat,
@@ -92,7 +93,7 @@ from vcm.settings import Settings
 ROUTERS = (
     agents.router, messages.router, blocks.router, recall.router, archival.router, events.router, tools.router,
     probes.router, lifecycle.router, snapshots.router, facts.router, entities.router, state.router, chat.router,
-    viewer.router, sync.router, maintenance.router,
+    viewer.router, sync.router, maintenance.router, anthropic.router,
 )  # fmt: skip
 
 

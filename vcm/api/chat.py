@@ -33,6 +33,7 @@ from vcm.errors import LlmRejected, LlmUnavailable, NotFound, ValidationError, V
 from vcm.facts.capture import TagFilter, shown
 from vcm.hotpath.turns import Turn
 from vcm.llm import ChatClient, ChatError
+from vcm.llm_anthropic import MessagesClient
 from vcm.settings import ChatSettings
 
 
@@ -109,6 +110,7 @@ class Upstream:
         self.settings = settings
         self._factory = factory or _client_of
         self._client: ChatClient | None = None
+        self._messages: MessagesClient | None = None
 
     def client(self) -> ChatClient:
         if not self.settings.base_url:
@@ -116,6 +118,23 @@ class Upstream:
         if self._client is None:
             self._client = self._factory(self.settings)
         return self._client
+
+    def messages_client(self) -> MessagesClient:
+        """The Anthropic-compatible endpoint of ``/v1/messages``."""
+        if not self.settings.anthropic_base_url:
+            raise LlmUnavailable(
+                "no Anthropic-compatible model is configured: set [chat] anthropic_base_url"
+                " (VCM_CHAT__ANTHROPIC_BASE_URL)"
+            )
+        if self._messages is None:
+            import os
+
+            s = self.settings
+            self._messages = MessagesClient(
+                s.anthropic_base_url, api_key=os.environ.get(s.anthropic_api_key_env, ""), version=s.anthropic_version,
+                timeout_s=s.timeout_s, max_retries=s.max_retries,
+            )  # fmt: skip
+        return self._messages
 
 
 def _client_of(settings: ChatSettings) -> ChatClient:

@@ -123,6 +123,22 @@ def principal(
 Anyone = Annotated[Principal, Depends(principal)]
 
 
+def principal_or_api_key(
+    authority: AuthorityDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> Principal:
+    """As :func:`principal`, with the token also taken from ``x-api-key`` (the Anthropic SDK's
+    way of sending it) when no Authorization header is sent."""
+    if authorization is None and x_api_key:
+        authorization = f"Bearer {x_api_key}"
+    return authority.principal(authorization)
+
+
+AnyoneByApiKey = Annotated[Principal, Depends(principal_or_api_key)]
+
+
 def agent_scope(agent_id: AgentId, who: Anyone, service: ServiceDep) -> Principal:
     who.authorize(agent_id)  # before any lookup: another agent's id answers NOT_FOUND, existing or not
     service.agent(agent_id)  # unknown (or malformed) id: the same NOT_FOUND / VALIDATION_ERROR for admin

@@ -49,7 +49,8 @@ class BudgetSettings(BaseModel):
 
 
 class ChatSettings(BaseModel):
-    """The OpenAI-compatible model vcm calls for chat and /v1/chat/completions."""
+    """The OpenAI-compatible model vcm calls for chat and /v1/chat/completions, and the
+    Anthropic-compatible one behind /v1/messages."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -65,6 +66,14 @@ class ChatSettings(BaseModel):
     turn_wait_s: float = Field(15.0, ge=0.0, le=3600.0)
     # The turn lock's lifetime, renewed while the turn runs: frees an agent whose process died.
     turn_hold_s: float = Field(60.0, ge=1.0, le=86400.0)
+    # The Anthropic-compatible Messages endpoint behind POST /v1/messages, e.g.
+    # https://api.anthropic.com ("" = none: that route answers LLM_UNAVAILABLE); same timeout
+    # and retries as above.
+    anthropic_base_url: str = ""
+    # Sent upstream; "" = the model the request names.
+    anthropic_model: str = ""
+    anthropic_api_key_env: str = "ANTHROPIC_API_KEY"
+    anthropic_version: str = Field("2023-06-01", min_length=1, max_length=32)
 
 
 class HeartbeatSettings(BaseModel):

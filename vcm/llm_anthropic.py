@@ -1,0 +1,137 @@
+"""A small client for any Anthropic-compatible Messages endpoint (``POST /v1/messages``, httpx),
+the upstream of vcm's ``/v1/messages`` proxy route.
+
+The request body is sent as given (the proxy builds it); :meth:`MessagesClient.create` answers
+the endpoint's JSON message, :meth:`MessagesClient.stream` yields each server-sent event as
+``(event, data)``. Retries with backoff as :class:`vcm.llm.ChatClient` does (429, 5xx, timeouts,
+connection failures; a stream only until its first byte); any other refusal raises at once as a
+:class:`~vcm.llm.ChatError` carrying the endpoint's status and body, for the proxy to relay.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from vcm.llm import ChatError, backoff_s, retry_after_s
+
+
+def endpoint(base_url: str) -> str:
+    """``https://host``, ``https://host/v1`` or the full ``.../v1/messages`` all work."""
+    base = base_url.rstrip("/")
+    if base.endswith("/messages"):
+        return base
+    return base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+
+
+def events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
+    """``(event, data)`` of a server-sent event stream (a multi-line data field joined)."""
+    name, data = "", list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                yield name or "message", "\n".join(data)
+            name, data = "", list[str]()
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+    if data:
+        yield name or "message", "\n".join(data)
+
+
+class MessagesClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str = "",
+        version: str = "2023-06-01",
+        timeout_s: float = 60.0,
+        connect_timeout_s: float = 5.0,
+        max_retries: int = 2,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.url = endpoint(base_url)
+        self.max_retries = max_retries
+        self._sleep = sleep
+        self._rand = rand
+        headers = {"anthropic-version": version, **({"x-api-key": api_key} if api_key else {})}
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s), headers=headers)
+
+    def _retry(self, attempt: int, error: ChatError, wait: float | None) -> None:
+        error.attempts = attempt + 1
+        if attempt == self.max_retries:
+            raise error
+        self._sleep(min(30.0, wait) if wait is not None else backoff_s(attempt, 0.5, 8.0, self._rand))
+
+    def create(self, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+        for attempt in range(self.max_retries + 1):
+            wait: float | None = None
+            try:
+                response = self._http.post(self.url, json=dict(body), headers=dict(headers or {}))
+            except httpx.TimeoutException as exc:
+                error = ChatError(f"the endpoint timed out ({type(exc).__name__})", retryable=True)
+            except httpx.TransportError as exc:
+                error = ChatError(f"the endpoint could not be reached: {exc}", retryable=True)
+            else:
+                if response.is_success:
+                    try:
+                        data = response.json()
+                    except ValueError:
+                        raise ChatError("the endpoint's answer is not JSON", status=response.status_code) from None
+                    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+                        raise ChatError("the endpoint's answer has no content list", status=response.status_code)
+                    return data
+                error = ChatError.answered(response)
+                if not error.retryable:
+                    raise error
+                wait = retry_after_s(response)
+            self._retry(attempt, error, wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def stream(
+        self, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> Generator[tuple[str, dict[str, Any]], None, None]:
+        """Each event of a streamed answer as ``(event, data)``."""
+        payload = {**body, "stream": True}
+        for attempt in range(self.max_retries + 1):
+            wait: float | None = None
+            try:
+                with self._http.stream("POST", self.url, json=payload, headers=dict(headers or {})) as response:
+                    if response.is_success:
+                        yield from self._events(response)
+                        return
+                    response.read()
+                    error = ChatError.answered(response)
+                    if not error.retryable:
+                        raise error
+                    wait = retry_after_s(response)
+            except httpx.TimeoutException as exc:
+                error = ChatError(f"the endpoint timed out ({type(exc).__name__})", retryable=True)
+            except httpx.TransportError as exc:
+                error = ChatError(f"the endpoint could not be reached: {exc}", retryable=True)
+            self._retry(attempt, error, wait)
+
+    @staticmethod
+    def _events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
+        try:
+            for name, data in events(response.iter_lines()):
+                try:
+                    parsed = json.loads(data)
+                except ValueError:
+                    raise ChatError("a stream event is not JSON") from None
+                if not isinstance(parsed, dict):
+                    raise ChatError("a stream event is not an object")
+                yield name, parsed
+        except httpx.HTTPError as exc:  # cut off mid-answer: not retried, part of it was delivered
+            raise ChatError(f"the endpoint's stream broke off: {exc}", retryable=True) from None
+
+    def close(self) -> None:
+        self._http.close()
