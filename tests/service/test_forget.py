@@ -243,3 +243,23 @@ def test_forgetting_a_document_takes_or_rewrites_the_facts_citing_it(svc: Memory
     assert [e["id"] for e in live[both.fact_id].evidence] == [other]
     assert_words_gone(svc)
     assert svc.forget_document("ann", "handbook") == {}  # a repeat finds nothing left
+
+
+def test_restoring_a_snapshot_taken_before_a_forget_brings_back_the_rewritten_summary(wired: MemoryService) -> None:
+    svc = wired
+    first = svc.append("ann", "user", "I love Zanzibar and I decided to adopt a quokka named Pip.").message_id
+    for i in range(170):
+        svc.append("ann", "user", line(i))
+    commit_pending(svc)
+    assert leaks(svc.hot.summary("ann")[0])
+    snap = svc.create_snapshot("ann")
+    svc.forget("ann", first)
+    for i in range(170, 200):
+        svc.append("ann", "user", line(i))
+
+    svc.restore_snapshot("ann", snap.snapshot_id)
+
+    text, tokens, _, _ = svc.hot.summary("ann")
+    assert text and not leaks(text) and tokens == svc.hot.summary_tokens("ann", text)
+    assert not [v.batch_id for v in svc.summary_versions("ann", limit=100) if leaks(v.text)]
+    assert_words_gone(svc)

@@ -208,10 +208,10 @@ class Snapshots:
         """The snapshot's FIFO, memory and summary without what forgets removed since: forgotten
         messages leave the FIFO (the rebuild counts the FIFO's tokens from what is stored), facts
         lose the evidence pointing at forgotten messages and documents (:func:`vcm.snapshots.redacted`; edges to
-        them or to facts gone are dropped by :meth:`_linked`). A summary is text: one taken before
-        a message it may have covered was forgotten (not in the snapshot's FIFO, so possibly
-        folded into it) gets the note a forget leaves on the live summary; what it said of the
-        message stays, as it does on the live summary."""
+        them or to facts gone are dropped by :meth:`_linked`). A summary taken before a
+        message it may have covered was forgotten (not in the snapshot's FIFO, so possibly folded
+        into it) comes back as the store's version of its batch, which that forget re-summarised
+        without the message; where the store has no such version, it gets the note a forget leaves."""
         marks = self.core.store.tombstones(agent_id)
         if not marks.messages and not marks.documents:
             return fifo, memory, summary
@@ -225,6 +225,12 @@ class Snapshots:
         return kept, memory, summary
 
     def _noted(self, agent_id: str, summary: dict[str, Any]) -> dict[str, Any]:
+        batch = int(summary.get("batch_id", 0))
+        stored = next((v for v in self.core.store.summary_versions(agent_id, limit=1000) if v.batch_id == batch), None)
+        if batch > 0 and stored is not None:
+            # The version the snapshot holds, as the store keeps it now: a forget since re-summarised
+            # it without the message (vcm.service.redaction), so the restore takes the rewrite.
+            return {**summary, "text": stored.text, "tokens": self.core.hot.summary_tokens(agent_id, stored.text)}
         if FORGOTTEN_NOTE in str(summary.get("text", "")):
             return summary  # noted by an earlier forget already
         text = f"{summary.get('text', '')}\n{FORGOTTEN_NOTE}".strip()
