@@ -86,6 +86,7 @@ def restored_counters(
     meta: dict[str, Any] = {
         **creation.config,
         "config_fp": creation.fingerprint,
+        "incarnation": image.incarnation,
         "working": sum(b.tokens for b in blocks),
         "pinned_blocks": sum(b.tokens for b in blocks if b.pinned),
         "fifo": sum(m.tokens for m in fifo),

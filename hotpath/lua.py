@@ -271,7 +271,8 @@ end
 # KEYS: [1] meta  [2] system
 # ARGV: [1] agent prefix  [2] config fingerprint  [3] meta JSON (window, max, warn, flush, target,
 #       pin_cap, sum_cap, ph_base, pressure_tokens, system, model, created_at)
-#       [4] system prompt  [5] tools JSON
+#       [4] system prompt  [5] tools JSON  [6] incarnation (kept only by a new agent: a replay keeps
+#       the first one)
 CREATE_AGENT = (
     _PRELUDE
     + r"""
@@ -287,7 +288,7 @@ for _, f in ipairs({'working', 'pinned_blocks', 'pinned_fifo', 'summary', 'ph', 
                     'ph_count'}) do
   redis.call('HSET', META, f, 0)
 end
-redis.call('HSET', META, 'config_fp', ARGV[2])
+redis.call('HSET', META, 'config_fp', ARGV[2], 'incarnation', ARGV[6] or '')
 redis.call('HSET', KEYS[2], 'prompt', ARGV[4], 'tools', ARGV[5])
 return {'ok', '{}'}
 """
@@ -399,13 +400,17 @@ return {'ok', result, old_raw or ''}
 # KEYS: [1] meta  [2] fifo  [3] msg  [4] batches  [5] ph  [6] summary  [7] evicting:<batch id>
 #       [8] unspooled (the batch committed its messages: none is write-behind's backlog any more)
 # ARGV: [1] agent prefix  [2] batch id  [3] summary text  [4] summary tokens (rendered message)
-#       [5] pressure text JSON  [6] now
+#       [5] pressure text JSON  [6] now  [7] the incarnation the job began with (absent: no check)
 FINISH_EVICTION = (
     _PRELUDE
     + r"""
 local SUMMARY = KEYS[6]
 local m = load_meta()
 if not m then return fail('NOT_FOUND', 'unknown agent; create it first') end
+-- A job of an earlier incarnation of this id (deleted, then re-created) finishes nothing here.
+if ARGV[7] and (redis.call('HGET', META, 'incarnation') or '') ~= ARGV[7] then
+  return fail('NOT_FOUND', 'the agent was re-created since this batch began', {fenced = true})
+end
 local bid = tonumber(ARGV[2])
 local ph = redis.call('HGET', PH, bid)
 if not ph then

@@ -62,6 +62,16 @@ class HotReads:
         model, window, max_tokens, system = (as_str(v) for v in vals)
         return AgentInfo(agent_id, model, int(window), int(max_tokens), int(system))
 
+    def incarnation(self, agent_id: str) -> str:
+        """The incarnation the agent was created with ("" for one created before incarnations);
+        NOT_FOUND when the agent is missing. The cold path reads it before and after it reads its
+        work, and its store writes check it (:class:`~vcm.errors.AgentFenced`)."""
+        validation.agent_id(agent_id)
+        found = self.redis.hmget(keys.key(agent_id, keys.META), ["model", "incarnation"])
+        if found[0] is None:
+            raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
+        return as_str(found[1]) if found[1] is not None else ""
+
     def agents(self) -> list[str]:
         return sorted(as_str(a) for a in self.redis.smembers(keys.AGENTS))
 

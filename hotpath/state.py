@@ -98,8 +98,10 @@ class HotState(HotBlocks):
         model: str | None = None,
         system_prompt: str = "",
         tools: Sequence[Mapping[str, Any]] = (),
+        incarnation: str = "",
     ) -> AgentInfo:
-        """Create an agent (idempotent for the same configuration)."""
+        """Create an agent (idempotent for the same configuration; a replay keeps the first
+        ``incarnation``)."""
         creation = creation_of(self.settings, self.counter, agent_id, model, system_prompt, tools)
         raw = self._create(
             keys=[keys.key(agent_id, keys.META), keys.key(agent_id, keys.SYSTEM)],
@@ -109,6 +111,7 @@ class HotState(HotBlocks):
                 dumps(creation.config),
                 creation.prompt,
                 dumps(creation.tools),
+                incarnation,
             ],
         )
         reply(raw)
@@ -227,11 +230,14 @@ class HotState(HotBlocks):
     def summary_tokens(self, agent_id: str, text: str) -> int:
         return self.counter(self._model(agent_id)).message(render.summary(text))
 
-    def finish_eviction(self, agent_id: str, batch_id: int, summary_text: str) -> FinishResult:
+    def finish_eviction(
+        self, agent_id: str, batch_id: int, summary_text: str, *, incarnation: str | None = None
+    ) -> FinishResult:
         """Step 3: install the committed summary, drop the batch, and take its messages off the
         placeholder the pending batches share (gone when it was the last).
 
-        Idempotent by batch id; batches must finish in order (``CONFLICT`` otherwise).
+        Idempotent by batch id; batches must finish in order (``CONFLICT`` otherwise); with the
+        ``incarnation`` the job began with, a re-created agent answers ``NOT_FOUND``.
         """
         validation.agent_id(agent_id)
         if not isinstance(batch_id, int) or batch_id < 1:
@@ -240,6 +246,7 @@ class HotState(HotBlocks):
             summary_text, "summary", self.settings.budget.max_content_chars, allow_empty=True
         )
         tokens = self.summary_tokens(agent_id, summary_text)
+        fence = [] if incarnation is None else [incarnation]  # absent: finish without the check
         raw = self._finish(
             keys=[
                 keys.key(agent_id, keys.META),
@@ -251,7 +258,7 @@ class HotState(HotBlocks):
                 keys.evicting(agent_id, batch_id),
                 keys.key(agent_id, keys.UNSPOOLED),
             ],
-            args=[keys.prefix(agent_id), batch_id, summary_text, tokens, self._pressure, num(self.clock())],
+            args=[keys.prefix(agent_id), batch_id, summary_text, tokens, self._pressure, num(self.clock()), *fence],
         )
         return _finished(*reply(raw))
 

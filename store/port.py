@@ -11,6 +11,14 @@ Contract (checked by ``tests/store/test_contract.py`` against every adapter):
 * Search cursors are opaque and stable: paging on while new data arrives never repeats or
   skips an item of the first page's snapshot.
 * Errors are only those of :mod:`vcm.errors`.
+* **Fenced writes.** The writes the cold path makes for an agent (``commit_eviction`` through
+  ``EvictionCommit.incarnation``; ``spool_messages``, ``put_idempotency``,
+  ``put_message_vectors``, ``ingest_archival``, ``put_fact``, ``append_event`` and ``add_edge``
+  through their ``incarnation`` keyword) check, inside their own transaction, that the agent
+  record of every agent they write for exists and holds that incarnation (a record without one
+  holds ""); otherwise they write nothing and raise :class:`~vcm.errors.AgentFenced`.
+  ``incarnation=None`` (the default) checks nothing. ``delete_agent`` removes the record in the
+  transaction that removes the rows, so no fenced write lands after it.
 
 Semantics both adapters share (the contract tests check them):
 
@@ -72,9 +80,10 @@ class MemoryStore(abc.ABC):
 
     # --- agents ---------------------------------------------------------------------------
     @abc.abstractmethod
-    def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
+    def put_agent(self, agent_id: str, config: Mapping[str, Any], *, incarnation: str = "") -> AgentRecord:
         """Create the agent's record or replace its ``config``; keeps ``id_floor``, the token
-        hash and ``created_at``. Idempotent."""
+        hash, ``created_at`` and the incarnation (``incarnation`` is used only when the record is
+        new). Idempotent."""
 
     @abc.abstractmethod
     def get_agent(self, agent_id: str) -> AgentRecord:
@@ -143,7 +152,7 @@ class MemoryStore(abc.ABC):
 
     # --- facts and state ------------------------------------------------------------------------
     @abc.abstractmethod
-    def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
+    def put_fact(self, fact: Fact, expected_version: int | None, *, incarnation: str | None = None) -> Fact:
         """Create (``expected_version`` None: the id must be new) or replace (the stored version
         must equal it; the new one is that plus one). RevConflict otherwise, nothing written."""
 
@@ -246,6 +255,7 @@ class MemoryStore(abc.ABC):
         *,
         events: Sequence[MemoryEvent] = (),
         idempotency: Sequence[IdempotencyRecord] = (),
+        incarnation: str | None = None,
     ) -> int:
         """Write-behind of appended messages; idempotent by (agent_id, message_id).
 
@@ -296,7 +306,12 @@ class MemoryStore(abc.ABC):
 
     @abc.abstractmethod
     def put_message_vectors(
-        self, agent_id: str, vectors: Sequence[tuple[str, Sequence[float]]], embedding_version: str
+        self,
+        agent_id: str,
+        vectors: Sequence[tuple[str, Sequence[float]]],
+        embedding_version: str,
+        *,
+        incarnation: str | None = None,
     ) -> int:
         """Store an embedding per (message_id, vector) for vector recall; idempotent by
         (agent, message, version): the first write stays; a message not in the store is skipped
@@ -332,7 +347,7 @@ class MemoryStore(abc.ABC):
 
     # --- archival ---------------------------------------------------------------------------
     @abc.abstractmethod
-    def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:
+    def ingest_archival(self, chunks: Sequence[ArchivalChunk], *, incarnation: str | None = None) -> int:
         """Idempotent by (agent_id, doc_id, chunk_index, embedding_version). Returns new count.
         Also links consecutive chunks of a document (`derived_from` edges to the previous)."""
 
@@ -361,7 +376,7 @@ class MemoryStore(abc.ABC):
 
     # --- events ---------------------------------------------------------------------------
     @abc.abstractmethod
-    def append_event(self, event: MemoryEvent) -> MemoryEvent:
+    def append_event(self, event: MemoryEvent, *, incarnation: str | None = None) -> MemoryEvent:
         """Idempotent by event_id; returns the stored row (with id and created_at filled)."""
 
     @abc.abstractmethod
@@ -382,7 +397,7 @@ class MemoryStore(abc.ABC):
 
     # --- graph ----------------------------------------------------------------------------
     @abc.abstractmethod
-    def add_edge(self, edge: Edge) -> None:
+    def add_edge(self, edge: Edge, *, incarnation: str | None = None) -> None:
         """Idempotent by (kind, src, dst)."""
 
     @abc.abstractmethod
@@ -398,7 +413,7 @@ class MemoryStore(abc.ABC):
 
     # --- idempotency records of the hot path ----------------------------------------------
     @abc.abstractmethod
-    def put_idempotency(self, records: Sequence[IdempotencyRecord]) -> None:
+    def put_idempotency(self, records: Sequence[IdempotencyRecord], *, incarnation: str | None = None) -> None:
         """Keep the records, replacing one of the same (agent, key): a claim's settled result
         replaces its first one. Durable when it returns."""
 

@@ -85,6 +85,9 @@ class EvictionCommit:
     event: Mapping[str, Any] = field(default_factory=dict)  # payload of the `evict` event row
     actor: str = Actor.SYSTEM  # of the `evict` event row
     events: Sequence[MemoryEvent] = ()  # more audit rows committed with it (the messages' appends)
+    # The agent's incarnation the job started with: the commit writes nothing (AgentFenced) unless
+    # the agent record still holds it. None: no check (callers outside the cold path).
+    incarnation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,10 @@ class AgentRecord:
     ``config`` is the hot state's agent configuration (model, window, budget numbers, system
     prompt, tools), opaque to the store. ``id_floor`` is the lowest message sequence number and
     batch id the agent may hand out after its hot state is rebuilt: the hot path reserves ids
-    below it in advance, so a rebuild never reuses an id (see :mod:`vcm.durable`)."""
+    below it in advance, so a rebuild never reuses an id (see :mod:`vcm.durable`).
+    ``incarnation`` is chosen when the agent is created (a re-created id gets a new one); the
+    cold path's writes check it (see :class:`~vcm.errors.AgentFenced`); a record made before
+    incarnations existed holds ""."""
 
     agent_id: str
     config: Mapping[str, Any]
@@ -253,6 +259,7 @@ class AgentRecord:
     id_floor: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0
+    incarnation: str = ""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,11 @@
 
 Order of work, each step safe to repeat:
 
-1. Read the batch from Redis. Gone means an earlier delivery finished it: nothing to do.
+1. Read the batch from Redis, between two reads of the agent's incarnation (:mod:`vcm.tasks.fence`).
+   Gone means an earlier delivery finished it: nothing to do; a changed incarnation means the
+   agent was re-created meanwhile: the batch read is the new agent's, its own job commits it.
+   Every store write below carries the incarnation, and one that finds the agent deleted or
+   re-created writes nothing: the job ends ``fenced``.
 2. Batches of one agent commit in sequence: if an older batch is still pending, defer. The job
    that finishes the older batch dispatches the next pending one, and the sweeper re-drives
    anything left behind, so a deferred batch is never forgotten.
@@ -19,6 +23,7 @@ caller retries with backoff and, when retries run out, calls :func:`dead_letter`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +33,7 @@ import numpy as np
 
 from vcm import poisoning
 from vcm.durable import append_event, append_records, stored_message
-from vcm.errors import NotFound, VcmError
+from vcm.errors import AgentFenced, NotFound, VcmError
 from vcm.hotpath.budget import Budget
 from vcm.obs import audit, footprint, metrics
 from vcm.service import MemoryService
@@ -36,6 +41,7 @@ from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.types import EvictionCommit, MemoryEvent
 from vcm.tasks.deps import Deps
 from vcm.tasks.facts import extraction as fact_extraction
+from vcm.tasks.fence import fenced, incarnation_of, note_fenced, read_fenced
 from vcm.tasks.spool import backfill_vectors
 from vcm.tasks.summary import drift
 from vcm.tasks.summary.request import Draft, Embed, Params, Request, Turn
@@ -45,7 +51,7 @@ from vcm.types import Message
 log = logging.getLogger(__name__)
 
 ACTOR = audit.worker("evict_batch")
-Outcome = Literal["committed", "replayed", "absent", "deferred", "dead_lettered"]
+Outcome = Literal["committed", "replayed", "absent", "deferred", "dead_lettered", "fenced"]
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,25 @@ class EvictOutcome:
 
 
 def evict_batch(deps: Deps, agent_id: str, batch_id: int) -> EvictOutcome:
-    hot, store, faults = deps.hot, deps.store, deps.faults
     try:
-        messages = hot.read_batch(agent_id, batch_id)
+        read = read_fenced(deps.hot, agent_id, lambda: deps.hot.read_batch(agent_id, batch_id))
     except NotFound:
         return EvictOutcome("absent", agent_id, batch_id)
+    if read is None:  # re-created while the batch was read: the new agent's own job handles it
+        note_fenced("evict", agent_id, f"batch {batch_id}")
+        return EvictOutcome("fenced", agent_id, batch_id)
+    incarnation, messages = read
+    # Every store write of the job checks the incarnation in its own transaction.
+    deps = dataclasses.replace(deps, store=fenced(deps.store, incarnation))
+    try:
+        return _evict(deps, agent_id, batch_id, messages)
+    except AgentFenced:  # deleted (or re-created) meanwhile: nothing of this job lands
+        note_fenced("evict", agent_id, f"batch {batch_id}")
+        return EvictOutcome("fenced", agent_id, batch_id)
+
+
+def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) -> EvictOutcome:
+    hot, store, faults = deps.hot, deps.store, deps.faults
     pending = hot.pending_batches(agent_id)
     if pending and pending[0] < batch_id:
         return EvictOutcome("deferred", agent_id, batch_id, waiting_for=pending[0])
@@ -159,6 +179,8 @@ def _extract_facts(deps: Deps, agent_id: str, messages: Sequence[Message]) -> No
                 status="shadow",
                 actor=ACTOR,
             )
+        except AgentFenced:
+            raise
         except VcmError as exc:  # a refused or invalid candidate: the others still count
             log.info("fact candidate of %s not kept: %s", agent_id, exc.code)
 
@@ -250,7 +272,7 @@ def _finish(
     deps: Deps, agent_id: str, batch_id: int, text: str, outcome: Outcome, score: float | None = None
 ) -> EvictOutcome:
     try:
-        finished = deps.hot.finish_eviction(agent_id, batch_id, text)
+        finished = deps.hot.finish_eviction(agent_id, batch_id, text, incarnation=incarnation_of(deps.store))
     except NotFound:  # the agent (or the batch) is gone from Redis: nothing left to install
         return EvictOutcome("absent", agent_id, batch_id)
     if finished.pressure_message_id:  # the new summary crossed warning: that notice is recall too

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from vcm.durable import append_event, append_records, stored_message
+from vcm.errors import AgentFenced, NotFound
 from vcm.hotpath.state import HotState
 from vcm.store.port import MemoryStore
 from vcm.tasks.faults import NO_FAULTS, Faults
+from vcm.tasks.fence import fenced, note_fenced, read_fenced
 from vcm.tasks.recall.vectors import Turn, Vectorizer, message_text, ready_targets
 from vcm.types import Message
 
@@ -26,9 +28,15 @@ class SpoolOutcome:
     found: int  # still in Redis
     written: int  # new in the store
     embedded: int | None = None  # new message vectors, when a vectorizer was given
+    fenced: bool = False  # the agent was deleted or re-created since: nothing written
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"outcome": "spooled", "asked": self.asked, "found": self.found, "written": self.written}
+        out: dict[str, Any] = {
+            "outcome": "fenced" if self.fenced else "spooled",
+            "asked": self.asked,
+            "found": self.found,
+            "written": self.written,
+        }
         if self.embedded is not None:
             out["embedded"] = self.embedded
         return out
@@ -46,8 +54,34 @@ def spool_messages(
 ) -> SpoolOutcome:
     """Write the messages still in Redis to the store; with a ``vectorizer``, also embed them for
     vector recall (see :func:`embed_messages`). Both writes are idempotent, so a retried spool
-    re-embeds at worst and stores nothing twice."""
-    messages = hot.get_messages(agent_id, list(dict.fromkeys(message_ids)))
+    re-embeds at worst and stores nothing twice. The messages are read between two reads of the
+    agent's incarnation and written fenced by it (:mod:`vcm.tasks.fence`): a spool of an agent
+    deleted or re-created since writes nothing and answers ``fenced``."""
+    try:
+        read = read_fenced(hot, agent_id, lambda: hot.get_messages(agent_id, list(dict.fromkeys(message_ids))))
+    except NotFound:  # the agent is gone, and its messages with it
+        return SpoolOutcome(len(message_ids), 0, 0)
+    if read is None:  # re-created meanwhile: the ids read may be the new agent's, its own spool's
+        note_fenced("spool", agent_id)
+        return SpoolOutcome(len(message_ids), 0, 0, fenced=True)
+    incarnation, messages = read
+    try:
+        return _write(hot, fenced(store, incarnation), agent_id, message_ids, messages, ttl_s, faults, vectorizer)
+    except AgentFenced:
+        note_fenced("spool", agent_id)
+        return SpoolOutcome(len(message_ids), len(messages), 0, fenced=True)
+
+
+def _write(
+    hot: HotState,
+    store: MemoryStore,
+    agent_id: str,
+    message_ids: Sequence[str],
+    messages: list[Message],
+    ttl_s: int,
+    faults: Faults,
+    vectorizer: Vectorizer | None,
+) -> SpoolOutcome:
     faults.point("spool.before_write", agent_id)
     written = (
         store.spool_messages(

@@ -192,7 +192,9 @@ class Durability:
 
     # --- writes ---------------------------------------------------------------------------------
     def agent_created(self, agent_id: str, config: Mapping[str, Any]) -> None:
-        record = self.store.put_agent(agent_id, config)
+        # The hot state's incarnation (a replayed creation's is the first one's); a record that
+        # exists already keeps its own, which a rebuild gave the hot state.
+        record = self.store.put_agent(agent_id, config, incarnation=self.hot.incarnation(agent_id))
         self._remember_floor(agent_id, record.id_floor)
         if record.id_floor < self.reserve:
             self._raise_floor(agent_id, self.reserve)
@@ -299,6 +301,7 @@ class Durability:
             summary_batch=summary.batch_id if summary else 0,
             id_floor=max(record.id_floor, top_seq),
             token_sha256=record.token_sha256,
+            incarnation=record.incarnation,
             # The hot path's appends the store holds (recall notes have other ids): the counter
             # resumes there rather than at the FIFO's length.
             appended=self.store.count_messages(agent_id, id_prefix=keys.MESSAGE_ID_PREFIX),
@@ -377,7 +380,8 @@ class Durability:
         except NotFound:
             # An agent created before records existed: give it one now, from its hot state.
             snap = self.hot.snapshot(agent_id)
-            self.store.put_agent(agent_id, agent_config(self.hot.agent(agent_id).model, snap.system_prompt, snap.tools))
+            config = agent_config(self.hot.agent(agent_id).model, snap.system_prompt, snap.tools)
+            self.store.put_agent(agent_id, config, incarnation=self.hot.incarnation(agent_id))
             floor = 0
         self._remember_floor(agent_id, floor)
         return floor

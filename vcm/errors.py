@@ -8,6 +8,8 @@ same exceptions::
     VcmError                    (root; also what the client raises for a code it does not know)
     ├── ValidationError         VALIDATION_ERROR       422  bad input; nothing changed
     ├── NotFound                NOT_FOUND              404  unknown agent / block / batch / document
+    │   └── AgentFenced                                     a cold-path write for an agent deleted
+    │                                                       (or re-created) since its job began
     ├── TokenBudgetExceeded     TOKEN_BUDGET_EXCEEDED  422  carries required_headroom
     ├── PinLimitExceeded        PIN_LIMIT_EXCEEDED     422  carries pinned, cap
     ├── RevConflict             REV_CONFLICT           409  optimistic lock lost; carries current_rev
@@ -82,6 +84,13 @@ class ValidationError(VcmError):
 class NotFound(VcmError):
     code = ErrorCode.NOT_FOUND
     http_status = 404
+
+
+class AgentFenced(NotFound):
+    """A cold-path write (eviction commit, spool, vectors, ingestion, extracted facts) carried the
+    incarnation its job started with, and the store's agent record is gone or holds another one:
+    the agent was deleted, or deleted and re-created, meanwhile. Nothing was written; the job ends
+    ``fenced`` (never retried, never dead-lettered)."""
 
 
 class TokenBudgetExceeded(VcmError):

@@ -138,6 +138,8 @@ class AgentImage:
     # Messages appended over the agent's life, as the store counts them (the ``appended`` counter
     # resumes from it; 0: count the FIFO only).
     appended: int = 0
+    # The agent record's incarnation: a rebuilt hot state keeps the one its cold-path jobs check.
+    incarnation: str = ""
 
 
 @dataclass(frozen=True)
@@ -290,6 +292,9 @@ class IngestRequest:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     actor: str = "system"
     idempotency_key: str | None = None
+    # The agent's incarnation when the document was submitted: the chunks are stored only while
+    # the agent still holds it (None: a request queued before incarnations; the job reads it).
+    incarnation: str | None = None
 
     def as_kwargs(self) -> dict[str, Any]:
         return {
@@ -301,6 +306,7 @@ class IngestRequest:
             "metadata": dict(self.metadata),
             "actor": self.actor,
             "idempotency_key": self.idempotency_key,
+            **({} if self.incarnation is None else {"incarnation": self.incarnation}),
         }
 
 

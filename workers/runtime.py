@@ -170,11 +170,14 @@ class LazyIngester:
         source: str,
         metadata: Mapping[str, Any],
         progress: Progress | None = None,
+        incarnation: str | None = None,
     ) -> Mapping[str, Any]:
         with self._lock:
             if self._built is None:
                 self._built = DocumentIngester(self._store, self._embed.embedder(), self._settings)
-        return self._built(agent_id, doc_id, text, source=source, metadata=metadata, progress=progress)
+        return self._built(
+            agent_id, doc_id, text, source=source, metadata=metadata, progress=progress, incarnation=incarnation
+        )
 
 
 def ingester(deps: Deps) -> Ingest:

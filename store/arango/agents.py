@@ -15,7 +15,7 @@ from vcm.store import validation
 from vcm.store.arango import documents, keys, names
 from vcm.store.arango.aql import agents as aql_agents
 from vcm.store.arango.aql import common as aql_common
-from vcm.store.arango.base import ArangoBase
+from vcm.store.arango.base import ArangoBase, fence_key
 from vcm.store.types import (
     FACT_EDGE_KINDS,
     AgentRecord,
@@ -32,7 +32,7 @@ AGENT_KIND = "agent"
 
 def agent_key(agent_id: str) -> str:
     # Two parts joined by ':' — block keys are one escaped part, so the two never collide.
-    return keys.doc_key(agent_id, AGENT_KIND)
+    return fence_key(agent_id)
 
 
 def _record(d: Mapping[str, Any]) -> AgentRecord:
@@ -43,6 +43,7 @@ def _record(d: Mapping[str, Any]) -> AgentRecord:
         id_floor=int(d.get("id_floor", 0)),
         created_at=float(d.get("created_at", 0.0)),
         updated_at=float(d.get("updated_at", 0.0)),
+        incarnation=str(d.get("incarnation") or ""),
     )
 
 
@@ -54,10 +55,12 @@ class AgentOps(ArangoBase):
     """``put_agent``, ``get_agent``, ``list_agents``, ``set_agent_token``, ``advance_id_floor``,
     ``uncommitted_messages``, ``summary_versions`` and ``reset_context``."""
 
-    def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
+    def put_agent(self, agent_id: str, config: Mapping[str, Any], *, incarnation: str = "") -> AgentRecord:
         validation.identifier("agent_id", agent_id)
         if not isinstance(config, Mapping):
             raise ValidationError("config must be a mapping", field="config")
+        if not isinstance(incarnation, str):
+            raise ValidationError("incarnation must be a string", field="incarnation")
         key = agent_key(agent_id)
         with self._transaction((names.CORE,), "put_agent") as txn:
             core = txn.collection(names.CORE)
@@ -73,6 +76,8 @@ class AgentOps(ArangoBase):
                     "id_floor": 0,
                     "created_at": now,
                     "updated_at": now,
+                    # Only a new record takes it: an existing one keeps its own.
+                    "incarnation": incarnation,
                 }
                 core.insert(doc)
                 return _record(doc)

@@ -40,7 +40,7 @@ class ArchivalOps(VectorSpaceOps):
     """``ingest_archival`` (with spaces and ``derived_from`` edges), ``search_archival``,
     ``get_archival``."""
 
-    def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:
+    def ingest_archival(self, chunks: Sequence[ArchivalChunk], *, incarnation: str | None = None) -> int:
         checked, dims = search_checks.chunk_batch(chunks)
         if not checked:
             return 0
@@ -49,8 +49,9 @@ class ArchivalOps(VectorSpaceOps):
             search_checks.space_dimension(metric, version, dim, known.get((metric, version)))
         now = self._clock()
         docs = [documents.chunk_doc(c, vec.tolist(), now) for c, vec in checked]
-        write = (names.ARCHIVAL, names.DERIVED_FROM, names.META)
+        write = (names.ARCHIVAL, names.DERIVED_FROM, names.META, *(() if incarnation is None else (names.CORE,)))
         with self._transaction(write, "ingest_archival") as txn:
+            self._fence(txn, (c.agent_id for c, _ in checked), incarnation, "ingest_archival")
             new_spaces = [
                 _space_doc(metric, dim, version)
                 for (metric, version), dim in dims.items()

@@ -16,8 +16,10 @@ from typing import Any, cast
 
 from arango.database import StandardDatabase
 
-from vcm.errors import VcmError
+from vcm.errors import AgentFenced, VcmError
 from vcm.store import semantics
+from vcm.store.arango import keys
+from vcm.store.arango.aql import agents as aql_agents
 from vcm.store.arango.aql.common import AqlQuery
 from vcm.store.arango.client import Connection
 from vcm.store.arango.errors import is_driver_failure, translate, translated
@@ -29,6 +31,12 @@ from vcm.store.port import FaultHook, MemoryStore
 # One logger for the whole adapter, under the name it had when it was one module, so that
 # logging configuration aimed at ``vcm.store.arango.adapter`` keeps catching its records.
 log = logging.getLogger("vcm.store.arango.adapter")
+
+
+def fence_key(agent_id: str) -> str:
+    """The key of the agent's record in ``core_memory`` (``vcm.store.arango.agents.agent_key``,
+    which imports this module)."""
+    return keys.doc_key(agent_id, "agent")
 
 
 class ArangoBase(MemoryStore):
@@ -102,6 +110,41 @@ class ArangoBase(MemoryStore):
             with contextlib.suppress(Exception):
                 txn.abort_transaction()
             raise
+
+    def _fence(self, txn: Any, agent_ids: Iterable[str], incarnation: str | None, operation: str) -> None:
+        """The fence of a cold-path write, inside its stream transaction (which must write
+        ``core_memory``): every agent it writes for must still have its record, holding
+        ``incarnation``; otherwise raise AgentFenced (the transaction aborts, nothing written).
+        None checks nothing. See :func:`vcm.store.arango.aql.agents.fence`."""
+        if incarnation is None:
+            return
+        wanted = list(dict.fromkeys(agent_ids))
+        passed = set(
+            self._run(txn, aql_agents.fence([fence_key(a) for a in wanted], incarnation, self._clock()), operation)
+        )
+        for agent_id in wanted:
+            if agent_id not in passed:
+                raise AgentFenced(
+                    f"agent {agent_id!r} was deleted or re-created since this work began; nothing written",
+                    agent_id=agent_id,
+                )
+
+    def _fenced_run(
+        self,
+        query: AqlQuery,
+        collections: Sequence[str],
+        agent_ids: Iterable[str],
+        incarnation: str | None,
+        operation: str,
+    ) -> list[Any]:
+        """One write query: as it is without ``incarnation``, else in a stream transaction with
+        the fence (:meth:`_fence`) first."""
+        if incarnation is None:
+            return self._run(self._rw, query, operation)
+        core = "core_memory"
+        with self._transaction((core, *(c for c in collections if c != core)), operation) as txn:
+            self._fence(txn, agent_ids, incarnation, operation)
+            return self._run(txn, query, operation)
 
     def _now(self, given: float = 0.0) -> float:
         return given if given else self._clock()

@@ -22,13 +22,19 @@ from vcm.store.types import MemoryEvent, Page
 class EventOps(ArangoBase):
     """``append_event`` (idempotent by event key) and ``query_events``."""
 
-    def append_event(self, event: MemoryEvent) -> MemoryEvent:
+    def append_event(self, event: MemoryEvent, *, incarnation: str | None = None) -> MemoryEvent:
         validation.event(event)
         event_id = semantics.event_id(event)
         created_at = self._now(event.created_at)
         payload = json.loads(validation.json_mapping("payload", event.payload))  # as it will read back
         doc = documents.event_doc(replace(event, payload=payload), event_id, created_at)
-        rows = self._run(self._rw, aql_common.insert_ignore(names.EVENTS, [doc]), "append_event")
+        rows = self._fenced_run(
+            aql_common.insert_ignore(names.EVENTS, [doc]),
+            (names.EVENTS,),
+            (event.agent_id,),
+            incarnation,
+            "append_event",
+        )
         if rows and rows[0] is not None:
             return documents.event_from_doc(doc)
         existing = self._get(self._rw, names.EVENTS, doc["_key"], "append_event")

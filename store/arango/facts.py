@@ -97,9 +97,11 @@ def _state(d: Mapping[str, Any]) -> StateEntry:
 class FactOps(ArangoBase):
     """Facts (``put_fact`` ... ``touch_facts``) and state (``put_state`` ... ``delete_state``)."""
 
-    def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
+    def put_fact(self, fact: Fact, expected_version: int | None, *, incarnation: str | None = None) -> Fact:
         validation.fact(fact)
-        with self._transaction((names.FACTS,), "put_fact") as txn:
+        write = (names.FACTS,) if incarnation is None else (names.FACTS, names.CORE)
+        with self._transaction(write, "put_fact") as txn:
+            self._fence(txn, (fact.agent_id,), incarnation, "put_fact")
             facts = txn.collection(names.FACTS)
             current = facts.get(fact_key(fact.agent_id, fact.fact_id))
             current_version = None if current is None else int(current.get("version", 1))

@@ -20,10 +20,12 @@ from vcm.store.types import Edge, EdgeKind, NodeRef
 class GraphOps(ArangoBase):
     """``add_edge`` and ``traverse``."""
 
-    def add_edge(self, edge: Edge) -> None:
+    def add_edge(self, edge: Edge, *, incarnation: str | None = None) -> None:
         validation.edge(edge)
         doc = documents.edge_doc(edge, self._clock())
-        self._run(self._rw, aql_common.insert_ignore(edge.kind, [doc]), "add_edge")
+        self._fenced_run(
+            aql_common.insert_ignore(edge.kind, [doc]), (edge.kind,), (edge.agent_id,), incarnation, "add_edge"
+        )
 
     def traverse(
         self,

@@ -17,10 +17,16 @@ from vcm.store.types import IdempotencyRecord
 class IdempotencyOps(ArangoBase):
     """``put_idempotency``, ``get_idempotency``, ``list_idempotency`` and ``expire_idempotency``."""
 
-    def put_idempotency(self, records: Sequence[IdempotencyRecord]) -> None:
+    def put_idempotency(self, records: Sequence[IdempotencyRecord], *, incarnation: str | None = None) -> None:
         checked = validation.idempotency_records(records)
         if checked:
-            self._run(self._rw, aql_idem.upsert_records(record_docs(checked, self._clock())), "put_idempotency")
+            self._fenced_run(
+                aql_idem.upsert_records(record_docs(checked, self._clock())),
+                (names.IDEMPOTENCY,),
+                (r.agent_id for r in checked),
+                incarnation,
+                "put_idempotency",
+            )
 
     def get_idempotency(self, agent_id: str, key: str) -> IdempotencyRecord | None:
         validation.identifier("agent_id", agent_id)

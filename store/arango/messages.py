@@ -34,6 +34,7 @@ class MessageOps(ArangoBase):
         *,
         events: Sequence[MemoryEvent] = (),
         idempotency: Sequence[IdempotencyRecord] = (),
+        incarnation: str | None = None,
     ) -> int:
         batch = semantics.distinct(validation.messages(messages))
         audit = [self._event_doc(e) for e in validation.keyed_events(events)]
@@ -41,6 +42,7 @@ class MessageOps(ArangoBase):
         if not batch and not audit and not records:
             return 0
         docs = [documents.message_doc(m) for m in batch]
+        agents = sorted({m.agent_id for m in batch} | {str(d["agent_id"]) for d in [*audit, *records]})
         added = 0
         # Idempotent chunks under the size cap; a retry after a partial failure completes it.
         # The audit rows and idempotency records go with the last chunk, so they land once
@@ -53,7 +55,11 @@ class MessageOps(ArangoBase):
                 if last
                 else (names.MESSAGES,)
             )
+            if incarnation is not None:
+                collections = (*collections, names.CORE)
             with self._transaction(collections, "spool_messages") as txn:
+                # Every part is fenced: a delete between two parts leaves no later part behind.
+                self._fence(txn, agents, incarnation, "spool_messages")
                 if part:
                     # A forgotten message is never written back: a spool that read it before the
                     # forget (write-behind) lands after it and finds its tombstone here.
@@ -122,9 +128,11 @@ class MessageOps(ArangoBase):
                     f"the summary of agent {commit.agent_id!r}", commit.expected_summary_rev, current_rev
                 )
             for part in plan.pre_writes:
-                self._run(
-                    self._rw,
+                self._fenced_run(
                     aql_common.insert_ignore(names.MESSAGES, part, stamp_ingested=True),
+                    (names.MESSAGES,),
+                    (commit.agent_id,),
+                    commit.incarnation,
                     "commit_eviction",
                 )
         try:
@@ -138,6 +146,8 @@ class MessageOps(ArangoBase):
     def _commit_final(self, commit: EvictionCommit, plan: EvictionPlan, now: float) -> EvictionResult:
         agent = commit.agent_id
         with self._transaction(names.EVICTION_WRITE, "commit_eviction") as txn:
+            # First: the agent record's update conflicts with a concurrent delete_agent.
+            self._fence(txn, (agent,), commit.incarnation, "commit_eviction")
             done = txn.collection(names.BATCHES).get(plan.marker_key)
             if done is not None:
                 return _replayed_batch(commit, done)

@@ -55,7 +55,12 @@ class RecallOps(RecallVectorOps):
         return [(str(r["key"]), float(r["score"])) for r in self._run(self._ro, q, "search_recall")]
 
     def put_message_vectors(
-        self, agent_id: str, vectors: Sequence[tuple[str, Sequence[float]]], embedding_version: str
+        self,
+        agent_id: str,
+        vectors: Sequence[tuple[str, Sequence[float]]],
+        embedding_version: str,
+        *,
+        incarnation: str | None = None,
     ) -> int:
         validation.identifier("agent_id", agent_id)
         checked, dim = fusion.unit_vectors(vectors, embedding_version)
@@ -70,9 +75,11 @@ class RecallOps(RecallVectorOps):
                 )
         items = [(documents.message_key(agent_id, mid), vec.tolist()) for mid, vec in checked]
         written = len(
-            self._run(
-                self._rw,
+            self._fenced_run(
                 aql_recall_vectors.put_message_vectors(agent_id, items, embedding_version),
+                (names.MESSAGES,),
+                (agent_id,),
+                incarnation,
                 "put_message_vectors",
             )
         )

@@ -28,7 +28,7 @@ from vcm.store.types import (
     summary_node,
 )
 
-_AGENT_COLUMNS = "agent_id, config, token_sha256, id_floor, created_at, updated_at"
+_AGENT_COLUMNS = "agent_id, config, token_sha256, id_floor, created_at, updated_at, incarnation"
 
 
 def _record(row: sqlite3.Row) -> AgentRecord:
@@ -39,6 +39,7 @@ def _record(row: sqlite3.Row) -> AgentRecord:
         id_floor=int(row["id_floor"]),
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
+        incarnation=row["incarnation"] or "",
     )
 
 
@@ -46,16 +47,20 @@ class AgentOps(EmbeddedBase):
     """``put_agent``, ``get_agent``, ``list_agents``, ``set_agent_token``, ``advance_id_floor``,
     ``uncommitted_messages``, ``summary_versions`` and ``reset_context``."""
 
-    def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
+    def put_agent(self, agent_id: str, config: Mapping[str, Any], *, incarnation: str = "") -> AgentRecord:
         validation.identifier("agent_id", agent_id)
         text = validation.json_mapping("config", config)
+        if not isinstance(incarnation, str):
+            raise ValidationError("incarnation must be a string", field="incarnation")
         now = self._clock()
         with self._db.write("write an agent") as conn:
+            # An existing record keeps its incarnation: only a new agent (a deleted one's id
+            # included) gets the one given.
             conn.execute(
-                "INSERT INTO agents (agent_id, config, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                "INSERT INTO agents (agent_id, config, created_at, updated_at, incarnation) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (agent_id) DO UPDATE SET config = excluded.config, updated_at = excluded.updated_at "
                 "WHERE agents.config != excluded.config",
-                (agent_id, text, now, now),
+                (agent_id, text, now, now, incarnation),
             )
             row = conn.execute(f"SELECT {_AGENT_COLUMNS} FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
         return _record(row)

@@ -17,7 +17,7 @@ from vcm.store import search_checks, validation
 from vcm.store.cursor import fingerprint, vector_digest
 from vcm.store.embedded import rows
 from vcm.store.embedded.archival import FilterTally
-from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.base import EmbeddedBase, fence
 from vcm.store.embedded.vectorindex import SpaceKey
 from vcm.store.types import ArchivalChunk, ArchivalHit, Page, SearchStats, chunk_node
 
@@ -25,12 +25,13 @@ from vcm.store.types import ArchivalChunk, ArchivalHit, Page, SearchStats, chunk
 class ArchivalOps(EmbeddedBase):
     """``ingest_archival``, ``search_archival`` and ``get_archival``."""
 
-    def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:
+    def ingest_archival(self, chunks: Sequence[ArchivalChunk], *, incarnation: str | None = None) -> int:
         checked, dims = search_checks.chunk_batch(chunks)
         if not checked:
             return 0
         now = self._clock()
         with self._db.write("ingest archival chunks") as conn:
+            fence(conn, (c.agent_id for c, _ in checked), incarnation)
             for (metric, version), dim in dims.items():
                 known = conn.execute(
                     "SELECT dimension FROM vector_spaces WHERE metric = ? AND embedding_version = ?",

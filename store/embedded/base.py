@@ -10,9 +10,9 @@ that each mixin type-checks on its own and none has to know about another.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from vcm.errors import VcmError
+from vcm.errors import AgentFenced, VcmError
 from vcm.store import semantics
 from vcm.store.embedded.archival import ArchivalRanker
 from vcm.store.embedded.db import Database, meta_add
@@ -24,6 +24,22 @@ from vcm.store.embedded.snapshots import Snapshots
 from vcm.store.embedded.textindex import TextIndex
 from vcm.store.embedded.vectorindex import VectorIndexes
 from vcm.store.port import FaultHook, MemoryStore
+
+
+def fence(conn: sqlite3.Connection, agent_ids: Iterable[str], incarnation: str | None) -> None:
+    """The fence of a cold-path write, inside its BEGIN IMMEDIATE transaction: every agent it
+    writes for must still have its record, holding ``incarnation`` (NULL, a record older than
+    incarnations, reads ""). None checks nothing. The write lock the transaction holds keeps a
+    ``delete_agent`` from landing between this check and the commit."""
+    if incarnation is None:
+        return
+    for agent_id in dict.fromkeys(agent_ids):
+        row = conn.execute("SELECT incarnation FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
+        if row is None or (row[0] or "") != incarnation:
+            raise AgentFenced(
+                f"agent {agent_id!r} was deleted or re-created since this work began; nothing written",
+                agent_id=agent_id,
+            )
 
 
 class EmbeddedBase(MemoryStore):

@@ -13,18 +13,19 @@ from typing import Any
 from vcm.store import paging, semantics, validation
 from vcm.store.cursor import fingerprint
 from vcm.store.embedded import rows
-from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.base import EmbeddedBase, fence
 from vcm.store.types import MemoryEvent, Page
 
 
 class EventOps(EmbeddedBase):
     """``append_event`` (idempotent by event id) and ``query_events``."""
 
-    def append_event(self, event: MemoryEvent) -> MemoryEvent:
+    def append_event(self, event: MemoryEvent, *, incarnation: str | None = None) -> MemoryEvent:
         validation.event(event)
         event_id = semantics.event_id(event)
         created_at = self._now(event.created_at)
         with self._db.write("append an event") as conn:
+            fence(conn, (event.agent_id,), incarnation)
             found = conn.execute(f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE event_id = ?", (event_id,)).fetchone()
             if found is not None:
                 return rows.event(found)

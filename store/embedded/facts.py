@@ -13,7 +13,7 @@ import numpy as np
 from vcm.errors import NotFound, ValidationError
 from vcm.store import fact_rank, semantics, validation
 from vcm.store.embedded import rows
-from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.base import EmbeddedBase, fence
 from vcm.store.embedded.db import chunked
 from vcm.store.embedded.graph import delete_node_edges
 from vcm.store.types import (
@@ -105,9 +105,10 @@ def _tagged(facts: list[Fact], tags: Sequence[str] | None) -> list[Fact]:
 class FactOps(EmbeddedBase):
     """Facts (``put_fact`` ... ``touch_facts``) and state (``put_state`` ... ``delete_state``)."""
 
-    def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
+    def put_fact(self, fact: Fact, expected_version: int | None, *, incarnation: str | None = None) -> Fact:
         validation.fact(fact)
         with self._db.write("write a fact") as conn:
+            fence(conn, (fact.agent_id,), incarnation)
             current = conn.execute(
                 "SELECT version FROM facts WHERE agent_id = ? AND fact_id = ?", (fact.agent_id, fact.fact_id)
             ).fetchone()

@@ -11,16 +11,17 @@ from collections.abc import Sequence
 
 from vcm.store import validation
 from vcm.store.embedded import rows
-from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.base import EmbeddedBase, fence
 from vcm.store.types import Edge, EdgeKind, NodeRef
 
 
 class GraphOps(EmbeddedBase):
     """``add_edge`` and a breadth-first ``traverse`` over the ``edges`` table."""
 
-    def add_edge(self, edge: Edge) -> None:
+    def add_edge(self, edge: Edge, *, incarnation: str | None = None) -> None:
         validation.edge(edge)
         with self._db.write("add an edge") as conn:
+            fence(conn, (edge.agent_id,), incarnation)
             conn.execute(
                 "INSERT OR IGNORE INTO edges (kind, src_coll, src_key, dst_coll, dst_key, "
                 "agent_id, created_at, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from vcm.store import validation
-from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.base import EmbeddedBase, fence
 from vcm.store.types import IdempotencyRecord
 
 # The scope of the hot path's records in the idempotency table.
@@ -20,11 +20,12 @@ HOT_SCOPE = "hot"
 class IdempotencyOps(EmbeddedBase):
     """``put_idempotency``, ``get_idempotency``, ``list_idempotency`` and ``expire_idempotency``."""
 
-    def put_idempotency(self, records: Sequence[IdempotencyRecord]) -> None:
+    def put_idempotency(self, records: Sequence[IdempotencyRecord], *, incarnation: str | None = None) -> None:
         checked = validation.idempotency_records(records)
         if not checked:
             return
         with self._db.write("keep idempotency records") as conn:
+            fence(conn, (r.agent_id for r in checked), incarnation)
             upsert_records(conn, checked, self._clock())
 
     def get_idempotency(self, agent_id: str, key: str) -> IdempotencyRecord | None:

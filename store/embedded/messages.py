@@ -16,7 +16,7 @@ from vcm.store import semantics, validation
 from vcm.store.analysis import analyze
 from vcm.store.audit_names import EventKind
 from vcm.store.embedded import rows
-from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.base import EmbeddedBase, fence
 from vcm.store.embedded.db import chunked, meta_add
 from vcm.store.embedded.idempotency import upsert_records
 from vcm.store.embedded.schema import META_TEXT_DOCS, META_TEXT_TERMS
@@ -42,6 +42,7 @@ class MessageOps(EmbeddedBase):
         *,
         events: Sequence[MemoryEvent] = (),
         idempotency: Sequence[IdempotencyRecord] = (),
+        incarnation: str | None = None,
     ) -> int:
         batch = semantics.distinct(validation.messages(messages))
         audit = validation.keyed_events(events)
@@ -50,6 +51,11 @@ class MessageOps(EmbeddedBase):
             return 0
         lengths = [len(analyze(m.content)) for m in batch]
         with self._db.write("spool messages") as conn:
+            fence(
+                conn,
+                [*(m.agent_id for m in batch), *(e.agent_id for e in audit), *(r.agent_id for r in records)],
+                incarnation,
+            )
             added = _insert_messages(conn, batch, lengths)
             _insert_events(conn, audit, self._clock())
             upsert_records(conn, records, self._clock())
@@ -102,6 +108,8 @@ class MessageOps(EmbeddedBase):
         summary = summary_node(agent)
         event_id = semantics.evict_event_id(agent, commit.batch_id)
         with self._db.write("commit an eviction batch") as conn:
+            # Before the replay check: a deleted agent's batch is no longer "committed" either.
+            fence(conn, (agent,), commit.incarnation)
             done = conn.execute(
                 "SELECT summary_rev, messages_committed FROM batches WHERE agent_id = ? AND batch_id = ?",
                 (agent, commit.batch_id),

@@ -17,7 +17,7 @@ from vcm.store import fusion, search_checks, validation
 from vcm.store.analysis import query_terms
 from vcm.store.cursor import fingerprint, vector_digest
 from vcm.store.embedded import rows
-from vcm.store.embedded.base import EmbeddedBase
+from vcm.store.embedded.base import EmbeddedBase, fence
 from vcm.store.embedded.db import chunked
 from vcm.store.embedded.recall import time_filter
 from vcm.store.types import Page, RecallHit, StoredMessage
@@ -49,7 +49,12 @@ class RecallOps(EmbeddedBase):
         return Page(hits, part.next_cursor)
 
     def put_message_vectors(
-        self, agent_id: str, vectors: Sequence[tuple[str, Sequence[float]]], embedding_version: str
+        self,
+        agent_id: str,
+        vectors: Sequence[tuple[str, Sequence[float]]],
+        embedding_version: str,
+        *,
+        incarnation: str | None = None,
     ) -> int:
         validation.identifier("agent_id", agent_id)
         known = (
@@ -65,6 +70,7 @@ class RecallOps(EmbeddedBase):
         if not checked:
             return 0
         with self._db.write("put message vectors") as conn:
+            fence(conn, (agent_id,), incarnation)
             added = 0
             for mid, vec in checked:
                 row = conn.execute(

@@ -186,7 +186,8 @@ CREATE TABLE IF NOT EXISTS agents (
     token_sha256 TEXT,
     id_floor     INTEGER NOT NULL DEFAULT 0,
     created_at   REAL NOT NULL,
-    updated_at   REAL NOT NULL
+    updated_at   REAL NOT NULL,
+    incarnation  TEXT                   -- chosen at creation; NULL: made before incarnations
 ) WITHOUT ROWID;
 -- Every summary commit_eviction installed (the current one is also core_memory's summary row).
 CREATE TABLE IF NOT EXISTS summary_versions (
@@ -306,7 +307,11 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
 
 # Columns added after a table first shipped: (table, column, declaration). A database an earlier
 # vcm created gets them on open (ALTER TABLE ... ADD COLUMN keeps every row, value NULL).
-ADDED_COLUMNS = (("facts", "lifetime_s", "REAL"), ("idempotency", "expires_at", "REAL"))
+ADDED_COLUMNS = (
+    ("facts", "lifetime_s", "REAL"),
+    ("idempotency", "expires_at", "REAL"),
+    ("agents", "incarnation", "TEXT"),
+)
 # Indexes over added columns, created once the columns exist.
 ADDED_INDEXES = (
     "CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at) WHERE expires_at IS NOT NULL",

@@ -36,6 +36,7 @@ from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
 from vcm.store.types import ArchivalChunk, MemoryEvent
 from vcm.tasks.embedding import Embedder
+from vcm.tasks.fence import fenced
 from vcm.tasks.ingest.checks import RESERVED_METADATA_KEY, check_text, checked_metadata, identifier
 from vcm.tasks.ingest.late_chunking import MODES, DocumentPlan, LateChunker, Mode, Vectors
 
@@ -305,7 +306,7 @@ class DocumentIngester:
     """:func:`ingest_document` bound to a store, an embedder and settings.
 
     Matches :class:`vcm.tasks.ingest.jobs.Ingest` - ``(agent_id, doc_id, text, *, source,
-    metadata, progress)`` to a JSON-ready mapping - so the ``tasks.ingest_archival`` Celery task
+    metadata, progress, incarnation)`` to a JSON-ready mapping - so the ``tasks.ingest_archival`` Celery task
     runs it without knowing the model.
     """
 
@@ -323,9 +324,12 @@ class DocumentIngester:
         source: str = "",
         metadata: Mapping[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        incarnation: str | None = None,
     ) -> dict[str, Any]:
         result = ingest_document(
-            self.store,
+            # Writes fenced by the job's incarnation (vcm.tasks.fence): none lands once the agent
+            # is deleted or re-created.
+            self.store if incarnation is None else fenced(self.store, incarnation),
             self.embedder,
             agent_id,
             doc_id,

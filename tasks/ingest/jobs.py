@@ -8,13 +8,13 @@ fixed id, and a job that is done stays done, so a redelivered task changes nothi
 
 A job whose agent is deleted or reset while it runs ends ``cancelled`` and writes nothing: each
 progress report, the last one right before the store write, checks that the agent still exists in
-the store (a delete removes the store's rows first) and that its job was not cancelled (a reset
-cancels open jobs), and stops the ingester otherwise. What remains is the window between that
-last check and the store write's commit (a store read, a Redis read, then the write: milliseconds):
-a delete landing there leaves the document's chunks under the deleted agent's id, where a new agent
-of the same id would find them; a reset landing there lets them be stored (a reset keeps archival
-documents anyway) while the job reads ``cancelled``. Closing it needs the store write itself to
-check the agent (a generation fence), which this module cannot give.
+the store with the incarnation the document was submitted under (a delete removes the store's
+record with its rows; a re-created agent has another incarnation) and that its job was not
+cancelled (a reset cancels open jobs), and stops the ingester otherwise. The store write itself
+is fenced by that incarnation (:mod:`vcm.tasks.fence`): a delete landing after the last check
+still stops it, in the write's own transaction (``AgentFenced``, counted under ``ingest``). A
+reset landing there lets the chunks be stored (a reset keeps archival documents anyway) while the
+job reads ``cancelled``.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vcm.errors import NotFound, StoreUnavailable, VcmError
+from vcm.errors import AgentFenced, NotFound, StoreUnavailable, VcmError
 from vcm.hotpath.state import HotState
 from vcm.obs import audit, footprint
 from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
+from vcm.tasks.fence import fenced, note_fenced
 from vcm.types import IngestRequest
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,10 @@ class Ingest(Protocol):
         source: str,
         metadata: Mapping[str, Any],
         progress: Progress | None = None,
+        incarnation: str | None = None,
     ) -> Mapping[str, Any]: ...
+
+    # ``incarnation``: fence every store write by it (vcm.tasks.fence.fenced); None: unfenced.
 
 
 class JobCancelled(Exception):
@@ -78,16 +82,31 @@ def run_ingest_job(
             return JobOutcome("already_done", job_id, agent, {})
     except NotFound:
         log.warning("ingestion job %s of %s has no record (expired?); ingesting anyway", job_id, agent)
+    incarnation = request.incarnation if request.incarnation is not None else _incarnation(hot, agent)
 
     def progress(done: int, total: int | None = None) -> None:
-        if not _wanted(hot, store, agent, job_id):
+        if not _wanted(hot, store, agent, job_id, incarnation):
             raise JobCancelled(job_id)
         hot.jobs.progress(agent, job_id, clock(), chunks_total=total, chunks_done=done)
 
     try:
         progress(0)
         doc, text = request.doc_id, request.text
-        result = dict(ingest(agent, doc, text, source=request.source, metadata=request.metadata, progress=progress))
+        result = dict(
+            ingest(
+                agent,
+                doc,
+                text,
+                source=request.source,
+                metadata=request.metadata,
+                progress=progress,
+                incarnation=incarnation,
+            )
+        )
+    except AgentFenced:  # deleted (or re-created) after the last check: its write stored nothing
+        # The job's record went with the agent; a job of the same id now is the new agent's own.
+        note_fenced("ingest", agent, f"job {job_id}")
+        return JobOutcome("cancelled", job_id, agent, {"doc_id": request.doc_id})
     except JobCancelled:
         hot.jobs.cancelled(agent, job_id, clock())  # a deleted agent's record is gone: a no-op
         log.info("ingestion job %s of %s cancelled: its agent was deleted or reset", job_id, agent)
@@ -97,17 +116,29 @@ def run_ingest_job(
     except VcmError as exc:
         hot.jobs.failed(agent, job_id, exc.to_dict(), clock())
         return JobOutcome("failed", job_id, agent, {"error": exc.to_dict()})
-    _audit(store, request, result, clock())
+    _audit(store if incarnation is None else fenced(store, incarnation), request, result, clock())
     hot.jobs.done(agent, job_id, {"doc_id": request.doc_id, **result}, clock())
     return JobOutcome("done", job_id, agent, {"doc_id": request.doc_id, **result})
 
 
-def _wanted(hot: HotState, store: MemoryStore, agent_id: str, job_id: str) -> bool:
-    """Whether the job may still write: its agent exists in the store, and its record, when there
-    is one (an expired or flushed record lets the job go on), is not cancelled."""
+def _incarnation(hot: HotState, agent_id: str) -> str | None:
+    """The agent's incarnation now, for a request queued without one (None: the agent is gone
+    from the hot state; the progress check then asks the store)."""
     try:
-        store.get_agent(agent_id)
+        return hot.incarnation(agent_id)
     except NotFound:
+        return None
+
+
+def _wanted(hot: HotState, store: MemoryStore, agent_id: str, job_id: str, incarnation: str | None) -> bool:
+    """Whether the job may still write: its agent exists in the store (with ``incarnation``, when
+    known), and its record, when there is one (an expired or flushed record lets the job go on),
+    is not cancelled."""
+    try:
+        record = store.get_agent(agent_id)
+    except NotFound:
+        return False
+    if incarnation is not None and record.incarnation != incarnation:
         return False
     try:
         return hot.jobs.get(agent_id, job_id).status != "cancelled"

@@ -126,7 +126,7 @@ def test_progress_is_visible_while_the_worker_runs(
     seen: list[tuple[str, int | None, int]] = []
 
     def watched(agent_id: str, doc_id: str, text: str, *, source: str, metadata: Mapping[str, Any],
-                progress: Progress | None = None) -> Mapping[str, Any]:  # fmt: skip
+                progress: Progress | None = None, incarnation: str | None = None) -> Mapping[str, Any]:  # fmt: skip
         assert progress is not None
         progress(0, 7)
         mid = service.ingest_job("alice", job.job_id)

@@ -4,22 +4,26 @@ the extractive summariser), and a varied, deterministic conversation."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import redis
 
 from tests.doubles.embedder import word_embed
 from vcm.dispatch import Dispatcher, RecordingDispatcher
+from vcm.durable import agent_config
 from vcm.hotpath.state import HotState
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
+from vcm.store.port import MemoryStore
 from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults
 from vcm.tasks.recall.vectors import Vectorizer
 from vcm.tasks.summary.recursive import extractive
-from vcm.types import AppendResult
+from vcm.types import AgentInfo, AppendResult
 
 MODEL = "vcm-test-512"
 DIM = word_embed.dim  # the width of the cold path's vectors
@@ -53,6 +57,43 @@ def make_deps(
         faults=faults,
         vectorizer=vectorizer,
     )
+
+
+class Meanwhile(Faults):
+    """Fault points that run ``action`` once, the first time a job reaches ``point`` (then behave
+    as no rules): what happens "meanwhile", between a job's read of its work and its writes."""
+
+    def __init__(self, point: str, action: Callable[[], object]) -> None:
+        super().__init__()
+        self.at = point
+        self.action: Callable[[], object] | None = action
+
+    def __bool__(self) -> bool:
+        return True
+
+    def point(self, name: str, agent_id: str | None = None) -> None:
+        if name == self.at and self.action is not None:
+            action, self.action = self.action, None
+            action()
+
+
+def create_agent(
+    hot: HotState,
+    store: MemoryStore,
+    agent_id: str,
+    *,
+    model: str = MODEL,
+    system_prompt: str = "",
+    tools: Sequence[Mapping[str, Any]] = (),
+) -> AgentInfo:
+    """An agent as the service creates it, for cold-path tests that skip the façade: its hot state
+    and its store record, with one new incarnation (every cold-path store write checks it, and
+    fails for an agent without a record: a deleted one)."""
+    info = hot.create_agent(
+        agent_id, model=model, system_prompt=system_prompt, tools=tools, incarnation=uuid.uuid4().hex
+    )
+    store.put_agent(agent_id, agent_config(info.model, system_prompt, tools), incarnation=hot.incarnation(agent_id))
+    return info
 
 
 TOPICS = [

@@ -63,6 +63,7 @@ class ChunkIngest:
         source: str,
         metadata: Mapping[str, Any],
         progress: Progress | None = None,
+        incarnation: str | None = None,
     ) -> Mapping[str, Any]:
         self.calls += 1
         spans = self.split(text)
@@ -89,7 +90,7 @@ class ChunkIngest:
         ]
         if progress is not None and self.report:
             progress(0, len(chunks))
-        written = self.store.ingest_archival(chunks)
+        written = self.store.ingest_archival(chunks, incarnation=incarnation)
         return {"chunks": len(chunks), "written": written}
 
 

@@ -125,9 +125,12 @@ class Interrupted(SentenceIngest):
         source: str,
         metadata: Mapping[str, Any],
         progress: Progress | None = None,
+        incarnation: str | None = None,
     ) -> Mapping[str, Any]:
         self.meanwhile()
-        return super().__call__(agent_id, doc_id, text, source=source, metadata=metadata, progress=progress)
+        return super().__call__(
+            agent_id, doc_id, text, source=source, metadata=metadata, progress=progress, incarnation=incarnation
+        )
 
 
 @pytest.mark.parametrize("what", ["delete", "reset"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doubles.coldpath import MODEL, appended_ids, converse, make_deps, small_settings
+from tests.doubles.coldpath import MODEL, appended_ids, converse, create_agent, make_deps, small_settings
 from vcm.dispatch import RecordingDispatcher
 from vcm.durable import agent_config
 from vcm.errors import InjectedFailure
@@ -24,7 +24,7 @@ AGENT = "agent-1"
 @pytest.fixture
 def deps(tmp_path: Path) -> Iterator[Deps]:
     d = make_deps(tmp_path)
-    d.hot.create_agent(AGENT, model=MODEL, system_prompt="You are a careful assistant.")
+    create_agent(d.hot, d.store, AGENT, model=MODEL, system_prompt="You are a careful assistant.")
     yield d
     d.store.close()
 
@@ -96,7 +96,7 @@ def test_a_failure_at_any_step_is_repaired_by_running_again(tmp_path: Path, poin
     faults = Faults([Rule(point, times=1)])
     faulty = make_deps(tmp_path / "faulty", faults=faults)
     for d in (clean, faulty):
-        d.hot.create_agent(AGENT, model=MODEL)
+        create_agent(d.hot, d.store, AGENT, model=MODEL)
         fill(d)
     evict.evict_batch(clean, AGENT, 1)
 
@@ -119,7 +119,7 @@ def test_a_failure_at_any_step_is_repaired_by_running_again(tmp_path: Path, poin
 def test_drift_below_threshold_resummarises_logs_both_scores_and_alarms(tmp_path: Path) -> None:
     # Out of reach: the cap keeps only a few of the batch's lines.
     d = make_deps(tmp_path, settings=small_settings(drift={"threshold": 1.0}))
-    d.hot.create_agent(AGENT, model=MODEL)
+    create_agent(d.hot, d.store, AGENT, model=MODEL)
     fill(d)
     evict.evict_batch(d, AGENT, 1)
     [summarize] = events(d, "summarize")
@@ -132,7 +132,7 @@ def test_drift_below_threshold_resummarises_logs_both_scores_and_alarms(tmp_path
 
 def test_no_drift_events_above_threshold(tmp_path: Path) -> None:
     d = make_deps(tmp_path, settings=small_settings(drift={"threshold": -1.0}))
-    d.hot.create_agent(AGENT, model=MODEL)
+    create_agent(d.hot, d.store, AGENT, model=MODEL)
     fill(d)
     evict.evict_batch(d, AGENT, 1)
     assert events(d, "summarize") == [] and events(d, "drift_alarm") == []
@@ -190,7 +190,7 @@ def test_a_batch_begun_by_a_summary_install_gets_its_flush_row(tmp_path: Path) -
     from vcm.obs import audit
 
     d = make_deps(tmp_path)
-    d.hot.create_agent(AGENT, model=MODEL, system_prompt="You are a careful assistant.")
+    create_agent(d.hot, d.store, AGENT, model=MODEL, system_prompt="You are a careful assistant.")
     fill(d)
     # Fill the FIFO up to just below flush while batch 1 is pending: installing its summary then
     # pushes the context over flush, and the finish begins the next batch itself.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doubles.coldpath import DIM, MODEL, appended_ids, converse, make_deps, small_settings
+from tests.doubles.coldpath import DIM, MODEL, appended_ids, converse, create_agent, make_deps, small_settings
 from tests.doubles.embedder import WordVectorizer, word_embed
 from vcm.dispatch import RecordingDispatcher
 from vcm.durable import VCM_METADATA, stored_message
@@ -24,7 +24,7 @@ AGENT = "agent-s"
 @pytest.fixture
 def deps(tmp_path: Path) -> Iterator[Deps]:
     d = make_deps(tmp_path)
-    d.hot.create_agent(AGENT, model=MODEL)
+    create_agent(d.hot, d.store, AGENT, model=MODEL)
     yield d
     d.store.close()
 
@@ -122,7 +122,7 @@ def test_sweeper_redrives_a_batch_that_did_not_move(deps: Deps) -> None:
 def test_sweeper_holds_back_a_recently_dead_lettered_batch(tmp_path: Path) -> None:
     for wait, expected in ((3600.0, {}), (0.0, {AGENT: 1})):
         d = make_deps(tmp_path / str(wait), settings=small_settings(maintenance={"redrive_dead_letters_after_s": wait}))
-        d.hot.create_agent(AGENT, model=MODEL)
+        create_agent(d.hot, d.store, AGENT, model=MODEL)
         while not d.hot.pending_batches(AGENT):
             converse(d.hot, AGENT, 1, start=len(d.hot.snapshot(AGENT).fifo) + 100)
         evict.dead_letter(d, AGENT, 1, reason="x", attempts=1, delivery="t")
@@ -143,7 +143,7 @@ def test_reconcile_spools_only_missed_messages_past_the_grace(deps: Deps) -> Non
 
 def test_expire_deletes_recall_past_its_ttl(tmp_path: Path) -> None:
     d = make_deps(tmp_path, settings=small_settings(maintenance={"recall_ttl_s": 60}))
-    d.hot.create_agent(AGENT, model=MODEL)
+    create_agent(d.hot, d.store, AGENT, model=MODEL)
     ids = appended_ids(converse(d.hot, AGENT, 3))
     spool_messages(d.hot, d.store, AGENT, ids, ttl_s=60)
     created = max(m.created_at for m in d.hot.snapshot(AGENT).fifo)
@@ -155,7 +155,7 @@ def test_expire_deletes_recall_past_its_ttl(tmp_path: Path) -> None:
 
 def test_expired_recall_vanishes_from_text_and_vector_search_and_the_rest_stays(tmp_path: Path) -> None:
     d = make_deps(tmp_path, settings=small_settings(maintenance={"recall_ttl_s": 60}))
-    d.hot.create_agent(AGENT, model=MODEL)
+    create_agent(d.hot, d.store, AGENT, model=MODEL)
     old = [d.hot.append(AGENT, "user", f"the otter swims in river {i}").message_id for i in range(3)]
     spool_messages(d.hot, d.store, AGENT, old, ttl_s=60)  # retention on: these expire
     kept = [d.hot.append(AGENT, "user", f"the otter sleeps in den {i}").message_id for i in range(2)]
@@ -185,7 +185,7 @@ def test_eviction_embeds_the_batch_messages_the_spool_never_reached(tmp_path: Pa
     # The spool lagged: the batch is committed by the eviction before any spool ran.
     vectorizer = TwoSided()
     d = make_deps(tmp_path / "lag", vectorizer=vectorizer)
-    d.hot.create_agent(AGENT, model=MODEL, system_prompt="You are a careful assistant.")
+    create_agent(d.hot, d.store, AGENT, model=MODEL, system_prompt="You are a careful assistant.")
     i = 0
     while not d.hot.pending_batches(AGENT):
         converse(d.hot, AGENT, 1, start=i)
@@ -208,7 +208,7 @@ def test_a_failing_model_never_fails_a_committed_eviction(tmp_path: Path) -> Non
             raise RuntimeError("model fell over")
 
     d = make_deps(tmp_path / "broken", vectorizer=Broken())
-    d.hot.create_agent(AGENT, model=MODEL)
+    create_agent(d.hot, d.store, AGENT, model=MODEL)
     i = 0
     while not d.hot.pending_batches(AGENT):
         converse(d.hot, AGENT, 1, start=i)

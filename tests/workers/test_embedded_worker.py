@@ -18,7 +18,7 @@ from celery import Celery
 from celery.signals import task_postrun
 from prometheus_client import REGISTRY
 
-from tests.doubles.coldpath import MODEL, make_deps, small_settings
+from tests.doubles.coldpath import MODEL, create_agent, make_deps, small_settings
 from tests.doubles.embedder import WordVectorizer, word_embed
 from tests.workers.traffic import Traffic, assert_exactly_once, settled, wait_until
 from vcm.settings import Settings
@@ -49,7 +49,7 @@ class Cold:
 
     def traffic(self, prefix: str = "a") -> Traffic:
         agent = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        self.deps.hot.create_agent(agent, model=MODEL, system_prompt="You are a careful assistant.")
+        create_agent(self.deps.hot, self.deps.store, agent, model=MODEL, system_prompt="You are a careful assistant.")
         return Traffic(self.deps.hot, self.dispatcher, agent)
 
     def drain(self, t: Traffic, timeout_s: float = 60) -> None:

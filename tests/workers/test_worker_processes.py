@@ -40,7 +40,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import multiprocess as prom_multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.doubles.coldpath import MODEL
+from tests.doubles.coldpath import MODEL, create_agent
 from tests.workers.traffic import Traffic, all_message_ids, assert_exactly_once, settled, wait_until
 from vcm.hotpath.state import HotState
 from vcm.settings import Settings, load_settings
@@ -240,7 +240,7 @@ class Fleet:
 
     def traffic(self, prefix: str) -> Traffic:
         agent = f"{prefix}-{uuid.uuid4().hex[:10]}"
-        self.hot.create_agent(agent, model=MODEL, system_prompt="You are a careful assistant.")
+        create_agent(self.hot, self.store, agent, model=MODEL, system_prompt="You are a careful assistant.")
         self.agents.append(agent)
         return Traffic(self.hot, self.dispatcher, agent)
 

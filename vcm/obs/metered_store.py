@@ -72,8 +72,8 @@ class MeteredStore(MemoryStore):
         return getattr(self.inner, name)
 
     # --- agents, lifecycle, snapshots ----------------------------------------------------------
-    def put_agent(self, agent_id: str, config: Mapping[str, Any]) -> AgentRecord:
-        return self._call("put_agent", self.inner.put_agent, agent_id, config)
+    def put_agent(self, agent_id: str, config: Mapping[str, Any], *, incarnation: str = "") -> AgentRecord:
+        return self._call("put_agent", self.inner.put_agent, agent_id, config, incarnation=incarnation)
 
     def get_agent(self, agent_id: str) -> AgentRecord:
         return self._call("get_agent", self.inner.get_agent, agent_id)
@@ -102,8 +102,8 @@ class MeteredStore(MemoryStore):
             "rewrite_summaries", self.inner.rewrite_summaries, agent_id, versions, expected_rev=expected_rev
         )
 
-    def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
-        return self._call("put_fact", self.inner.put_fact, fact, expected_version)
+    def put_fact(self, fact: Fact, expected_version: int | None, *, incarnation: str | None = None) -> Fact:
+        return self._call("put_fact", self.inner.put_fact, fact, expected_version, incarnation=incarnation)
 
     def get_fact(self, agent_id: str, fact_id: str) -> Fact:
         return self._call("get_fact", self.inner.get_fact, agent_id, fact_id)
@@ -192,8 +192,16 @@ class MeteredStore(MemoryStore):
         *,
         events: Sequence[MemoryEvent] = (),
         idempotency: Sequence[IdempotencyRecord] = (),
+        incarnation: str | None = None,
     ) -> int:
-        return self._call("spool_messages", self.inner.spool_messages, messages, events=events, idempotency=idempotency)
+        return self._call(
+            "spool_messages",
+            self.inner.spool_messages,
+            messages,
+            events=events,
+            idempotency=idempotency,
+            incarnation=incarnation,
+        )
 
     def get_messages(self, agent_id: str, message_ids: Sequence[str]) -> list[StoredMessage]:
         return self._call("get_messages", self.inner.get_messages, agent_id, message_ids)
@@ -228,9 +236,21 @@ class MeteredStore(MemoryStore):
         return page
 
     def put_message_vectors(
-        self, agent_id: str, vectors: Sequence[tuple[str, Sequence[float]]], embedding_version: str
+        self,
+        agent_id: str,
+        vectors: Sequence[tuple[str, Sequence[float]]],
+        embedding_version: str,
+        *,
+        incarnation: str | None = None,
     ) -> int:
-        return self._call("put_message_vectors", self.inner.put_message_vectors, agent_id, vectors, embedding_version)
+        return self._call(
+            "put_message_vectors",
+            self.inner.put_message_vectors,
+            agent_id,
+            vectors,
+            embedding_version,
+            incarnation=incarnation,
+        )
 
     def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:
         return self._call("message_vector_ids", self.inner.message_vector_ids, agent_id, message_ids, embedding_version)
@@ -266,8 +286,8 @@ class MeteredStore(MemoryStore):
         return page
 
     # --- archival ------------------------------------------------------------------------------
-    def ingest_archival(self, chunks: Sequence[ArchivalChunk]) -> int:
-        return self._call("ingest_archival", self.inner.ingest_archival, chunks)
+    def ingest_archival(self, chunks: Sequence[ArchivalChunk], *, incarnation: str | None = None) -> int:
+        return self._call("ingest_archival", self.inner.ingest_archival, chunks, incarnation=incarnation)
 
     def search_archival(
         self,
@@ -309,8 +329,8 @@ class MeteredStore(MemoryStore):
         return self._call("get_archival", self.inner.get_archival, agent_id, doc_id)
 
     # --- events --------------------------------------------------------------------------------
-    def append_event(self, event: MemoryEvent) -> MemoryEvent:
-        return self._call("append_event", self.inner.append_event, event)
+    def append_event(self, event: MemoryEvent, *, incarnation: str | None = None) -> MemoryEvent:
+        return self._call("append_event", self.inner.append_event, event, incarnation=incarnation)
 
     def query_events(
         self,
@@ -338,8 +358,8 @@ class MeteredStore(MemoryStore):
         )
 
     # --- graph ---------------------------------------------------------------------------------
-    def add_edge(self, edge: Edge) -> None:
-        self._call("add_edge", self.inner.add_edge, edge)
+    def add_edge(self, edge: Edge, *, incarnation: str | None = None) -> None:
+        self._call("add_edge", self.inner.add_edge, edge, incarnation=incarnation)
 
     def traverse(
         self,
@@ -352,8 +372,8 @@ class MeteredStore(MemoryStore):
         return self._call("traverse", self.inner.traverse, start, kinds, max_depth=max_depth, direction=direction)
 
     # --- idempotency records ---------------------------------------------------------------------
-    def put_idempotency(self, records: Sequence[IdempotencyRecord]) -> None:
-        self._call("put_idempotency", self.inner.put_idempotency, records)
+    def put_idempotency(self, records: Sequence[IdempotencyRecord], *, incarnation: str | None = None) -> None:
+        self._call("put_idempotency", self.inner.put_idempotency, records, incarnation=incarnation)
 
     def get_idempotency(self, agent_id: str, key: str) -> IdempotencyRecord | None:
         return self._call("get_idempotency", self.inner.get_idempotency, agent_id, key)

@@ -104,6 +104,11 @@ EXPIRED = Counter(
 DISPATCH_FAILURES = Counter(
     "vcm_dispatch_failures", "Hot-path dispatches the broker refused (the sweeper catches up)", ["kind"]
 )
+FENCED = Counter(
+    "vcm_fenced_jobs",
+    "Cold-path jobs that wrote nothing: their agent was deleted (or re-created) since they began",
+    ["task"],
+)
 # Write-behind's loss window held by writing through (vcm.service.writebehind): reason size or age (an
 # append found the agent's backlog past a bound) or idle (no append came; the API's own check).
 WRITE_BEHIND_FORCED = Counter(
@@ -185,6 +190,8 @@ SNAPSHOTS = Counter("vcm_snapshots", "Agent snapshots by outcome (taken, failed)
 
 for _kind in ("evict", "spool"):
     DISPATCH_FAILURES.labels(kind=_kind)
+for _task in ("evict", "spool", "ingest"):
+    FENCED.labels(task=_task)
 for _reason in ("size", "age", "idle"):
     WRITE_BEHIND_FORCED.labels(reason=_reason)
 for _trigger in ("threshold", "request"):
@@ -277,6 +284,11 @@ def warning() -> None:
 @_never_raises
 def flush(trigger: str) -> None:
     FLUSHES.labels(trigger=trigger).inc()
+
+
+@_never_raises
+def fenced(task: str) -> None:
+    FENCED.labels(task=task).inc()
 
 
 @_never_raises

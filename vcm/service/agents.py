@@ -4,6 +4,7 @@ health, audit events, the chat turn lock)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,7 +39,10 @@ class Agents:
         actor: str = Actor.SYSTEM,
     ) -> AgentInfo:
         self.core.rebuild(agent_id)  # an agent known to the store answers as it was, not anew
-        info = self.core.hot.create_agent(agent_id, model=model, system_prompt=system_prompt, tools=tools)
+        # A new incarnation: the cold path's writes for an earlier agent of this id are fenced.
+        info = self.core.hot.create_agent(
+            agent_id, model=model, system_prompt=system_prompt, tools=tools, incarnation=uuid.uuid4().hex
+        )
         self.core.durable.agent_created(agent_id, agent_config(info.model, system_prompt, tools))
         self.core.event(
             agent_id,

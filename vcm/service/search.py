@@ -159,7 +159,17 @@ class Search:
             return job
         try:
             self.core.dispatcher.ingest(
-                IngestRequest(agent_id, job_id, doc, text, source, meta, actor=actor, idempotency_key=idempotency_key)
+                IngestRequest(
+                    agent_id,
+                    job_id,
+                    doc,
+                    text,
+                    source,
+                    meta,
+                    actor=actor,
+                    idempotency_key=idempotency_key,
+                    incarnation=self.core.hot.incarnation(agent_id),
+                )
             )
         except VcmError as exc:
             self.core.hot.jobs.failed(agent_id, job_id, exc.to_dict(), self.core.clock())

@@ -28,6 +28,22 @@ def advance_id_floor(key: str, floor: int) -> AqlQuery:
     return AqlQuery(text, {"key": key, "floor": floor})
 
 
+def fence(agent_keys: Sequence[str], incarnation: str, now: float) -> AqlQuery:
+    """The fence of a cold-path write, run first inside its stream transaction: the agent records
+    of ``agent_keys`` that still hold ``incarnation`` (a record without one holds "") are
+    updated (``fenced_at``) and their agent ids returned; the caller aborts unless every key
+    answered. The update is the point: it write-locks the record until the transaction ends, so
+    a concurrent ``delete_agent`` (which removes the record first) conflicts with it, one of the
+    two aborts, and no fenced write lands after the delete."""
+    text = (
+        f"FOR a IN {names.CORE}\n"
+        '  FILTER a._key IN @keys AND a.kind == "agent" AND NOT_NULL(a.incarnation, "") == @incarnation\n'
+        f"  UPDATE a WITH {{ fenced_at: @now }} IN {names.CORE}\n"
+        "  RETURN NEW.agent_id"
+    )
+    return AqlQuery(text, {"keys": list(agent_keys), "incarnation": incarnation, "now": now})
+
+
 def uncommitted_messages(agent_id: str, summary_vertex: str, after_seq: int, limit: int) -> AqlQuery:
     """Messages by seq with no ``recall_log`` edge from the summary (the FIFO of a rebuild). The
     (agent_id, seq) index serves FILTER and SORT; the edge index on ``_to`` answers each probe."""

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import pytest
 
 from tests.doubles.coldpath import MODEL, small_settings
 from tests.doubles.embedder import word_embed
+from vcm.durable import agent_config
 from vcm.errors import ValidationError
 from vcm.hotpath.state import HotState
 from vcm.store import open_store
+from vcm.store.port import MemoryStore
 from vcm.tasks.recall.reembed import reembed_agent
 from vcm.tasks.recall.vectors import Turn, context_turns, later_turns
-from vcm.tasks.spool import spool_messages
+from vcm.tasks.spool import SpoolOutcome, spool_messages
 from vcm.tasks.summary.selection import Vectors
 
 
@@ -39,6 +42,12 @@ class RecordingVectorizer:
         return list(rows)
 
 
+def spool(hot: HotState, store: MemoryStore, agent: str, ids: Sequence[str], **kwargs: Any) -> SpoolOutcome:
+    """The spool, into a store that knows the agent (its writes are for a known agent only)."""
+    store.put_agent(agent, agent_config(MODEL, "", ()))
+    return spool_messages(hot, store, agent, ids, **kwargs)
+
+
 def conversation(hot: HotState, agent: str, n: int) -> list[str]:
     hot.create_agent(agent, model=MODEL)
     return [hot.append(agent, "user", f"turn {i} about topic {i % 5}").message_id for i in range(n)]
@@ -52,8 +61,8 @@ def test_reembedding_matches_what_the_spool_embeds_across_pages(tmp_path: Path) 
     try:
         at_spool = RecordingVectorizer()
         for message_id in ids:  # one spool per append, as the hot path dispatches them
-            spool_messages(hot, spooled_store, "a1", [message_id], vectorizer=at_spool)
-        spool_messages(hot, bare_store, "a1", ids)  # vectors lost (say, written by an older model)
+            spool(hot, spooled_store, "a1", [message_id], vectorizer=at_spool)
+        spool(hot, bare_store, "a1", ids)  # vectors lost (say, written by an older model)
 
         later = RecordingVectorizer()
         outcome = reembed_agent(bare_store, "a1", later, page=3)
@@ -76,7 +85,7 @@ def test_reembedding_is_idempotent_and_resumes(tmp_path: Path) -> None:
     ids = conversation(hot, "a2", 7)
     store = open_store(f"sqlite:///{tmp_path / 'vcm.db'}")
     try:
-        spool_messages(hot, store, "a2", ids)
+        spool(hot, store, "a2", ids)
         store.put_message_vectors("a2", [(ids[2], [1.0, 0.0]), (ids[5], [0.0, 1.0])], "old-model:v1")
         first = RecordingVectorizer(version="new:v2")
         # a run that already embedded three (stopped midway)
@@ -110,7 +119,7 @@ def test_a_bounded_run_resumes_where_it_stopped_with_the_same_context(tmp_path: 
     parts = open_store(f"sqlite:///{tmp_path / 'parts.db'}")
     try:
         for store in (whole, parts):
-            spool_messages(hot, store, "a3", ids)
+            spool(hot, store, "a3", ids)
         in_one = RecordingVectorizer()
         reembed_agent(whole, "a3", in_one, page=4)
 
