@@ -74,3 +74,13 @@ def message_seq(message_id: str) -> int | None:
     """The seq in a hot-path message id; None for any other id."""
     digits = message_id.removeprefix(MESSAGE_ID_PREFIX)
     return int(digits) if message_id.startswith(MESSAGE_ID_PREFIX) and digits.isdigit() else None
+
+
+# string per batch, with a TTL: the batch was begun by evict_fifo(summarize=false), so the cold
+# path commits it to recall and leaves the recursive summary as it is (deleted once it finished).
+SKIP_SUMMARY = "skip_summary:"
+SKIP_SUMMARY_TTL_S = 7 * 86400  # far beyond any batch's life; a stale flag must not outlive its id
+
+
+def skip_summary(agent_id: str, batch_id: int) -> str:
+    return prefix(agent_id) + SKIP_SUMMARY + str(batch_id)

@@ -116,6 +116,19 @@ class HotReads:
         raws = self.redis.hmget(keys.key(agent_id, keys.MESSAGES), ids)
         return [Message.from_json(json.loads(r)) for r in raws if r is not None]
 
+    def summary_skipped(self, agent_id: str, batch_id: int) -> bool:
+        """Whether the batch was begun with ``summarize=false`` (:meth:`skip_summary`)."""
+        return bool(self.redis.exists(keys.skip_summary(agent_id, batch_id)))
+
+    def skip_summary(self, agent_id: str, batch_id: int) -> None:
+        """Mark a begun batch to leave the summary as it is; a plain key beside the batch (not
+        in its Lua-kept record), set before the batch is dispatched and dropped once it finished
+        (:meth:`summary_done`), with a TTL for a batch that never finishes."""
+        self.redis.set(keys.skip_summary(agent_id, batch_id), "1", ex=keys.SKIP_SUMMARY_TTL_S)
+
+    def summary_done(self, agent_id: str, batch_id: int) -> None:
+        self.redis.delete(keys.skip_summary(agent_id, batch_id))
+
     def summary(self, agent_id: str) -> tuple[str, int, int, int]:
         """(text, tokens, rev, last batch id folded in)."""
         data = self.redis.hgetall(keys.key(agent_id, keys.SUMMARY))

@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         chunking["window_overlap_tokens"] = args.window_overlap
     if args.target_tokens is not None:
         chunking["target_tokens"] = args.target_tokens
-    cfg = load_settings({"chunking": chunking} if chunking else None, environ={})
+    # Naive chunking is the comparison here: allowed, as [ingest] allow_naive says.
+    overrides: dict[str, Any] = {"ingest": {"allow_naive": True}} | ({"chunking": chunking} if chunking else {})
+    cfg = load_settings(overrides, environ={})
     texts = synthetic_corpus(args.synthetic) if args.synthetic else locomo_corpus(args.data)
     if args.docs:
         texts = texts[: args.docs]

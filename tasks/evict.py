@@ -94,6 +94,8 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
         previous = store.get_summary(agent_id)
         if previous is not None and previous.batch_id >= batch_id:
             return _finish(deps, agent_id, batch_id, previous.text, "replayed")
+        if hot.summary_skipped(agent_id, batch_id):  # evict_fifo(summarize=false): keep the summary
+            deps = dataclasses.replace(deps, summarizer=keep_summary)
         faults.point("evict.before_summarize")
         check = summarize(deps, agent_id, previous.text if previous is not None else "", messages)
         draft = check.draft
@@ -155,6 +157,7 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
             metrics.drift(check.first_score, check.retry_score)
         faults.point("evict.after_commit")
         outcome = _finish(deps, agent_id, batch_id, text, "replayed" if result.replayed else "committed", draft.score)
+        hot.summary_done(agent_id, batch_id)
     _backfill(deps, agent_id, messages)
     return outcome
 
@@ -220,6 +223,13 @@ def summarize(deps: Deps, agent_id: str, previous: str, messages: Sequence[Messa
         settings.drift.threshold,
         params.retention_threshold,
     )
+
+
+def keep_summary(request: Request, params: Params) -> Draft:
+    """The summarizer of a batch begun with ``summarize=false``: the summary as it stands, nothing
+    folded in (so nothing drifts); the batch still goes to recall whole."""
+    text = request.previous
+    return Draft(text, request.count(text) if text else 0, 1.0, "skipped", len(text.splitlines()))
 
 
 def _scanner(settings: poisoning.PoisoningSettings) -> Callable[[str], tuple[str, ...]]:

@@ -13,8 +13,9 @@ document. Re-ingesting a document under the same embedding version with differen
 boundaries (chunking settings changed) raises :class:`~vcm.errors.IdempotencyMismatch`
 instead of mixing two chunkings: bump ``ingest.version_suffix``.
 
-``naive`` mode (chunks embedded without their document) is for comparison only; every document
-ingested that way is recorded as a ``compliance_violation`` memory event.
+``naive`` mode (chunks embedded without their document) is for comparison only: refused unless
+``[ingest] allow_naive`` (:func:`naive_gate`), and every document ingested that way is recorded as
+a ``compliance_violation`` memory event.
 
 Input checks are in :mod:`vcm.tasks.ingest.checks`, files and folders in :mod:`vcm.tasks.ingest.files`.
 """
@@ -29,8 +30,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from vcm.errors import IdempotencyMismatch, ValidationError, VcmError
-from vcm.obs import audit, footprint
+from vcm.errors import IdempotencyMismatch, PolicyRefused, ValidationError, VcmError
+from vcm.obs import audit, footprint, metrics
 from vcm.settings import Settings, get_settings
 from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
@@ -127,6 +128,8 @@ def prepare(
     chosen: Mode = settings.ingest.mode if mode is None else mode
     if chosen not in MODES:
         raise ValidationError(f"unknown chunking mode {chosen!r}; use one of {', '.join(MODES)}", field="mode")
+    if chosen == "naive":
+        naive_gate(store, agent_id, doc_id, source, settings)
     meta = checked_metadata(metadata)
     if valid_until is not None and not (isinstance(valid_until, int | float) and math.isfinite(valid_until)):
         raise ValidationError("valid_until must be a finite unix time or None", field="valid_until")
@@ -140,6 +143,36 @@ def prepare(
         raise ValidationError(f"document {doc_id!r} has no tokens to embed", doc_id=doc_id)
     stored = _stored_already(store, agent_id, doc_id, version, plan)
     return Job(agent_id, doc_id, plan, version, chosen, source, meta, valid_until, stored)
+
+
+NAIVE_RULE = "late_chunking"
+
+
+def naive_gate(store: MemoryStore, agent_id: str, doc_id: str, source: str, settings: Settings) -> None:
+    """Seed 000: a naive (non-late) chunking is a compliance violation that blocks ingestion and
+    raises the zero-propagation alarm. Refused (POLICY_REFUSED, with its ``compliance_violation``
+    row and the ``vcm_compliance_violations`` alarm) unless ``[ingest] allow_naive``; allowed, it
+    is counted here and its row written with the chunks (:func:`_compliance_event`)."""
+    if settings.ingest.allow_naive:
+        metrics.compliance_violation(NAIVE_RULE, "allowed")
+        return
+    metrics.compliance_violation(NAIVE_RULE, "blocked")
+    key = hashlib.sha256(f"{agent_id}\x1f{doc_id}\x1fblocked".encode()).hexdigest()[:32]
+    store.append_event(
+        MemoryEvent(
+            agent_id=agent_id,
+            kind=EventKind.COMPLIANCE_VIOLATION,
+            payload={"rule": NAIVE_RULE, "mode": "naive", "doc_id": doc_id, "source": source, "blocked": True},
+            event_id=f"compliance-{key}",
+            actor=audit.worker("ingest"),
+        )
+    )
+    raise PolicyRefused(
+        "naive chunking is refused: archival documents are embedded with late chunking (set [ingest] "
+        "allow_naive = true to allow it for a comparison; it stays recorded as a compliance violation)",
+        field="mode",
+        doc_id=doc_id,
+    )
 
 
 def _rows(job: Job, vectors: Vectors, model_id: str) -> list[ArchivalChunk]:

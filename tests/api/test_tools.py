@@ -40,7 +40,7 @@ def test_tool_calls_run_through_the_executor(client: TestClient, me: dict[str, s
     assert stored["message"]["role"] == "tool" and stored["message"]["tool_call_id"] == "call-1"
     rev = stored["payload"]["_rev"]
     fetched = call(client, me, "fetch_core", block_id="persona")
-    assert fetched["ok"] and fetched["payload"]["blocks"][0]["_rev"] == rev
+    assert fetched["ok"] and fetched["payload"]["_rev"] == rev and fetched["payload"]["token_estimate"] > 0
     appended = call(client, me, "append_fifo", role="user", content="hello", idempotency_key="a1")
     assert appended["ok"]
     ctx = client.get("/v1/agents/alice/context", headers=me).json()

@@ -194,9 +194,13 @@ def test_a_step_of_several_calls_is_governed_once(h: Harness) -> None:
     ]
     for r in results:
         assert r.heartbeat.requested and not r.heartbeat.governed and "heartbeat" not in r.payload
-    assert results[1].payload == {"chain_id": None, "depth": 0, "recorded": False} | {
-        k: results[1].payload[k] for k in ("context_total", "context_free")
-    }
+    assert results[1].payload == {
+        "chain_id": None,
+        "depth": 0,
+        "recorded": False,
+        "chain_depth": 0,
+        "duration_ms": 0,
+    } | {k: results[1].payload[k] for k in ("context_total", "context_free")}
     outcome = h.executor.govern("a1", any(r.heartbeat.requested for r in results))
     assert outcome.run and outcome.depth == 1
     assert h.executor.governor.state("a1").depth == 1

@@ -107,7 +107,7 @@ def test_every_tool_runs_and_reports_tokens(h: Harness) -> None:
     assert hits.payload["results"][0]["source"] == "atlas"
 
     evicted = h.call("a1", "evict_fifo", count=1, idempotency_key="e1")
-    assert evicted.ok and evicted.payload["evicted"] == 1
+    assert evicted.ok and evicted.payload["evicted_count"] == 1
     assert h.dispatcher.evictions == [("a1", evicted.payload["batch_id"])]
 
     deleted = h.call(
@@ -171,7 +171,20 @@ BAD: list[tuple[str, Mapping[str, Any] | str, str]] = [
     ("search_archival", {"query": "x", "k": 0}, "k"),
     ("ingest_archival", {"text": "x", "doc_id": "/etc", "idempotency_key": "k"}, "doc_id"),
     ("record_heartbeat", {"note": "x" * 501}, "note"),
-    ("record_heartbeat", "{}", "request_heartbeat"),
+    ("record_heartbeat", '{"request_heartbeat": "yes"}', "request_heartbeat"),
+    ("evict_fifo", {"count": 1, "target_tokens": 100, "idempotency_key": "k"}, "count"),
+    ("append_fifo", {"role": "user", "content": "x", "message": "x", "idempotency_key": "k"}, "message"),
+    ("write_recall", {"idempotency_key": "k"}, "entries"),
+    ("write_recall", {"entries": [{"content": "x", "mood": "sad"}], "idempotency_key": "k"}, "entries.0"),
+    ("search_archival", {"query": "x", "query_vector": [0.1, 0.2]}, "query_vector"),
+    ("search_archival", {"query": "x", "nProbe": 100000}, "nProbe"),
+    ("search_archival", {"query": "x", "limit": 2, "k": 2}, "limit"),
+    (
+        "store_core",
+        {"block_id": "b", "content": "x", "policy": "pinned", "pinned": True, "idempotency_key": "k"},
+        "policy",
+    ),
+    ("ingest_archival", {"chunks": ["x"], "idempotency_key": "k"}, "embeddings"),
 ]
 
 
@@ -457,7 +470,7 @@ def fill_block(h: Harness, agent: str, free_below: int, key: str = "big") -> str
     return str(result.payload["_rev"])
 
 
-def test_paging_refuses_only_what_does_not_fit(h: Harness) -> None:
+def test_paging_spools_only_what_does_not_fit(h: Harness) -> None:
     h.service.create_agent("small", model=SMALL)
     for i in range(12):
         h.call("small", "write_recall", content=zebra(i), idempotency_key=f"z{i}")
@@ -472,28 +485,38 @@ def test_paging_refuses_only_what_does_not_fit(h: Harness) -> None:
     free = h.hot.gauges("small").free
     assert ENVELOPE_TOKENS + 64 < free < 470 < PAGE_TOKENS
     part = h.call("small", "search_recall", query="zebra", mode="text", limit=4, cursor=cursor)
-    assert part.ok and "stopped" not in part.payload and part.payload["results"]
+    assert part.ok and "spooled" not in part.payload and part.payload["results"]
     assert page_tokens(h, part) <= free - ENVELOPE_TOKENS
     small_block = h.call("small", "fetch_core", block_id="tiny")
-    assert small_block.ok and [b["block_id"] for b in small_block.payload["blocks"]] == ["tiny"]
-    # What does not fit whole is refused, keeping the cursor: the big block comes first here, and
-    # the one quagga note is longer than what is free.
+    assert (
+        small_block.ok and small_block.payload["block_id"] == "tiny" and small_block.payload["content"] == "Likes tea."
+    )
+    # What does not fit is spooled into recall (seed 000), a preview and the ids in context: the big
+    # block comes first here, and the one quagga note is longer than what is free.
     everything = h.call("small", "fetch_core")
-    assert everything.payload["stopped"] == "context_full" and everything.payload["next_cursor"] is None
+    assert everything.ok and everything.payload["spooled"] is True and everything.tokens <= free
+    held = h.store.get_messages("small", everything.payload["message_ids"])
+    assert [b["block_id"] for b in json.loads("".join(m.content for m in held))["blocks"]] == ["big"]
+    assert everything.payload["next_cursor"]  # the stub keeps the page's cursor: tiny comes next
     long_note = h.call("small", "write_recall", content="Quagga notes. " + filler(h.hot.counter(SMALL), 330, "stripes"),
                        idempotency_key="q")  # fmt: skip
     assert long_note.ok
-    refused = h.call("small", "search_recall", query="quagga", mode="text")
-    assert refused.ok and refused.payload["stopped"] == "context_full" and refused.payload["results"] == []
-    assert refused.payload["free_tokens"] == free and refused.payload["next_cursor"] is None
+    spooled = h.call("small", "search_recall", query="quagga", mode="text")
+    assert spooled.ok and spooled.payload["spooled"] is True and spooled.tokens <= free
+    held = h.store.get_messages("small", spooled.payload["message_ids"])
+    assert json.loads("".join(m.content for m in held))["results"][0]["id"] == long_note.payload["message_id"]
+    assert h.hot.gauges("small").free == free  # the context took none of it
 
     h.call("small", "store_core", block_id="big", delete=True, _rev=rev, idempotency_key="drop")
     resumed = h.call("small", "search_recall", query="zebra", mode="text", limit=4, cursor=part.payload["next_cursor"])
     assert resumed.ok and len(resumed.payload["results"]) == 4
     seen = {r["id"] for r in first.payload["results"]} | {r["id"] for r in part.payload["results"]}
     assert seen.isdisjoint(r["id"] for r in resumed.payload["results"])
+    for copy in spooled.payload["message_ids"]:  # the spooled page would come up too, beside the note
+        h.service.forget_message("small", copy)
     whole = h.call("small", "search_recall", query="quagga", mode="text")
-    assert whole.ok and "truncated" not in whole.payload["results"][0]
+    (note,) = [r for r in whole.payload["results"] if r["id"] == long_note.payload["message_id"]]
+    assert whole.ok and "truncated" not in note
 
 
 def test_an_empty_result_has_no_cursor(h: Harness) -> None:
@@ -618,7 +641,9 @@ def test_rehydration_goes_through_the_budget_and_may_begin_an_eviction(h: Harnes
         i += 1
     result = h.call("small", "search_recall", query="narwhal log", mode="text", rehydrate=True)
     assert result.ok and result.payload["rehydrated"] == [note.payload["message_id"]]
-    assert h.fifo("small")[-1].metadata["recalled_id"] == note.payload["message_id"]
+    # The last message but a memory-pressure notice the eviction's new summary may add.
+    (last,) = [m for m in h.fifo("small") if m.kind != "pressure"][-1:]
+    assert last.metadata["recalled_id"] == note.payload["message_id"]
     assert h.dispatcher.evictions and h.hot.gauges("small").total <= 1024  # flushed down to target
 
 

@@ -73,6 +73,7 @@ def doctor_checks(settings: Settings, *, strict: bool) -> list[tuple[str, bool, 
         return f"{e.model_id} dim={e.dimension} max_tokens={e.max_tokens}"
 
     check("embedding model", model)
+    results.append(chunking_check(settings, strict=strict))
     if settings.store_url.startswith("arango"):
         results.append(transport_check(settings, strict=strict))
         results.append(users_check(settings, strict=strict))
@@ -125,6 +126,20 @@ def maintenance_checks(settings: Settings, now: float | None = None) -> list[tup
         detail = f"last ran {stamp} ({age:.0f}s ago, {run.outcome.get('trigger', '?')}; {every}): {counts}"
         found.append((f"maintenance {run.job}", True, detail + ("; OVERDUE: is a beat running?" if overdue else "")))
     return found
+
+
+def chunking_check(settings: Settings, *, strict: bool) -> tuple[str, bool, str]:
+    """Late chunking compliance: naive chunking refused unless ``[ingest] allow_naive``."""
+    ingest = settings.ingest
+    if not ingest.allow_naive:
+        if ingest.mode == "naive":
+            return ("late chunking", False, "[ingest] mode = naive but allow_naive = false: every ingestion is refused")
+        return ("late chunking", True, "enforced: naive chunking refused ([ingest] allow_naive = false)")
+    detail = (
+        f"naive chunking ALLOWED ([ingest] allow_naive = true, mode = {ingest.mode}): each naive document is a "
+        "compliance violation (zero propagation)"
+    )
+    return ("late chunking", not strict, detail)
 
 
 def transport_check(settings: Settings, *, strict: bool) -> tuple[str, bool, str]:

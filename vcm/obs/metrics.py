@@ -157,6 +157,27 @@ FILTER_DROP = Histogram(
     "Share of vector candidates the metadata post-filters dropped, per ranked archival search",
     buckets=(0.0, *_RATIO_BUCKETS),
 )
+# nProbe a caller chose (search_archival's nProbe); searches left on the index's default are counted
+# apart, since the adapters pick that value per index.
+ARCHIVAL_NPROBE = Histogram(
+    "vcm_archival_search_nprobe",
+    "nProbe asked of the vector index per archival search (those on the index default: _nprobe_default)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+)
+ARCHIVAL_NPROBE_DEFAULT = Counter(
+    "vcm_archival_search_nprobe_default", "Archival searches left on the vector index's default nProbe"
+)
+RECALL_SEARCHES = Counter(
+    "vcm_recall_searches",
+    "Recall search pages by mode and outcome (hit: at least one result, miss: none); hit rate = hit / all",
+    ["mode", "outcome"],
+)
+COMPLIANCE = Counter(
+    "vcm_compliance_violations",
+    "Late-chunking violations of archival ingestion (the zero-propagation alarm) by rule and outcome "
+    "(blocked; allowed: [ingest] allow_naive)",
+    ["rule", "outcome"],
+)
 STORE_ERRORS = Counter(
     "vcm_store_errors", "Store calls that raised, by operation and error code", ["operation", "code"]
 )
@@ -320,6 +341,7 @@ def chain_end(reason: str, depth: int, duration_s: float, *, chain: bool) -> Non
 def recall_search(mode: str, seconds: float, hits: int) -> None:
     RECALL_SECONDS.labels(mode=mode).observe(seconds)
     RECALL_HITS.labels(mode=mode).observe(hits)
+    RECALL_SEARCHES.labels(mode=mode, outcome="hit" if hits > 0 else "miss").inc()
 
 
 @_never_raises
@@ -332,6 +354,21 @@ def archival_search(seconds: float, hits: int, offset: int | None, judged: int, 
         ARCHIVAL_PAGE.observe(offset // k + 1)
     if judged > 0:
         FILTER_DROP.observe(dropped / judged)
+
+
+@_never_raises
+def archival_n_probe(n_probe: int | None) -> None:
+    """The nProbe one archival search asked for (None: the index's default)."""
+    if n_probe is None:
+        ARCHIVAL_NPROBE_DEFAULT.inc()
+    else:
+        ARCHIVAL_NPROBE.observe(n_probe)
+
+
+@_never_raises
+def compliance_violation(rule: str, outcome: str) -> None:
+    """A late-chunking violation: ``blocked``, or ``allowed`` by ``[ingest] allow_naive``."""
+    COMPLIANCE.labels(rule=rule, outcome=outcome).inc()
 
 
 @_never_raises

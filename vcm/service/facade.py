@@ -119,6 +119,7 @@ class MemoryService:
         self.append = self.messages.append
         self.evict = self.messages.evict
         self.write_recall = self.messages.write_recall
+        self.write_recall_entries = self.messages.write_recall_entries
         self.context = self.messages.context
         self.fifo_ids = self.messages.fifo_ids
         self.keep_captured = self.messages.keep_captured
@@ -131,6 +132,8 @@ class MemoryService:
         self.search_recall = self.search.search_recall
         self.search_archival = self.search.search_archival
         self.ingest_archival = self.search.ingest_archival
+        self.ingest_chunks = self.search.ingest_chunks
+        self.vector_index_used = self.search.vector_index_used
         self.ingest_job = self.search.ingest_job
         # facts and the entity graph
         self.remember = self.facts.remember

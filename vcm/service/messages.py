@@ -7,12 +7,14 @@ audit rows, captured facts) makes every entry point's append the same."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vcm import validation
 from vcm.errors import IdempotencyMismatch, PolicyRefused, ValidationError
 from vcm.facts.capture import Captured, capture
+from vcm.hotpath.budget import Budget, FifoEntry, plan_eviction
 from vcm.hotpath.context import AssembledContext, assemble
 from vcm.obs import footprint, metrics
 from vcm.service.core import Core
@@ -113,18 +115,72 @@ class Messages:
         return res
 
     def evict(
-        self, agent_id: str, count: int, *, idempotency_key: str | None = None, actor: str = Actor.SYSTEM
+        self,
+        agent_id: str,
+        count: int | None = None,
+        *,
+        target_tokens: int | None = None,
+        summarize: bool = True,
+        idempotency_key: str | None = None,
+        actor: str = Actor.SYSTEM,
     ) -> tuple[int, BatchInfo | None]:
+        """Begin an eviction batch now: the oldest ``count`` unpinned messages, or (``count``
+        None) as many of the oldest as bring the context to ``target_tokens`` (None: the target
+        line). ``summarize`` False leaves the recursive summary as it is for this batch; recall
+        gets every message either way."""
+        if count is not None and target_tokens is not None:
+            raise ValidationError("send count or target_tokens, not both", field="count")
+        if target_tokens is not None and (
+            not isinstance(target_tokens, int) or isinstance(target_tokens, bool) or target_tokens < 0
+        ):
+            raise ValidationError("target_tokens must be an integer of at least 0", field="target_tokens")
+        hot_key = idempotency_key
+        if count is None:
+            count, hot_key = self._count_for_target(agent_id, target_tokens, summarize, idempotency_key)
+            if count == 0:
+                return self.core.hot.gauges(agent_id).total, None
         with self.core.refusals_audited(agent_id, "evict", actor, idempotency_key):
             total, batch = self.core.hot_call(
-                agent_id, self.core.hot.evict_oldest, agent_id, count, idempotency_key=idempotency_key
+                agent_id, self.core.hot.evict_oldest, agent_id, count, idempotency_key=hot_key
             )
         # Its record, in the store too: a retry after Redis lost it evicts nothing more.
-        self.core.durable.keep_hot_record(agent_id, idempotency_key)
+        self.core.durable.keep_hot_record(agent_id, hot_key)
         if batch is not None:
+            if not summarize:  # before the cold path can see the batch
+                self.core.hot.skip_summary(agent_id, batch.id)
             self.core.batch_begun(agent_id, batch, total, False, actor, idempotency_key)
             metrics.flush("request")
         return total, batch
+
+    def _count_for_target(
+        self, agent_id: str, target_tokens: int | None, summarize: bool, idempotency_key: str | None
+    ) -> tuple[int, str | None]:
+        """How many of the oldest unpinned messages bring the context to the target, planned as
+        the flush path plans (:func:`vcm.hotpath.budget.plan_eviction`). Under a key the first
+        call's count is kept with the key, so a retry evicts that batch again (a replay) instead
+        of planning afresh on the smaller context; the hot path's own record then lives under a
+        derived key."""
+        snap = self.core.hot_call(agent_id, self.core.hot.snapshot, agent_id)
+        info = self.core.agent(agent_id)
+        gauges = assemble(snap).gauges
+        target = target_tokens
+        if target is None:
+            target = Budget.for_window(info.window, self.core.settings.budget).target
+        pending = sum(n for _, n, _ in snap.placeholders)
+        plan = plan_eviction(
+            [FifoEntry(m.id, m.tokens, m.pinned) for m in snap.fifo],
+            gauges.total,
+            target,
+            snap.counter("ph_base"),
+            pending=pending,
+            placeholders=gauges.placeholders,
+        )
+        count = len(plan.message_ids)
+        if idempotency_key is None:
+            return count, None
+        request = {"target_tokens": target_tokens, "summarize": summarize}
+        first, _ = self.core.claim(agent_id, idempotency_key, "evict_fifo", request, {"count": count})
+        return int(first["count"]), "evict#" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:32]
 
     def write_recall(
         self,
@@ -188,6 +244,69 @@ class Messages:
             change=footprint.recall_note(content, tokens, role=role),
         )
         return self.core.store.get_messages(agent_id, [message_id])[0]
+
+    def write_recall_entries(
+        self,
+        agent_id: str,
+        entries: Sequence[Mapping[str, Any]],
+        *,
+        idempotency_key: str,
+        actor: str = Actor.SYSTEM,
+    ) -> list[StoredMessage]:
+        """Several notes (``{"content", "role"?}`` each) straight into recall in one store write
+        under one idempotency key: all of them or none. A retry with the key returns the same
+        notes; the key used for other notes is IDEMPOTENCY_MISMATCH. The ids come from the key
+        and each note's position, as :meth:`write_recall`'s come from its key."""
+        if not isinstance(entries, Sequence) or isinstance(entries, str) or not 1 <= len(entries) <= 100:
+            raise ValidationError("entries must be a list of 1 to 100 notes", field="entries")
+        validation.idempotency_key(idempotency_key)
+        limit = self.core.settings.budget.max_content_chars
+        checked: list[tuple[str, str]] = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, Mapping) or set(entry) - {"content", "role"}:
+                raise ValidationError("each entry is {content, role?}", field=f"entries.{i}")
+            role = str(entry.get("role", "assistant"))
+            validation.role(role)
+            checked.append((role, validation.text(entry.get("content"), f"entries.{i}.content", limit)))
+        info = self.core.agent(agent_id)
+        base = hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:16]
+        ids = [f"r{base}e{i}" for i in range(len(checked))]
+        digest = hashlib.sha256(json.dumps(checked, ensure_ascii=False).encode("utf-8")).hexdigest()
+        self.core.claim(agent_id, idempotency_key, "write_recall", {"entries_sha256": digest}, {"message_ids": ids})
+        existing = self.core.store.get_messages(agent_id, ids)
+        if len(existing) == len(ids):  # a replay whose first call wrote them (one write: all or none)
+            return existing
+        counter = self.core.hot.counter(info.model)
+        now = self.core.clock()
+        ttl = self.core.settings.maintenance.recall_ttl_s
+        notes = []
+        for message_id, (role, content) in zip(ids, checked, strict=True):
+            _, seq = self.core.hot.reserve_message_id(agent_id)
+            notes.append(
+                StoredMessage(
+                    agent_id,
+                    message_id,
+                    seq,
+                    role,
+                    content,
+                    counter.message(content),
+                    now,
+                    metadata={"kind": "recall_note"},
+                    expires_at=now + ttl if ttl else None,
+                )
+            )
+        self.core.store.spool_messages(notes)  # one store transaction for every note
+        for note in notes:
+            self.core.event(
+                agent_id,
+                EventKind.RECALL_WRITE,
+                {"message_id": note.message_id, "tokens": note.tokens},
+                actor,
+                event_id=audit_id(agent_id, "recall", note.message_id),
+                idempotency_key=idempotency_key,
+                change=footprint.recall_note(note.content, note.tokens, role=note.role),
+            )
+        return self.core.store.get_messages(agent_id, ids)
 
     def context(self, agent_id: str, *, token_sha256: str | None = None) -> AssembledContext:
         """The assembled main context; ``token_sha256`` as in :meth:`append`, read in the snapshot's

@@ -56,6 +56,13 @@ class IngestSettings(BaseModel):
     # "late" embeds chunks in their document's context; "naive" (each chunk alone) is only for
     # comparison and is recorded as a compliance_violation event.
     mode: Literal["late", "naive"] = "late"
+    # Naive chunking breaks seed 000's late-chunking rule, so it is refused (POLICY_REFUSED, a
+    # compliance_violation row and the vcm_compliance_violations alarm) unless allowed here; then
+    # it is still recorded. `vcm doctor` reports this setting.
+    allow_naive: bool = False
+    # Upper bound on the nProbe a search_archival call may ask of the vector index (cells searched
+    # per query): a larger value costs latency with no bound.
+    max_n_probe: int = Field(64, ge=1, le=65536)
     # Suffix of the embedding version "<model_id>:<mode>:<suffix>"; bump it when chunking changes.
     version_suffix: str = Field("v1", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     # File name endings a folder walk picks up (files named explicitly are always read).

@@ -7,10 +7,12 @@ become a ``VALIDATION_ERROR`` payload and change no memory; coded runtime errors
 read. Only programming errors and infrastructure failures (Redis down) propagate.
 
 Every result carries token gauges (``context_total``, ``context_free``) and the heartbeat
-outcome. Read results come in pages of at most 512 tokens (:mod:`vcm.tools.paging`); paging stops,
-saying so, when the context has less than a page free. Any other output larger than a page, or
-than the free context, is spooled into recall memory and replaced by a preview and the stored
-ids. A failed call asks for a heartbeat whatever its arguments said, so the model can read the
+outcome. Read results come in pages of at most 512 tokens (:mod:`vcm.tools.paging`), smaller
+when less is free. A result that fits the free room (all of it, gauges and heartbeat report
+included) is served whole, never refused for room; one that does not, or any other output larger
+than a page, is spooled into recall memory and replaced by a preview and the stored ids (seed
+000). ``request_heartbeat`` may be left out (false), and seed 000's searches call it
+``heartbeat``. A failed call asks for a heartbeat whatever its arguments said, so the model can read the
 error and correct itself; the governor still bounds the chain.
 
 The tools themselves live by kind: writes in :mod:`vcm.tools.write_handlers`, searches in
@@ -48,8 +50,13 @@ from vcm.tools.results import ToolResult
 from vcm.tools.schemas import TOOL_NAMES, schema_of
 from vcm.tools.search_handlers import SearchHandlers
 from vcm.tools.write_handlers import WriteHandlers
+from vcm.types import AgentInfo
 
 _AUDITED_BY_THE_SERVICE = frozenset({"TOKEN_BUDGET_EXCEEDED", "PIN_LIMIT_EXCEEDED"})
+
+
+def _optional_heartbeat(schema: dict[str, Any]) -> dict[str, Any]:
+    return schema | {"required": [r for r in schema.get("required", []) if r != "request_heartbeat"]}
 
 
 class ToolExecutor(WriteHandlers, SearchHandlers):
@@ -68,7 +75,9 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
         self.page_tokens = page_tokens
         self.governor = HeartbeatGovernor(service.hot.heartbeats, service.settings.heartbeat, clock=clock)
         self._secret = cursor_secret
-        self._validators = {name: Draft202012Validator(schema_of(name)) for name in TOOL_NAMES}
+        # request_heartbeat is optional here (absent: false), as over MCP: a call written against
+        # seed 000's signatures does not send it.
+        self._validators = {name: Draft202012Validator(_optional_heartbeat(schema_of(name))) for name in TOOL_NAMES}
         self._handlers: dict[str, Callable[[ToolCall], Reply]] = {
             "store_core": self._store_core,
             "fetch_core": self._fetch_core,
@@ -123,10 +132,11 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
         requested = False
         try:
             args = self._arguments(name, arguments)
-            requested = bool(args["request_heartbeat"])  # a failed call asks for one regardless (see above)
+            # seed 000's searches name it heartbeat; a failed call asks for one regardless (see above)
+            requested = bool(args.get("request_heartbeat") or args.get("heartbeat"))
             reply = self._handlers[name](ToolCall(info, args, actor, counter, govern))
             gauges = self.service.gauges(agent_id)
-            reply.body = self._fit(info, name, reply.body, gauges, counter, actor)
+            reply.body = self._fit(info, name, reply.body, counter, actor)
             payload = {**reply.body, **reply.extra}
         except VcmError as exc:
             requested = True
@@ -144,16 +154,43 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
         payload["context_total"] = gauges.total
         payload["context_free"] = gauges.free
         if not govern:
-            return self._result(
-                name, call_id, payload, HeartbeatOutcome(requested, False, 0, None, governed=False), counter
-            )
+            outcome = HeartbeatOutcome(requested, False, 0, None, governed=False)
+            payload = self._within_free(info, name, reply, payload, outcome, counter, actor)
+            return self._result(name, call_id, payload, outcome, counter)
         # Free room once this result is in the context: the next inference needs it. The allowance
         # covers the heartbeat field and a report record_heartbeat has yet to write.
         pending = counter.message(paging.dumps(payload)) + HEARTBEAT_FIELD_TOKENS
         outcome, end = self._govern(agent_id, requested, gauges.free - pending, actor, reply.note)
         if reply.report is not None:
             payload = {**reply.report(outcome, end), **payload}
+        payload = self._within_free(info, name, reply, payload, outcome, counter, actor)
         return self._result(name, call_id, payload, outcome, counter)
+
+    def _within_free(
+        self,
+        info: AgentInfo,
+        name: str,
+        reply: Reply,
+        payload: dict[str, Any],
+        outcome: HeartbeatOutcome,
+        counter: TokenCounter,
+        actor: str,
+    ) -> dict[str, Any]:
+        """The payload when the whole result (heartbeat report included) fits the free room;
+        otherwise its body spooled into recall, when that makes it smaller (seed 000)."""
+        free = payload["context_free"]
+        if "error" in payload or not reply.body or reply.body.get("spooled"):
+            return payload
+
+        def size(p: dict[str, Any]) -> int:
+            return counter.message(paging.dumps(p | ({"heartbeat": outcome.as_dict()} if outcome.governed else {})))
+
+        full = size(payload)
+        if full <= free:
+            return payload
+        envelope = {k: v for k, v in payload.items() if k not in reply.body}
+        spooled = {**self._spool(info, name, reply.body, counter, actor), **envelope}
+        return spooled if size(spooled) < full else payload
 
     def govern(self, agent_id: str, requested: bool, *, actor: str | None = None) -> HeartbeatOutcome:
         """Decide one heartbeat request for an agent (records the chain end, if any)."""
@@ -247,14 +284,35 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
 
     # --- heartbeat ------------------------------------------------------------------------------------
     def _record_heartbeat(self, call: ToolCall) -> Reply:
+        """Seed 000's result: chain_depth, duration_ms and, once the chain ended,
+        terminated_reason; vcm's chain_id, depth, run and chain_end beside them."""
+        note = call.args.get("state", call.args.get("note"))
+        agent = call.agent.agent_id
         if not call.govern:  # the caller governs this step; report the chain as it stands
-            state = self.governor.state(call.agent.agent_id)
-            return Reply({"chain_id": state.chain_id or None, "depth": state.depth, "recorded": False})
+            state = self.governor.state(agent)
+            return Reply(
+                {
+                    "chain_id": state.chain_id or None,
+                    "depth": state.depth,
+                    "recorded": False,
+                    "chain_depth": state.depth,
+                    "duration_ms": self._chain_ms(state.started_at if state.chain_id else None),
+                }
+            )
 
         def report(outcome: HeartbeatOutcome, end: ChainEnd | None) -> dict[str, Any]:
             body: dict[str, Any] = {"chain_id": outcome.chain_id, "depth": outcome.depth, "run": outcome.run}
+            body["chain_depth"] = outcome.depth
             if end is not None:
                 body["chain_end"] = end.payload()
+                body["duration_ms"] = round(end.duration_s * 1000)
+                body["terminated_reason"] = end.reason
+            else:
+                state = self.governor.state(agent)
+                body["duration_ms"] = self._chain_ms(state.started_at if state.chain_id else None)
             return body
 
-        return Reply({}, note=call.args.get("note"), report=report)
+        return Reply({}, note=note, report=report)
+
+    def _chain_ms(self, started_at: float | None) -> int:
+        return 0 if started_at is None else max(0, round((self.clock() - started_at) * 1000))

@@ -19,7 +19,7 @@ from vcm.tools.calls import (
     ToolCall,
     mark_replayed,
 )
-from vcm.types import AgentInfo, Gauges
+from vcm.types import AgentInfo
 
 
 class Pager:
@@ -30,24 +30,13 @@ class Pager:
     _secret: bytes | None
 
     # --- paging helpers -------------------------------------------------------------------------------
-    def _page_budget(self, agent_id: str) -> int | dict[str, Any]:
-        """Tokens a page may take now (a page, or what is free when that is less), or the
-        stop-paging reply when not even a small result would fit."""
+    def _page_budget(self, agent_id: str) -> int:
+        """Tokens a page may take now: a page, or what is free when that is less. When not even a
+        small result would fit, a whole page: the executor spools what does not fit the free room
+        (:meth:`_spool`), and a small result that does fit is served as it is."""
         free = self.service.gauges(agent_id).free
         room = min(self.page_tokens, free - ENVELOPE_TOKENS)
-        if room < MIN_ROOM:
-            return self._no_room(free)
-        return room
-
-    def _no_room(self, free: int) -> dict[str, Any]:
-        return {
-            "results": [],
-            "stopped": "context_full",
-            "free_tokens": free,
-            "page_tokens": self.page_tokens,
-            "note": f"only {free} tokens of your context are free, too few for this result; free room first "
-            "(evict_fifo, or save and drop working blocks), then repeat the call",
-        }
+        return self.page_tokens if room < MIN_ROOM else room
 
     def _position(self, cursor: str | None, bound: bytes) -> paging.Position:
         if cursor is None:
@@ -71,7 +60,12 @@ class Pager:
 
         def body(items: list[dict[str, Any]], nxt: paging.Position | None, tokens: int) -> dict[str, Any]:
             cursor = None if nxt is None else paging.encode_cursor(nxt, secret=secret, bound_to=bound)
-            return {key: items, "next_cursor": cursor, **(fields or {}), "page_tokens": tokens}
+            out = {key: items, "next_cursor": cursor, **(fields or {}), "page_tokens": tokens}
+            if kind == "archival":  # seed 000's name of the cursor, beside vcm's
+                out["next_page_token"] = cursor
+            if kind != "core":  # seed 000: what the results add to the context
+                out["tokens_added"] = tokens
+            return out
 
         def measure(items: list[dict[str, Any]], nxt: paging.Position | None) -> int:
             return call.counter.text(paging.dumps(body(items, nxt, 999)))  # 999: as wide as any real count
@@ -90,10 +84,10 @@ class Pager:
         except ValueError:  # not even a truncated item fits the room left (only when less than a page is)
             packed = None
         if packed is None or (tight and packed.items and packed.items[0].get("truncated")):
-            # Less than a page is free and the next item does not fit it whole: refuse, rather than
-            # hand back a stub the context has no room to follow up on. Same cursor: repeat later.
-            free = self.service.gauges(call.agent.agent_id).free
-            return self._no_room(free) | {"next_cursor": call.args.get("cursor")}
+            # Less than a page is free and the next item does not fit it whole: rather than a stub
+            # the context has no room to follow up on, the page as it would be with room; the
+            # executor spools it into recall, leaving a preview and its ids (seed 000).
+            packed = paging.pack(rendered, afters, start=start, budget=self.page_tokens, measure=measure, shrink=shrink)
         return body(packed.items, packed.next, packed.tokens)
 
     def _cursor_secret(self) -> bytes:
@@ -101,17 +95,24 @@ class Pager:
 
     # --- oversized outputs --------------------------------------------------------------------------------
     def _fit(
-        self, info: AgentInfo, name: str, body: dict[str, Any], gauges: Gauges, counter: TokenCounter, actor: str
+        self, info: AgentInfo, name: str, body: dict[str, Any], counter: TokenCounter, actor: str
     ) -> dict[str, Any]:
-        """``body`` itself, or, when it exceeds a page or the free context, a preview and the ids of
-        the recall notes that now hold it in full."""
-        text = paging.dumps(body)
-        tokens = counter.text(text)
-        room = min(self.page_tokens, gauges.free - ENVELOPE_TOKENS)
-        if tokens <= max(room, SPOOL_FLOOR):
+        """``body`` itself, or, when it exceeds a page, a preview and the ids of the recall notes
+        that now hold it in full (the free room is checked on the whole result, :meth:`_spool`)."""
+        tokens = counter.text(paging.dumps(body))
+        if tokens <= max(self.page_tokens, SPOOL_FLOOR):
             return body
+        return self._spool(info, name, body, counter, actor)
+
+    def _spool(
+        self, info: AgentInfo, name: str, body: dict[str, Any], counter: TokenCounter, actor: str
+    ) -> dict[str, Any]:
+        """Seed 000: an output that would not fit goes to recall in full (notes of at most
+        SPOOL_CHUNK_CHARS, idempotent by content), and the context gets a preview, the stored ids
+        and, for a page of results, the cursor to page on."""
         replayed = body.get("replayed", False)
         text = paging.dumps({k: v for k, v in body.items() if k != "replayed"})  # a replay spools the same notes
+        tokens = counter.text(text)
         digest = hashlib.sha256(f"{info.agent_id}\n{name}\n{text}".encode()).hexdigest()[:32]
         ids = []
         for i in range(0, len(text), SPOOL_CHUNK_CHARS):
@@ -123,7 +124,7 @@ class Pager:
                 actor=actor,
             )
             ids.append(note.message_id)
-        stub = {
+        stub: dict[str, Any] = {
             "spooled": True,
             "message_ids": ids,
             "tokens": tokens,
@@ -131,4 +132,6 @@ class Pager:
             "note": f"the full output ({tokens} tokens) did not fit your context; it is stored in recall "
             "memory under message_ids (search_recall finds it)",
         }
+        if body.get("next_cursor"):
+            stub["next_cursor"] = body["next_cursor"]
         return mark_replayed(stub, replayed)

@@ -16,6 +16,13 @@ from vcm.tools.calls import (
 from vcm.tools.pager import Pager
 
 
+def _one_of(args: dict[str, Any], seed: str, vcm: str, default: Any) -> Any:
+    """An argument seed 000 and vcm name differently (limit/k, page_token/cursor): either, not both."""
+    if seed in args and vcm in args:
+        raise ValidationError(f"send {seed} or {vcm}, not both (they mean the same)", field=seed)
+    return args.get(seed, args.get(vcm, default))
+
+
 class SearchHandlers(Pager):
     """search_recall and search_archival (a base of :class:`~vcm.tools.executor.ToolExecutor`)."""
 
@@ -26,8 +33,6 @@ class SearchHandlers(Pager):
         if since is not None and until is not None and since >= until:
             raise ValidationError("since must be before until", field="since")
         budget = self._page_budget(agent)
-        if isinstance(budget, dict):  # the cursor stays valid: repeat the call once there is room
-            return Reply(budget | {"next_cursor": a.get("cursor")})
         mode = a.get("mode", "hybrid")
         bound = paging.scope(agent, "recall", a["query"], mode, since, until)
         used: list[str] = []
@@ -93,20 +98,26 @@ class SearchHandlers(Pager):
 
     def _search_archival(self, call: ToolCall) -> Reply:
         a, agent = call.args, call.agent.agent_id
-        filters = a.get("filters")
+        filters, vector, n_probe = a.get("filters"), a.get("query_vector"), a.get("nProbe")
+        limit = _one_of(a, "limit", "k", DEFAULT_LIMIT)
+        cursor = _one_of(a, "page_token", "cursor", None)
+        if ("query" in a) == (vector is not None):
+            raise ValidationError("send query (text) or query_vector (an embedding), one of them", field="query_vector")
         budget = self._page_budget(agent)
-        if isinstance(budget, dict):
-            return Reply(budget | {"next_cursor": a.get("cursor")})
-        bound = paging.scope(agent, "archival", a["query"], filters)
+        # The cursor is bound to what was searched: a vector by its digest.
+        what = a["query"] if vector is None else "vector:" + paging.scope(agent, "v", vector).hex()
+        bound = paging.scope(agent, "archival", what, filters, n_probe)
 
-        def fetch(cursor: str | None, n: int) -> Page[Any]:
-            return self.service.search_archival(agent, a["query"], k=n, filters=filters, cursor=cursor).page
+        def fetch(store_cursor: str | None, n: int) -> Page[Any]:
+            return self.service.search_archival(
+                agent, a.get("query"), k=n, filters=filters, cursor=store_cursor, vector=vector, n_probe=n_probe
+            ).page
 
-        start = self._position(a.get("cursor"), bound)
+        start = self._position(cursor, bound)
         cands = paging.walk(
             fetch,
             start,
-            a.get("k", DEFAULT_LIMIT),
+            limit,
             cost=lambda hit: call.counter.text(paging.dumps(results.archival_item(hit))),
             budget=budget,
         )

@@ -3,11 +3,13 @@ memory writes under their idempotency keys, archival ingest."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
 from vcm import validation
 from vcm.errors import ValidationError, from_payload
+from vcm.service.search import PrecomputedDocument
 from vcm.tools import paging, results
 from vcm.tools.calls import (
     Reply,
@@ -16,6 +18,9 @@ from vcm.tools.calls import (
     mark_replayed,
 )
 from vcm.tools.pager import Pager
+
+# seed 000's ingest_archival: a document the caller chunked and embedded
+PRECOMPUTED = ("chunks", "embeddings", "dimension", "metric", "embedding_version", "model_id")
 
 
 class WriteHandlers(Pager):
@@ -44,6 +49,10 @@ class WriteHandlers(Pager):
                 field="justification",
             )
         role, pinned = a.get("role"), a.get("pinned")
+        if "policy" in a:  # seed 000's name for pinning
+            if pinned is not None:
+                raise ValidationError("send policy or pinned, not both", field="policy")
+            pinned = a["policy"] == "pinned"
         if rev is not None and (role is None or pinned is None):
             current = self.service.get_block(agent, block_id)  # an edit keeps what it does not change
             role = current.role if role is None else role
@@ -60,15 +69,19 @@ class WriteHandlers(Pager):
             actor=call.actor,
             justification=justification or None,
         )
-        body = {"block_id": res.block_id, "_rev": res.rev, "tokens": res.tokens, "action": res.action}
+        body = {
+            "block_id": res.block_id,
+            "_rev": res.rev,
+            "token_estimate": res.tokens,
+            "tokens": res.tokens,
+            "action": res.action,
+        }
         return Reply(mark_replayed(body | batch_fields(res.batch), res.replayed))
 
     def _fetch_core(self, call: ToolCall) -> Reply:
         agent, block_id = call.agent.agent_id, call.args.get("block_id")
         budget = self._page_budget(agent)
         cursor = call.args.get("cursor")
-        if isinstance(budget, dict):
-            return Reply(budget | {"next_cursor": cursor})
         bound = paging.scope(agent, "core", block_id)
         if block_id is not None:
             blocks = [self.service.get_block(agent, validation.block_id(block_id))]
@@ -77,7 +90,13 @@ class WriteHandlers(Pager):
             blocks = [b for b in self.service.list_blocks(agent) if after is None or b.id > after]
         # Keyset paging by block id: blocks created meanwhile sort in or out, never repeat.
         afters = [paging.Position(b.id) for b in blocks[:-1]] + [None]
-        return Reply(self._page("core", [results.block_item(b) for b in blocks], afters, None, budget, bound, call))
+        body = self._page("core", [results.block_item(b) for b in blocks], afters, None, budget, bound, call)
+        if block_id is not None and len(body.get("blocks", ())) == 1:
+            # One block reads as seed 000's result: block_id, content, _rev, token_estimate.
+            (block,) = body.pop("blocks")
+            body = block | {"token_estimate": block["tokens"]} | body
+            body.pop("next_cursor", None)
+        return Reply(body)
 
     # --- conversation -------------------------------------------------------------------------------
     def _append_fifo(self, call: ToolCall) -> Reply:
@@ -87,27 +106,48 @@ class WriteHandlers(Pager):
                 "role tool is reserved for tool results, which answer a tool call; use assistant or system",
                 field="role",
             )
+        if ("message" in a) == ("content" in a):
+            where = "message" if "message" in a else "content"
+            raise ValidationError("send the text as message or as content (one of them)", field=where)
         res = self.service.append(
             call.agent.agent_id,
             a["role"],
-            a["content"],
+            a["message"] if "message" in a else a["content"],
             pinned=bool(a.get("pinned", False)),
             idempotency_key=a["idempotency_key"],
             actor=call.actor,
         )
-        body = {"message_id": res.message_id, "tokens": res.tokens, "action": res.action}
+        body = {"message_id": res.message_id, "token_estimate": res.tokens, "tokens": res.tokens, "action": res.action}
         if res.pressure_message_id:
             body["memory_pressure"] = True
         return Reply(mark_replayed(body | batch_fields(res.batch), res.replayed))
 
     def _evict_fifo(self, call: ToolCall) -> Reply:
-        a = call.args
-        _, batch = self.service.evict(
-            call.agent.agent_id, a["count"], idempotency_key=a["idempotency_key"], actor=call.actor
+        a, agent = call.args, call.agent.agent_id
+        summarize = a.get("summarize", True)
+        total, batch = self.service.evict(
+            agent,
+            a.get("count"),
+            target_tokens=a.get("target_tokens"),
+            summarize=summarize,
+            idempotency_key=a["idempotency_key"],
+            actor=call.actor,
         )
+        gauges = self.service.gauges(agent)
+        body: dict[str, Any] = {
+            "evicted_count": 0 if batch is None else batch.count,
+            # The summary as the context holds it now: an eviction's new summary replaces the
+            # batch's placeholder once the cold path folded it in (summary_pending until then).
+            "new_summary_tokens": gauges.summary,
+            "after_occupancy": round(total / gauges.window, 4),
+            "after_tokens": total,
+        }
         if batch is None:
-            return Reply({"evicted": 0, "note": "nothing to evict: the queue holds only pinned or no messages"})
-        return Reply({"evicted": batch.count, "batch_id": batch.id, "tokens_freed": batch.tokens})
+            return Reply(body | {"note": "nothing to evict: the context is within the target, or the queue holds "
+                                 "only pinned messages"})  # fmt: skip
+        pending = batch.id in self.service.pending_batches(agent)
+        body |= {"batch_id": batch.id, "tokens_freed": batch.tokens, "summarized": bool(summarize)}
+        return Reply(body | ({"summary_pending": True} if pending else {}))
 
     def _keyed(self, call: ToolCall, name: str, run: Callable[..., dict[str, Any]]) -> Reply:
         """A structured-memory write under its idempotency key: a retry answers as the first call
@@ -124,14 +164,29 @@ class WriteHandlers(Pager):
 
     def _write_recall(self, call: ToolCall) -> Reply:
         a = call.args
-        msg = self.service.write_recall(
-            call.agent.agent_id,
-            a["content"],
-            role=a.get("role", "assistant"),
-            idempotency_key=a["idempotency_key"],
-            actor=call.actor,
-        )
-        return Reply({"message_id": msg.message_id, "tokens": msg.tokens, "stored_in": "recall"})
+        if ("entries" in a) == ("content" in a):
+            raise ValidationError("send entries (several notes) or content (one note)", field="entries")
+        if "entries" in a:
+            if "role" in a:
+                raise ValidationError("with entries, give each entry its role", field="role")
+            notes = self.service.write_recall_entries(
+                call.agent.agent_id, a["entries"], idempotency_key=a["idempotency_key"], actor=call.actor
+            )
+        else:
+            notes = [
+                self.service.write_recall(
+                    call.agent.agent_id,
+                    a["content"],
+                    role=a.get("role", "assistant"),
+                    idempotency_key=a["idempotency_key"],
+                    actor=call.actor,
+                )
+            ]
+        ids = [n.message_id for n in notes]
+        body: dict[str, Any] = {"inserted_ids": ids, "total_tokens": sum(n.tokens for n in notes)}
+        if "content" in a:  # the one note's fields, as before entries existed
+            body |= {"message_id": ids[0], "tokens": notes[0].tokens}
+        return Reply(body | {"stored_in": "recall"})
 
     # --- archival ingest ----------------------------------------------------------------------------
     def _ingest_archival(self, call: ToolCall) -> Reply:
@@ -139,6 +194,11 @@ class WriteHandlers(Pager):
         done. The same key and document replay the first job; another document under the key is
         IDEMPOTENCY_MISMATCH (both kept by the service, as for every entry point)."""
         a, agent = call.args, call.agent.agent_id
+        precomputed = [k for k in PRECOMPUTED if k in a]
+        if precomputed:
+            return self._ingest_chunks(call, precomputed)
+        if "text" not in a:
+            raise ValidationError("send the document as text, or as chunks with their embeddings", field="text")
         job = self.service.ingest_archival(
             agent,
             a["text"],
@@ -153,9 +213,39 @@ class WriteHandlers(Pager):
         body: dict[str, Any] = {"job_id": job.job_id, "doc_id": job.doc_id, "status": job.status}
         if job.status == "done":
             body |= {k: v for k, v in (job.result or {}).items() if k not in body}
+            body |= {"inserted": body.get("written", 0), "vector_index_used": self._index_used(body)}
         elif job.status == "failed":  # the job ran inline and failed: report it as this call's error
             raise from_payload(job.error or {"code": "INTERNAL_ERROR", "message": "ingestion failed"})
         else:
             body |= {"chunks_done": job.chunks_done, "chunks_total": job.chunks_total}
             body["note"] = "queued for the ingest workers; search_archival finds it once status is done"
+            body |= {"inserted": 0, "vector_index_used": False}
         return Reply(body)
+
+    def _ingest_chunks(self, call: ToolCall, given: list[str]) -> Reply:
+        """Seed 000's form: the caller's chunks and embeddings, stored now."""
+        a = call.args
+        missing = [k for k in PRECOMPUTED if k not in a]
+        if missing or "text" in a:
+            where = missing[0] if missing else "text"
+            raise ValidationError(
+                f"chunks come with {', '.join(PRECOMPUTED)} (and no text); {where} is "
+                + ("missing" if missing else "extra"),
+                field=where,
+            )
+        doc = PrecomputedDocument(
+            doc_id=a.get("doc_id") or "doc-" + hashlib.sha256("\x1f".join(a["chunks"]).encode()).hexdigest()[:16],
+            chunks=a["chunks"],
+            embeddings=a["embeddings"],
+            dimension=a["dimension"],
+            metric=a["metric"],
+            embedding_version=a["embedding_version"],
+            model_id=a["model_id"],
+            idempotency_key=a["idempotency_key"],
+            source=a.get("source", ""),
+            metadata=a.get("metadata"),
+        )
+        return Reply(self.service.ingest_chunks(call.agent.agent_id, doc, actor=call.actor))
+
+    def _index_used(self, body: dict[str, Any]) -> bool:
+        return self.service.vector_index_used(str(body.get("embedding_version", "")))

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
-from vcm.errors import ConfigError, IdempotencyMismatch, ValidationError
+from vcm.errors import ConfigError, IdempotencyMismatch, PolicyRefused, ValidationError
 from vcm.settings import Settings, load_settings
 from vcm.store import open_store
 from vcm.store.audit_names import EventKind
@@ -108,7 +109,27 @@ def test_changed_chunking_under_the_same_version_is_refused(
     assert ingest_document(store, embedder, AGENT, "bio", PAGE, settings=bumped).written > 2
 
 
+def test_naive_mode_is_refused_with_its_audit_row_and_alarm(
+    store: MemoryStore, embedder: Embedder, cfg: Settings
+) -> None:
+    before = (
+        REGISTRY.get_sample_value("vcm_compliance_violations_total", {"rule": "late_chunking", "outcome": "blocked"})
+        or 0.0
+    )
+    with pytest.raises(PolicyRefused) as info:
+        ingest_document(store, embedder, AGENT, "bio", PAGE, mode="naive", settings=cfg, source="x.txt")
+    assert "allow_naive" in info.value.message
+    assert _archival_count(store) == 0
+    (row,) = store.query_events(AGENT, [EventKind.COMPLIANCE_VIOLATION]).items
+    assert row.payload["blocked"] is True and row.payload["doc_id"] == "bio"
+    after = REGISTRY.get_sample_value(
+        "vcm_compliance_violations_total", {"rule": "late_chunking", "outcome": "blocked"}
+    )
+    assert after == before + 1
+
+
 def test_naive_mode_records_a_compliance_violation_once(store: MemoryStore, embedder: Embedder, cfg: Settings) -> None:
+    cfg = cfg.model_copy(update={"ingest": cfg.ingest.model_copy(update={"allow_naive": True})})
     result = ingest_document(store, embedder, AGENT, "bio", PAGE, mode="naive", settings=cfg, source="x.txt")
     assert result.embedding_version == f"{embedder.model_id}:naive:v1"
     assert result.written == 2
@@ -256,7 +277,9 @@ def test_ingest_paths_batches_documents_smaller_than_the_folder(
     folder.mkdir()
     for i in range(5):
         (folder / f"n{i}.txt").write_text(f"Note {i}. " + GARDEN, encoding="utf-8")
-    settings = load_settings({"ingest": {"batch_documents": 2}, "chunking": {"target_tokens": 16}}, environ={})
+    settings = load_settings(
+        {"ingest": {"batch_documents": 2, "allow_naive": True}, "chunking": {"target_tokens": 16}}, environ={}
+    )
     report = ingest_paths(store, embedder, AGENT, [folder], settings=settings, mode="naive")
     assert report.count("ingested") == 5
     assert len(store.query_events(AGENT, [EventKind.COMPLIANCE_VIOLATION]).items) == 5
