@@ -362,3 +362,25 @@ def test_a_diverging_history_is_not_merged_but_left_out_and_reported(
     assert r.headers["x-vcm-history"] == "appended; appended=1"
     assert [m["content"] for m in stored(service)][-3:] == ["A3.", "Q4", "A4."]
     assert len(stored(service)) == 8
+
+
+def test_messages_without_text_neither_break_the_request_nor_count_as_divergence(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    token = agent(live)
+    upstream.script += [answer("[MEMORY:fact]Ann sent a photo[/MEMORY]"), answer("Nice."), answer("Sure.")]
+    client = sdk(live, token)
+    photo = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    history: list[Any] = [{"role": "user", "content": [photo]}]
+    first = client.chat.completions.create(model="m", messages=history)
+    assert first.choices[0].message.content == ""  # a reply that is only a tag shows nothing
+    history += [{"role": "assistant", "content": ""}, {"role": "user", "content": "Like it?"}]
+    client.chat.completions.create(model="m", messages=history)
+    history += [{"role": "assistant", "content": "Nice."}, TWO_CALLS,
+                {"role": "tool", "tool_call_id": "call_a", "content": ""}, RESULTS[1]]  # fmt: skip
+    r = client.chat.completions.with_raw_response.create(model="m", messages=history, tools=[WEATHER])  # type: ignore[list-item]
+    assert r.headers["x-vcm-history"] == "appended; appended=3"  # the empty echo is no divergence
+    assert [(m["role"], m["content"]) for m in stored(service)] == [
+        ("user", "[image_url]"), ("user", "Like it?"), ("assistant", "Nice."), ("assistant", ""),
+        ("tool", "(empty)"), ("tool", "22C, windy"), ("assistant", "Sure."),
+    ]  # fmt: skip

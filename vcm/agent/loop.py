@@ -133,7 +133,8 @@ class AgentLoop:
                 written = completion.content
                 final = shown(written) if written is not None else None
                 if not completion.tool_calls:
-                    if written and written.strip():
+                    # Memory refuses an empty message: a reply that is only tags is not kept.
+                    if written and final and final.strip():
                         self.service.append(agent_id, "assistant", written, actor=self._actor(agent_id))
                     return self._end(agent_id, "answer", final, steps, depth, done, chain_open, usage)
                 before = len(done)

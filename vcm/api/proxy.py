@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vcm.errors import ValidationError
+from vcm.facts.capture import shown
 from vcm.service import MemoryService
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -50,7 +51,10 @@ def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+        parts = [p for p in content if isinstance(p, Mapping)]
+        text = "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
+        # Parts without text (an image) are named, so the message is not empty to memory.
+        return text or " ".join(f"[{p.get('type')}]" for p in parts)
     raise ValidationError("message content must be text or a list of content parts", field="messages")
 
 
@@ -122,12 +126,16 @@ def reconcile(
         texts.append(content)
     keys = keys_of(messages, prefix)
     held = set(service.hot.idempotency_records(agent_id, keys))
-    todo, left_out = plan(roles, keys, held)
+    # A message with nothing in it (an empty reply echoed back) has nothing to remember.
+    kept = [r if texts[i].strip() or messages[i].get("tool_calls") or r == "tool" else "system"
+            for i, r in enumerate(roles)]  # fmt: skip
+    todo, left_out = plan(kept, keys, held)
     for i in todo:
         m = messages[i]
         calls = m.get("tool_calls")
+        text = texts[i] if texts[i].strip() or calls else "(empty)"  # a tool's empty result
         service.append(
-            agent_id, roles[i], texts[i], name=m.get("name"), tool_call_id=m.get("tool_call_id"),
+            agent_id, roles[i], text, name=m.get("name"), tool_call_id=m.get("tool_call_id"),
             tool_calls=[dict(c) for c in calls] if calls else None, idempotency_key=keys[i], actor=actor,
         )  # fmt: skip
     query = next((texts[i] for i in range(len(roles) - 1, -1, -1) if roles[i] == "user"), "")
@@ -142,8 +150,10 @@ def keep_reply(
     key: str,
     actor: str,
 ) -> None:
-    """Store the model's reply as written (its tags become facts and state) under ``key``."""
-    if not written and not tool_calls:
+    """Store the model's reply as written (its tags become facts and state) under ``key``. A
+    reply with nothing to show and no calls is not stored: memory refuses an empty message (so
+    the tags of a reply that is only tags are not kept either)."""
+    if not shown(written or "").strip() and not tool_calls:
         return
     service.append(
         agent_id, "assistant", written or "", tool_calls=[dict(c) for c in tool_calls] if tool_calls else None,
