@@ -5,7 +5,8 @@ Redis are SIGKILLed and restarted; then a drain and an exactly-once audit of wha
 
     .venv/bin/python scripts/chaos.py [--duration 60] [--json report.json] [--agents 3]
         [--appenders 3] [--apis 2] [--workers 2] [--worker-kills 3] [--api-kills 3]
-        [--redis-crashes 2] [--no-vectors] [--seed 1] [--keep]
+        [--redis-crashes 2] [--flushdbs 0] [--delete-cycles 0] [--write-behind-max-s 2]
+        [--write-behind-max-messages 500] [--no-retry-acked] [--no-vectors] [--seed 1] [--keep]
 
 Everything is private to the run, in a temporary directory (removed after a passing run unless
 ``--keep``; ``--workdir`` names one): a ``redis-server`` on a free port (AOF, ``appendfsync
@@ -20,14 +21,26 @@ Load: appender threads (``--appenders`` per agent) POST messages, each with its 
 Idempotency-Key, and retry that key on any API after any failure (refused, reset, timeout, 5xx)
 until a 2xx acknowledges it. ``--twins`` of the keys are sent twice at once, to both APIs. Faults
 (SIGKILL a worker and start a new one; SIGKILL an API and restart it on its port; SIGKILL Redis
-and restart it from its AOF) are interleaved over 15-80 % of the load phase.
+and restart it from its AOF; ``FLUSHDB`` the hot-state db under the running processes, as a
+failover to an empty replica would) are interleaved over 15-80 % of the load phase.
+
+After the load: every acknowledged key is sent once more (``--no-retry-acked`` skips it): a kept
+message's key must replay its first answer, a lost one's appends once. Then ``--delete-cycles``
+times: an agent is created, appended to until an eviction batch begins, deleted 0-2.5 s later
+(its commit in flight in a worker), re-created under the same id and appended to; its
+re-created agent must hold nothing of the deleted one.
 
 Phases and their bounds: start-up (``--startup-timeout``), load with faults (``--duration``),
-settling the last unacknowledged appends (``--settle``), the drain of the cold path
-(``--drain-timeout``: no pending batch, every numbered message stored), then the checks:
+settling the last unacknowledged appends (``--settle``), the retries and delete cycles, the drain
+of the cold path (``--drain-timeout``: no pending batch, every FIFO message stored; reported:
+drained or not, its seconds, the batches and messages still pending), then the checks:
 
-* lost: an acknowledged (message id, content) found neither in the agent's FIFO (``GET context``)
-  nor under that id with that content in the store;
+* lost: an acknowledged (message id, content) found neither in the agent's FIFO nor under that
+  id with that content in the store, nor in an eviction batch still pending in Redis (that is
+  *pending*, counted apart: the cold path had not drained). A loss within the durability
+  contract's window (acknowledged at most ``--write-behind-max-s`` + ``--window-slack`` before a
+  ``FLUSHDB``, or the AOF's fsync second + slack before a Redis crash) is counted apart as
+  ``lost_within_window``;
 * duplicated: a run message's content stored (or held in the FIFO) under two message ids, or one
   message id listed twice by the store; twin sends that got two messages, or two non-replayed
   replies, are idempotency violations;
@@ -35,7 +48,11 @@ settling the last unacknowledged appends (``--settle``), the drain of the cold p
   ``memory_events``; missing and duplicated rows are counted per kind, and each batch missing its
   ``flush`` row is classified by how it was begun, as far as the acknowledgements tell.
 
-Exit status 0 only when the cold path drained and nothing was lost, duplicated or missing.
+* cross-agent rows: texts of a deleted agent (its messages, facts, summary and summary versions,
+  FIFO, summary in Redis) held by its re-created successor.
+
+Exit status 0 only when the cold path drained and nothing was lost (outside the window),
+duplicated, missing or held across agents, and every retried key replayed or appended once.
 """
 
 from __future__ import annotations
@@ -58,19 +75,27 @@ from vcm.workers.signals import WARM_MESSAGE
 
 
 def render(r: dict[str, Any]) -> str:
-    f = r["faults"]
+    f, d = r["faults"], r["drain"]
     lines = [
         f"chaos run: {'OK' if r['ok'] else 'FAILED'}   (logs: {r['workdir']})",
         f"  load {r['timing_s']['load']} s, {r['config']['agents']} agents x {r['config']['appenders']} appenders, "
         f"{r['config']['apis']} APIs, {r['config']['workers']} workers ({r['config']['pool']})",
-        f"  faults: {f['worker_kill']} worker kills, {f['api_kill']} API kills, {f['redis_crash']} Redis crashes; "
-        f"unexpected exits: {r['unexpected_exits']}",
+        f"  faults: {f['worker_kill']} worker kills, {f['api_kill']} API kills, {f['redis_crash']} Redis crashes, "
+        f"{f['flushdb']} hot-state FLUSHDBs; unexpected exits: {r['unexpected_exits']}",
         f"  acknowledged {r['acknowledged']} ({r['appends_per_s']}/s), {r['retried_acks']} after retries, "
         f"{r['replayed_acks']} replayed; ack wait p50 {r['ack_wait_s']['p50']} s, max {r['ack_wait_s']['max']} s",
         f"  rejected {r['rejected']}, abandoned (unacknowledged at the end) {r['abandoned']}",
-        f"  drained: {r['drained']} in {r['timing_s']['drain']} s {r['undrained'] or ''}",
-        f"  lost {r['lost']}, duplicated {r['duplicated']}, keys acknowledged twice {r['twice_acknowledged_keys']}; "
-        f"twin sends {r['twin_sends']}, idempotency violations {r['idempotency_violations']}",
+        f"  drained: {'yes' if d['drained'] else 'NO'} in {d['seconds']} s; left pending: "
+        f"{d['pending_batches']} batches, {d['unspooled']} messages unspooled; acknowledged messages still in "
+        f"pending batches {r['pending_at_end']}",
+        f"  lost {r['lost']} (outside the contract), lost within the window {r['lost_within_window']} "
+        f"(window: {r['window_s']['flushdb']} s before a FLUSHDB, {r['window_s']['redis_crash']} s before a crash)",
+        f"  duplicated {r['duplicated']}, keys acknowledged twice {r['twice_acknowledged_keys']}; "
+        f"twin sends {r['twin_sends']}, idempotency violations {r['idempotency_violations']} "
+        f"(+{r['twin_sends_lost_within_window']} whose first message was lost within the window)",
+        f"  retried acknowledged keys: {r['retries']}",
+        f"  delete during eviction: {len(r['delete_cycles'])} cycles, cross-agent rows {r['cross_agent_rows']} "
+        f"{r['cross_agent_by_place'] or ''}",
         f"  eviction batches committed {r['committed_batches']}; audit rows missing: flush {r['missing_flush_rows']}, "
         f"evict {r['missing_evict_rows']}; duplicated: flush {r['duplicated_flush_rows']}, "
         f"evict {r['duplicated_evict_rows']}; orphan {r['orphan_audit_rows']}; dead letters {r['dead_letters']}",
@@ -104,6 +129,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-kills", type=int, default=3)
     p.add_argument("--redis-crashes", type=int, default=2)
     p.add_argument("--redis-down", type=float, default=1.0, help="seconds Redis stays down per crash")
+    p.add_argument("--flushdbs", type=int, default=0, help="FLUSHDBs of the hot-state db during the load")
+    p.add_argument("--delete-cycles", type=int, default=0, help="delete-during-eviction cycles after the load")
+    p.add_argument("--delete-max-delay", type=float, default=2.5, help="most seconds from a batch to its delete")
+    p.add_argument("--write-behind-max-s", type=float, default=2.0, help="[durability] write_behind_max_s")
+    p.add_argument("--write-behind-max-messages", type=int, default=500, help="[durability] write_behind_max_messages")
+    p.add_argument("--window-slack", type=float, default=0.5, help="seconds added to the loss window (store write)")
+    p.add_argument(
+        "--no-retry-acked", dest="retry_acked", action="store_false", help="skip sending every acknowledged key again"
+    )
     p.add_argument("--no-vectors", action="store_true", help="spool without embedding (a lighter cold path)")
     p.add_argument("--pause", type=float, default=0.2, help="mean pause between one appender's messages")
     p.add_argument("--twins", type=float, default=0.05, help="share of keys sent twice at once, to both APIs")

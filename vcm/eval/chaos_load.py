@@ -43,6 +43,8 @@ class Ack:
     replayed: bool
     batch: int | None  # the eviction batch this append's reply says it began
     wait_s: float  # first attempt to acknowledgement
+    role: str = "user"
+    acked_at: float = 0.0  # time.monotonic() when the acknowledgement arrived
 
 
 @dataclass
@@ -69,14 +71,19 @@ class Tally:
                 return
             if a.message_id != b.message_id or not (a.replayed or b.replayed):
                 self.idempotency_violations.append(
-                    {"key": a.key, "ids": [a.message_id, b.message_id], "replayed": [a.replayed, b.replayed]}
+                    {
+                        "agent": a.agent,
+                        "key": a.key,
+                        "ids": [a.message_id, b.message_id],
+                        "replayed": [a.replayed, b.replayed],
+                    }
                 )
 
 
 @dataclass(frozen=True)
 class Fault:
     at_s: float  # since the load started
-    kind: str  # worker_kill | api_kill | redis_crash
+    kind: str  # worker_kill | api_kill | redis_crash | flushdb
     target: str
     detail: str = ""
 
@@ -114,6 +121,7 @@ class Client(Protocol):
     ) -> dict[str, Any]: ...
     def create_agent(self, agent_id: str, *, model: str | None = None, system_prompt: str = "") -> dict[str, Any]: ...
     def context(self, agent_id: str) -> dict[str, Any]: ...
+    def delete_agent(self, agent_id: str) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
 
@@ -233,6 +241,8 @@ class Appender(threading.Thread):
                     replayed=bool(body.get("replayed")),
                     batch=int(batch["id"]) if isinstance(batch, dict) else None,
                     wait_s=time.monotonic() - first,
+                    role=role,
+                    acked_at=time.monotonic(),
                 )
             if self.stop.is_set() and time.monotonic() > self.give_up_at[0]:
                 with self.tally.lock:

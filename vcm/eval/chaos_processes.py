@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import redis
 
+from vcm.eval.chaos_cases import Cycle, Retried
 from vcm.eval.chaos_load import BIN, BROKER_DB, HOST, HOT_DB, Agent, Connect, Fault, Tally
 from vcm.eval.processes import Child, Supervisor, wait_until
 from vcm.eval.serving import free_port
@@ -65,6 +66,10 @@ class ChaosProcesses:
         self.agents: list[Agent] = []
         self.t0 = 0.0
         self.load_s = 0.0
+        self.phase_s: dict[str, float] = {}
+        self.retried: list[Retried] = []  # the retry phase's answers (chaos_cases.Retrier)
+        self.cycles: list[Cycle] = []  # the delete-during-eviction cycles (chaos_cases.DeleteCycles)
+        self.hot_summaries: dict[str, str] = {}  # re-created agents' summaries in Redis, at the end
 
     # --- settings and command lines -----------------------------------------------------------
     def _env(self) -> dict[str, str]:
@@ -97,6 +102,9 @@ class ChaosProcesses:
             "TOKENIZERS_PARALLELISM": "false",
             "PYTHONUNBUFFERED": "1",
         }
+        # Write-behind's loss window (production mode): what a FLUSHDB of the hot state may take.
+        env["VCM_DURABILITY__WRITE_BEHIND_MAX_S"] = str(a.write_behind_max_s)
+        env["VCM_DURABILITY__WRITE_BEHIND_MAX_MESSAGES"] = str(a.write_behind_max_messages)
         if a.no_vectors:
             # Spooling then only writes rows; evictions still embed (summary and drift).
             env["VCM_RECALL__VECTORS"] = "false"
@@ -213,6 +221,11 @@ class ChaosProcesses:
             self.sup.kill(child)
             self.sup.start(child)  # same port: clients keep their URLs
             self.faults.append(Fault(at, kind, child.name, f"pid {pid}"))
+        elif kind == "flushdb":
+            # The hot state's data gone under running processes (a failover to an empty replica
+            # reads the same); the broker's db is left alone.
+            self.redis_client().flushdb()
+            self.faults.append(Fault(at, kind, "redis", f"db {HOT_DB}"))
         else:
             pid = self.redis_child.proc.pid if self.redis_child.proc else -1
             self.sup.kill(self.redis_child)
@@ -226,10 +239,15 @@ class ChaosProcesses:
         """Faults interleaved by kind, evenly spread over 15-80 % of the load phase (the rest
         lets the last restarted processes come back while the load still runs)."""
         a = self.args
-        counts = {"worker_kill": a.worker_kills, "api_kill": a.api_kills, "redis_crash": a.redis_crashes}
+        counts = {
+            "worker_kill": a.worker_kills,
+            "api_kill": a.api_kills,
+            "redis_crash": a.redis_crashes,
+            "flushdb": a.flushdbs,
+        }
         kinds: list[str] = []
         while any(counts.values()):
-            for kind in ("worker_kill", "api_kill", "redis_crash"):
+            for kind in ("worker_kill", "api_kill", "redis_crash", "flushdb"):
                 if counts[kind]:
                     kinds.append(kind)
                     counts[kind] -= 1

@@ -15,17 +15,26 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
-import httpx
 import redis
 
 from vcm.errors import VcmError
+from vcm.eval.chaos_cases import (
+    Cycle,
+    DeleteCycles,
+    LossWindow,
+    Retrier,
+    classify,
+    cross_agent_rows,
+    retry_outcomes,
+    twin_violations,
+)
 from vcm.eval.chaos_load import HOST, MARK, Ack, Agent, Appender
 from vcm.eval.chaos_processes import ChaosProcesses
 from vcm.eval.processes import wait_until
 from vcm.hotpath.state import HotState
 from vcm.store import open_store
 from vcm.store.port import MemoryStore
-from vcm.store.types import MemoryEvent
+from vcm.store.types import FactQuery, MemoryEvent
 
 
 class ChaosRun(ChaosProcesses):
@@ -102,10 +111,11 @@ class ChaosRun(ChaosProcesses):
         return ok, time.monotonic() - started, dict(state)
 
     def _drained(self, hot: HotState, store: MemoryStore, state: dict[str, Any]) -> bool:
+        """No batch pending and every message of every FIFO stored. (Not "every id up to the
+        sequence": a FLUSHDB loses ids for good, and a rebuilt agent continues above its floor.)"""
         for agent in self.agents:
             pending = hot.pending_batches(agent.agent_id)
-            seq = int(hot.snapshot(agent.agent_id).meta.get("msg_seq", 0))
-            ids = [f"m{i}" for i in range(1, seq + 1)]
+            ids = hot.fifo_ids(agent.agent_id)
             stored = {m.message_id for m in store.get_messages(agent.agent_id, ids)}
             unspooled = [i for i in ids if i not in stored]
             if pending or unspooled:
@@ -113,22 +123,10 @@ class ChaosRun(ChaosProcesses):
         return not state
 
     # --- checks -----------------------------------------------------------------------------------
-    def fifo_contents(self, agent: Agent) -> list[str]:
-        """The agent's FIFO as the API shows it (GET context), from whichever API answers."""
-        for port in self.api_ports:
-            try:
-                with contextlib.closing(self.connect(f"http://{HOST}:{port}", agent.token, 30)) as c:
-                    ctx = c.context(agent.agent_id)
-                return [str(m.get("content", "")) for m in ctx["messages"] if m.get("role") in ("user", "assistant")]
-            except (httpx.HTTPError, VcmError):
-                continue
-        raise RuntimeError(f"no API answered GET context for {agent.agent_id}")
-
     def check(
-        self, store: MemoryStore, fifo: dict[str, list[str]], fifo_ids: dict[str, dict[str, str]]
+        self, store: MemoryStore, fifo_ids: dict[str, dict[str, str]], pending: dict[str, dict[str, str]]
     ) -> dict[str, Any]:
         acks = self.tally.acks
-        lost: list[dict[str, Any]] = []
         by_agent: dict[str, list[Ack]] = defaultdict(list)
         for ack in acks:
             by_agent[ack.agent].append(ack)
@@ -147,24 +145,11 @@ class ChaosRun(ChaosProcesses):
         }
         ack_keys: Counter[tuple[str, str]] = Counter((a.agent, a.key) for a in acks)
         twice_acked = [f"{agent}/{key}" for (agent, key), n in ack_keys.items() if n > 1]
+        stored_by: dict[str, dict[str, str]] = {}
         for agent in self.agents:
             aid = agent.agent_id
             stored_all = list(_all_messages(store, aid))
-            stored = {m.message_id: m.content for m in stored_all}
-            in_fifo = set(fifo.get(aid, []))
-            for ack in by_agent.get(aid, []):
-                if stored.get(ack.message_id) == ack.content:
-                    continue
-                if ack.content in in_fifo and fifo_ids.get(aid, {}).get(ack.message_id, ack.content) == ack.content:
-                    continue
-                lost.append(
-                    {
-                        "agent": aid,
-                        "key": ack.key,
-                        "message_id": ack.message_id,
-                        "stored_under_id": None if ack.message_id not in stored else stored[ack.message_id][:80],
-                    }
-                )
+            stored_by[aid] = {m.message_id: m.content for m in stored_all}
             # content -> ids, over the store and the FIFO; ids listed twice by the store
             ids_of: dict[str, set[str]] = defaultdict(set)
             for m in stored_all:
@@ -182,7 +167,42 @@ class ChaosRun(ChaosProcesses):
             self._check_audit(store, aid, by_agent.get(aid, []), audit)
         audit["missing_flush_causes"] = dict(audit["missing_flush_causes"])
         audit["flush_writers"] = dict(audit["flush_writers"])
-        return {"lost": lost, "duplicated": duplicated, "audit": audit, "twice_acknowledged_keys": twice_acked}
+        base = self.t0
+        faults = [(base + f.at_s, f.kind) for f in self.faults if f.kind in ("flushdb", "redis_crash")]
+        found = classify(acks, stored=stored_by, fifo=fifo_ids, pending=pending, faults=faults, window=self.window())
+        return {
+            "classified": found,
+            "lost": [_lost(a, stored_by) for a in found.lost],
+            "duplicated": duplicated,
+            "audit": audit,
+            "twice_acknowledged_keys": twice_acked,
+            "twins": twin_violations(self.tally.idempotency_violations, found),
+            "retries": retry_outcomes(self.retried, found),
+            "cross_agent": self.cross_agent(store, fifo_ids),
+        }
+
+    def window(self) -> LossWindow:
+        """The contract's loss window before a FLUSHDB (write-behind's, ``write_behind_max_s``;
+        unbounded when that bound is off) and a Redis crash (the AOF's 1 s fsync), with slack."""
+        a = self.args
+        flush = a.write_behind_max_s + a.window_slack if a.write_behind_max_s > 0 else math.inf
+        return LossWindow(flush, min(1.0, flush) + a.window_slack, a.window_slack)
+
+    def cross_agent(self, store: MemoryStore, fifo_ids: dict[str, dict[str, str]]) -> dict[str, int]:
+        """What of each deleted agent its re-created successor holds, summed over the cycles."""
+        out: Counter[str] = Counter()
+        for cycle in self.cycles:
+            aid = cycle.agent_id
+            summary = store.get_summary(aid)
+            texts = {
+                "messages": [m.content for m in _all_messages(store, aid)],
+                "facts": [f.value for f in store.query_facts(aid, FactQuery(statuses=None))],
+                "summary": [summary.text] if summary else [],
+                "summary_versions": [v.text for v in store.summary_versions(aid, limit=1000)],
+                "context": [*fifo_ids.get(aid, {}).values(), self.hot_summaries.get(aid, "")],
+            }
+            out.update(cross_agent_rows(texts))
+        return dict(out)
 
     def _check_audit(self, store: MemoryStore, aid: str, acks: list[Ack], audit: dict[str, Any]) -> None:
         committed = store.committed_batches(aid)
@@ -242,6 +262,28 @@ class ChaosRun(ChaosProcesses):
                     examples[slot].append(text)
         return dict(sorted(counts.items())), {k: v for k, v in examples.items() if v}
 
+    def after_load(self) -> None:
+        """Every acknowledged key sent again (``--retry-acked``), then the delete-during-eviction
+        cycles (``--delete-cycles``), whose re-created agents join the run's checks."""
+        urls = [f"http://{HOST}:{p}" for p in self.api_ports]
+        started = time.monotonic()
+        if self.args.retry_acked:
+            retrier = Retrier(self.agents, urls, self.connect, self.args.request_timeout)
+            self.retried = retrier.run(list(self.tally.acks), self.args.settle)
+        self.phase_s["retry"] = time.monotonic() - started
+        started = time.monotonic()
+        if self.args.delete_cycles:
+            cycles = DeleteCycles(
+                self.run_id, urls, self.admin_token, self.connect, model=self.args.model, rng=self.rng,
+                timeout_s=self.args.request_timeout, max_delay_s=self.args.delete_max_delay,
+            )  # fmt: skip
+            self.cycles = cycles.run(self.args.delete_cycles, self.args.startup_timeout)
+            for cycle in self.cycles:
+                if cycle.recreated:
+                    self.agents.append(Agent(cycle.agent_id, cycle.token))
+                    self.tally.acks.extend(cycle.new_acks)
+        self.phase_s["delete_cycles"] = time.monotonic() - started
+
     # --- all of it ------------------------------------------------------------------------------
     def execute(self) -> dict[str, Any]:
         started = time.monotonic()
@@ -249,6 +291,7 @@ class ChaosRun(ChaosProcesses):
         setup_s = time.monotonic() - started
         self.create_agents()
         self.load()
+        self.after_load()
         try:
             # Restarted workers need not be warm to drain: their first task waits for the model.
             self.wait_ready(self.args.startup_timeout, warm=False, heal=True)
@@ -261,14 +304,15 @@ class ChaosRun(ChaosProcesses):
             drained, drain_s, undrained = self.drain(hot, store)
         finally:
             store.close()
-        fifo = {a.agent_id: self.fifo_contents(a) for a in self.agents}
         fifo_ids = {a.agent_id: {m.id: m.content for m in hot.snapshot(a.agent_id).fifo} for a in self.agents}
+        pending = {a.agent_id: _pending_messages(hot, a.agent_id) for a in self.agents}
+        self.hot_summaries = {c.agent_id: hot.snapshot(c.agent_id).summary_text for c in self.cycles if c.recreated}
         # The store is read after the run, with no process left writing to it.
         for child in [*self.apis, *self.workers, self.beat]:
             self.sup.kill(child)
         store = open_store(self.settings.store_url)
         try:
-            found = self.check(store, fifo, fifo_ids)
+            found = self.check(store, fifo_ids, pending)
         finally:
             store.close()
         return self.report(found, drained, drain_s, undrained, setup_s, time.monotonic() - started)
@@ -287,15 +331,32 @@ class ChaosRun(ChaosProcesses):
         audit = found["audit"]
         faults = Counter(f.kind for f in self.faults)
         log_counts, log_examples = self.log_errors()
+        classified = found["classified"]
+        window = self.window()
         out: dict[str, Any] = {
             "acknowledged": len(acks),
             "lost": len(found["lost"]),
+            "lost_within_window": len(classified.lost_within_window),
+            "pending_at_end": len(classified.pending),
             "duplicated": len(found["duplicated"]),
+            "retries": found["retries"],
+            "cross_agent_rows": sum(found["cross_agent"].values()),
+            "cross_agent_by_place": found["cross_agent"],
+            "delete_cycles": [_cycle(c) for c in self.cycles],
+            "window_s": {"flushdb": window.flushdb_s, "redis_crash": window.redis_crash_s, "after": window.in_flight_s},
+            "drain": {
+                "drained": drained,
+                "seconds": round(drain_s, 1),
+                "pending_batches": sum(
+                    len(v.get("pending_batches", [])) for v in undrained.values() if isinstance(v, dict)
+                ),
+                "unspooled": sum(int(v.get("unspooled", 0)) for v in undrained.values() if isinstance(v, dict)),
+            },
             **{k: audit[k] for k in ("missing_flush_rows", "missing_evict_rows")},
             **{k: audit[k] for k in ("duplicated_flush_rows", "duplicated_evict_rows")},
             "committed_batches": audit["committed_batches"],
             "drained": drained,
-            "faults": {k: faults.get(k, 0) for k in ("worker_kill", "api_kill", "redis_crash")},
+            "faults": {k: faults.get(k, 0) for k in ("worker_kill", "api_kill", "redis_crash", "flushdb")},
             "unexpected_exits": len(self.unexpected),
             "appends_per_s": round(len(acks) / self.load_s, 1) if self.load_s else 0.0,
             "replayed_acks": sum(a.replayed for a in acks),
@@ -310,7 +371,8 @@ class ChaosRun(ChaosProcesses):
             "abandoned": len(self.tally.abandoned),
             "twice_acknowledged_keys": len(found["twice_acknowledged_keys"]),
             "twin_sends": self.tally.twin_sends,
-            "idempotency_violations": len(self.tally.idempotency_violations),
+            "idempotency_violations": len(found["twins"][0]),
+            "twin_sends_lost_within_window": len(found["twins"][1]),
             "orphan_audit_rows": audit["orphan_rows"],
             "dead_letters": audit["dead_letters"],
             "missing_flush_causes": audit["missing_flush_causes"],
@@ -321,6 +383,8 @@ class ChaosRun(ChaosProcesses):
             "timing_s": {
                 "setup": round(setup_s, 1),
                 "load": round(self.load_s, 1),
+                "retry": round(self.phase_s.get("retry", 0.0), 1),
+                "delete_cycles": round(self.phase_s.get("delete_cycles", 0.0), 1),
                 "drain": round(drain_s, 1),
                 "total": round(total_s, 1),
             },
@@ -337,6 +401,10 @@ class ChaosRun(ChaosProcesses):
                     "seed",
                     "pause",
                     "no_vectors",
+                    "flushdbs",
+                    "write_behind_max_s",
+                    "write_behind_max_messages",
+                    "delete_cycles",
                 )
             },
             "fault_log": [asdict(f) for f in self.faults],
@@ -345,9 +413,10 @@ class ChaosRun(ChaosProcesses):
             "log_error_examples": log_examples,
             "worker_tasks": self.worker_tasks(),
             "lost_examples": found["lost"][:20],
+            "lost_within_window_examples": [_lost(a, {}) for a in classified.lost_within_window[:20]],
             "duplicated_examples": found["duplicated"][:20],
             "rejected_examples": self.tally.rejected[:20],
-            "idempotency_violation_examples": self.tally.idempotency_violations[:20],
+            "idempotency_violation_examples": found["twins"][0][:20],
             "workdir": str(self.workdir),
         }
         out["ok"] = drained and not any(
@@ -361,8 +430,10 @@ class ChaosRun(ChaosProcesses):
                 "duplicated_evict_rows",
                 "twice_acknowledged_keys",
                 "idempotency_violations",
+                "cross_agent_rows",
             )
         )
+        out["ok"] = out["ok"] and not (out["retries"]["duplicated_by_retry"] or out["retries"]["wrong_id"])
         return out
 
     def cleanup(self) -> None:
@@ -391,3 +462,26 @@ def _all_events(store: MemoryStore, agent_id: str, kinds: list[str]) -> Iterator
         cursor = page.next_cursor
         if cursor is None:
             return
+
+
+def _pending_messages(hot: HotState, agent_id: str) -> dict[str, str]:
+    """The messages of the agent's eviction batches still in Redis, by id."""
+    ids = [m for batch in hot.batch_message_ids(agent_id).values() for m in batch]
+    return {m.id: m.content for m in hot.get_messages(agent_id, ids)}
+
+
+def _lost(ack: Ack, stored: dict[str, dict[str, str]]) -> dict[str, Any]:
+    held = stored.get(ack.agent, {}).get(ack.message_id)
+    return {"agent": ack.agent, "key": ack.key, "message_id": ack.message_id, "stored_under_id": held and held[:80]}
+
+
+def _cycle(c: Cycle) -> dict[str, Any]:
+    return {
+        "agent": c.agent_id,
+        "old_appends": c.old_appends,
+        "batch_after": c.batch_after,
+        "delay_s": c.delay_s,
+        "deleted": c.deleted,
+        "recreated": c.recreated,
+        "new_acknowledged": len(c.new_acks),
+    }

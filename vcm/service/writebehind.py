@@ -129,8 +129,8 @@ class WriteBehindBound:
                     self._cond.wait(wait)
             try:
                 again = self.check(agent_id)
-            except Exception:  # Redis or the store down: look again a bound later
-                log.warning("could not check the write-behind backlog of %s", agent_id, exc_info=True)
+            except Exception as exc:  # Redis or the store down: look again a bound later
+                log.warning("could not check the write-behind backlog of %s: %r", agent_id, exc)
                 again = self.clock() + max(self.max_s, 1.0)
             if again is not None:
                 self._watch(agent_id, again)
