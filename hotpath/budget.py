@@ -5,8 +5,12 @@ trip; property tests replay random operations through both and compare.
 
 Rules (all thresholds are shares of the window, turned into whole tokens once per agent):
 
-* ``max = window - output_reserve - memory_reserve``; nothing may push the main context above it
-  (the memory reserve is the room the context builder's injected layers always have).
+* ``max = window - output_reserve - memory_reserve``; nothing may push the main context above it.
+  The context builder's injected layers use the room the main context leaves below
+  ``window - output_reserve`` (their budgets are ceilings), so the built prompt stays within it
+  too. With the default memory reserve of 0, max is 90 % of the window and equals the flush line;
+  a memory reserve keeps a floor of room for the layers and moves max and the flush line down.
+* The flush line is ``min(flush, max)``.
 * The batches still pending (begun, not yet finished) share ONE placeholder in the main context,
   naming their total message count: its cost is ``placeholder_tokens(base, count)``, at most
   ``base + 4`` for any count below 10**12, however many batches wait on the cold path. (One
@@ -60,7 +64,7 @@ class Budget:
             window=window,
             max_tokens=max_tokens,
             warning_at=math.floor(window * settings.warning),
-            # A reserve above (1 - flush) makes max the effective flush line.
+            # Reserves above (1 - flush) make max the effective flush line.
             flush_at=min(math.floor(window * settings.flush), max_tokens),
             target=math.floor(window * settings.target),
             pinned_cap=math.floor(window * settings.pinned_cap),

@@ -17,6 +17,16 @@ with its own copy of it (``LazyEmbed.local()``), as ``vcm serve`` does. After ea
   latest user message (the turn just appended);
 * **added**: full minus hot, the builder's cost per turn. Target: p50 ≤ 30 ms.
 
+What a provider's prompt cache would reuse: per built prompt, the **prefix share** is the share of
+its tokens (tool schemas and reply priming counted with the system message, as the hot state
+counts them) in the leading messages identical to the previous turn's built prompt, message by
+message (a message that differs at all counts as not reused, so the share is a lower bound of
+what a token-level cache matches). Reported as the mean over turns with no eviction since the
+previous one (target: ≥ 90 %), and over all turns; and the cost of the input tokens a provider
+would bill with such a cache relative to none, with cached tokens at 50 % (OpenAI) and at 10 %
+(Anthropic's cache reads) of the price. Providers cache only prefixes past a minimum (1 024
+tokens at OpenAI); the figures leave that out.
+
 Where the builder's time goes: the service's and the store's calls it makes are wrapped for the
 run and their exclusive wall time taken per build (a wrapped call's time less that of the wrapped
 calls inside it; a few microseconds of overhead each): query embeddings (and how many per build),
@@ -47,6 +57,8 @@ from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.eval.conversation import Turn, parse_sample
 
 TARGET_MS = 30.0
+TARGET_REUSE = 90.0
+CACHED_PRICES = (0.5, 0.1)  # what a cached input token costs, relative to an uncached one
 # What build_context reaches through the service and through its store, by the name reported.
 SERVICE_CALLS = {
     "embed": "embed", "hot snapshot": "context", "fact search": "rank_facts", "recall search": "search_recall",
@@ -92,10 +104,10 @@ class Profile:
 def instrument(run: Replay, profile: Profile) -> None:
     """Wrap the calls the builder makes, on this service and store only (instance attributes)."""
     service, store = run.service, run.service.store
-    for name, attr in SERVICE_CALLS.items():
-        setattr(service, attr, profile.wrap(name, getattr(service, attr)))
-    for name, attr in STORE_CALLS.items():
-        setattr(store, attr, profile.wrap(name, getattr(store, attr)))
+    for target, calls in ((service, SERVICE_CALLS), (store, STORE_CALLS)):
+        for name, attr in calls.items():
+            if hasattr(target, attr):  # a call the façade no longer has is simply not timed
+                setattr(target, attr, profile.wrap(name, getattr(target, attr)))
 
 
 def user_turns_to(turns: Sequence[Turn], speaker: str, wanted: int) -> int:
@@ -126,6 +138,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     names: list[str] = []
     profile = Profile()
+    previous: dict[str, Any] = {}  # the previous measured turn's prompt and eviction count
     load_before = os.getloadavg()
     started = time.perf_counter()
 
@@ -139,6 +152,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         built = run.service.build_context(run.agent)
         t2 = time.perf_counter()
         spent, calls = profile.take()
+        prompt = [json.dumps(m, sort_keys=True) for m in built.messages]
+        same = previous.get("conversation") == run.conv.sample_id
+        reused = prefix_tokens(previous["prompt"], prompt, built.message_tokens) if same else 0
+        evicted_since = not same or run.evictions != previous["evictions"]
+        previous.update(conversation=run.conv.sample_id, prompt=prompt, evictions=run.evictions)
         full = (t2 - t1) * 1000
         phases = {name: round(s * 1000, 3) for name, s in spent.items()}
         phases["builder"] = round(full - sum(phases.values()), 3)
@@ -146,6 +164,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "conversation": run.conv.sample_id, "dia_id": turn.dia_id, "evicted": run.evictions > 0,
             "hot_ms": round((t1 - t0) * 1000, 3), "full_ms": round(full, 3),
             "phases_ms": phases, "calls": calls, "embeds": calls.get("embed", 0), "layer_tokens": built.layer_tokens(),
+            "prompt_tokens": built.total, "reused_tokens": reused, "evicted_since": evicted_since,
+            "layer_order": _runs(built.layers),
         })  # fmt: skip
 
     for sample in samples:
@@ -181,6 +201,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "added_ms_after_first_eviction": stats([r["full_ms"] - r["hot_ms"] for r in later]),
         "met": bool(every) and stats([r["full_ms"] - r["hot_ms"] for r in every])["p50"] <= TARGET_MS,
         "phases_ms": phase_stats(every),
+        "cache": cache_stats(every),
         "embeds_per_build": round(sum(r["embeds"] for r in every) / len(every), 2) if every else 0.0,
         "layer_tokens_mean": mean_tokens(every),
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
@@ -199,6 +220,44 @@ def phase_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]
     return {k: {"mean": round(sum(r["phases_ms"].get(k, 0.0) for r in rows) / len(rows), 2),
                 "p50": stats([r["phases_ms"].get(k, 0.0) for r in rows])["p50"],
                 "calls": round(sum(r["calls"].get(k, 0) for r in rows) / len(rows), 2)} for k in names}  # fmt: skip
+
+
+def prefix_tokens(before: Sequence[str], now: Sequence[str], tokens: Sequence[int]) -> int:
+    """Tokens of ``now``'s leading messages identical to ``before``'s (messages as JSON)."""
+    reused = 0
+    for old, new, n in zip(before, now, tokens, strict=False):
+        if old != new:
+            break
+        reused += n
+    return reused
+
+
+def cache_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Prefix reuse between consecutive prompts, and the input cost a prefix cache would bill."""
+
+    def mean_share(selected: Sequence[Mapping[str, Any]]) -> float:
+        shares = [r["reused_tokens"] / r["prompt_tokens"] for r in selected if r["prompt_tokens"]]
+        return round(100.0 * sum(shares) / len(shares), 1) if shares else 0.0
+
+    quiet = [r for r in rows if not r["evicted_since"]]
+    total = sum(r["prompt_tokens"] for r in rows)
+    reused = sum(r["reused_tokens"] for r in rows)
+    cost = {f"{round(p * 100)}%": round(100.0 * (total - reused + p * reused) / total, 1) if total else 0.0
+            for p in CACHED_PRICES}  # fmt: skip
+    return {
+        "reuse_no_eviction_pct": mean_share(quiet),
+        "turns_no_eviction": len(quiet),
+        "reuse_all_pct": mean_share(rows),
+        "reused_token_share_pct": round(100.0 * reused / total, 1) if total else 0.0,
+        "billed_vs_no_cache_pct": cost,
+        "target_reuse_pct": TARGET_REUSE,
+        "met": mean_share(quiet) >= TARGET_REUSE,
+    }
+
+
+def _runs(layers: Sequence[str]) -> list[str]:
+    """The layers in prompt order, consecutive repeats merged (fifo, fifo, fifo -> fifo)."""
+    return [name for i, name in enumerate(layers) if i == 0 or layers[i - 1] != name]
 
 
 def mean_tokens(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -229,6 +288,16 @@ def print_table(result: Mapping[str, Any]) -> None:
             print(f"{label:<34}{s['mean']:>9}{s['p50']:>9}{s['p95']:>9}{s['p99']:>9}")
     verdict = "met" if result["met"] else "missed"
     print(f"target: added p50 <= {result['target_p50_ms']} ms: {verdict}")
+    c = result["cache"]
+    print(
+        f"prompt prefix reused from the previous turn: {c['reuse_no_eviction_pct']} % mean over "
+        f"{c['turns_no_eviction']} turns without an eviction (target >= {c['target_reuse_pct']} %: "
+        f"{'met' if c['met'] else 'missed'}), {c['reuse_all_pct']} % over all turns"
+    )
+    if result["rows"]:
+        print("layer order of the last prompt: " + " > ".join(result["rows"][-1]["layer_order"]))
+    print("input billed with a prefix cache, relative to none: " + ", ".join(
+        f"{v} % (cached tokens at {k})" for k, v in c["billed_vs_no_cache_pct"].items()))  # fmt: skip
     print("where a build's time goes (exclusive ms per build, mean / p50, and calls per build):")
     for name, s in result["phases_ms"].items():
         print(f"  {name:<26}{s['mean']:>9}{s['p50']:>9}{s.get('calls', ''):>7}")

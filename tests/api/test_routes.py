@@ -34,8 +34,8 @@ def test_create_get_and_list_agents(client: TestClient) -> None:
         "max_tokens": body["agent"]["max_tokens"],
         "system_tokens": body["agent"]["system_tokens"],
     }
-    # The window less the output reserve and the room kept for injected memory (10 % each).
-    assert body["agent"]["max_tokens"] == 4096 - math.ceil(4096 * (0.10 + 0.10))
+    # The window less the output reserve (10 %): the flush line, 90 % (no memory reserve by default).
+    assert body["agent"]["max_tokens"] == 4096 - math.ceil(4096 * 0.10)
     me = {"Authorization": f"Bearer {body['token']}"}
     assert client.get("/v1/agents/alice", headers=me).json() == body["agent"]
     assert client.get("/v1/agents/alice", headers=ADMIN).json() == body["agent"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from vcm.errors import PinLimitExceeded, TokenBudgetExceeded
 from vcm.hotpath.budget import Budget, FifoEntry, Parts, decide_growth, decide_requested_eviction, plan_eviction
 from vcm.hotpath.render import placeholder_tokens
+from vcm.settings import load_settings
 from vcm.settings.context import BudgetSettings
 
 BUDGET = Budget.for_window(1000, BudgetSettings())
@@ -46,6 +48,19 @@ def test_thresholds_in_tokens() -> None:
     assert (BUDGET.pinned_cap, BUDGET.summary_cap) == (250, 150)
     big_reserve = Budget.for_window(1000, BudgetSettings(output_reserve=0.2))
     assert big_reserve.flush_at == big_reserve.max_tokens == 800
+
+
+def test_the_default_settings_keep_the_seed_lines() -> None:
+    # warning 70 %, flush 90 %, target 50 %: the output reserve (10 %) alone sets max, which is the
+    # flush line; the injected layers live in what the hot context leaves below it.
+    defaults = load_settings(environ={}).budget
+    for window in (2048, 4096, 128_000):
+        budget = Budget.for_window(window, defaults)
+        assert budget.flush_at == budget.max_tokens == math.floor(window * 0.9)
+        assert (budget.warning_at, budget.target) == (math.floor(window * 0.7), math.floor(window * 0.5))
+    # A memory reserve keeps a floor of room for the layers by moving max, and the flush line, down.
+    reserved = Budget.for_window(1000, BudgetSettings(memory_reserve=0.1))
+    assert reserved.flush_at == reserved.max_tokens == 800
 
 
 def test_below_warning_is_ok() -> None:

@@ -87,6 +87,26 @@ def test_flush_begins_a_batch_with_placeholder(hot: HotState, agent: str) -> Non
     assert render.placeholder(flush.batch.count) in [m["content"] for m in ctx.messages]
 
 
+def test_with_the_default_settings_the_flush_line_is_90_percent_of_the_window(hot: HotState, agent: str) -> None:
+    # Seed 000's lines: warning 70 %, flush 90 %, target 50 % (no memory reserve moves them).
+    flush_at, target = 1843, 1024
+    assert hot.settings.budget.memory_reserve == 0.0
+    total = hot.snapshot(agent).counter("system")
+    for i in range(200):
+        r = hot.append(agent, "user", words(60, f"t{i}x"))
+        if r.action == "flush":
+            assert total + r.tokens > flush_at >= total  # the first growth past 90 % flushes ...
+            assert r.total <= target  # ... down to 50 %
+            break
+        assert r.total <= flush_at
+        total = r.total
+    else:
+        raise AssertionError("never flushed")
+    assert total > 0.8 * 2048  # the context grew past the old 80 % line without flushing
+    snap = hot.snapshot(agent)
+    assert (snap.counter("max"), snap.counter("flush")) == (flush_at, flush_at)
+
+
 def test_finish_installs_summary_idempotently_and_in_order(hot: HotState, agent: str) -> None:
     fill_until(hot, agent, "flush")
     fill_until(hot, agent, "flush")

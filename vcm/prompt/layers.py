@@ -1,11 +1,19 @@
 """The layers the context builder puts around the hot context, each within its own token budget.
 Pure: the service gathers the inputs (facts, state, recall hits, skills) and counts tokens.
 
-Order of the final message list (seed 003's layered prompt, seed 004's pinned state header)::
+Order of the final message list: what changes only at an eviction first, then the FIFO, then what
+changes every turn, so that consecutive prompts share the longest prefix a provider's prompt
+cache can reuse (seed 003's layered prompt, seed 004's pinned state header)::
 
     system prompt (hot)        identity: date, user       tools hint
-    working blocks (hot)       state header               sticky facts
-    relevant memory            skills                     summary, placeholder, FIFO (hot)
+    working blocks (hot)       sticky facts               summary, placeholder (hot)
+    FIFO up to the latest user message (hot, append-only between evictions)
+    state header               relevant memory            skills
+    the latest user message and what follows it (hot)
+
+The per-turn layers go right before the latest user message of the FIFO, never between an
+assistant message with ``tool_calls`` and its tool results (:func:`turn_slot`), so the prompt stays
+valid for OpenAI's API in any tool flow.
 
 Every injected layer is one ``system`` message rendered as delimited *data*, never as
 instructions, and retrieved text carries its source ids and taint flags, so a model (and an
@@ -20,10 +28,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-# Placement: after which hot layer each injected layer goes.
+# Placement: after the system prompt, after the working blocks, or before the latest user message.
 AFTER_SYSTEM = ("identity", "tools_hint")
-AFTER_WORKING = ("state", "sticky", "memory", "skills")
-INJECTED = (*AFTER_SYSTEM, *AFTER_WORKING)
+AFTER_WORKING = ("sticky",)
+PER_TURN = ("state", "memory", "skills")
+INJECTED = (*AFTER_SYSTEM, *AFTER_WORKING, *PER_TURN)
 # The order in which layers are given room when there is not enough for all.
 PRIORITY = ("identity", "state", "sticky", "memory", "skills", "tools_hint")
 
@@ -119,7 +128,45 @@ def place(hot: Sequence[dict[str, Any]], hot_layers: Sequence[str], injected: Se
     """Where each injected layer goes in the hot message list: the index to insert before."""
     last_system = max((i for i, name in enumerate(hot_layers) if name == "system"), default=0)
     last_working = max((i for i, name in enumerate(hot_layers) if name in ("system", "working")), default=0)
-    return [last_system + 1 if layer.name in AFTER_SYSTEM else last_working + 1 for layer in injected]
+    turn = turn_slot(hot, hot_layers)
+    return [
+        last_system + 1 if layer.name in AFTER_SYSTEM else last_working + 1 if layer.name in AFTER_WORKING else turn
+        for layer in injected
+    ]
+
+
+def turn_slot(hot: Sequence[dict[str, Any]], hot_layers: Sequence[str]) -> int:
+    """Where the per-turn layers go: before the latest user message of the FIFO. Without one (all
+    evicted, or a turn that holds only tool traffic), the latest place in the FIFO that splits no
+    tool call from its results; failing that, before the FIFO."""
+    fifo = [i for i, name in enumerate(hot_layers) if name == "fifo"]
+    if not fifo:
+        return len(hot)
+    for i in reversed(fifo):
+        if hot[i].get("role") == "user" and not splits_tool_call(hot, i):
+            return i
+    first = fifo[0]
+    for at in range(len(hot), first, -1):
+        if splits_tool_call(hot, at):
+            continue
+        return at
+    return first
+
+
+def splits_tool_call(messages: Sequence[dict[str, Any]], at: int) -> bool:
+    """Whether a message inserted before index ``at`` would stand between an assistant message
+    with ``tool_calls`` and its tool results: before a tool result, or after a call (and the
+    results so far) whose results are not all there yet."""
+    if at < len(messages) and messages[at].get("role") == "tool":
+        return True
+    answered: set[Any] = set()
+    i = at - 1
+    while i >= 0 and messages[i].get("role") == "tool":
+        answered.add(messages[i].get("tool_call_id"))
+        i -= 1
+    if i < 0 or messages[i].get("role") != "assistant" or not messages[i].get("tool_calls"):
+        return False
+    return not {call.get("id") for call in messages[i]["tool_calls"]} <= answered
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
 """The context an agent's model actually sees, through the façade: the hot context with the
-layers of :mod:`vcm.prompt.layers` around it — identity, tools hint, state header, sticky facts,
-relevant memory, skills.
+layers of :mod:`vcm.prompt.layers` around it — identity, tools hint, sticky facts before the
+summary and FIFO; state header, relevant memory, skills before the latest user message (the order
+that keeps consecutive prompts' prefix stable for a provider's prompt cache).
 
 Room: the injected layers together never take more than the window minus the output reserve
 minus what the hot context holds, so the invariant the hot path keeps (the prompt and the answer
-fit the window) holds for the built prompt too; ``budget.memory_reserve`` keeps that room from
-being eaten by the FIFO. Within it, each layer has its own budget (``[context]``) and is given
-room in :data:`~vcm.prompt.layers.PRIORITY` order.
+fit the window) holds for the built prompt too. Each layer's budget (``[context]``) is a ceiling
+within that room, given in :data:`~vcm.prompt.layers.PRIORITY` order: near the flush line (90 % of
+the window by default) the room, and so the layers, shrink; after a flush (down to 50 %) they have
+their full budgets. ``budget.memory_reserve`` (0 by default) would keep a floor of room by moving
+the flush line down. A layer's tokens include its message framing, as the hot path counts its
+messages.
 
 Relevant memory is retrieved for the latest user message (or an explicit query): facts by the
 hybrid fact search and recalled messages by hybrid recall, minus messages still in the FIFO and
@@ -90,7 +94,8 @@ class ContextBuilder:
         hot = self.messages.context(agent_id, token_sha256=token_sha256)
         info = self.core.agent(agent_id)
         cfg = self.core.settings.context
-        count = self.core.counter(info.model).text
+        # A layer is one more message: its framing tokens count, as the hot path counts its own.
+        count = self.core.counter(info.model).message
         window = hot.gauges.window
         room = max(0, window - math.ceil(window * self.core.settings.budget.output_reserve) - hot.gauges.total)
         if query is None:

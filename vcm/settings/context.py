@@ -23,8 +23,10 @@ class BudgetSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     output_reserve: float = Field(0.10, ge=0.0, lt=0.9)
-    # Held back from the hot context for the memory the context builder injects per call
-    # (state header, sticky facts, relevant memory, skills): it lowers max like output_reserve.
+    # A floor of room for the memory the context builder injects per call (state header, sticky
+    # facts, relevant memory, skills): it lowers max, and the flush line with it, like
+    # output_reserve. 0 keeps the flush line at `flush`; the layers then use what the hot context
+    # leaves below window - output_reserve.
     memory_reserve: float = Field(0.0, ge=0.0, lt=0.5)
     warning: float = Field(0.70, gt=0.0, lt=1.0)
     flush: float = Field(0.90, gt=0.0, le=1.0)

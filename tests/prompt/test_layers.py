@@ -1,0 +1,109 @@
+"""Where the context builder's layers go (pure): what changes only at an eviction before the
+FIFO, the per-turn layers right before the latest user message, and never an injected message
+between an assistant message with ``tool_calls`` and its tool results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vcm.prompt.layers import INJECTED, PER_TURN, Layer, assemble, turn_slot
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "search_recall", "arguments": "{}"}}
+
+
+def user(text: str = "hi") -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def calling(n: int = 1) -> dict[str, Any]:
+    return {"role": "assistant", "content": "", "tool_calls": [{**CALL, "id": f"c{i}"} for i in range(n)]}
+
+
+def result(i: int = 0) -> dict[str, Any]:
+    return {"role": "tool", "content": "found", "tool_call_id": f"c{i}"}
+
+
+def hot(fifo: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str], list[int]]:
+    head = [{"role": "system", "content": "sys"}, {"role": "system", "content": "<working_block/>"},
+            {"role": "system", "content": "<summary/>"}]  # fmt: skip
+    return head + fifo, ["system", "working", "summary"] + ["fifo"] * len(fifo), [1] * (3 + len(fifo))
+
+
+LAYERS = [Layer(name, f"[{name}]", 5) for name in INJECTED]
+
+
+def test_stable_layers_first_then_the_fifo_then_the_per_turn_layers_before_the_latest_user_message() -> None:
+    fifo = [user("a"), {"role": "assistant", "content": "b"}, user("c"), {"role": "assistant", "content": "d"},
+            user("latest")]  # fmt: skip
+    built = assemble(*hot(fifo), LAYERS)
+    assert built.layers == [
+        "system", "identity", "tools_hint", "working", "sticky", "summary",
+        "fifo", "fifo", "fifo", "fifo", "state", "memory", "skills", "fifo",
+    ]  # fmt: skip
+    assert built.messages[-1] == user("latest")
+
+
+def test_a_tool_flow_after_the_latest_user_message_keeps_its_calls_and_results_together() -> None:
+    # A heartbeat chain in progress: the user asked, the model called two tools, the results came.
+    fifo = [user("a"), {"role": "assistant", "content": "b"}, user("latest"), calling(2), result(0), result(1)]
+    built = assemble(*hot(fifo), LAYERS)
+    at = built.layers.index("state")
+    assert built.layers[at : at + 4] == ["state", "memory", "skills", "fifo"]
+    assert built.messages[at + 3] == user("latest")
+    assert [m["role"] for m in built.messages[-3:]] == ["assistant", "tool", "tool"]
+
+
+def test_without_a_user_message_the_layers_go_where_they_split_no_tool_call() -> None:
+    messages, layers, _ = hot([calling(), result(0), {"role": "assistant", "content": "done"}, calling(2), result(0)])
+    # After the last complete exchange: never after a call whose results are (partly) still to come.
+    assert turn_slot(messages, layers) == 6
+    messages, layers, _ = hot([calling(2), result(0), result(1)])
+    assert turn_slot(messages, layers) == 6
+    only_calls, layers, _ = hot([calling(), result(0), calling()])
+    assert turn_slot(only_calls, layers) == 5
+    messages, layers, _ = hot([])
+    assert turn_slot(messages, layers) == 3
+    # A user message right after calls without results: not there either.
+    messages, layers, _ = hot([user("a"), calling(), user("b")])
+    assert turn_slot(messages, layers) == 3
+
+
+MESSAGES = st.sampled_from(["user", "assistant", "system", "calls", "calls"])
+
+
+def open_call(messages: list[dict[str, Any]], j: int) -> bool:
+    """Whether index ``j`` lies inside a tool exchange: after a call, among or before its results,
+    or after results that do not yet answer every call."""
+    if j < len(messages) and messages[j].get("role") == "tool":
+        return True
+    answered: set[str] = set()
+    while j > 0 and messages[j - 1].get("role") == "tool":
+        answered.add(messages[j - 1]["tool_call_id"])
+        j -= 1
+    calls = messages[j - 1].get("tool_calls") if j > 0 else None
+    return bool(calls) and not {c["id"] for c in calls} <= answered
+
+
+@given(st.lists(st.tuples(MESSAGES, st.integers(1, 3), st.integers(0, 3)), max_size=14))
+def test_no_injected_layer_ever_sits_between_a_tool_call_and_its_results(
+    steps: list[tuple[str, int, int]],
+) -> None:
+    fifo: list[dict[str, Any]] = []
+    for kind, calls, results in steps:
+        if kind == "calls":
+            fifo.append(calling(calls))
+            fifo.extend(result(i) for i in range(min(calls, results)))  # fewer: the rest still to come
+        else:
+            fifo.append({"role": kind, "content": kind})
+    built = assemble(*hot(fifo), LAYERS)
+    # The hot messages keep their order, with every layer inserted once.
+    assert [m for m, name in zip(built.messages, built.layers, strict=True) if name not in INJECTED] == hot(fifo)[0]
+    for j, name in enumerate(built.layers):
+        if name in INJECTED:
+            assert not open_call(built.messages[:j] + built.messages[j + 1 :], j), built.layers
+    # The per-turn layers sit together, after the summary.
+    turn = [j for j, name in enumerate(built.layers) if name in PER_TURN]
+    assert turn == list(range(turn[0], turn[0] + 3)) and turn[0] > built.layers.index("summary")
