@@ -135,6 +135,23 @@ def test_an_append_finding_an_old_backlog_writes_it_through(client: redis.Redis,
     assert sorted(stored(store, "eve")) == sorted([first, second])
 
 
+def test_a_write_through_racing_a_delete_and_re_create_writes_nothing(
+    client: redis.Redis, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = service(client, store, settings(0, 0))
+    svc.create_agent("jo", model=MODEL)
+    svc.append("jo", "user", "Jo's old agent said this.")
+    assert svc.core.behind is not None
+    # The agent's incarnation changes between the two reads around the backlog read.
+    seen = iter(["before", "after"])
+    monkeypatch.setattr(svc.hot, "incarnation", lambda _agent: next(seen))
+    assert svc.core.behind.write_through("jo", "size") == 0
+    assert stored(store, "jo") == {}
+    monkeypatch.undo()
+    svc.delete_agent("jo")  # deleted: nothing to write, and no error
+    assert svc.core.behind.write_through("jo", "idle") == 0
+
+
 def test_the_backlog_is_a_metric(client: redis.Redis, store: MemoryStore) -> None:
     svc = service(client, store, settings(0, 0))
     for agent, n in (("fay", 3), ("gus", 1)):

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 
 from vcm.durable import append_event, append_records, stored_message
+from vcm.errors import NotFound
 from vcm.hotpath.state import HotState
 from vcm.obs import metrics
 from vcm.store.port import MemoryStore
@@ -67,17 +68,26 @@ class WriteBehindBound:
     def write_through(self, agent_id: str, reason: str) -> int:
         """Write the agent's backlog to the store (with its appends' idempotency records and audit
         rows, as the spool would) and take it out of the backlog; how many messages were written.
-        Ids whose message left Redis meanwhile (a committed batch, a forget) just leave the backlog."""
-        ids = self.hot.backlog.ids(agent_id, _BATCH)
-        if not ids:
+        Ids whose message left Redis meanwhile (a committed batch, a forget) just leave the backlog.
+
+        Fenced as the spool is (``vcm.tasks.fence``): the backlog is read between two reads of the
+        agent's incarnation and written under it, so a delete (or a delete and re-create) racing
+        this write lands nothing of the old agent; the new one's own appends handle its backlog."""
+        try:
+            incarnation = self.hot.incarnation(agent_id)
+            ids = self.hot.backlog.ids(agent_id, _BATCH)
+            messages = self.hot.get_messages(agent_id, ids) if ids else []
+            if not ids or self.hot.incarnation(agent_id) != incarnation:
+                return 0
+            if messages:
+                self.store.spool_messages(
+                    [stored_message(agent_id, m, ttl_s=self._ttl_s) for m in messages],
+                    events=[append_event(agent_id, m) for m in messages],
+                    idempotency=append_records(self.hot, agent_id, messages),
+                    incarnation=incarnation,
+                )
+        except NotFound:  # deleted (AgentFenced too): its backlog went with it
             return 0
-        messages = self.hot.get_messages(agent_id, ids)
-        if messages:
-            self.store.spool_messages(
-                [stored_message(agent_id, m, ttl_s=self._ttl_s) for m in messages],
-                events=[append_event(agent_id, m) for m in messages],
-                idempotency=append_records(self.hot, agent_id, messages),
-            )
         self.hot.backlog.done(agent_id, ids)
         metrics.write_behind_forced(reason, len(messages))
         return len(messages)
