@@ -147,9 +147,11 @@ class TokenAuthority:
         if agent_id is None:
             raise Unauthorized("invalid bearer token")
         stored = self.tokens.get(agent_id)
-        if stored is None and self.rebuild is not None and self.rebuild(agent_id):
+        if stored is None and self.rebuild is not None:
             # The hot state was lost (restart, flushed Redis) and has just been rebuilt from the
-            # store, which keeps the token's hash.
+            # store, which keeps the token's hash: by this call, or by a concurrent one that got
+            # there first (then this one rebuilt nothing, and the token is back all the same).
+            self.rebuild(agent_id)
             stored = self.tokens.get(agent_id)
         expected = stored if isinstance(stored, str) and len(stored) == len(_NO_DIGEST) else _NO_DIGEST
         if not hmac.compare_digest(presented, expected):

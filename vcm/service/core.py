@@ -94,7 +94,9 @@ class Core:
         try:
             return call(*args, **kwargs)
         except (NotFound, Unauthorized):
-            if not self.rebuild(agent_id):
+            # Not rebuilt here, but present now: another request (or process) rebuilt it first,
+            # between the failed call and this look (a FLUSHDB under concurrent requests).
+            if not self.rebuild(agent_id) and not self.hot.exists(agent_id):
                 raise
         return call(*args, **kwargs)
 
