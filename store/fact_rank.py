@@ -2,8 +2,15 @@
 
 An agent holds thousands of facts, not millions of messages, so both adapters fetch the facts
 that pass the filters and rank them here: BM25 over the analysed value, key and tags (the same
-formula and analyzer as message recall) fused with cosine on the fact embeddings by the same
-convex combination as hybrid recall (:func:`vcm.store.fusion.convex`).
+formula and analyzer as message recall) and cosine on the fact embeddings, combined convexly
+(half each, as hybrid recall).
+
+The score means the same in every search, so a caller can compare it across queries or cut at a
+threshold: nothing is rescaled by what else the search found (the best hit is 1.0 only if it
+matches that well). The text part is the fact's BM25 over the most any text could score for the
+query (each query term's weight, which BM25 approaches as the term repeats): the share of the
+query matched, in [0, 1). The vector part is the cosine, below zero counted as zero. A fact
+without an embedding, or a query without one, takes its text part for both halves.
 
 A prompt build searches facts on every turn, so the per-fact work is kept small: candidates are
 light (id, text, update time, vector; the embedded adapter reads whole facts only for the hits),
@@ -82,13 +89,17 @@ def candidate(fact: Fact, vector: Vector | None = None) -> Candidate:
 
 
 def _text_scores(wanted: Sequence[str], candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
+    """BM25 of each matching candidate over the query's attainable maximum (see the module)."""
     docs = [_term_counts(c.text) for c in candidates]
     avg = sum(n for n, _ in docs) / len(docs)
-    df = {t: sum(1 for _, counts in docs if t in counts) for t in wanted}
-    weights = {t: bm25.idf(df[t], len(docs)) * (1.0 + bm25.K1) for t in wanted if df[t]}
+    terms = list(dict.fromkeys(wanted))
+    df = {t: sum(1 for _, counts in docs if t in counts) for t in terms}
+    weights = {t: bm25.idf(df[t], len(docs)) * (1.0 + bm25.K1) for t in terms if df[t]}
     out: list[tuple[str, float]] = []
     if not weights:
         return out
+    # A query term no fact holds still counts in the maximum: it is part of what was asked.
+    ceiling = sum(bm25.idf(df[t], len(docs)) * (1.0 + bm25.K1) for t in terms)
     for c, (length, counts) in zip(candidates, docs, strict=True):
         if not length:
             continue
@@ -99,7 +110,7 @@ def _text_scores(wanted: Sequence[str], candidates: Sequence[Candidate]) -> list
             if tf:
                 s += w * tf / (tf + norm)
         if s > 0:
-            out.append((c.fact_id, s))
+            out.append((c.fact_id, s / ceiling))
     out.sort(key=lambda kv: -kv[1])
     return out
 
@@ -112,7 +123,7 @@ def _vector_scores(q: Vector, candidates: Sequence[Candidate]) -> list[tuple[str
     matrix = np.vstack([c.vector for c in rows if c.vector is not None]).astype(np.float32, copy=False)
     norms = np.linalg.norm(matrix, axis=1)
     norms[norms == 0] = 1.0
-    sims = (matrix @ q) / norms
+    sims = np.clip((matrix @ q) / norms, 0.0, 1.0)
     return sorted(((c.fact_id, float(s)) for c, s in zip(rows, sims, strict=True)), key=lambda kv: -kv[1])
 
 
@@ -129,13 +140,14 @@ def order(
     vector_scores = _vector_scores(fusion.unit_vector(vector), candidates) if embedded else []
     if not text_scores and not vector_scores:
         return []
-    if not vector_scores:
-        fused = dict(fusion.minmax(text_scores, floor=0.0))
-    elif not text_scores:
-        fused = fusion.minmax(vector_scores)  # no word in common: meaning alone ranks
-    else:
-        unembedded = {c.fact_id for c in candidates if c.vector is None}
-        fused = fusion.convex(text_scores, vector_scores, unembedded=unembedded)
+    text_part, vector_part = dict(text_scores), dict(vector_scores)
+    unembedded = {c.fact_id for c in candidates if c.vector is None} if embedded else set(text_part)
+    w = fusion.TEXT_WEIGHT
+    fused = {
+        i: text_part.get(i, 0.0) if i in unembedded else w * text_part.get(i, 0.0) + (1.0 - w) * vector_part.get(i, 0.0)
+        for i in {**text_part, **vector_part}
+    }
+    fused = {i: s for i, s in fused.items() if s > 0.0}  # a fact unlike the query in words and meaning is no hit
     updated = {c.fact_id: c.updated_at for c in candidates}
     return sorted(fused.items(), key=lambda kv: (-kv[1], -updated[kv[0]], kv[0]))[:limit]
 

@@ -368,17 +368,37 @@ class Fact:
 
 @dataclass(frozen=True)
 class FactQuery:
-    """Filters of a fact listing or search; every one given must match."""
+    """Filters of a fact listing or search; every one given must match.
+
+    ``statuses`` defaults to ``active`` alone: shadow facts (extracted or unconfirmed, not yet
+    through consolidation's replay test) are found only where a caller names them, so no reader
+    that forgets to filter puts them in a prompt or a default search. None or empty: any status."""
 
     scope: str | None = None
     types: Sequence[str] | None = None
     key: str | None = None
-    statuses: Sequence[str] | None = ("active", "shadow")
+    statuses: Sequence[str] | None = ("active",)
     category: str | None = None
     tags: Sequence[str] | None = None  # all of them
     min_importance: float | None = None
+    max_importance: float | None = None
+    min_confidence: float | None = None
     since: float | None = None  # updated_at, inclusive
     until: float | None = None  # updated_at, exclusive
+    created_since: float | None = None  # created_at, inclusive
+    created_until: float | None = None  # created_at, exclusive
+
+    def ranges(self) -> tuple[tuple[str, str, float], ...]:
+        """The range filters given, as (fact field, comparison, bound): both adapters turn each
+        into one condition (``field op bound``), so they mean the same."""
+        bounds = (
+            ("importance", ">=", self.min_importance), ("importance", "<=", self.max_importance),
+            ("confidence", ">=", self.min_confidence), ("updated_at", ">=", self.since),
+            ("updated_at", "<", self.until), ("created_at", ">=", self.created_since),
+            ("created_at", "<", self.created_until),
+        )  # fmt: skip
+        return tuple((f, op, float(v)) for f, op, v in bounds if v is not None)
+
     limit: int = 100
     with_embeddings: bool = False  # query_facts: return embeddings too (dedup compares them)
 

@@ -82,8 +82,7 @@ def fact_from_doc(d: Mapping[str, Any], *, with_embedding: bool = False) -> Fact
 
 def _query(agent_id: str, q: FactQuery, limit: int, with_embedding: bool) -> aql_common.AqlQuery:
     return aql_facts.query_facts(
-        agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.min_importance, q.since, q.until,
-        limit, with_embedding,
+        agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.ranges(), limit, with_embedding,
     )  # fmt: skip
 
 

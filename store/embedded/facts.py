@@ -83,15 +83,9 @@ def _where(agent_id: str, q: FactQuery) -> tuple[str, list[Any]]:
     if q.category is not None:
         clauses.append("category = ?")
         params.append(q.category)
-    if q.min_importance is not None:
-        clauses.append("importance >= ?")
-        params.append(q.min_importance)
-    if q.since is not None:
-        clauses.append("updated_at >= ?")
-        params.append(q.since)
-    if q.until is not None:
-        clauses.append("updated_at < ?")
-        params.append(q.until)
+    for column, op, bound in q.ranges():  # columns and operators are the dataclass's constants
+        clauses.append(f"{column} {op} ?")
+        params.append(bound)
     return " AND ".join(clauses), params
 
 

@@ -10,7 +10,8 @@ from fastapi.testclient import TestClient
 
 from tests.api.conftest import ADMIN, LiveServer, new_agent
 from vcm.client import VcmClient
-from vcm.errors import NotFound, ValidationError
+from vcm.errors import NotFound, Unauthorized, ValidationError
+from vcm.service import MemoryService
 
 
 def facts_of(client: TestClient, headers: dict[str, str], agent: str = "a1", **params: Any) -> list[dict[str, Any]]:
@@ -21,15 +22,24 @@ def facts_of(client: TestClient, headers: dict[str, str], agent: str = "a1", **p
     return list(r.json()["facts"])
 
 
+def said(client: TestClient, headers: dict[str, str], text: str = "a message", agent: str = "a1") -> str:
+    """The id of a message appended to the agent (evidence must name what the agent holds)."""
+    r = client.post(f"/v1/agents/{agent}/messages", json={"role": "user", "content": text}, headers=headers)
+    assert r.status_code == 200, r.text
+    return str(r.json()["message_id"])
+
+
 def test_remember_dedup_conflict_search_and_forget(client: TestClient) -> None:
     h = new_agent(client, "a1")
-    body = {"value": "Alice's sister lives in Porto", "type": "learned", "evidence": [{"kind": "message", "id": "m1"}]}
+    m1, m2 = said(client, h), said(client, h)
+    body = {"value": "Alice's sister lives in Porto", "type": "learned", "evidence": [{"kind": "message", "id": m1}]}
     first = client.post("/v1/agents/a1/facts", json=body, headers=h).json()
     again = client.post(
-        "/v1/agents/a1/facts", json=body | {"evidence": [{"kind": "message", "id": "m2"}]}, headers=h
+        "/v1/agents/a1/facts", json=body | {"evidence": [{"kind": "message", "id": m2}]}, headers=h
     ).json()
     assert (first["decision"], again["decision"]) == ("NEW", "MATCH")
-    assert [e["id"] for e in again["fact"]["evidence"]] == ["m1", "m2"]
+    assert first["fact"]["status"] == "active"  # its evidence is the agent's own message
+    assert [e["id"] for e in again["fact"]["evidence"]] == [m1, m2]
     client.post("/v1/agents/a1/facts", json={"value": "Paris", "type": "project", "key": "hq"}, headers=h)
     clash = client.post("/v1/agents/a1/facts", json={"value": "Rome", "type": "project", "key": "hq"}, headers=h).json()
     assert clash["decision"] == "CONFLICT" and clash["conflicts"][0]["value"] == "Paris"
@@ -51,6 +61,10 @@ def test_remember_dedup_conflict_search_and_forget(client: TestClient) -> None:
         ({"value": "x", "type": "learned", "ttl_s": -1}, "VALIDATION_ERROR"),
         ({"value": "my api key is sk-live-abcdefghijklmnop1234", "type": "learned"}, "POLICY_REFUSED"),
         ({"value": "x", "type": "learned", "unknown": 1}, "VALIDATION_ERROR"),
+        # Evidence must name what the agent holds: no message m99999, no such document.
+        ({"value": "x", "type": "learned", "evidence": [{"kind": "message", "id": "m99999"}]}, "VALIDATION_ERROR"),
+        ({"value": "x", "type": "learned", "evidence": [{"kind": "document", "id": "d404"}]}, "VALIDATION_ERROR"),
+        ({"value": "x", "type": "learned", "evidence": [{"kind": "tool_call", "id": "call_x"}]}, "VALIDATION_ERROR"),
     ],
 )
 def test_bad_fact_input_is_a_coded_4xx_and_writes_nothing(client: TestClient, body: dict[str, Any], code: str) -> None:
@@ -97,13 +111,22 @@ def test_entity_graph_over_http_and_through_the_client(live: LiveServer, client:
     h = new_agent(client, "a1")
     other = new_agent(client, "b1")
     token = h["Authorization"].removeprefix("Bearer ")
-    with VcmClient(live.url, token) as me:
-        me.remember("a1", "Maya is Priya's sister", type="relation", key="Priya|sister|Maya",
-                    evidence=[{"kind": "message", "id": "m1"}])  # fmt: skip
-        me.remember("a1", "Jo is Maya's friend", type="relation", key="maya|friend|jo")
+    m1 = said(client, h, "Maya is Priya's sister")
+    with VcmClient(live.url, token) as me, VcmClient(live.url, ADMIN["Authorization"].removeprefix("Bearer ")) as op:
+        sister = me.remember("a1", "Maya is Priya's sister", type="relation", key="Priya|sister|Maya",
+                             evidence=[{"kind": "message", "id": m1}])  # fmt: skip
+        friend = me.remember("a1", "Jo is Maya's friend", type="relation", key="maya|friend|jo")
+        # Written online, both wait as shadow: no structure yet.
+        assert {sister["fact"]["status"], friend["fact"]["status"]} == {"shadow"}
+        with pytest.raises(NotFound):
+            me.entity_graph("a1", "Priya")
+        with pytest.raises(Unauthorized):  # settling is a person's (the admin's) word
+            me.settle_fact("a1", sister["fact"]["fact_id"], "promote")
+        for r in (sister, friend):
+            assert op.settle_fact("a1", r["fact"]["fact_id"], "promote")["fact"]["status"] == "active"
         near = me.entity_graph("a1", "Priya")
         assert near["entity"]["key"] == "priya" and [n["key"] for n in near["neighbours"]] == ["maya"]
-        assert near["mentioned_in"] == ["m1"]
+        assert near["mentioned_in"] == [m1]
         far = me.entity_graph("a1", "priya", depth=2)
         assert [n["key"] for n in far["neighbours"]] == ["maya", "jo"] and len(far["relations"]) == 2
         assert {s for s in me.working_set("a1")["sections"]} >= {"entities", "relations"}
@@ -120,7 +143,12 @@ def test_entity_graph_over_http_and_through_the_client(live: LiveServer, client:
 def test_the_built_context_shows_each_layer_with_its_tokens_and_sources(client: TestClient) -> None:
     h = new_agent(client, "a1")
     client.post("/v1/agents/a1/facts", json={"value": "Priya is vegetarian", "type": "sticky"}, headers=h)
-    client.post("/v1/agents/a1/facts", json={"value": "The Porto office opens at 9", "type": "learned"}, headers=h)
+    client.post("/v1/agents/a1/facts", json={"value": "The Porto office opens at 9", "type": "learned"}, headers=ADMIN)
+    # The agent's own word without evidence lands shadow: never in the prompt, nor in default search.
+    shadow = client.post(
+        "/v1/agents/a1/facts", json={"value": "The Porto office closes at 5", "type": "learned"}, headers=h
+    ).json()["fact"]
+    assert shadow["status"] == "shadow"
     client.post(
         "/v1/agents/a1/messages", json={"role": "user", "content": "When does the Porto office open?"}, headers=h
     )
@@ -133,10 +161,16 @@ def test_the_built_context_shows_each_layer_with_its_tokens_and_sources(client: 
     memory = next(x for x in built["injected"] if x["name"] == "memory")
     assert memory["sources"][0]["kind"] == "fact" and memory["tokens"] == built["layer_tokens"]["memory"]
     assert sum(x["tokens"] for x in built["injected"]) <= built["room"]
+    assert "closes at 5" not in str(built["messages"]) and shadow["fact_id"] not in str(built["injected"])
     # A look at the prompt is a GET: the facts it shows are not counted as used.
     facts = client.get("/v1/agents/a1/facts", headers=h).json()["facts"]
     assert memory["sources"][0]["id"] in {f["fact_id"] for f in facts}
     assert all(f["access_count"] == 0 for f in facts), facts
+    hits = client.get("/v1/agents/a1/facts/search", params={"query": "Porto office"}, headers=h).json()["hits"]
+    assert hits[0]["fact"]["value"] == "The Porto office opens at 9"
+    assert shadow["fact_id"] not in {x["fact"]["fact_id"] for x in hits}
+    asked = client.get("/v1/agents/a1/facts/search", params={"query": "Porto office", "status": "shadow"}, headers=h)
+    assert [x["fact"]["fact_id"] for x in asked.json()["hits"]] == [shadow["fact_id"]]
 
 
 def test_a_restore_over_http_returns_facts_and_state_to_the_snapshot(client: TestClient) -> None:
@@ -169,3 +203,60 @@ def test_a_restore_over_http_returns_facts_and_state_to_the_snapshot(client: Tes
 
 def _values(listing: dict[str, Any]) -> dict[str, Any]:
     return {e["key"]: e["value"] for e in listing["state"]}
+
+
+def test_search_and_listing_filters_each_exclude_what_they_should(client: TestClient, service: MemoryService) -> None:
+    h = new_agent(client, "a1")
+    ev = [{"kind": "message", "id": said(client, h, "tea and the Falcon launch")}]
+
+    def keep(value: str, **extra: Any) -> str:
+        body = {"value": value, "type": "learned", "evidence": ev, **extra}
+        r = client.post("/v1/agents/a1/facts", json=body, headers=h)
+        assert r.status_code == 200, r.text
+        return str(r.json()["fact"]["fact_id"])
+
+    minor = keep("Ann drinks tea at noon", importance=0.5, category="habits")
+    major = keep("The Falcon launch drinks budget is fixed", importance=0.9, category="work", confidence=0.9)
+    cut = service.core.clock()
+    late = keep("Ann drinks tea with the Falcon team", importance=0.8, category="work")
+
+    def found(path: str = "search", **params: Any) -> set[str]:
+        params = {"query": "tea Falcon drinks", **params} if path == "search" else params
+        r = client.get(f"/v1/agents/a1/facts/{path}".rstrip("/"), params=params, headers=h)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        return (
+            {x["fact"]["fact_id"] for x in body["hits"]} if path == "search" else {f["fact_id"] for f in body["facts"]}
+        )
+
+    assert found() == {minor, major, late}
+    assert found(min_importance=0.7) == {major, late}  # the 0.5 fact is left out
+    assert found(max_importance=0.85) == {minor, late}
+    assert found(min_confidence=0.8) == {major}
+    assert found(category="work") == {major, late}
+    assert found(created_since=cut) == {late} and found(created_until=cut) == {minor, major}
+    assert found(updated_since=cut) == {late} and found(updated_until=cut) == {minor, major}
+    assert found("", category="habits") == {minor} and found("", min_importance=0.85) == {major}
+    # Scores are the fused score itself, in [0, 1], not rescaled so that the best is always 1.
+    hits = client.get("/v1/agents/a1/facts/search", params={"query": "budget"}, headers=h).json()["hits"]
+    assert hits and all(0.0 <= x["score"] <= 1.0 for x in hits)
+    weak = client.get("/v1/agents/a1/facts/search", params={"query": "noon zebra"}, headers=h).json()["hits"]
+    assert weak and weak[0]["score"] < 1.0
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/agents/a1/facts/search?query=tea&min_importanc=0.7",
+        "/v1/agents/a1/facts?bogus=1",
+        "/v1/agents/a1/working-set?q=tea",
+        "/v1/agents/a1/facts/stats?verbose=true",
+        "/v1/agents/a1/events?kinds=x&colour=red",
+        "/v1/agents/a1/context?built=true&quer=x",
+    ],
+)
+def test_an_unknown_query_parameter_is_refused_on_get_routes(client: TestClient, path: str) -> None:
+    h = new_agent(client, "a1")
+    r = client.get(path, headers=h)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_ERROR", r.text
+    assert r.json()["error"]["field"] in path

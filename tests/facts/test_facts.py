@@ -24,16 +24,20 @@ def live(svc: MemoryService, **q: object) -> list[str]:
     return [f.value for f in svc.list_facts("ann", FactQuery(**q))]  # type: ignore[arg-type]
 
 
+def said(svc: MemoryService, text: str = "a message") -> str:
+    """The id of a message the agent really holds (evidence pointers are checked)."""
+    return svc.append("ann", "user", text).message_id
+
+
 def test_the_same_sentence_three_times_is_one_fact_with_three_pointers(svc: MemoryService) -> None:
+    ids = [said(svc) for _ in range(3)]
     decisions = [
-        svc.remember(
-            "ann", "Ann's sister lives in Porto.", type="learned", evidence=[{"kind": "message", "id": f"m{i}"}]
-        )
-        for i in range(3)
+        svc.remember("ann", "Ann's sister lives in Porto.", type="learned", evidence=[{"kind": "message", "id": i}])
+        for i in ids
     ]
     assert [d.decision for d in decisions] == ["NEW", "MATCH", "MATCH"]
     assert live(svc) == ["Ann's sister lives in Porto."]
-    assert [e["id"] for e in decisions[-1].fact.evidence] == ["m0", "m1", "m2"]
+    assert [e["id"] for e in decisions[-1].fact.evidence] == ids
     # Near-duplicate wording joins it too; another statement does not.
     assert svc.remember("ann", "Ann's sister lives in Porto", type="learned").decision == "MATCH"
     assert svc.remember("ann", "Ann's brother lives in Lisbon.", type="learned").decision == "NEW"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.doubles.clock import Clock
-from vcm.errors import NotFound, ValidationError
+from vcm.errors import Conflict, NotFound, ValidationError
 from vcm.facts import entities
 from vcm.service import MemoryService
 from vcm.store.port import MemoryStore
@@ -17,27 +17,59 @@ from vcm.types import Message
 DAY = 86400.0
 
 
-def msg(i: int) -> list[dict[str, str]]:
-    return [{"kind": "message", "id": f"m{i}"}]
+def msg(svc: MemoryService, text: str = "a message") -> list[dict[str, str]]:
+    """A pointer to a message the agent really holds (evidence is checked)."""
+    return [{"kind": "message", "id": svc.append("ann", "user", text).message_id}]
+
+
+def related(svc: MemoryService, value: str, key: str, text: str = "a message") -> str:
+    """A relation written online (it lands shadow) and promoted by a person; its fact id."""
+    r = svc.remember("ann", value, type="relation", key=key, evidence=msg(svc, text))
+    assert r.fact.status == "shadow"
+    promoted = svc.settle_fact("ann", r.fact.fact_id, "promote")
+    assert promoted is not None and promoted.status == "active"
+    return r.fact.fact_id
 
 
 def test_a_relation_creates_both_entities_and_joins_them(svc: MemoryService) -> None:
-    r = svc.remember("ann", "Maya is Priya's sister", type="relation", key="Priya|sister|Maya", evidence=msg(1))
-    assert r.decision == "NEW" and r.fact.key == "priya|sister|maya"
+    fact_id = related(svc, "Maya is Priya's sister", "Priya|sister|Maya")
+    assert svc.get_fact("ann", fact_id).key == "priya|sister|maya"
     names = {f.key: f.value for f in svc.list_facts("ann", FactQuery(types=["entity"]))}
     assert names == {"priya": "Priya", "maya": "Maya"}
     around = svc.entity_graph("ann", "PRIYA")
     assert around.entity.key == "priya"
     assert [f.key for f in around.neighbours] == ["maya"]
-    assert [f.fact_id for f in around.relations] == [r.fact.fact_id]
+    assert [f.fact_id for f in around.relations] == [fact_id]
     # The relation fact cites its evidence; the entities are mentioned by it.
-    assert "m1" in around.mentioned_in
+    assert svc.get_fact("ann", fact_id).evidence[0]["id"] in around.mentioned_in
+
+
+def test_an_online_relation_adds_no_edge_until_promoted(svc: MemoryService, store: MemoryStore) -> None:
+    r = svc.remember("ann", "Ivan manages Olga", type="relation", key="Ivan|manages|Olga", evidence=msg(svc))
+    assert r.fact.status == "shadow"
+    node = fact_node("ann", r.fact.fact_id)
+    assert store.traverse(node, ["cites", "relates_to", "mentions"], direction="any") == []
+    assert svc.list_facts("ann", FactQuery(types=["entity"], statuses=["active", "shadow"])) == []
+    with pytest.raises(NotFound):
+        svc.entity_graph("ann", "ivan")
+    svc.settle_fact("ann", r.fact.fact_id, "promote")
+    assert [f.key for f in svc.entity_graph("ann", "ivan").neighbours] == ["olga"]
+    with pytest.raises(Conflict):  # settled once
+        svc.settle_fact("ann", r.fact.fact_id, "reject")
+
+
+def test_an_online_entity_lands_shadow_and_a_rejected_one_is_gone(svc: MemoryService) -> None:
+    e = svc.remember("ann", "Maya", type="entity", evidence=msg(svc), actor="api:admin")
+    assert e.fact.status == "shadow"  # structure, even the admin's, waits for promotion
+    assert svc.settle_fact("ann", e.fact.fact_id, "reject") is None
+    with pytest.raises(NotFound):
+        svc.get_fact("ann", e.fact.fact_id)
 
 
 def test_traversal_reaches_further_with_depth(svc: MemoryService) -> None:
-    svc.remember("ann", "Maya is Priya's sister", type="relation", key="priya|sister|maya", evidence=msg(1))
-    svc.remember("ann", "Jo is Maya's friend", type="relation", key="maya|friend|jo", evidence=msg(2))
-    svc.remember("ann", "Unrelated", type="relation", key="sam|boss|lee", evidence=msg(3))
+    related(svc, "Maya is Priya's sister", "priya|sister|maya")
+    related(svc, "Jo is Maya's friend", "maya|friend|jo")
+    related(svc, "Unrelated", "sam|boss|lee")
     near = svc.entity_graph("ann", "priya", depth=1)
     far = svc.entity_graph("ann", "priya", depth=2)
     assert [f.key for f in near.neighbours] == ["maya"]
@@ -48,15 +80,18 @@ def test_traversal_reaches_further_with_depth(svc: MemoryService) -> None:
 
 
 def test_an_entity_is_one_fact_per_name_whatever_its_description(svc: MemoryService) -> None:
-    first = svc.remember("ann", "Maya", type="entity", evidence=msg(1))
-    again = svc.remember("ann", "Maya (Priya's sister)", type="entity", key="maya", tags=["May"], evidence=msg(2))
+    one, two = msg(svc), msg(svc)
+    first = svc.remember("ann", "Maya", type="entity", evidence=one)
+    again = svc.remember("ann", "Maya (Priya's sister)", type="entity", key="maya", tags=["May"], evidence=two)
     assert again.decision == "MATCH" and again.fact.fact_id == first.fact.fact_id
-    assert again.fact.tags == ("May",) and [e["id"] for e in again.fact.evidence] == ["m1", "m2"]
-    assert set(svc.entity_graph("ann", "maya").mentioned_in) == {"m1", "m2"}
+    ids = [one[0]["id"], two[0]["id"]]
+    assert again.fact.tags == ("May",) and [e["id"] for e in again.fact.evidence] == ids
+    svc.settle_fact("ann", first.fact.fact_id, "promote")
+    assert set(svc.entity_graph("ann", "maya").mentioned_in) == set(ids)
 
 
 def test_forgetting_an_entity_takes_its_edges(svc: MemoryService, store: MemoryStore) -> None:
-    svc.remember("ann", "Maya is Priya's sister", type="relation", key="priya|sister|maya", evidence=msg(1))
+    related(svc, "Maya is Priya's sister", "priya|sister|maya")
     maya = svc.recall_fact("ann", "maya", type="entity")[0]
     priya = svc.recall_fact("ann", "priya", type="entity")[0]
     assert store.traverse(fact_node("ann", priya.fact_id), ["relates_to"], direction="any")
@@ -80,7 +115,7 @@ def test_malformed_entity_or_relation_keys_are_refused_and_write_nothing(
 
 
 def test_entity_graph_input_is_checked(svc: MemoryService) -> None:
-    svc.remember("ann", "Maya", type="entity")
+    svc.settle_fact("ann", svc.remember("ann", "Maya", type="entity").fact.fact_id, "promote")
     for depth in (0, 4, True):
         with pytest.raises(ValidationError):
             svc.entity_graph("ann", "maya", depth=depth)  # type: ignore[arg-type]

@@ -78,6 +78,7 @@ def populate(svc: MemoryService, agent: str) -> dict[str, str]:
     ev1, ev2 = [{"kind": "message", "id": m1}], [{"kind": "message", "id": m2}]
     tea = svc.remember(agent, "Alice prefers green tea", type="preference", evidence=ev2, ttl_s=3600).fact
     rel = svc.remember(agent, "Alice works with Bob", type="relation", key="alice|works_with|bob", evidence=ev1)
+    svc.settle_fact(agent, rel.fact.fact_id, "promote")  # written online: its edges come with promotion
     shadow = svc.remember(agent, "Alice may move to Lisbon", type="learned", status="shadow", evidence=ev1).fact
     old = svc.remember(agent, "The project is called Atlas", type="project", evidence=ev1).fact
     svc.set_state(agent, "plan", {"step": 1}, ttl_s=3600)
@@ -88,8 +89,9 @@ def populate(svc: MemoryService, agent: str) -> dict[str, str]:
 def change_everything(svc: MemoryService, agent: str, ids: dict[str, str]) -> None:
     """Facts and state written after the snapshot: new, changed, archived, forgotten, deleted."""
     m3 = svc.append(agent, "user", "Carol joined the Atlas project.").message_id
-    svc.remember(agent, "Carol works with Alice", type="relation", key="carol|works_with|alice",
-                 evidence=[{"kind": "message", "id": m3}])  # fmt: skip
+    carol = svc.remember(agent, "Carol works with Alice", type="relation", key="carol|works_with|alice",
+                         evidence=[{"kind": "message", "id": m3}])  # fmt: skip
+    svc.settle_fact(agent, carol.fact.fact_id, "promote")
     tea = svc.get_fact(agent, ids["tea"])
     svc.remember(agent, "Alice prefers green tea", type="preference", evidence=[{"kind": "message", "id": m3}])
     assert svc.get_fact(agent, ids["tea"]).version > tea.version  # MATCH: more evidence, new version

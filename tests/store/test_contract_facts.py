@@ -48,19 +48,25 @@ def test_put_get_versions_and_conflicts(store: MemoryStore) -> None:
 
 
 def test_query_filters_and_order(store: MemoryStore) -> None:
-    store.put_fact(fact(1, "likes tea", key="drink", importance=0.9), None)
+    store.put_fact(fact(1, "likes tea", key="drink", importance=0.9, category="drinks"), None)
     store.put_fact(fact(2, "project Falcon due in May", type="project", tags=("work", "falcon")), None)
-    store.put_fact(fact(3, "shadow guess", status="shadow"), None)
+    store.put_fact(fact(3, "shadow guess", status="shadow", confidence=0.8), None)
     store.put_fact(fact(4, "old news", status="archived"), None)
     ids = lambda q: [f.fact_id for f in store.query_facts("a1", q)]  # noqa: E731
-    assert ids(FactQuery()) == ["f3", "f2", "f1"]  # active and shadow, newest first
+    assert ids(FactQuery()) == ["f2", "f1"]  # active only unless named, newest first
+    assert ids(FactQuery(statuses=["active", "shadow"])) == ["f3", "f2", "f1"]
+    assert ids(FactQuery(statuses=None)) == ["f4", "f3", "f2", "f1"]
     assert ids(FactQuery(types=["project"])) == ["f2"]
     assert ids(FactQuery(key="drink", scope="user")) == ["f1"]
     assert ids(FactQuery(tags=["work", "falcon"])) == ["f2"]
     assert ids(FactQuery(min_importance=0.8)) == ["f1"]
+    assert ids(FactQuery(max_importance=0.8)) == ["f2"]
+    assert ids(FactQuery(min_confidence=0.7, statuses=None)) == ["f3"]
     assert ids(FactQuery(statuses=["archived"])) == ["f4"]
     assert ids(FactQuery(since=NOW + 2, until=NOW + 3)) == ["f2"]
-    assert ids(FactQuery(limit=1)) == ["f3"]
+    assert ids(FactQuery(created_since=NOW + 1, created_until=NOW + 2, statuses=None)) == ["f1"]
+    assert ids(FactQuery(category="drinks")) == ["f1"]
+    assert ids(FactQuery(limit=1)) == ["f2"]
 
 
 def test_search_is_hybrid_text_and_vector(store: MemoryStore) -> None:

@@ -57,12 +57,12 @@ on the event loop, its token checked inside its one Lua call (see
 more than the append itself.
 """
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from vcm.api import errors as api_errors
 from vcm.api.auth import TokenAuthority, admin_digest
 from vcm.api.chat import Upstream
-from vcm.api.deps import Api, ToolOutcome, ToolRunner
+from vcm.api.deps import Api, ToolOutcome, ToolRunner, known_query
 from vcm.api.health import HealthCache
 from vcm.api.models import ErrorOut
 from vcm.api.routes import (
@@ -105,6 +105,7 @@ def create_app(service: MemoryService, executor: ToolRunner | None, *, settings:
         version="1",
         summary="Virtual context manager for LLM agents: main context, working blocks, recall and archival memory.",
         responses={500: {"model": ErrorOut, "description": "INTERNAL_ERROR (a bug)"}},
+        dependencies=[Depends(known_query)],  # GET routes refuse query parameters they do not take
     )
     app.state.vcm = Api(service, authority, executor, settings, HealthCache(service.health), Upstream(settings.chat))
     api_errors.install(app)

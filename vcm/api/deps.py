@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Header, Request, Response, Security
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
@@ -103,6 +104,42 @@ AuthorityDep = Annotated[TokenAuthority, Depends(_authority)]
 ExecutorDep = Annotated[ToolRunner | None, Depends(_executor)]
 HealthDep = Annotated[HealthCache, Depends(_health)]
 UpstreamDep = Annotated[Upstream, Depends(_upstream)]
+
+
+# --- query parameters --------------------------------------------------------------------------------
+
+_declared_cache: dict[int, frozenset[str]] = {}
+
+
+def _declared(route: APIRoute) -> frozenset[str]:
+    """The query parameters a route declares, its dependencies' included (by their aliases)."""
+    known = _declared_cache.get(id(route))
+    if known is None:
+        names: set[str] = set()
+        stack = [route.dependant]
+        while stack:
+            dependant = stack.pop()
+            names.update(p.alias for p in dependant.query_params)
+            stack.extend(dependant.dependencies)
+        known = _declared_cache[id(route)] = frozenset(names)
+    return known
+
+
+async def known_query(request: Request) -> None:
+    """A GET route refuses a query parameter it does not declare (VALIDATION_ERROR naming it):
+    a misspelt filter silently ignored would answer a question that was not asked. Installed on
+    the whole app (:func:`vcm.api.app.create_app`); other methods keep their own checks."""
+    if request.method not in ("GET", "HEAD"):
+        return
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    unknown = sorted(set(request.query_params) - _declared(route))
+    if unknown:
+        known = ", ".join(sorted(_declared(route))) or "none"
+        raise ValidationError(
+            f"unknown query parameter {unknown[0]!r} (this route takes: {known})", field=unknown[0], unknown=unknown
+        )
 
 
 # --- who is calling ---------------------------------------------------------------------------------

@@ -113,19 +113,35 @@ class AgentOperations(Sender[R]):
         return self._send(call)
 
     def facts(
-        self, agent_id: str, *, types: Sequence[str] | None = None, key: str | None = None, limit: int = 100
+        self,
+        agent_id: str,
+        *,
+        types: Sequence[str] | None = None,
+        key: str | None = None,
+        limit: int = 100,
+        **filters: Any,
     ) -> R:
-        params = clean({"type": list(types) if types else None, "key": key, "limit": limit})
+        """``filters``: those of ``GET .../facts`` (``status``, ``category``, ``min_importance``,
+        ``created_since``, ...); an unknown one is refused by the server."""
+        params = clean({"type": list(types) if types else None, "key": key, "limit": limit, **filters})
         return self._send(Call("GET", f"/v1/agents/{seg(agent_id)}/facts", params=params))
 
-    def search_facts(self, agent_id: str, query: str, *, types: Sequence[str] | None = None, limit: int = 10) -> R:
-        params = clean({"query": query, "type": list(types) if types else None, "limit": limit})
+    def search_facts(
+        self, agent_id: str, query: str, *, types: Sequence[str] | None = None, limit: int = 10, **filters: Any
+    ) -> R:
+        """``filters`` as for :meth:`facts`; scores are comparable across queries, in [0, 1]."""
+        params = clean({"query": query, "type": list(types) if types else None, "limit": limit, **filters})
         return self._send(Call("GET", f"/v1/agents/{seg(agent_id)}/facts/search", params=params))
 
     def fact(self, agent_id: str, fact_id: str) -> R:
         if self._replica is not None:
             return self._run(self._replica.read(agent_id, "fact", fact_id))
         return self._send(Call("GET", f"/v1/agents/{seg(agent_id)}/facts/{seg(fact_id)}"))
+
+    def settle_fact(self, agent_id: str, fact_id: str, action: str) -> R:
+        """A person's word on a shadow fact (admin token): ``promote`` or ``reject``."""
+        call = Call("POST", f"/v1/agents/{seg(agent_id)}/facts/{seg(fact_id)}/settle", json={"action": action})
+        return self._send(call)
 
     def forget_fact(self, agent_id: str, fact_id: str) -> R:
         call = Call("DELETE", f"/v1/agents/{seg(agent_id)}/facts/{seg(fact_id)}")

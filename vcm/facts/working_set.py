@@ -1,5 +1,5 @@
 """The Working Set (seed 002 §6.1): a bounded, taxonomy-aligned state snapshot of what the agent
-is doing, built from its live facts — not a prose recap. Pure.
+is doing, built from its active facts — not a prose recap. Pure.
 
 Sections and the fact types that feed them: ``goal`` (the top goal), ``constraints``,
 ``facts`` (preference, project, learned, sticky and configured types), ``entities`` (key =
@@ -103,13 +103,19 @@ def types_needed(caps: Mapping[str, int] | None = None) -> list[str] | None:
 
 
 def build(
-    facts: Sequence[Fact], relevance: Mapping[str, float], now: float, caps: Mapping[str, int] | None = None
+    facts: Sequence[Fact],
+    relevance: Mapping[str, float],
+    now: float,
+    caps: Mapping[str, int] | None = None,
+    *,
+    statuses: Sequence[str] = ("active",),
 ) -> WorkingSet:
-    """``relevance``: fact id -> [0, 1] for the current query (missing: 0)."""
+    """``relevance``: fact id -> [0, 1] for the current query (missing: 0). Only facts of
+    ``statuses`` count: shadow facts are unconfirmed, so by default they are left out."""
     limits = {**CAPS, **(caps or {})}
     pools: dict[str, list[Item]] = {}
     for f in facts:
-        if f.status not in ("active", "shadow") or (f.expires_at is not None and f.expires_at < now):
+        if f.status not in statuses or (f.expires_at is not None and f.expires_at < now):
             continue
         pools.setdefault(section_of(f.type), []).append(Item(f, utility(f, relevance.get(f.fact_id, 0.0), now)))
     ws = WorkingSet()

@@ -110,7 +110,12 @@ class ContextBuilder:
         skills, problems = self._skills()
         limit = RELEVANCE_HITS + cfg.memory_facts
         build = _Build(
-            agent_id, query, count, lambda: self.facts.rank_facts(agent_id, query, filters=FactQuery(limit=limit))
+            agent_id,
+            query,
+            count,
+            lambda: self.facts.rank_facts(
+                agent_id, query, filters=FactQuery(limit=limit, statuses=self.facts.prompt_statuses())
+            ),
         )
         makers: dict[str, Callable[[int], prompt.Layer | None]] = {
             "identity": lambda b: self._identity(agent_id, user, b, count) if cfg.identity else None,

@@ -274,13 +274,16 @@ class Core:
     def scan(self, text: str) -> poisoning.Verdict:
         return self.taint.scan(text)
 
-    def guard(self, agent_id: str, op: str, text: str, justification: str | None, actor: str, **ids: Any) -> None:
+    def guard(
+        self, agent_id: str, op: str, text: str, justification: str | None, actor: str, **ids: Any
+    ) -> tuple[str, ...]:
         """The policy guard of facts and state writes: PII, secrets and instruction-like text are
         refused (POLICY_REFUSED) unless a justification of substance says why; either way an
-        audit row says what was decided."""
+        audit row says what was decided. Returns the reasons a justification overrode (none:
+        the text passed)."""
         verdict = guard.check(text, self.settings.facts.pii, self.taint.scan(text).reasons)
         if not verdict.refused:
-            return
+            return ()
         if justification is not None and not poisoning.justification_problem(justification):
             self.audit(
                 agent_id,
@@ -288,7 +291,7 @@ class Core:
                 {"op": op, "reasons": list(verdict.reasons), "justification": justification[:1000], **ids},
                 actor,
             )
-            return
+            return verdict.reasons
         metrics.guard_refused(op)
         self.audit(
             agent_id,

@@ -147,6 +147,7 @@ class MemoryService:
         self.fact_stats = self.facts.fact_stats
         self.working_set = self.facts.working_set
         self.consolidate = self.facts.consolidate
+        self.settle_fact = self.facts.settle_fact
         self.entity_graph = self.graph.entity_graph
         # state keys
         self.set_state = self.state.set_state

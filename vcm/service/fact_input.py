@@ -9,12 +9,17 @@ from typing import Any
 
 from vcm.errors import ValidationError
 from vcm.store import validation as store_validation
+from vcm.store.audit_names import Actor
 from vcm.store.types import Fact
 
 SCOPES = ("agent", "user", "domain")
 STATUSES = ("shadow", "active", "expired", "archived")
 EVIDENCE_KINDS = ("message", "tool_call", "document")
 MAX_EVIDENCE = 64
+MAX_SOURCE_CHARS = 200
+# The callers that speak for the operator (the admin's token, the command line, library use with
+# no caller named): their word is enough for an active fact. A tool call they make is theirs too.
+OPERATORS = frozenset({Actor.SYSTEM, Actor.CLI, Actor.API_ADMIN, Actor.MCP_ADMIN})
 
 
 @dataclass(frozen=True)
@@ -86,3 +91,30 @@ def expiry(lifetimes: Mapping[str, int], type_: str, ttl_s: int | None, now: flo
     if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s < 0:
         raise ValidationError("ttl_s must be >= 0 seconds (0: never expires); a past expiry is refused", field="ttl_s")
     return now + ttl_s if ttl_s else None
+
+
+def source(value: Any) -> str | None:
+    """Where a fact without evidence comes from, as its caller says (None: not said)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_SOURCE_CHARS:
+        raise ValidationError(f"source is a non-empty string of at most {MAX_SOURCE_CHARS} characters", field="source")
+    return value.strip()
+
+
+def operator(actor: str) -> bool:
+    """The caller speaks for the operator (``api:admin`` and its tool calls, ``cli``, ...)."""
+    return actor.split("/", 1)[0] in OPERATORS
+
+
+def online(actor: str) -> bool:
+    """A write from an entry point (API, MCP, tools, CLI, library), not the cold path's workers:
+    seed 002 keeps structure (entities, relations) read-only there until promotion."""
+    return not actor.startswith("worker:")
+
+
+def entry_point(actor: str) -> str:
+    """The kind of entry point an actor names: api, mcp, tool, worker, cli, agent or system."""
+    if "/tool:" in actor:
+        return "tool"
+    return actor.split(":", 1)[0]

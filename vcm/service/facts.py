@@ -3,13 +3,22 @@
 Every write runs the policy guard (:meth:`~vcm.service.core.Core.guard`) and dedup
 (:mod:`vcm.facts.dedup`); each decision — MATCH, NEW, CONFLICT, REFUSED — is an audit event
 (codes, ids and sizes, never the value) and a metric. Facts carry evidence pointers (message,
-tool-call or document ids); shadow facts (extracted, not yet confirmed) become active only
-through :meth:`Facts.consolidate`'s replay test, never by being written again.
+tool-call or document ids), each checked to name something the agent holds (VALIDATION_ERROR
+otherwise); shadow facts (extracted, not yet confirmed) become active only through
+:meth:`Facts.consolidate`'s replay test, never by being written again.
+
+Who may write what (seed 002): a write without evidence is taken only from an explicit call (the
+API, a tool, the command line) with its ``source`` recorded, and lands ``shadow`` unless the
+operator made it or it is a ``sticky`` fact; an ``entity`` or ``relation`` written online (by
+any entry point but the cold path's workers) lands ``shadow``, since structure changes only
+through promotion. Shadow facts stay out of prompts, the Working Set and default search
+(``[facts] shadow_in_prompts`` admits them into the first two).
 
 Each stored fact also gets its graph edges here (:meth:`Facts.link`): it ``cites`` the messages
 its evidence points at; an ``entity`` fact is ``mentions``-ed by them; a ``relation`` fact (key
 ``src|relation|dst``) makes sure both ends exist as entity facts and joins them with a
-``relates_to`` edge. Edges are idempotent by (kind, source, target), and a forgotten fact takes
+``relates_to`` edge. Entities and relations get their edges once active (written active, or
+promoted), never while shadow. Edges are idempotent by (kind, source, target), and a forgotten fact takes
 its edges with it (the store's ``delete_facts``). The neighbourhood query is
 :mod:`vcm.service.graph`.
 """
@@ -22,11 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from vcm.errors import NotFound, ValidationError
+from vcm.errors import Conflict, NotFound, ValidationError
 from vcm.facts import dedup, entities, guard, working_set
 from vcm.facts.working_set import WorkingSet
 from vcm.obs import metrics
-from vcm.service import fact_input
+from vcm.service import fact_evidence, fact_input
 from vcm.service.core import Core
 from vcm.service.fact_input import RememberResult
 from vcm.store import validation as store_validation
@@ -38,11 +47,13 @@ from vcm.store.types import Edge, Fact, FactHit, FactQuery, fact_node, message_n
 LIVE = ("active", "shadow")
 # Facts one archive call looks at, at most (the store's page of a fact query).
 ARCHIVE_LIMIT = 1000
+# What a person may do with a shadow fact (settle_fact).
+SETTLE_ACTIONS = ("promote", "reject")
 
 
 class Facts:
     """remember, recall_fact, search_facts, rank_facts, list_facts, get_fact, forget_fact,
-    archive_facts, fact_stats, working_set, consolidate; and the use and write of a fact that
+    archive_facts, fact_stats, working_set, consolidate, settle_fact; and the use and write of a fact that
     the other parts share (:meth:`use`, :meth:`put_fact`)."""
 
     def __init__(self, core: Core) -> None:
@@ -66,9 +77,15 @@ class Facts:
         justification: str | None = None,
         idempotency_key: str | None = None,
         actor: str = Actor.SYSTEM,
+        source: str | None = None,
+        admitted: bool = False,
     ) -> RememberResult:
-        """Upsert a fact: guard, then dedup (MATCH joins its evidence to the existing fact and
-        refreshes its lifetime; CONFLICT keeps both values of one key, marked; NEW adds it)."""
+        """Upsert a fact: evidence and admission checks, guard, then dedup (MATCH joins its
+        evidence to the existing fact and refreshes its lifetime; CONFLICT keeps both values of
+        one key, marked; NEW adds it). ``status`` is what the caller asks for; the admission
+        rules (module docstring) may make it ``shadow``; ``source``: where a fact without
+        evidence comes from (the operator's own word needs none). ``admitted``: a promotion
+        writes the ends of the relation it promotes (already admitted: the rules are skipped)."""
         self.core.agent(agent_id)
         cfg = self.core.settings.facts
         value = fact_input.text(value, "value", cfg.max_value_chars)
@@ -88,11 +105,26 @@ class Facts:
             key = store_validation.identifier("key", key)
         tags = fact_input.tags(tags, self.core.settings.facts.max_tags)
         pointers = fact_input.evidence(evidence)
+        said = fact_input.source(source)
+        if pointers:
+            fact_evidence.check(self.core, agent_id, pointers)
+        elif said is None and not fact_input.operator(actor):
+            raise ValidationError(
+                "a fact needs evidence (message, tool_call or document ids of this agent), or the source "
+                "of the explicit call that states it",
+                field="evidence",
+            )
+        if not admitted and (
+            (not pointers and not fact_input.operator(actor) and type != "sticky")
+            or (type in dedup.IDENTITY_TYPES and fact_input.online(actor))
+        ):
+            status = "shadow"  # unconfirmed, or structure written online: promotion decides
         imp, conf = fact_input.unit("importance", importance), fact_input.unit("confidence", confidence)
         now = self.core.clock()
         expires_at = fact_input.expiry(self.core.settings.facts.types, type, ttl_s, now)
         lifetime = None if expires_at is None else expires_at - now
-        self.core.guard(agent_id, "remember", f"{key or ''} {value}", justification, actor, type=type)
+        overridden = self.core.guard(agent_id, "remember", f"{key or ''} {value}", justification, actor, type=type)
+        provenance = fact_evidence.provenance(self.core.settings, actor, said, pointers, overridden)
         request = {
             "value_sha256": hashlib.sha256(value.encode()).hexdigest(),
             "type": type, "scope": scope, "key": key, "evidence": pointers, "status": status,
@@ -113,9 +145,9 @@ class Facts:
         embedding = None if type == "entity" else self.core.embedding(value)
         candidates = self.core.store.query_facts(
             agent_id,
-            FactQuery(scope=scope, types=[type], key=key, limit=10)
+            FactQuery(scope=scope, types=[type], key=key, statuses=LIVE, limit=10)
             if identity  # one key, one fact: however many entities the agent knows
-            else FactQuery(scope=scope, types=[type], limit=1000, with_embeddings=True),
+            else FactQuery(scope=scope, types=[type], statuses=LIVE, limit=1000, with_embeddings=True),
         )
         outcome = dedup.decide(
             value,
@@ -139,7 +171,7 @@ class Facts:
                 lifetime_s=lifetime,
             )
             stored = self.put_fact(joined, target.version)
-            self._decision(agent_id, "MATCH", stored, actor, similarity=round(outcome.similarity, 3))
+            self._decision(agent_id, "MATCH", stored, actor, similarity=round(outcome.similarity, 3), **provenance)
             self.link(stored, pointers, actor)
             return RememberResult("MATCH", stored, replayed=replayed)
         fact = Fact(
@@ -157,7 +189,7 @@ class Facts:
                     replace(other, conflict_with=tuple(dict.fromkeys([*other.conflict_with, fact_id]))), other.version
                 )
             )
-        self._decision(agent_id, outcome.decision, stored, actor, conflicts=[f.fact_id for f in marked])
+        self._decision(agent_id, outcome.decision, stored, actor, conflicts=[f.fact_id for f in marked], **provenance)
         if marked and type != "question" and "question" in cfg.types:
             self._open_question(agent_id, stored, marked, now)
         return RememberResult(outcome.decision, stored, tuple(marked), replayed=replayed)
@@ -259,15 +291,23 @@ class Facts:
         (the caller records what it shows)."""
         self.core.agent(agent_id)
         types = working_set.types_needed(caps)
-        facts = self.core.store.query_facts(agent_id, FactQuery(types=types, limit=1000)) if types != [] else []
+        statuses = self.prompt_statuses()
+        query_ = FactQuery(types=types, statuses=statuses, limit=1000)
+        facts = self.core.store.query_facts(agent_id, query_) if types != [] else []
         relevance: dict[str, float] = {}
         if hits is None and query.strip():
-            hits = self.search_facts(agent_id, query, filters=FactQuery(limit=working_set.RELEVANCE_HITS))
+            filters = FactQuery(statuses=statuses, limit=working_set.RELEVANCE_HITS)
+            hits = self.search_facts(agent_id, query, filters=filters)
         relevance = {h.fact.fact_id: h.score for h in hits or ()}
-        ws = working_set.build(facts, relevance, self.core.clock(), caps)
+        ws = working_set.build(facts, relevance, self.core.clock(), caps, statuses=statuses)
         if record_use:
             self.use(agent_id, [i.fact for items in ws.sections.values() for i in items])
         return ws
+
+    def prompt_statuses(self) -> tuple[str, ...]:
+        """The statuses of the facts a prompt and the Working Set may show: ``active``, and
+        ``shadow`` too when ``[facts] shadow_in_prompts`` admits them (off by default)."""
+        return LIVE if self.core.settings.facts.shadow_in_prompts else ("active",)
 
     def consolidate(self, agent_id: str, *, actor: str = "worker:consolidate") -> dict[str, int]:
         """Promote shadow facts that pass the replay test: their evidence messages are still in
@@ -278,6 +318,13 @@ class Facts:
         promoted = kept = contradicted = 0
         shadows = self.core.store.query_facts(agent_id, FactQuery(statuses=["shadow"], limit=1000))
         for f in shadows:
+            if f.type in dedup.IDENTITY_TYPES:  # an earlier promotion may have joined evidence to it
+                try:
+                    f = self.core.store.get_fact(agent_id, f.fact_id)
+                except NotFound:
+                    continue
+                if f.status != "shadow":
+                    continue
             if f.key is not None:
                 rivals = [
                     r for r in self.core.store.query_facts(agent_id, FactQuery(key=f.key, statuses=["active"]))
@@ -291,10 +338,33 @@ class Facts:
             if not self._supported(agent_id, f) or guard.check(f.value, self.core.settings.facts.pii).refused:
                 kept += 1
                 continue
-            stored = self.put_fact(replace(f, status="active", updated_at=self.core.clock()), f.version)
-            self._decision(agent_id, "PROMOTED", stored, actor)
+            self.promote(f, actor)
             promoted += 1
         return {"promoted": promoted, "kept_shadow": kept, "contradicted": contradicted}
+
+    def settle_fact(self, agent_id: str, fact_id: str, action: str, *, actor: str = Actor.SYSTEM) -> Fact | None:
+        """A person's word on a shadow fact: ``promote`` makes it active (an entity or relation
+        gets its edges), ``reject`` removes it. The fact after it (None: removed); a fact that
+        is not shadow answers CONFLICT, an unknown action VALIDATION_ERROR."""
+        self.core.agent(agent_id)
+        if action not in SETTLE_ACTIONS:
+            raise ValidationError(f"action must be one of {', '.join(SETTLE_ACTIONS)}", field="action")
+        fact = self.core.store.get_fact(agent_id, store_validation.identifier("fact_id", fact_id))
+        if fact.status != "shadow":
+            raise Conflict(f"fact {fact_id!r} is {fact.status}: only a shadow fact is settled", status=fact.status)
+        if action == "promote":
+            return self.promote(fact, actor, settled="promote")
+        self._decision(agent_id, "REJECTED", fact, actor, settled="reject")
+        self.forget_fact(agent_id, fact_id, actor=actor)
+        return None
+
+    def promote(self, fact: Fact, actor: str, **extra: Any) -> Fact:
+        """A shadow fact made active; an entity or relation gets its graph edges now."""
+        stored = self.put_fact(replace(fact, status="active", updated_at=self.core.clock()), fact.version)
+        self._decision(fact.agent_id, "PROMOTED", stored, actor, **extra)
+        if stored.type in dedup.IDENTITY_TYPES:
+            self.link(stored, stored.evidence, actor)
+        return stored
 
     def _open_question(self, agent_id: str, fact: Fact, others: Sequence[Fact], now: float) -> None:
         """A conflict goes on the agenda as an open question, with both sides as evidence (the
@@ -309,7 +379,7 @@ class Facts:
                            if e.get("kind") == "message")[:fact_input.MAX_EVIDENCE],
             created_at=now, updated_at=now, expires_at=now + ttl if ttl else None, lifetime_s=ttl or None,
         )  # fmt: skip
-        existing = self.core.store.query_facts(agent_id, FactQuery(types=["question"], key=question.key))
+        existing = self.core.store.query_facts(agent_id, FactQuery(types=["question"], key=question.key, statuses=LIVE))
         if existing:
             self.put_fact(replace(existing[0], value=question.value, updated_at=now), existing[0].version)
         else:
@@ -345,6 +415,8 @@ class Facts:
 
     def link(self, fact: Fact, pointers: Sequence[Mapping[str, Any]], actor: str) -> None:
         """Edges for a fact just written with these new evidence ``pointers``."""
+        if fact.type in dedup.IDENTITY_TYPES and fact.status != "active":
+            return  # structure waits for promotion (:meth:`promote` links it then)
         now = self.core.clock()
         node = fact_node(fact.agent_id, fact.fact_id)
         for e in pointers:
@@ -381,6 +453,7 @@ class Facts:
             importance=relation.importance,
             confidence=relation.confidence,
             actor=actor,
+            admitted=True,
         )
         fact: Fact = result.fact
         return fact

@@ -134,6 +134,9 @@ class FactSettings(BaseModel):
     llm_model: str = ""
     llm_api_key_env: str = "OPENAI_API_KEY"
     llm_timeout_s: float = Field(20.0, gt=0.0, le=600.0)
+    # Shadow facts (unconfirmed) in prompts and the Working Set: off, so only what consolidation
+    # or an explicit write made active is injected.
+    shadow_in_prompts: bool = False
     # Consolidation (beat): promote shadow facts whose evidence still supports them.
     consolidate_interval_s: float = Field(3600.0, ge=0.0, le=30 * 86400.0)
 

@@ -40,6 +40,7 @@ def remember(service: MemoryService, agent_id: str, a: Mapping[str, Any], actor:
         evidence=[{"kind": "message", "id": m} for m in a.get("evidence_message_ids", ())],
         justification=a.get("justification"),
         actor=actor,  # the executor holds the idempotency key (vcm.tools.executor._keyed)
+        source="tool:remember_fact",  # an explicit call: a fact without evidence lands shadow
     )
     body: dict[str, Any] = {"decision": res.decision, "fact": fact_item(res.fact)}
     if res.conflicts:

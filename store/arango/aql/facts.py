@@ -11,12 +11,15 @@ from vcm.store.arango.aql.common import (
     AqlQuery,
 )
 
+_RANGE_FIELDS = frozenset({"importance", "confidence", "updated_at", "created_at"})
+_RANGE_OPS = frozenset({">=", "<=", "<"})
+
 
 def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, key: str | None,
                 statuses: Sequence[str] | None, category: str | None, tags: Sequence[str] | None,
-                min_importance: float | None, since: float | None, until: float | None,
-                limit: int, with_embedding: bool) -> AqlQuery:  # fmt: skip
-    """Facts passing the filters, most recently updated first (``embedding`` only when asked)."""
+                ranges: Sequence[tuple[str, str, float]], limit: int, with_embedding: bool) -> AqlQuery:  # fmt: skip
+    """Facts passing the filters, most recently updated first (``embedding`` only when asked).
+    ``ranges``: (field, comparison, bound) of :meth:`~vcm.store.types.FactQuery.ranges`."""
     lines = [f"FOR f IN {names.FACTS}", "  FILTER f.agent_id == @agent_id"]
     bind: dict[str, Any] = {"agent_id": agent_id, "limit": limit}
     for name, value, test in (
@@ -26,13 +29,15 @@ def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, k
         ("statuses", list(statuses) if statuses else None, "f.status IN @statuses"),
         ("category", category, "f.category == @category"),
         ("tags", list(tags) if tags else None, "@tags ALL IN f.tags"),
-        ("min_importance", min_importance, "f.importance >= @min_importance"),
-        ("since", since, "f.updated_at >= @since"),
-        ("until", until, "f.updated_at < @until"),
     ):
         if value is not None:
             lines.append(f"  FILTER {test}")
             bind[name] = value
+    for i, (field, op, bound) in enumerate(ranges):
+        if field not in _RANGE_FIELDS or op not in _RANGE_OPS:
+            raise ValidationError(f"no range filter on {field} {op}", field=field)
+        lines.append(f"  FILTER f.{field} {op} @range{i}")
+        bind[f"range{i}"] = bound
     lines += ["  SORT f.updated_at DESC, f.fact_id ASC", "  LIMIT @limit"]
     lines.append("  RETURN f" if with_embedding else '  RETURN UNSET(f, "embedding")')
     return AqlQuery("\n".join(lines), bind)

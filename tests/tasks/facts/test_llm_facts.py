@@ -16,6 +16,7 @@ from tests.doubles.clock import Clock
 from tests.doubles.embedder import hash_embed
 from tests.doubles.llm import Action, FakeLLM, answer, status
 from vcm.dispatch import RecordingDispatcher
+from vcm.errors import NotFound
 from vcm.hotpath.state import HotState
 from vcm.llm import ChatClient
 from vcm.poisoning import Filter
@@ -146,8 +147,13 @@ def test_eviction_keeps_what_the_model_found_with_its_evidence(llm: list[FakeLLM
     assert f"[{ids[0]}] Priya: Turn" in sent["messages"][1]["content"]  # turns go with their ids
     (goal,) = svc.list_facts("ann", FactQuery(types=["goal"], statuses=["shadow"]))
     assert goal.key == "race" and [e["id"] for e in goal.evidence] == ids[:2]
+    (relation,) = svc.list_facts("ann", FactQuery(types=["relation"], statuses=["shadow"]))
+    assert relation.key == "priya|sister|maya" and [e["id"] for e in relation.evidence] == ids[:1]
+    with pytest.raises(NotFound):  # a shadow relation adds no structure until it is promoted
+        svc.entity_graph("ann", "priya")
+    svc.settle_fact("ann", relation.fact_id, "promote")
     around = svc.entity_graph("ann", "priya")
-    assert [f.key for f in around.neighbours] == ["maya"] and around.relations[0].status == "shadow"
+    assert [f.key for f in around.neighbours] == ["maya"] and around.relations[0].status == "active"
     store.close()
 
 

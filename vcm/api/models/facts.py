@@ -30,6 +30,9 @@ class FactIn(RequestBody):
     ttl_s: int | None = Field(None, ge=0, description="lifetime in seconds; 0 never expires; default: the type's")
     justification: str | None = Field(None, max_length=2000)
     idempotency_key: str | None = None
+    source: str | None = Field(
+        None, max_length=200, description="where a fact without evidence comes from (recorded; default: api)"
+    )
 
 
 class FactOut(BaseModel):
@@ -87,6 +90,15 @@ class FactArchiveIn(RequestBody):
     category: str | None = None
     until: float | None = Field(None, description="only facts last updated before this unix time")
     max_importance: float | None = Field(None, ge=0.0, le=1.0, description="only facts at most this important")
+
+
+class FactSettleIn(RequestBody):
+    action: str = Field(description="promote (make it active) or reject (remove it)")
+
+
+class SettledOut(BaseModel):
+    action: str
+    fact: FactOut | None = Field(description="the fact after it; null: removed")
 
 
 class FactStatsOut(BaseModel):

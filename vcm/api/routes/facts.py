@@ -7,11 +7,12 @@ which would otherwise take them.
 No ``from __future__ import annotations``: FastAPI reads these signatures at import time.
 """
 
-from typing import Annotated
+from dataclasses import replace
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 
-from vcm.api.deps import Agent, IdemHeader, ServiceDep, one_key
+from vcm.api.deps import Admin, Agent, IdemHeader, ServiceDep, one_key
 from vcm.api.models import (
     ERROR_RESPONSES,
     WRITE_ERROR_RESPONSES,
@@ -24,9 +25,11 @@ from vcm.api.models import (
     FactIn,
     FactList,
     FactOut,
+    FactSettleIn,
     FactStatsOut,
     RememberOut,
     RemovedOut,
+    SettledOut,
     WorkingSetOut,
 )
 from vcm.store.types import FactQuery
@@ -35,23 +38,62 @@ router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["facts"])
 
 TypeQ = Annotated[list[str] | None, Query(alias="type", description="fact types (repeat)")]
 TagQ = Annotated[list[str] | None, Query(alias="tag", description="tags, all required (repeat)")]
-StatusQ = Annotated[list[str] | None, Query(alias="status", description="default: active and shadow")]
+StatusQ = Annotated[
+    list[Literal["shadow", "active", "expired", "archived"]] | None,
+    Query(alias="status", description="shadow, active, expired, archived (repeat); default: see the route"),
+]
+Unit = Annotated[float | None, Query(ge=0.0, le=1.0)]
+Time = Annotated[float | None, Query(ge=0.0, description="unix seconds; since: inclusive, until: exclusive")]
 FactId = Annotated[str, Path(max_length=256)]
 
 
 @router.post("/facts", response_model=RememberOut, responses=WRITE_ERROR_RESPONSES)
 def remember(agent_id: AgentId, body: FactIn, who: Agent, service: ServiceDep, idem: IdemHeader = None) -> RememberOut:
-    """Keep a fact: the policy guard first (POLICY_REFUSED without a justification), then
-    dedup: MATCH joins an existing fact, CONFLICT keeps both values of a key, NEW adds it."""
+    """Keep a fact: its evidence must name the agent's messages, tool calls or documents
+    (VALIDATION_ERROR otherwise); without evidence an agent's fact lands ``shadow`` (the admin's
+    and ``sticky`` ones as asked), and so does any entity or relation written here. Then the
+    policy guard (POLICY_REFUSED without a justification) and dedup: MATCH joins an existing
+    fact, CONFLICT keeps both values of a key, NEW adds it."""
     res = service.remember(
         agent_id, body.value, type=body.type, scope=body.scope, key=body.key, category=body.category,
         tags=body.tags, importance=body.importance, confidence=body.confidence,
         evidence=[e.model_dump(exclude_none=True) for e in body.evidence], status=body.status, ttl_s=body.ttl_s,
         justification=body.justification, idempotency_key=one_key(idem, body.idempotency_key), actor=who.actor,
+        source=body.source or "api",
     )  # fmt: skip
     return RememberOut(
         decision=res.decision, fact=FactOut.of(res.fact), conflicts=[FactOut.of(f) for f in res.conflicts]
     )
+
+
+class FactFilters:
+    """The filters ``GET /facts`` and ``GET /facts/search`` share (every one given must match)."""
+
+    def __init__(
+        self,
+        types: TypeQ = None,
+        tags: TagQ = None,
+        statuses: StatusQ = None,
+        scope: str | None = None,
+        key: str | None = None,
+        category: Annotated[str | None, Query(max_length=64)] = None,
+        min_importance: Unit = None,
+        max_importance: Unit = None,
+        min_confidence: Unit = None,
+        updated_since: Time = None,
+        updated_until: Time = None,
+        created_since: Time = None,
+        created_until: Time = None,
+    ) -> None:
+        self.named_statuses = bool(statuses)
+        self.query = FactQuery(
+            scope=scope, types=types, key=key, statuses=statuses or FactQuery.statuses, category=category, tags=tags,
+            min_importance=min_importance, max_importance=max_importance, min_confidence=min_confidence,
+            since=updated_since, until=updated_until, created_since=created_since, created_until=created_until,
+        )  # fmt: skip
+
+
+Filters = Annotated[FactFilters, Depends()]
 
 
 @router.get("/facts", response_model=FactList, responses=ERROR_RESPONSES)
@@ -59,19 +101,14 @@ def list_facts(
     agent_id: AgentId,
     who: Agent,
     service: ServiceDep,
-    types: TypeQ = None,
-    tags: TagQ = None,
-    statuses: StatusQ = None,
-    scope: str | None = None,
-    key: str | None = None,
-    category: str | None = None,
-    min_importance: Annotated[float | None, Query(ge=0.0, le=1.0)] = None,
+    filters: Filters,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> FactList:
-    query = FactQuery(
-        scope=scope, types=types, key=key, statuses=statuses, category=category, tags=tags,
-        min_importance=min_importance, limit=limit,
-    )  # fmt: skip
+    """The agent's facts, newest first; with no ``status``, the live ones (active and shadow,
+    each marked with its status)."""
+    query = replace(filters.query, limit=limit)
+    if not filters.named_statuses:
+        query = replace(query, statuses=None)  # the service's default for a listing: the live ones
     return FactList(facts=[FactOut.of(f) for f in service.list_facts(agent_id, query)])
 
 
@@ -81,11 +118,13 @@ def search_facts(
     who: Agent,
     service: ServiceDep,
     query: Annotated[str, Query(min_length=1, max_length=4000)],
-    types: TypeQ = None,
-    tags: TagQ = None,
+    filters: Filters,
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> FactHits:
-    hits = service.search_facts(agent_id, query, filters=FactQuery(types=types, tags=tags, limit=limit))
+    """Hybrid search (BM25 + embedding cosine) over the facts that pass the filters; with no
+    ``status``, active facts only. ``score`` is the fused score in [0, 1], comparable across
+    queries (see the memory model page)."""
+    hits = service.search_facts(agent_id, query, filters=replace(filters.query, limit=limit))
     return FactHits(hits=[FactHitOut(fact=FactOut.of(h.fact), score=h.score) for h in hits])
 
 
@@ -117,6 +156,14 @@ def working_set(
     """The Working Set (seed 002): goal, constraints, top facts, entities, relations, open
     questions, next actions and risk flags, each capped, ranked by utility for ``query``."""
     return WorkingSetOut.model_validate(service.working_set(agent_id, query).as_dict())
+
+
+@router.post("/facts/{fact_id}/settle", response_model=SettledOut, responses=WRITE_ERROR_RESPONSES)
+def settle(agent_id: AgentId, fact_id: FactId, body: FactSettleIn, who: Admin, service: ServiceDep) -> SettledOut:
+    """A person's word on a shadow fact (the admin's token): ``promote`` makes it active (an
+    entity or relation gets its graph edges), ``reject`` removes it; CONFLICT if it is not shadow."""
+    fact = service.settle_fact(agent_id, fact_id, body.action, actor=who.actor)
+    return SettledOut(action=body.action, fact=None if fact is None else FactOut.of(fact))
 
 
 @router.get("/facts/{fact_id}", response_model=FactOut, responses=ERROR_RESPONSES)
