@@ -5,9 +5,10 @@ salient — they name, count or date something, or state a preference or a decis
 pointer to the turn it came from. The service stores them as ``shadow`` facts; consolidation
 promotes those its replay test confirms.
 
-Besides those, the names the salient units carry become ``entity`` candidates and relations the
-text states in a fixed form ("my sister Maya") ``relation`` candidates, so the context pack and
-the graph grow from what was said (:mod:`vcm.facts.entities`).
+Besides those, the names the salient units carry become ``entity`` candidates (calendar words
+and openers left out) and relations the text states in a fixed form ("my sister Maya", of the
+speaker or the user) ``relation`` candidates, so the context pack and the graph grow from what
+was said once consolidation promotes them (:mod:`vcm.facts.entities`).
 """
 
 from __future__ import annotations
@@ -93,11 +94,15 @@ def _graph(messages: Sequence[Message], speakers: frozenset[str], scan: units.Sc
             unit = units.unit_of(m.name or "", sentence, m.created_at, scan)
             if unit is None or unit.flagged:
                 continue
+            # Whoever says "my sister Maya" is its source: the speaker, else the user.
             for r in entities.stated(m.name or "", sentence):
-                related.setdefault(r.key, Candidate("relation", f"{m.name}: {sentence.strip()}", m.id, 0.6, r.key))
+                value = f"{m.name}: {sentence.strip()}" if m.name else sentence.strip()
+                related.setdefault(r.key, Candidate("relation", value, m.id, 0.6, r.key))
             if not units.salient(unit, speakers):
                 continue
             for name in units.entities(unit.body, speakers):
+                if not entities.is_name(name):  # "June", "Monday", "Thanks": capitalised, no entity
+                    continue
                 try:
                     key = entities.canonical(name)
                 except ValidationError:

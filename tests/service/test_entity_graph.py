@@ -155,8 +155,11 @@ def test_a_fact_given_its_own_ttl_keeps_that_lifetime_and_is_not_revived(
 def test_stated_relations_are_found_offline() -> None:
     found = entities.stated("Priya", "My sister Maya moved to Porto, and Jo is my best friend.")
     assert {r.key for r in found} == {"priya|sister|maya", "priya|friend|jo"}
-    assert entities.stated("", "my sister Maya") == []  # nobody to relate to
+    # Speaker-independent: an unnamed speaker is the user.
+    assert [r.key for r in entities.stated("", "My sister Maya lives in Berlin.")] == ["user|sister|maya"]
+    assert [r.key for r in entities.stated("Eve", "my brother Tomas")] == ["eve|brother|tomas"]
     assert entities.stated("Priya", "I love my sister.") == []  # no name stated
+    assert entities.stated("Priya", "Thanks, my friend!") == []  # an opener names nobody
 
 
 def test_extraction_before_eviction_yields_entities_and_relations() -> None:
@@ -169,3 +172,16 @@ def test_extraction_before_eviction_yields_entities_and_relations() -> None:
     assert ("relation", "priya|sister|maya", "m1") in by_type
     assert ("entity", "porto", "m1") in by_type and ("entity", "maya", "m1") in by_type
     assert not any(c.key == "priya" for c in found if c.type == "entity")  # speakers are not mentions
+
+
+def test_extraction_relates_unnamed_speakers_and_leaves_calendar_words_out() -> None:
+    messages = [
+        Message("m1", 1, "user", "My sister Maya lives in Berlin since June.", 20, 1e9),
+        Message("m2", 2, "user", "On Monday in March we met Tomas at the Porto marathon in November.", 20, 1e9),
+    ]
+    found = fact_extraction.extract(messages)
+    relations = {(c.key, c.message_id, c.value) for c in found if c.type == "relation"}
+    assert relations == {("user|sister|maya", "m1", "My sister Maya lives in Berlin since June.")}
+    names = {c.key for c in found if c.type == "entity"}
+    assert {"tomas", "porto"} <= names
+    assert not names & {"june", "monday", "march", "november", "on"}, names

@@ -6,8 +6,14 @@ messages ``mentions`` entities and entities ``relates_to`` entities, so "what do
 Priya" is a traversal rather than a text search.
 
 The offline path finds relations only where the text states them in a fixed form ("my sister
-Maya", "Maya is my sister"): kinship, friendship, work and pets. An LLM extractor, when
-configured, finds the rest.
+Maya", "Maya is my sister"): kinship, friendship, work and pets, related to whoever said it (the
+message's speaker, ``user`` when the message names none). Entity candidates leave out what is
+capitalised without naming anyone or anything: calendar words (months, weekdays, holidays) and
+common sentence openers. An LLM extractor, when configured, finds the rest.
+
+A dependency parser with named entities (a spaCy English pipeline) would do this better, but
+the pipelines are published as GitHub release wheels, not on the package registries (only
+unofficial re-uploads are there), so the rule-based path is the one vcm ships.
 """
 
 from __future__ import annotations
@@ -30,6 +36,18 @@ _NAME = r"([A-Z][a-z]+(?:\s[A-Z][a-z]+)?)"
 _MY_X_NAME = re.compile(rf"\b[Mm]y\s+(?:new\s+|old\s+|little\s+|big\s+|older\s+|younger\s+)?({_RELATIONS}),?\s+{_NAME}")
 # "Maya is my sister", "Maya, my sister"
 _NAME_IS_MY_X = re.compile(rf"{_NAME}(?:\s+is|,)\s+my\s+(?:new\s+|old\s+|little\s+|big\s+)?({_RELATIONS})\b")
+# Capitalised words that name no entity: calendar words, and openers a sentence capitalises.
+NOT_NAMES = frozenset(
+    "january february march april may june july august september october november december "
+    "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday "
+    "sunday mon tue tues wed thu thur thurs fri sat sun today tomorrow yesterday tonight weekend morning "
+    "evening afternoon night christmas easter halloween thanksgiving xmas spring summer autumn fall winter "
+    "yes no yeah yep nope ok okay sure thanks thank hi hello hey bye wow omg congrats congratulations "
+    "sorry please maybe also so well just anyway btw good great happy sounds definitely absolutely "
+    "totally really right exactly nice cool awesome amazing glad hope let what when where why how who "
+    "which this that these those there here it its my your our their his her we you they he she "
+    "mr mrs ms dr god lol haha".split()
+)
 _ALIASES = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "grandmother", "grandpa": "grandfather",
             "coworker": "colleague", "neighbour": "neighbor", "best friend": "friend"}  # fmt: skip
 
@@ -61,11 +79,15 @@ def relation_of(key: str) -> Relation:
     return Relation(canonical(parts[0]), _SPACE.sub("_", parts[1].strip().lower()), canonical(parts[2]))
 
 
+def is_name(word: str) -> bool:
+    """A capitalised candidate that may name an entity (not a calendar word or an opener)."""
+    return word.strip().lower() not in NOT_NAMES
+
+
 def stated(speaker: str, text: str) -> list[Relation]:
-    """Relations the text states of its speaker in a fixed form ("my sister Maya"). Without a
-    speaker name there is nobody to relate to, so nothing is found."""
-    if not speaker.strip():
-        return []
+    """Relations the text states of its speaker in a fixed form ("my sister Maya"), whoever
+    speaks: an unnamed speaker is ``user`` (the person the agent talks with)."""
+    speaker = speaker.strip() or "user"
     found: dict[str, Relation] = {}
     for rel, name in _MY_X_NAME.findall(text):
         r = Relation(canonical(speaker), _ALIASES.get(rel.lower(), rel.lower()).replace(" ", "_"), canonical(name))
@@ -73,4 +95,4 @@ def stated(speaker: str, text: str) -> list[Relation]:
     for name, rel in _NAME_IS_MY_X.findall(text):
         r = Relation(canonical(speaker), _ALIASES.get(rel.lower(), rel.lower()).replace(" ", "_"), canonical(name))
         found.setdefault(r.key, r)
-    return [r for r in found.values() if r.src != r.dst]
+    return [r for r in found.values() if r.src != r.dst and is_name(r.dst)]
