@@ -38,15 +38,18 @@ _MY_X_NAME = re.compile(rf"\b[Mm]y\s+(?:new\s+|old\s+|little\s+|big\s+|older\s+|
 _NAME_IS_MY_X = re.compile(rf"{_NAME}(?:\s+is|,)\s+my\s+(?:new\s+|old\s+|little\s+|big\s+)?({_RELATIONS})\b")
 # Capitalised words that name no entity: calendar words, and openers a sentence capitalises.
 NOT_NAMES = frozenset(
-    "january february march april may june july august september october november december "
-    "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday "
-    "sunday mon tue tues wed thu thur thurs fri sat sun today tomorrow yesterday tonight weekend morning "
-    "evening afternoon night christmas easter halloween thanksgiving xmas spring summer autumn fall winter "
-    "yes no yeah yep nope ok okay sure thanks thank hi hello hey bye wow omg congrats congratulations "
-    "sorry please maybe also so well just anyway btw good great happy sounds definitely absolutely "
-    "totally really right exactly nice cool awesome amazing glad hope let what when where why how who "
-    "which this that these those there here it its my your our their his her we you they he she "
-    "mr mrs ms dr god lol haha".split()
+    re.findall(
+        r"[a-z]+",
+        "january february march april may june july august september october november december "
+        "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday "
+        "sunday mon tue tues wed thu thur thurs fri sat sun today tomorrow yesterday tonight weekend morning "
+        "evening afternoon night christmas easter halloween thanksgiving xmas spring summer autumn fall winter "
+        "yes no yeah yep nope ok okay sure thanks thank hi hello hey bye wow omg congrats congratulations "
+        "sorry please maybe also so well just anyway btw good great happy sounds definitely absolutely "
+        "totally really right exactly nice cool awesome amazing glad hope let what when where why how who "
+        "which this that these those there here it its my your our their his her we you they he she "
+        "mr mrs ms dr god lol haha",
+    )
 )
 _ALIASES = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "grandmother", "grandpa": "grandfather",
             "coworker": "colleague", "neighbour": "neighbor", "best friend": "friend"}  # fmt: skip
