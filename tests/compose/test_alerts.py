@@ -4,18 +4,13 @@ family and label its expressions name is one vcm exposes (recorded, or read at s
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-import fakeredis
 import yaml
-from prometheus_client.metrics import MetricWrapperBase
 
 from tests.compose import stack
-from vcm.hotpath import keys
-from vcm.obs import metrics
-from vcm.obs.metrics_state import StateCollector
+from tests.compose.exposed import exposed_families
 from vcm.workers import names
 
 ALERTS_FILE = stack.COMPOSE_DIR / "alerts.yml"
@@ -27,34 +22,11 @@ WANTED = {
     "VcmWriteBehindBacklogOld",
     "VcmWriteBehindWritingThrough",
 }
-SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
 
 
 def _rules() -> list[dict[str, Any]]:
     doc = yaml.safe_load(ALERTS_FILE.read_text())
     return [rule for group in doc["groups"] for rule in group["rules"]]
-
-
-def _exposed() -> dict[str, set[str]]:
-    """Every sample name vcm can expose, with its label names."""
-    out: dict[str, set[str]] = {}
-    for family in vars(metrics).values():
-        if isinstance(family, MetricWrapperBase):
-            kind = family._type  # counter | gauge | histogram
-            for suffix in SUFFIXES[kind]:
-                out[family._name + suffix] = set(family._labelnames) | ({"le"} if suffix == "_bucket" else set())
-    # The scrape-time families, from a collector that has something of each to say.
-    client = fakeredis.FakeRedis(decode_responses=True)
-    client.sadd(keys.AGENTS, "a")
-    client.hset(keys.key("a", keys.INSTANCES), "i1", json.dumps({"status": "error", "consecutive_failures": 3}))
-    collector = StateCollector(
-        client, lambda: {"facts_by_type": [], "vector_spaces": []}, agent_stats=lambda _: {"messages": 5},
-        memory_quota_items=1,
-    )  # fmt: skip
-    for family in collector.collect():
-        for sample in family.samples:
-            out.setdefault(sample.name, set()).update(sample.labels)
-    return out
 
 
 def test_prometheus_loads_the_rules_file_mounted_read_only() -> None:
@@ -82,7 +54,7 @@ def test_the_alerts_asked_for_are_there_and_well_formed() -> None:
 
 
 def test_every_family_and_label_the_rules_name_is_exposed() -> None:
-    exposed = _exposed()
+    exposed = exposed_families()
     for rule in _rules():
         expr = rule["expr"]
         named = re.findall(r"\b(vcm_[a-z0-9_]+)(\{[^}]*\})?", expr)

@@ -35,6 +35,7 @@ EXPECTED_SERVICES = {
     "beat",
     "flower",
     "prometheus",
+    "grafana",
 }
 WORKERS = ("worker-hot", "worker-cold", "worker-ingest", "worker-maintenance")
 STORE_USERS = {"api", "arangodb-init", *WORKERS}  # services that talk to ArangoDB
@@ -63,7 +64,7 @@ def test_the_stack_has_exactly_the_designed_services() -> None:
 
 def test_vcm_services_share_one_image_built_from_compose_dockerfile() -> None:
     vcm = stack.vcm_services()
-    assert set(vcm) == EXPECTED_SERVICES - {"arangodb", "redis", "prometheus"}
+    assert set(vcm) == EXPECTED_SERVICES - {"arangodb", "redis", "prometheus", "grafana"}
     images = {s["image"] for s in vcm.values()}
     builds = {json.dumps(s["build"], sort_keys=True) for s in vcm.values()}
     assert len(images) == 1 and len(builds) == 1
@@ -375,7 +376,7 @@ def test_vcm_settings_in_every_service_environment_load() -> None:
 # --- Prometheus -------------------------------------------------------------------------------------
 def test_prometheus_runs_only_under_the_metrics_profile() -> None:
     profiled = {n: s["profiles"] for n, s in stack.services().items() if "profiles" in s}
-    assert profiled == {"prometheus": ["metrics"]}
+    assert profiled == {"prometheus": ["metrics"], "grafana": ["metrics"]}
     mounted = {m.target: m for m in stack.mounts(_svc("prometheus"))}
     config = mounted["/etc/prometheus/prometheus.yml"]
     assert (stack.COMPOSE_DIR / config.source).resolve() == stack.PROMETHEUS_FILE and config.read_only
@@ -472,7 +473,9 @@ def test_secrets_are_required_from_the_environment_and_never_written_in_the_file
         assert forms and all(f.startswith(f"${{{name}:?") for f in forms), f"{name} must be ${{{name}:?...}}"
     for svc in stack.services().values():
         for key, value in stack.environment(svc).items():
-            if re.search(r"PASSWORD|SECRET|TOKEN|BASIC_AUTH", key):
+            if key.endswith("__FILE"):  # a file provider's path: a mounted compose secret
+                assert value.startswith("/run/secrets/"), f"{key} reads a file that is not a secret"
+            elif re.search(r"PASSWORD|SECRET|TOKEN|BASIC_AUTH", key):
                 assert value.startswith("${"), f"{key} has a literal value"
     env = dict(stack.env_example())
     del env["ARANGO_ROOT_PASSWORD"]

@@ -13,14 +13,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import fakeredis
 import numpy as np
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client import multiprocess as prom_multiprocess
 
+from vcm.dispatch import RecordingDispatcher
 from vcm.errors import NotFound, ValidationError
+from vcm.hotpath.state import HotState
 from vcm.obs import metrics
 from vcm.obs.metered_store import MeteredStore, metered
+from vcm.service import MemoryService
+from vcm.settings import load_settings
 from vcm.store import open_store
 from vcm.store.port import MemoryStore
 from vcm.store.types import ArchivalChunk
@@ -196,3 +201,14 @@ def test_registry_serves_the_multiproc_dir_when_it_is_set(tmp_path: Path, monkey
     monkeypatch.setenv(metrics.MULTIPROC_ENV, str(tmp_path))
     samples = {s.name: s.value for f in metrics.registry().collect() for s in f.samples if not s.labels}
     assert samples["vcm_memory_pressure_warnings_total"] == 1  # the child's count, not this process's
+
+
+def test_appends_are_counted_and_a_replayed_retry_is_not(store: MemoryStore) -> None:
+    settings = load_settings(environ={})
+    svc = MemoryService(HotState(fakeredis.FakeRedis(decode_responses=True), settings), store, RecordingDispatcher())
+    svc.create_agent("counted", model="vcm-demo-2k")
+    before = value("vcm_appended_messages_total")
+    svc.append("counted", "user", "one", idempotency_key="k1")
+    svc.append("counted", "user", "two")
+    svc.append("counted", "user", "one", idempotency_key="k1")  # the retry replays
+    assert value("vcm_appended_messages_total") - before == 2

@@ -77,6 +77,7 @@ FLUSHES = Counter(
 )
 
 # --- eviction (cold path) ------------------------------------------------------------------------
+APPENDED = Counter("vcm_appended_messages", "Messages appended to a main context (a replayed retry is not counted)")
 EVICTED_MESSAGES = Counter("vcm_evicted_messages", "Messages moved to recall by committed eviction batches")
 EVICTED_BATCHES = Counter("vcm_eviction_batches_committed", "Eviction batches committed to the store and finished")
 DRIFT = Histogram(
@@ -310,6 +311,11 @@ def flush(trigger: str) -> None:
 @_never_raises
 def fenced(task: str) -> None:
     FENCED.labels(task=task).inc()
+
+
+@_never_raises
+def appended(messages: int) -> None:
+    APPENDED.inc(messages)
 
 
 @_never_raises

@@ -99,6 +99,7 @@ class Messages:
         # so the hot path stays one Redis round trip.
         if res.gauges is not None:
             self.core.gauges_seen(agent_id, res.gauges)
+        metrics.appended(1)
         self.core.dispatcher.spool(agent_id, ids)
         if res.action == "warning":
             metrics.warning()
