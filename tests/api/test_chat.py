@@ -55,6 +55,21 @@ def agent(live: LiveServer, agent_id: str = "ann", **body: Any) -> str:
     return str(r.json()["token"])
 
 
+def said(service: MemoryService, agent_id: str = "ann") -> list[dict[str, Any]]:
+    """The agent's FIFO as stored: the words as said (the prompt may put time markers before them)."""
+    out = []
+    for m in service.hot.snapshot(agent_id).fifo:
+        if m.role == "system":
+            continue
+        message: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            message["tool_calls"] = list(m.tool_calls)
+        if m.tool_call_id:
+            message["tool_call_id"] = m.tool_call_id
+        out.append(message)
+    return out
+
+
 def contents(request: dict[str, Any]) -> list[str]:
     return [str(m.get("content") or "") for m in request["messages"]]
 
@@ -73,15 +88,14 @@ def test_the_openai_sdk_gets_virtual_context_without_code_changes(
     first = sdk.chat.completions.create(model="gpt-4o-mini", messages=history)
     assert first.choices[0].message.content == "Hello Ann!" and first.model == "gpt-4o-mini"
     sent = contents(upstream.requests[0])
-    assert sent[0] == "You are Ann's assistant." and sent[-1] == "Hi, I am Ann."
+    assert sent[0] == "You are Ann's assistant." and sent[-1].endswith("Hi, I am Ann.")  # a time marker may lead
     assert any("door code is 4412" in c for c in sent)  # the sticky fact rides along
     assert not any("Client-side system prompt" in c for c in sent)
     # The client resends the whole history with the reply and a new question: each lands once.
     history += [first.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "My code?"}]
     second = sdk.chat.completions.create(model="gpt-4o-mini", messages=history)
     assert second.choices[0].message.content == "It is 4412."
-    fifo = [m for m in service.context("ann").messages if m["role"] in ("user", "assistant")]
-    assert [m["content"] for m in fifo] == ["Hi, I am Ann.", "Hello Ann!", "My code?", "It is 4412."]
+    assert [m["content"] for m in said(service)] == ["Hi, I am Ann.", "Hello Ann!", "My code?", "It is 4412."]
     # What the upstream saw was vcm's assembled context, within the window.
     built = service.build_context("ann", query="My code?")
     window = built.gauges.window
@@ -106,9 +120,7 @@ def test_streaming_through_the_sdk(live: LiveServer, upstream: FakeLLM, service:
     pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
     assert "".join(pieces) == "The Porto office opens at 9." and len(pieces) == 3
     assert upstream.requests[0]["stream"] is True
-    assert [m["content"] for m in service.context("ann").messages if m["role"] == "assistant"] == [
-        "The Porto office opens at 9."
-    ]
+    assert [m["content"] for m in said(service) if m["role"] == "assistant"] == ["The Porto office opens at 9."]
 
 
 def test_client_tools_pass_through_and_their_calls_come_back(
@@ -197,7 +209,7 @@ def test_agent_chat_runs_vcm_tools_and_streams(live: LiveServer, upstream: FakeL
     assert kinds[0] == "tool_result" and kinds[-1] == "done" and kinds.count("delta") == 2
     assert "".join(d["content"] for e, d in events if e == "delta") == "Yes, Ada."
     assert events[-1][1]["reply"] == "Yes, Ada." and events[-1][1]["steps"] == 2
-    assert service.context("ann").messages[-1]["content"] == "Yes, Ada."
+    assert said(service)[-1]["content"] == "Yes, Ada."
 
 
 def test_stats_and_no_model_configured(service: MemoryService) -> None:
@@ -232,7 +244,7 @@ def test_one_turn_at_a_time_per_agent(app: FastAPI, upstream: FakeLLM, service: 
         thread = threading.Thread(target=run_first)
         thread.start()
         deadline = 50
-        while not any(m["content"] == "one" for m in service.context("ann").messages) and deadline:
+        while not any(m["content"] == "one" for m in said(service)) and deadline:
             deadline -= 1
             threading.Event().wait(0.05)
         before = len(service.context("ann").messages)
@@ -251,7 +263,7 @@ def test_one_turn_at_a_time_per_agent(app: FastAPI, upstream: FakeLLM, service: 
         # Released when the turn ended: the next one runs.
         r = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "three"}, headers=auth)
         assert r.status_code == 200 and r.json()["reply"] == "Third."
-        texts = [m["content"] for m in service.context("ann").messages if m["role"] != "system"]
+        texts = [m["content"] for m in said(service)]
         assert texts[-4:] == ["one", "First.", "three", "Third."]
         # Streamed turns free the agent too: when they end, and when their client goes away.
         service.hot.turns.wait_s = 5.0
@@ -289,7 +301,7 @@ def test_memory_tags_never_reach_the_reader_of_agent_chat(
     # Captured as before: facts and state from the reply as written; memory holds it shown.
     assert [f.value for f in service.list_facts("ann")] == ["Ann likes green tea"]
     assert service.get_state("ann", "trip.city").value == "Porto"
-    assert [m["content"] for m in service.context("ann").messages if m["role"] == "assistant"] == [SHOWN, SHOWN]
+    assert [m["content"] for m in said(service) if m["role"] == "assistant"] == [SHOWN, SHOWN]
 
 
 def test_memory_tags_never_reach_an_openai_client(live: LiveServer, upstream: FakeLLM, service: MemoryService) -> None:
@@ -308,5 +320,4 @@ def test_memory_tags_never_reach_an_openai_client(live: LiveServer, upstream: Fa
     # The client sends back what it was shown: nothing lands twice, nothing is refused.
     history += [{"role": "assistant", "content": "".join(pieces)}, {"role": "user", "content": "Thanks."}]
     assert sdk.chat.completions.create(model="m", messages=history).choices[0].message.content == "Fine."
-    said = [m["content"] for m in service.context("ann").messages if m["role"] in ("user", "assistant")]
-    assert said == ["I like green tea.", SHOWN, "Again.", SHOWN, "Thanks.", "Fine."]
+    assert [m["content"] for m in said(service)] == ["I like green tea.", SHOWN, "Again.", SHOWN, "Thanks.", "Fine."]

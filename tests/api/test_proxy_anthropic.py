@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 
 from tests.api.conftest import ADMIN_TOKEN, LiveServer, api_settings
-from tests.api.test_chat import agent
+from tests.api.test_chat import agent, said
 from tests.doubles.anthropic import FakeMessages, message, refusal, stream, text, tool_use
 from vcm.service import MemoryService
 from vcm.settings import Settings
@@ -51,7 +51,7 @@ def sdk(live: LiveServer, token: str, **options: Any) -> anthropic.Anthropic:
 
 
 def stored(service: MemoryService) -> list[tuple[str, str]]:
-    return [(m["role"], m["content"]) for m in service.context("ann").messages if m["role"] != "system"]
+    return [(m["role"], m["content"]) for m in said(service)]
 
 
 def dumped(blocks: Any) -> list[dict[str, Any]]:
@@ -96,7 +96,7 @@ def test_the_agent_is_chosen_by_bearer_token_or_by_the_admin_with_x_vcm_agent(
     admin = sdk(live, ADMIN_TOKEN, default_headers={"X-VCM-Agent": "bob"})
     admin.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "by admin"}])
     assert stored(service) == [("user", "by bearer"), ("assistant", "a")]
-    assert [m["content"] for m in service.context("bob").messages if m["role"] == "user"] == ["by admin"]
+    assert [m["content"] for m in said(service, "bob") if m["role"] == "user"] == ["by admin"]
     with pytest.raises(anthropic.AuthenticationError):
         sdk(live, "vcm_not_a_token").messages.create(
             model="m", max_tokens=10, messages=[{"role": "user", "content": "x"}]

@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 
 from tests.api.conftest import LiveServer, api_settings
-from tests.api.test_chat import agent
+from tests.api.test_chat import agent, said
 from tests.doubles.llm import Action, FakeLLM, answer, calls, streamed
 from vcm.api.proxy import keys_of, reconcile
 from vcm.service import MemoryService
@@ -62,8 +62,7 @@ def sdk(live: LiveServer, token: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{live.url}/v1", api_key=token, max_retries=0)
 
 
-def stored(service: MemoryService, agent_id: str = "ann") -> list[dict[str, Any]]:
-    return [m for m in service.context(agent_id).messages if m["role"] != "system"]
+stored = said  # the FIFO as stored, without the prompt's time markers
 
 
 def paired(messages: list[dict[str, Any]]) -> None:
@@ -89,12 +88,15 @@ def test_the_callers_messages_are_never_mutated(live: LiveServer, upstream: Fake
     upstream.script.append(answer("Mild."))
     sdk(live, token).chat.completions.create(model="m", messages=history, tools=[WEATHER])  # type: ignore[arg-type,list-item]
     assert history == sent
-    # What the server did with them: read, never written into (the reconciling step on its own).
+    # What the server does with them: read, never written into (the reconciling step on its own,
+    # for an agent that holds none of them yet, so every one is appended).
+    agent(live, "bob")
     held = copy.deepcopy(sent)
-    reconcile(service, "ann", held, "user", 10_000)
+    assert reconcile(service, "bob", held, "user", 10_000).appended == 5
     assert held == sent
     # The upstream got the client's own words, untouched, as the latest user message.
-    assert upstream.requests[0]["messages"][-1] == {"role": "user", "content": "Thanks. And tomorrow?"}
+    last = upstream.requests[0]["messages"][-1]
+    assert last["role"] == "user" and last["content"].endswith("Thanks. And tomorrow?")  # after a time marker, if any
 
 
 def test_injected_layers_are_never_stored_as_the_users_content(
@@ -111,7 +113,7 @@ def test_injected_layers_are_never_stored_as_the_users_content(
     # The upstream saw the layer (a message of its own), the user's messages as they were said.
     assert any("4412" in str(m["content"]) and m["role"] == "system" for m in upstream.requests[1]["messages"])
     users = [m["content"] for m in upstream.requests[1]["messages"] if m["role"] == "user"]
-    assert users == ["Hi.", "My code?"]
+    assert len(users) == 2 and users[0].endswith("Hi.") and users[1].endswith("My code?")
     # Memory holds what was said, nothing vcm injected.
     assert [(m["role"], m["content"]) for m in stored(service)] == [
         ("user", "Hi."), ("assistant", "Hi."), ("user", "My code?"), ("assistant", "4412."),

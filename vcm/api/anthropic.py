@@ -123,9 +123,10 @@ def request_of(
                 _push(turns, "user", [{"type": "text", "text": text}])
             continue
         leading = False
-        own = raw.get(fingerprint(m))
+        own, marker = _own(m, raw)
         if own is not None:
-            _push(turns, "assistant" if role == "assistant" else "user", [dict(b) for b in own])
+            note = [{"type": "text", "text": marker}] if marker and role == "user" else []
+            _push(turns, "assistant" if role == "assistant" else "user", note + [dict(b) for b in own])
         elif role == "assistant":
             blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
             for c in m.get("tool_calls") or []:
@@ -148,12 +149,27 @@ def request_of(
     return system, turns
 
 
+def _own(m: Mapping[str, Any], raw: Mapping[str, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]] | None, str]:
+    """The client's own blocks for a context message, and the time marker the context put in
+    front of its text (``[Mon 2023-05-08] ...``), which the client's blocks do not hold: a user
+    turn keeps it as a text block of its own."""
+    own = raw.get(fingerprint(m))
+    if own is not None:
+        return own, ""
+    text = str(m.get("content") or "")
+    if text.startswith("[") and "] " in text:
+        marker, rest = text.split("] ", 1)
+        own = raw.get(fingerprint({**m, "content": rest}))
+        if own is not None:
+            return own, marker + "]"
+    return None, ""
+
+
 def _push(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    # Tool results lead their user turn (the API's rule) as they come: wire_messages has put a
+    # notice that landed between a call and its results after them.
     if turns and turns[-1]["role"] == role:
-        merged = turns[-1]["content"] + blocks
-        # tool results lead a user turn (the API's rule): a note merged in goes after them
-        merged.sort(key=lambda b: 0 if b.get("type") == "tool_result" else 1)
-        turns[-1]["content"] = merged
+        turns[-1]["content"] = turns[-1]["content"] + blocks
     else:
         turns.append({"role": role, "content": blocks})
 
