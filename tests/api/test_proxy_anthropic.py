@@ -266,3 +266,21 @@ def test_upstream_errors_are_relayed_with_their_status_and_body(
     upstream.script.append(message(text("Hello.")))
     client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     assert stored(service) == [("user", "hi"), ("assistant", "Hello.")]  # the agent is free; "hi" kept once
+
+
+def test_a_resent_history_lands_once_and_an_edited_past_is_left_out_and_reported(
+    live: LiveServer, upstream: FakeMessages, service: MemoryService
+) -> None:
+    token = agent(live)
+    upstream.script += [message(text("A1.")), message(text("A1.")), message(text("A2."))]
+    client = sdk(live, token)
+    history: list[Any] = [{"role": "user", "content": "Q1"}]
+    for _ in range(2):  # a client retrying the same request
+        raw = client.messages.with_raw_response.create(model="m", max_tokens=10, messages=history)
+    assert raw.headers["x-vcm-history"] == "appended; appended=0"
+    edited = [{"role": "user", "content": "Q1, edited"}, {"role": "assistant", "content": "A1."},
+              {"role": "user", "content": "Q2"}]  # fmt: skip
+    raw = client.messages.with_raw_response.create(model="m", max_tokens=10, messages=edited)
+    assert raw.headers["x-vcm-history"] == "diverged; left_out=1; appended=1"
+    assert stored(service) == [("user", "Q1"), ("assistant", "A1."), ("user", "Q2"), ("assistant", "A2.")]
+    assert "edited" not in json.dumps(upstream.requests[-1]["messages"])
