@@ -34,7 +34,7 @@ def dump(client: redis.Redis, agent_id: str) -> dict[str, Any]:
 def policy_view(hot: HotState, agent_id: str) -> tuple[Parts, list[FifoEntry], Budget, dict[str, int]]:
     """The pure policy's inputs, read from the live hot state."""
     snap = hot.snapshot(agent_id)
-    m = {k: int(v) for k, v in snap.meta.items() if k not in {"model", "config_fp"}}
+    m = {k: int(v) for k, v in snap.meta.items() if k not in {"model", "config_fp", "incarnation"}}
     parts = Parts(
         system=m["system"],
         working=m["working"],
