@@ -18,6 +18,8 @@ class EventKind(StrEnum):
     # Agents and their lifecycle
     AGENT_CREATED = "agent_created"
     AGENT_DELETED = "agent_deleted"
+    AGENT_EXPORTED = "agent_exported"  # a portable export (vcm.service.portable)
+    AGENT_IMPORTED = "agent_imported"  # a portable import's begun and done rows
     RESET = "reset"
     FORGET = "forget"
     # The main context and the eviction protocol

@@ -46,6 +46,7 @@ from vcm.service.graph import Graph
 from vcm.service.lifecycle import Lifecycle
 from vcm.service.maintenance import Maintenance, MaintenanceJobs
 from vcm.service.messages import Messages
+from vcm.service.portable import Portable
 from vcm.service.redaction import SummaryRedaction, SummaryRewriter
 from vcm.service.replicas import Replicas
 from vcm.service.search import Search
@@ -87,6 +88,7 @@ class MemoryService:
         self.builder = ContextBuilder(core, self.messages, self.facts, self.state, self.search)
         self.bulk = Bulk(core, bulk)
         self.maintenance = Maintenance(core, maintenance)
+        self.portable = Portable(core, self.lifecycle, self.search, self.bulk)
 
         # --- the public surface: each part's methods, bound ------------------------------------------
         # core: agents, idempotency, retrieved text, counters
@@ -169,6 +171,9 @@ class MemoryService:
         self.restore_snapshot = self.snapshots.restore_snapshot
         self.snapshot_all = self.snapshots.snapshot_all
         self.store_agent_ids = self.snapshots.store_agent_ids
+        # portable export and import of one agent (docs/portable.md)
+        self.export_agent = self.portable.export_agent
+        self.import_agent = self.portable.import_agent
         # client instances: the change feed, conflicts, sync status
         self.changes = self.replicas.changes
         self.record_conflict = self.replicas.record_conflict
