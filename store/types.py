@@ -364,6 +364,9 @@ class Fact:
     # What a use or reconfirmation gives it again: expires_at moves to now + lifetime_s (never
     # earlier). None: it never expires, or its expiry is fixed.
     lifetime_s: float | None = None
+    # An UNSURE dedup candidate (shadow): the fact it may duplicate, until consolidation or a
+    # person settles it.
+    duplicate_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -387,6 +390,7 @@ class FactQuery:
     until: float | None = None  # updated_at, exclusive
     created_since: float | None = None  # created_at, inclusive
     created_until: float | None = None  # created_at, exclusive
+    unsure: bool = False  # only UNSURE dedup candidates (facts with a duplicate_of)
 
     def ranges(self) -> tuple[tuple[str, str, float], ...]:
         """The range filters given, as (fact field, comparison, bound): both adapters turn each

@@ -120,6 +120,7 @@ def _fact_json(f: Fact) -> dict[str, Any]:
         "created_at": f.created_at, "updated_at": f.updated_at, "last_used": f.last_used,
         "access_count": f.access_count, "expires_at": f.expires_at, "version": f.version,
         "lifetime_s": f.lifetime_s, "embedding": None if not f.embedding else _vector_text(f.embedding),
+        **({"duplicate_of": f.duplicate_of} if f.duplicate_of else {}),
     }  # fmt: skip
 
 

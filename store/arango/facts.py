@@ -51,6 +51,7 @@ def fact_doc(f: Fact, version: int) -> dict[str, Any]:
         "version": version,
         "embedding": [float(x) for x in f.embedding] if f.embedding else None,
         "lifetime_s": f.lifetime_s,
+        "duplicate_of": f.duplicate_of,
     }
 
 
@@ -77,12 +78,14 @@ def fact_from_doc(d: Mapping[str, Any], *, with_embedding: bool = False) -> Fact
         version=int(d.get("version", 1)),
         embedding=d.get("embedding") if with_embedding else None,
         lifetime_s=None if d.get("lifetime_s") is None else float(d["lifetime_s"]),
+        duplicate_of=d.get("duplicate_of"),
     )
 
 
 def _query(agent_id: str, q: FactQuery, limit: int, with_embedding: bool) -> aql_common.AqlQuery:
     return aql_facts.query_facts(
         agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.ranges(), limit, with_embedding,
+        unsure=q.unsure,
     )  # fmt: skip
 
 

@@ -30,7 +30,7 @@ from vcm.store.types import (
 
 _COLUMNS = (
     "agent_id, fact_id, scope, type, key, value, category, tags, importance, confidence, evidence, status, "
-    "conflict_with, created_at, updated_at, last_used, access_count, expires_at, version, lifetime_s"
+    "conflict_with, created_at, updated_at, last_used, access_count, expires_at, version, lifetime_s, duplicate_of"
 )
 
 
@@ -62,6 +62,7 @@ def _fact(row: sqlite3.Row, embedding: bytes | None = None) -> Fact:
         version=int(row["version"]),
         embedding=None if embedding is None else np.frombuffer(embedding, dtype="<f4").tolist(),
         lifetime_s=None if row["lifetime_s"] is None else float(row["lifetime_s"]),
+        duplicate_of=row["duplicate_of"],
     )
 
 
@@ -83,6 +84,8 @@ def _where(agent_id: str, q: FactQuery) -> tuple[str, list[Any]]:
     if q.category is not None:
         clauses.append("category = ?")
         params.append(q.category)
+    if q.unsure:
+        clauses.append("duplicate_of IS NOT NULL")
     for column, op, bound in q.ranges():  # columns and operators are the dataclass's constants
         clauses.append(f"{column} {op} ?")
         params.append(bound)
@@ -324,7 +327,7 @@ def _insert_fact(conn: sqlite3.Connection, fact: Fact, version: int) -> None:
     embedding = None if not fact.embedding else np.asarray(fact.embedding, dtype="<f4").tobytes()
     conn.execute(
         f"INSERT OR REPLACE INTO facts ({_COLUMNS}, embedding) VALUES "
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             fact.agent_id,
             fact.fact_id,
@@ -346,6 +349,7 @@ def _insert_fact(conn: sqlite3.Connection, fact: Fact, version: int) -> None:
             fact.expires_at,
             version,
             fact.lifetime_s,
+            fact.duplicate_of,
             embedding,
         ),
     )

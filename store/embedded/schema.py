@@ -236,6 +236,7 @@ CREATE TABLE IF NOT EXISTS facts (
     version       INTEGER NOT NULL,
     embedding     BLOB,                 -- float32, as given
     lifetime_s    REAL,                 -- what a use gives it again (NULL: fixed or no expiry)
+    duplicate_of  TEXT,                 -- an UNSURE dedup candidate: the fact it may duplicate
     PRIMARY KEY (agent_id, fact_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS facts_infokey ON facts (agent_id, scope, type, key);
@@ -309,6 +310,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
 # vcm created gets them on open (ALTER TABLE ... ADD COLUMN keeps every row, value NULL).
 ADDED_COLUMNS = (
     ("facts", "lifetime_s", "REAL"),
+    ("facts", "duplicate_of", "TEXT"),
     ("idempotency", "expires_at", "REAL"),
     ("agents", "incarnation", "TEXT"),
 )

@@ -260,3 +260,32 @@ def test_an_unknown_query_parameter_is_refused_on_get_routes(client: TestClient,
     r = client.get(path, headers=h)
     assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_ERROR", r.text
     assert r.json()["error"]["field"] in path
+
+
+def test_unsure_candidates_are_listed_for_review_and_settled_by_a_person(client: TestClient) -> None:
+    h = new_agent(client, "a1")
+    river, sea = "Ann's sister lives in Porto near the river", "Ann's sister lives in Porto near the sea"
+    first = client.post(
+        "/v1/agents/a1/facts",
+        json={"value": river, "type": "learned", "evidence": [{"kind": "message", "id": said(client, h, river)}]},
+        headers=h,
+    ).json()
+    maybe = client.post(
+        "/v1/agents/a1/facts",
+        json={"value": sea, "type": "learned", "evidence": [{"kind": "message", "id": said(client, h, sea)}]},
+        headers=h,
+    ).json()
+    assert maybe["decision"] == "UNSURE" and maybe["fact"]["duplicate_of"] == first["fact"]["fact_id"]
+    staged = client.get("/v1/agents/a1/facts", params={"decision": "unsure"}, headers=h).json()["facts"]
+    assert [(f["fact_id"], f["status"]) for f in staged] == [(maybe["fact"]["fact_id"], "shadow")]
+    bad = client.get("/v1/agents/a1/facts", params={"decision": "maybe"}, headers=h)
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "VALIDATION_ERROR"
+    path = f"/v1/agents/a1/facts/{maybe['fact']['fact_id']}/settle"
+    assert client.post(path, json={"action": "merge"}, headers=h).status_code == 401  # a person's word: the admin's
+    wrong = client.post(path, json={"action": "keep"}, headers=ADMIN)
+    assert wrong.status_code == 422 and wrong.json()["error"]["code"] == "VALIDATION_ERROR"
+    done = client.post(path, json={"action": "merge"}, headers=ADMIN).json()
+    assert done["fact"]["fact_id"] == first["fact"]["fact_id"] and len(done["fact"]["evidence"]) == 2
+    assert client.get("/v1/agents/a1/facts", params={"decision": "unsure"}, headers=h).json()["facts"] == []
+    again = client.post(path, json={"action": "merge"}, headers=ADMIN)
+    assert again.status_code == 404

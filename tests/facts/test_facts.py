@@ -216,3 +216,62 @@ def test_the_working_set_is_capped_ranked_by_utility_and_never_shows_expired_ite
     assert working_set.types_needed() is None and working_set.types_needed({"facts": 1}) is None
     clock.advance(120)
     assert svc.working_set("ann").as_dict()["sections"]["constraints"] == []  # expired: gone, no exceptions
+
+
+RIVER, SEA = "Ann's sister lives in Porto near the river", "Ann's sister lives in Porto near the sea"
+
+
+def test_a_near_duplicate_between_the_thresholds_is_unsure_and_staged_for_review(svc: MemoryService) -> None:
+    first = svc.remember("ann", RIVER, type="learned", evidence=[{"kind": "message", "id": said(svc, RIVER)}])
+    maybe = svc.remember("ann", SEA, type="learned", evidence=[{"kind": "message", "id": said(svc, SEA)}])
+    assert maybe.decision == "UNSURE" and maybe.fact.fact_id != first.fact.fact_id
+    assert maybe.fact.status == "shadow" and maybe.fact.duplicate_of == first.fact.fact_id
+    # Listed for review; never in default search.
+    staged = svc.list_facts("ann", FactQuery(unsure=True, statuses=["shadow"]))
+    assert [f.fact_id for f in staged] == [maybe.fact.fact_id]
+    assert maybe.fact.fact_id not in {h.fact.fact_id for h in svc.search_facts("ann", "sister Porto sea")}
+    # The decision event says where the write came from and under which policy, never the value.
+    row = svc.events("ann", ["fact_decision"]).items[-1].payload
+    assert row["decision"] == "UNSURE" and row["duplicate_of"] == first.fact.fact_id
+    assert row["provenance"]["entry_point"] == "system" and row["provenance"]["message_ids"] == [
+        maybe.fact.evidence[0]["id"]
+    ]
+    assert row["policy"]["guard"] == "passed" and row["policy"]["operator"] is True and "sea" not in str(row)
+    # A person merges it: its pointer joins the fact, the candidate goes.
+    merged = svc.settle_fact("ann", maybe.fact.fact_id, "merge")
+    assert merged is not None and merged.fact_id == first.fact.fact_id
+    assert [e["id"] for e in merged.evidence] == [first.fact.evidence[0]["id"], maybe.fact.evidence[0]["id"]]
+    with pytest.raises(NotFound):
+        svc.get_fact("ann", maybe.fact.fact_id)
+    assert svc.list_facts("ann", FactQuery(unsure=True, statuses=["shadow"])) == []
+
+
+def test_consolidation_settles_unsure_candidates_by_their_evidence(svc: MemoryService) -> None:
+    # The fact's own message holds the candidate's words too: the candidate merges into it.
+    both = said(svc, f"{RIVER}, near the sea")
+    first = svc.remember("ann", RIVER, type="learned", evidence=[{"kind": "message", "id": both}])
+    same = svc.remember("ann", SEA, type="learned", evidence=[{"kind": "message", "id": said(svc, SEA)}])
+    # Another near-duplicate whose words only its own message holds: a fact of its own.
+    lake = "Ann's sister lives in Porto near the lake"
+    other = svc.remember("ann", lake, type="learned", evidence=[{"kind": "message", "id": said(svc, lake)}])
+    assert same.decision == other.decision == "UNSURE"
+    done = svc.consolidate("ann")
+    assert done["merged"] == 1 and done["promoted"] >= 1
+    with pytest.raises(NotFound):
+        svc.get_fact("ann", same.fact.fact_id)
+    assert len(svc.get_fact("ann", first.fact.fact_id).evidence) == 2
+    distinct = svc.get_fact("ann", other.fact.fact_id)
+    assert distinct.status == "active" and distinct.duplicate_of is None
+
+
+def test_dedup_decides_unsure_only_between_the_thresholds() -> None:
+    from vcm.facts import dedup
+    from vcm.store.types import Fact
+
+    known = Fact("ann", "f1", "agent", "learned", RIVER)
+    band = {"word_overlap": 0.8, "embedding_similarity": 0.92, "unsure_overlap": 0.6, "unsure_similarity": 0.85}
+    assert dedup.decide(SEA, None, None, [known], **band).decision == "UNSURE"
+    assert dedup.decide(RIVER + ".", None, None, [known], **band).decision == "MATCH"
+    assert dedup.decide("Bob likes tea", None, None, [known], **band).decision == "NEW"
+    no_band = {"word_overlap": 0.8, "embedding_similarity": 0.92}
+    assert dedup.decide(SEA, None, None, [known], **no_band).decision == "NEW"

@@ -67,6 +67,10 @@ def test_query_filters_and_order(store: MemoryStore) -> None:
     assert ids(FactQuery(created_since=NOW + 1, created_until=NOW + 2, statuses=None)) == ["f1"]
     assert ids(FactQuery(category="drinks")) == ["f1"]
     assert ids(FactQuery(limit=1)) == ["f2"]
+    # An UNSURE candidate keeps the fact it may duplicate, and is found by it.
+    store.put_fact(fact(5, "likes green tea", status="shadow", duplicate_of="f1"), None)
+    assert ids(FactQuery(unsure=True, statuses=None)) == ["f5"]
+    assert store.get_fact("a1", "f5").duplicate_of == "f1" and store.get_fact("a1", "f1").duplicate_of is None
 
 
 def test_search_is_hybrid_text_and_vector(store: MemoryStore) -> None:

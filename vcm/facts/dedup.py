@@ -5,7 +5,9 @@ A write is compared with the agent's facts of the same scope and type:
 * same InfoKey (scope + type + key) and the same value (normalised): MATCH, its evidence joins;
 * same InfoKey, another value: CONFLICT, both are kept and marked with each other;
 * no key, or a key of no fact: near-duplicate text (word overlap, Jaccard, or embedding cosine
-  above the thresholds) is a MATCH; anything else is NEW.
+  above the MATCH thresholds) is a MATCH; text between the UNSURE and the MATCH thresholds may or
+  may not say the same (seed 002 §2.3: uncertain equivalence is staged for review, never merged
+  or duplicated silently): UNSURE, with the closest fact as its target; anything else is NEW.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Literal
 
 from vcm.store.types import Fact
 
-Decision = Literal["MATCH", "NEW", "CONFLICT"]
+Decision = Literal["MATCH", "NEW", "CONFLICT", "UNSURE"]
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
     [
@@ -78,7 +80,7 @@ IDENTITY_TYPES = frozenset({"entity", "relation"})
 @dataclass(frozen=True)
 class Outcome:
     decision: Decision
-    target: Fact | None = None  # the fact a MATCH joins
+    target: Fact | None = None  # the fact a MATCH joins, or an UNSURE one may duplicate
     conflicting: tuple[Fact, ...] = ()  # the facts a CONFLICT is marked against
     similarity: float = 0.0
 
@@ -92,10 +94,13 @@ def decide(
     word_overlap: float,
     embedding_similarity: float,
     identity: bool = False,
+    unsure_overlap: float | None = None,
+    unsure_similarity: float | None = None,
 ) -> Outcome:
     """``candidates``: the agent's live facts of the write's scope and type. ``identity``: the
     key names the thing itself (an entity's name, a relation's triple), so one key is one fact
-    whatever its description says: a MATCH, never a CONFLICT."""
+    whatever its description says: a MATCH, never a CONFLICT. ``unsure_overlap`` and
+    ``unsure_similarity``: the lower bounds of UNSURE (None: no UNSURE band)."""
     if key is not None:
         keyed = [f for f in candidates if f.key == key]
         if identity and keyed:
@@ -106,15 +111,22 @@ def decide(
         if keyed:
             return Outcome("CONFLICT", conflicting=tuple(keyed))
     best: tuple[float, Fact | None] = (0.0, None)
+    maybe: tuple[float, Fact | None] = (0.0, None)
+    low_overlap = word_overlap if unsure_overlap is None else unsure_overlap
+    low_near = embedding_similarity if unsure_similarity is None else unsure_similarity
     for f in candidates:
         if key is not None and f.key is not None and f.key != key:
             continue  # another key: another fact, however alike the words
         overlap = jaccard(value, f.value)
         near = cosine(embedding, f.embedding)
+        score = max(overlap, near)
         if overlap >= word_overlap or near >= embedding_similarity:
-            score = max(overlap, near)
             if score > best[0]:
                 best = (score, f)
+        elif (overlap >= low_overlap or near >= low_near) and score > maybe[0] and f.duplicate_of is None:
+            maybe = (score, f)  # a candidate is never the target of another: targets are settled facts
     if best[1] is not None:
         return Outcome("MATCH", best[1], similarity=best[0])
+    if maybe[1] is not None:
+        return Outcome("UNSURE", maybe[1], similarity=maybe[0])
     return Outcome("NEW")

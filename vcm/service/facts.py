@@ -31,11 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from vcm.errors import Conflict, NotFound, ValidationError
-from vcm.facts import dedup, entities, guard, working_set
+from vcm.errors import NotFound, ValidationError
+from vcm.facts import dedup, entities, working_set
 from vcm.facts.working_set import WorkingSet
 from vcm.obs import metrics
-from vcm.service import fact_evidence, fact_input
+from vcm.service import fact_evidence, fact_input, fact_review
 from vcm.service.core import Core
 from vcm.service.fact_input import RememberResult
 from vcm.store import validation as store_validation
@@ -47,8 +47,6 @@ from vcm.store.types import Edge, Fact, FactHit, FactQuery, fact_node, message_n
 LIVE = ("active", "shadow")
 # Facts one archive call looks at, at most (the store's page of a fact query).
 ARCHIVE_LIMIT = 1000
-# What a person may do with a shadow fact (settle_fact).
-SETTLE_ACTIONS = ("promote", "reject")
 
 
 class Facts:
@@ -157,6 +155,8 @@ class Facts:
             word_overlap=cfg.word_overlap,
             embedding_similarity=cfg.embedding_similarity,
             identity=identity,
+            unsure_overlap=cfg.unsure_word_overlap,
+            unsure_similarity=cfg.unsure_embedding_similarity,
         )
         if outcome.decision == "MATCH" and outcome.target is not None:
             target = outcome.target
@@ -171,7 +171,9 @@ class Facts:
                 lifetime_s=lifetime,
             )
             stored = self.put_fact(joined, target.version)
-            self._decision(agent_id, "MATCH", stored, actor, similarity=round(outcome.similarity, 3), **provenance)
+            self.record_decision(
+                agent_id, "MATCH", stored, actor, similarity=round(outcome.similarity, 3), **provenance
+            )
             self.link(stored, pointers, actor)
             return RememberResult("MATCH", stored, replayed=replayed)
         fact = Fact(
@@ -180,6 +182,11 @@ class Facts:
             conflict_with=tuple(f.fact_id for f in outcome.conflicting), created_at=now, updated_at=now,
             expires_at=expires_at, lifetime_s=lifetime, embedding=embedding,
         )  # fmt: skip
+        unsure = outcome.decision == "UNSURE" and outcome.target is not None
+        if unsure and outcome.target is not None:  # staged for review beside the fact it may repeat
+            fact = replace(fact, status="shadow", duplicate_of=outcome.target.fact_id)
+            provenance["similarity"] = round(outcome.similarity, 3)
+            provenance["duplicate_of"] = outcome.target.fact_id
         stored = self.put_fact(fact, None)
         self.link(stored, pointers, actor)
         marked: list[Fact] = []
@@ -189,7 +196,9 @@ class Facts:
                     replace(other, conflict_with=tuple(dict.fromkeys([*other.conflict_with, fact_id]))), other.version
                 )
             )
-        self._decision(agent_id, outcome.decision, stored, actor, conflicts=[f.fact_id for f in marked], **provenance)
+        self.record_decision(
+            agent_id, outcome.decision, stored, actor, conflicts=[f.fact_id for f in marked], **provenance
+        )
         if marked and type != "question" and "question" in cfg.types:
             self._open_question(agent_id, stored, marked, now)
         return RememberResult(outcome.decision, stored, tuple(marked), replayed=replayed)
@@ -310,58 +319,17 @@ class Facts:
         return LIVE if self.core.settings.facts.shadow_in_prompts else ("active",)
 
     def consolidate(self, agent_id: str, *, actor: str = "worker:consolidate") -> dict[str, int]:
-        """Promote shadow facts that pass the replay test: their evidence messages are still in
-        recall and hold most of the fact's words, no live fact of their key says otherwise, and
-        the guard lets them through. Repetition alone promotes nothing: the test reads the
-        evidence, not the count of writes."""
-        self.core.agent(agent_id)
-        promoted = kept = contradicted = 0
-        shadows = self.core.store.query_facts(agent_id, FactQuery(statuses=["shadow"], limit=1000))
-        for f in shadows:
-            if f.type in dedup.IDENTITY_TYPES:  # an earlier promotion may have joined evidence to it
-                try:
-                    f = self.core.store.get_fact(agent_id, f.fact_id)
-                except NotFound:
-                    continue
-                if f.status != "shadow":
-                    continue
-            if f.key is not None:
-                rivals = [
-                    r for r in self.core.store.query_facts(agent_id, FactQuery(key=f.key, statuses=["active"]))
-                    if dedup.normalise(r.value) != dedup.normalise(f.value)
-                ]  # fmt: skip
-                if rivals:
-                    contradicted += 1
-                    if not f.conflict_with:
-                        self.put_fact(replace(f, conflict_with=tuple(r.fact_id for r in rivals)), f.version)
-                    continue
-            if not self._supported(agent_id, f) or guard.check(f.value, self.core.settings.facts.pii).refused:
-                kept += 1
-                continue
-            self.promote(f, actor)
-            promoted += 1
-        return {"promoted": promoted, "kept_shadow": kept, "contradicted": contradicted}
+        """Settle shadow facts by the replay test (:func:`vcm.service.fact_review.consolidate`)."""
+        return fact_review.consolidate(self, agent_id, actor)
 
     def settle_fact(self, agent_id: str, fact_id: str, action: str, *, actor: str = Actor.SYSTEM) -> Fact | None:
-        """A person's word on a shadow fact: ``promote`` makes it active (an entity or relation
-        gets its edges), ``reject`` removes it. The fact after it (None: removed); a fact that
-        is not shadow answers CONFLICT, an unknown action VALIDATION_ERROR."""
-        self.core.agent(agent_id)
-        if action not in SETTLE_ACTIONS:
-            raise ValidationError(f"action must be one of {', '.join(SETTLE_ACTIONS)}", field="action")
-        fact = self.core.store.get_fact(agent_id, store_validation.identifier("fact_id", fact_id))
-        if fact.status != "shadow":
-            raise Conflict(f"fact {fact_id!r} is {fact.status}: only a shadow fact is settled", status=fact.status)
-        if action == "promote":
-            return self.promote(fact, actor, settled="promote")
-        self._decision(agent_id, "REJECTED", fact, actor, settled="reject")
-        self.forget_fact(agent_id, fact_id, actor=actor)
-        return None
+        """A person's word on a shadow fact (:func:`vcm.service.fact_review.settle`)."""
+        return fact_review.settle(self, agent_id, fact_id, action, actor)
 
     def promote(self, fact: Fact, actor: str, **extra: Any) -> Fact:
         """A shadow fact made active; an entity or relation gets its graph edges now."""
         stored = self.put_fact(replace(fact, status="active", updated_at=self.core.clock()), fact.version)
-        self._decision(fact.agent_id, "PROMOTED", stored, actor, **extra)
+        self.record_decision(fact.agent_id, "PROMOTED", stored, actor, **extra)
         if stored.type in dedup.IDENTITY_TYPES:
             self.link(stored, stored.evidence, actor)
         return stored
@@ -385,14 +353,6 @@ class Facts:
         else:
             self.put_fact(question, None)
 
-    def _supported(self, agent_id: str, fact: Fact) -> bool:
-        ids = [str(e["id"]) for e in fact.evidence if e.get("kind") == "message"]
-        if not ids:
-            return False
-        text = " ".join(m.content for m in self.core.store.get_messages(agent_id, ids))
-        words = dedup.word_set(fact.value.split(": ", 1)[-1])
-        return bool(words) and len(words & dedup.word_set(text)) / len(words) >= 0.6
-
     def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
         """Every fact write: the store's, then its change on the agent's feed."""
         stored = self.core.store.put_fact(fact, expected_version)
@@ -405,7 +365,7 @@ class Facts:
         if used:
             self.core.store.touch_facts(agent_id, list(dict.fromkeys(f.fact_id for f in used)), self.core.clock())
 
-    def _decision(self, agent_id: str, decision: str, fact: Fact, actor: str, **extra: Any) -> None:
+    def record_decision(self, agent_id: str, decision: str, fact: Fact, actor: str, **extra: Any) -> None:
         metrics.fact_decision(decision)
         payload = {"decision": decision, "fact_id": fact.fact_id, "type": fact.type, "scope": fact.scope,
                    "key": fact.key, "status": fact.status, "chars": len(fact.value), **extra}  # fmt: skip

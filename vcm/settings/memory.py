@@ -123,6 +123,11 @@ class FactSettings(BaseModel):
     # this close (cosine) to one of the agent's facts of the same scope and type.
     word_overlap: float = Field(0.8, gt=0.0, le=1.0)
     embedding_similarity: float = Field(0.92, gt=0.0, le=1.0)
+    # Between these and the MATCH thresholds a write may or may not say the same: UNSURE, kept as a
+    # shadow candidate linked to the fact it may duplicate until consolidation or a person settles
+    # it. Equal to the MATCH thresholds: no UNSURE band.
+    unsure_word_overlap: float = Field(0.6, gt=0.0, le=1.0)
+    unsure_embedding_similarity: float = Field(0.85, gt=0.0, le=1.0)
     # PII classes the guard refuses without a justification (secrets are always refused).
     pii: list[PiiClass] = Field(default_factory=lambda: list(DEFAULT_PII))
     # Extraction of shadow facts from each eviction batch before it leaves the context.
@@ -145,6 +150,10 @@ class FactSettings(BaseModel):
         for name, ttl in self.types.items():
             if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", name) or ttl < 0:
                 raise ValueError(f"facts.types: {name!r} must be a lower-case name with a lifetime >= 0")
+        if self.unsure_word_overlap > self.word_overlap or self.unsure_embedding_similarity > self.embedding_similarity:
+            raise ValueError(
+                "facts.unsure_* thresholds must be at most the MATCH ones (word_overlap, embedding_similarity)"
+            )
         return self
 
 

@@ -17,7 +17,8 @@ _RANGE_OPS = frozenset({">=", "<=", "<"})
 
 def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, key: str | None,
                 statuses: Sequence[str] | None, category: str | None, tags: Sequence[str] | None,
-                ranges: Sequence[tuple[str, str, float]], limit: int, with_embedding: bool) -> AqlQuery:  # fmt: skip
+                ranges: Sequence[tuple[str, str, float]], limit: int, with_embedding: bool,
+                unsure: bool = False) -> AqlQuery:  # fmt: skip
     """Facts passing the filters, most recently updated first (``embedding`` only when asked).
     ``ranges``: (field, comparison, bound) of :meth:`~vcm.store.types.FactQuery.ranges`."""
     lines = [f"FOR f IN {names.FACTS}", "  FILTER f.agent_id == @agent_id"]
@@ -33,6 +34,8 @@ def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, k
         if value is not None:
             lines.append(f"  FILTER {test}")
             bind[name] = value
+    if unsure:
+        lines.append("  FILTER f.duplicate_of != null")
     for i, (field, op, bound) in enumerate(ranges):
         if field not in _RANGE_FIELDS or op not in _RANGE_OPS:
             raise ValidationError(f"no range filter on {field} {op}", field=field)

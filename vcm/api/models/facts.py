@@ -54,6 +54,7 @@ class FactOut(BaseModel):
     access_count: int
     expires_at: float | None
     version: int
+    duplicate_of: str | None = Field(None, description="an UNSURE candidate: the fact it may duplicate")
 
     @classmethod
     def of(cls, f: Any) -> FactOut:
@@ -62,11 +63,12 @@ class FactOut(BaseModel):
             tags=list(f.tags), importance=f.importance, confidence=f.confidence, evidence=[dict(e) for e in f.evidence],
             status=f.status, conflict_with=list(f.conflict_with), created_at=f.created_at, updated_at=f.updated_at,
             last_used=f.last_used, access_count=f.access_count, expires_at=f.expires_at, version=f.version,
+            duplicate_of=f.duplicate_of,
         )  # fmt: skip
 
 
 class RememberOut(BaseModel):
-    decision: str = Field(description="MATCH, NEW or CONFLICT (REPLAYED for a keyed retry)")
+    decision: str = Field(description="MATCH, NEW, CONFLICT or UNSURE (REPLAYED for a keyed retry)")
     fact: FactOut
     conflicts: list[FactOut]
 
@@ -93,7 +95,10 @@ class FactArchiveIn(RequestBody):
 
 
 class FactSettleIn(RequestBody):
-    action: str = Field(description="promote (make it active) or reject (remove it)")
+    action: str = Field(
+        description="promote (make it active, an UNSURE candidate as a fact of its own), merge (an UNSURE "
+        "candidate into the fact it may duplicate) or reject (remove it)"
+    )
 
 
 class SettledOut(BaseModel):
@@ -116,6 +121,7 @@ class ArchivedOut(BaseModel):
 class ConsolidatedOut(BaseModel):
     promoted: int
     kept_shadow: int
+    merged: int = Field(0, description="UNSURE candidates merged into the fact they duplicate")
     contradicted: int
 
 

@@ -84,12 +84,16 @@ class FactFilters:
         updated_until: Time = None,
         created_since: Time = None,
         created_until: Time = None,
+        decision: Annotated[
+            Literal["unsure"] | None, Query(description="unsure: only UNSURE dedup candidates, for review")
+        ] = None,
     ) -> None:
         self.named_statuses = bool(statuses)
         self.query = FactQuery(
             scope=scope, types=types, key=key, statuses=statuses or FactQuery.statuses, category=category, tags=tags,
             min_importance=min_importance, max_importance=max_importance, min_confidence=min_confidence,
             since=updated_since, until=updated_until, created_since=created_since, created_until=created_until,
+            unsure=decision == "unsure",
         )  # fmt: skip
 
 
@@ -105,7 +109,9 @@ def list_facts(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> FactList:
     """The agent's facts, newest first; with no ``status``, the live ones (active and shadow,
-    each marked with its status)."""
+    each marked with its status). ``decision=unsure``: the UNSURE dedup candidates waiting for
+    review, each with the fact it may duplicate (``duplicate_of``); settle them with
+    ``POST .../facts/{fact_id}/settle``."""
     query = replace(filters.query, limit=limit)
     if not filters.named_statuses:
         query = replace(query, statuses=None)  # the service's default for a listing: the live ones
@@ -161,7 +167,9 @@ def working_set(
 @router.post("/facts/{fact_id}/settle", response_model=SettledOut, responses=WRITE_ERROR_RESPONSES)
 def settle(agent_id: AgentId, fact_id: FactId, body: FactSettleIn, who: Admin, service: ServiceDep) -> SettledOut:
     """A person's word on a shadow fact (the admin's token): ``promote`` makes it active (an
-    entity or relation gets its graph edges), ``reject`` removes it; CONFLICT if it is not shadow."""
+    entity or relation gets its graph edges; an UNSURE candidate becomes a fact of its own),
+    ``merge`` joins an UNSURE candidate to the fact it may duplicate, ``reject`` removes it;
+    CONFLICT if it is not shadow."""
     fact = service.settle_fact(agent_id, fact_id, body.action, actor=who.actor)
     return SettledOut(action=body.action, fact=None if fact is None else FactOut.of(fact))
 

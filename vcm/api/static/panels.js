@@ -85,15 +85,18 @@ export function renderBlocks(el, blocks, history) {
 
 // --- facts -----------------------------------------------------------------------------------
 
-/** Facts grouped by type, sticky first; `onDelete(fact)` runs after the user confirmed. */
+/** Facts grouped by type, UNSURE dedup candidates (waiting for review) first, then sticky;
+ * `onDelete(fact)` runs after the user confirmed. */
 export function renderFacts(el, facts, onDelete) {
   if (!facts.length) return fill(el, empty("No facts."));
   const groups = new Map();
   for (const f of facts) {
-    if (!groups.has(f.type)) groups.set(f.type, []);
-    groups.get(f.type).push(f);
+    const group = f.duplicate_of ? "unsure" : f.type;
+    if (!groups.has(group)) groups.set(group, []);
+    groups.get(group).push(f);
   }
-  const types = [...groups.keys()].sort((a, b) => (a === "sticky" ? -1 : b === "sticky" ? 1 : a.localeCompare(b)));
+  const rank = (t) => (t === "unsure" ? 0 : t === "sticky" ? 1 : 2);
+  const types = [...groups.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
   fill(
     el,
     types.map((type) =>
@@ -117,6 +120,7 @@ function factItem(f, onDelete) {
       f.type === "sticky" && badge("sticky · always in context", "sticky"),
       f.status !== "active" && badge(f.status, f.status),
       f.conflict_with.length > 0 && badge(`conflicts with ${f.conflict_with.length}`, "warn"),
+      f.duplicate_of && badge(`unsure: may duplicate ${f.duplicate_of}`, "warn"),
       h("span", {}, `importance ${f.importance.toFixed(2)} · confidence ${f.confidence.toFixed(2)}`),
       f.tags.length > 0 && h("span", {}, `tags: ${f.tags.join(", ")}`),
       h("span", {}, f.expires_at ? `expires ${relative(f.expires_at)}` : "never expires"),
