@@ -241,3 +241,16 @@ def test_an_ingestion_without_interference_stores_its_chunks(world: World) -> No
         world.deps.hot, world.deps.store, SentenceIngest(world.deps.store), dispatcher.ingests[0], clock=lambda: 1.0
     )
     assert out.outcome == "done" and len(world.deps.store.get_archival(AGENT, "harbour")) == 2
+
+
+def test_the_incarnation_is_new_for_a_recreated_id_and_survives_a_rebuild(world: World) -> None:
+    hot, store = world.deps.hot, world.deps.store
+    first = hot.incarnation(AGENT)
+    assert len(first) == 32 and store.get_agent(AGENT).incarnation == first
+    world.svc.create_agent(AGENT, model=MODEL)  # a replayed creation keeps it
+    assert hot.incarnation(AGENT) == store.get_agent(AGENT).incarnation == first
+    hot.forget(AGENT)  # the hot state lost (a flushed Redis): rebuilt from the record
+    world.svc.gauges(AGENT)
+    assert hot.incarnation(AGENT) == first
+    world.recreate()
+    assert hot.incarnation(AGENT) == store.get_agent(AGENT).incarnation != first
