@@ -166,7 +166,7 @@ def test_doctor_reports_each_dependency(tmp_path: Path) -> None:
 
     ok = doctor_checks(load_settings({"store_url": f"sqlite:///{tmp_path}/vcm.db"}, environ={}), strict=True)
     jobs = {f"maintenance {j}" for j in ("expire", "sweep", "consolidate", "snapshot")}
-    assert {name for name, _, _ in ok} == {"redis", "broker", "store", "embedding model", *jobs}
+    assert {name for name, _, _ in ok} == {"redis", "broker", "store", "embedding model", "late chunking", *jobs}
     assert all(passed for _, passed, _ in ok)
     bad = doctor_checks(
         load_settings({"store_url": f"sqlite:///{tmp_path}/vcm.db", "broker_url": "redis://127.0.0.1:1/0"}, environ={}),
@@ -175,6 +175,19 @@ def test_doctor_reports_each_dependency(tmp_path: Path) -> None:
     assert dict((n, p) for n, p, _ in bad)["broker"] is False
     tcp = doctor_checks(load_settings({"store_url": "arango+http://127.0.0.1:1/vcm"}, environ={}), strict=True)
     assert dict((n, p) for n, p, _ in tcp)["arango transport"] is False
+
+
+def test_doctor_reports_whether_naive_chunking_is_allowed() -> None:
+    from vcm.cli.doctor import chunking_check
+    from vcm.settings import load_settings
+
+    name, ok, detail = chunking_check(load_settings(environ={}), strict=True)
+    assert (name, ok) == ("late chunking", True) and "allow_naive = false" in detail
+    allowed = load_settings({"ingest": {"allow_naive": True}}, environ={})
+    assert chunking_check(allowed, strict=False)[1] is True and "ALLOWED" in chunking_check(allowed, strict=False)[2]
+    assert chunking_check(allowed, strict=True)[1] is False  # --strict: a compliance hole fails
+    refused = load_settings({"ingest": {"mode": "naive"}}, environ={})
+    assert chunking_check(refused, strict=False)[1] is False  # every ingestion would be refused
 
 
 def test_render_context_shows_gauges_and_messages() -> None:
