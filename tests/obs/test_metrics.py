@@ -155,6 +155,54 @@ def test_archival_pages_report_their_depth_and_the_filter_drop_ratio(store: Memo
     assert value("vcm_archival_filter_drop_ratio_count") == drops + 2
 
 
+def test_seed_telemetry_names_exist_as_families(store: MemoryStore) -> None:
+    """Seed 000's recall.hit_rate (hits / all recall pages) and archival.nProbe_distribution."""
+    hit, miss = (
+        value("vcm_recall_searches_total", mode="text", outcome="hit"),
+        value("vcm_recall_searches_total", mode="text", outcome="miss"),
+    )
+    metrics.recall_search("text", 0.01, 3)
+    metrics.recall_search("text", 0.01, 0)
+    assert value("vcm_recall_searches_total", mode="text", outcome="hit") == hit + 1
+    assert value("vcm_recall_searches_total", mode="text", outcome="miss") == miss + 1
+    probes, low, defaults = (
+        value("vcm_archival_search_nprobe_count"),
+        value("vcm_archival_search_nprobe_bucket", le="8.0"),
+        value("vcm_archival_search_nprobe_default_total"),
+    )
+    metrics.archival_n_probe(8)
+    metrics.archival_n_probe(32)
+    metrics.archival_n_probe(None)
+    assert value("vcm_archival_search_nprobe_count") == probes + 2
+    assert value("vcm_archival_search_nprobe_bucket", le="8.0") == low + 1
+    assert value("vcm_archival_search_nprobe_default_total") == defaults + 1
+    blocked = value("vcm_compliance_violations_total", rule="late_chunking", outcome="blocked")
+    metrics.compliance_violation("late_chunking", "blocked")
+    assert value("vcm_compliance_violations_total", rule="late_chunking", outcome="blocked") == blocked + 1
+    # The other names the seed lists (page depth, k actual, post-filter drop rate, hb.rate_limited)
+    # are families already; docs/operations.md maps each.
+    names = {m.name for m in REGISTRY.collect()}
+    for family in (
+        "vcm_archival_search_page",
+        "vcm_archival_search_hits",
+        "vcm_archival_filter_drop_ratio",
+        "vcm_heartbeat_rate_limited",
+        "vcm_recall_searches",
+        "vcm_archival_search_nprobe",
+    ):
+        assert family in names
+    doc = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    for seed in (
+        "recall.hit_rate",
+        "archival.nProbe_distribution",
+        "archival.page_depth",
+        "archival.k_actual",
+        "archival.post_filter_drop_rate",
+        "hb.rate_limited",
+    ):
+        assert f"| `{seed}` |" in doc
+
+
 # --- multi-process ---------------------------------------------------------------------------------
 _CHILD = """
 import sys

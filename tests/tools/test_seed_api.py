@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.doubles.embedder import hash_embed
 from tests.doubles.harness import Harness
@@ -54,7 +55,17 @@ def test_every_argument_of_every_tool_is_documented_in_both_formats() -> None:
 
 
 # --- the executor --------------------------------------------------------------------------------------
-def test_the_executor_runs_the_seed_calls(h: Harness) -> None:
+def test_the_executor_runs_the_seed_calls(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    probes: list[int | None] = []
+    search = h.service.store.search_archival
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        probes.append(kwargs.get("n_probe"))
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(h.service.store, "search_archival", spy)
+    asked = REGISTRY.get_sample_value("vcm_archival_search_nprobe_sum") or 0.0
+
     async def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
         result = h.executor.execute("a1", name, args)  # no request_heartbeat: the seed has none
         assert json.loads(result.message["content"]) == result.payload
@@ -62,6 +73,8 @@ def test_the_executor_runs_the_seed_calls(h: Harness) -> None:
 
     out = asyncio.run(run_seed_calls(call, hash_embed))
     check_seed_run(out)
+    assert probes and set(probes) == {4}  # nProbe reached the vector index's search
+    assert REGISTRY.get_sample_value("vcm_archival_search_nprobe_sum") == asked + 4 * len(probes)
     evicted = out["evict"]
     assert h.dispatcher.evictions[-1] == ("a1", evicted["batch_id"]) and h.hot.summary_skipped(
         "a1", evicted["batch_id"]

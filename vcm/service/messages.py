@@ -16,7 +16,7 @@ from vcm.errors import IdempotencyMismatch, PolicyRefused, ValidationError
 from vcm.facts.capture import Captured, capture
 from vcm.hotpath.budget import Budget, FifoEntry, plan_eviction
 from vcm.hotpath.context import AssembledContext, assemble
-from vcm.obs import footprint, metrics
+from vcm.obs import audit, footprint, metrics
 from vcm.service.core import Core
 from vcm.service.facts import Facts
 from vcm.service.state import StateKeys
@@ -296,17 +296,21 @@ class Messages:
                     expires_at=now + ttl if ttl else None,
                 )
             )
-        self.core.store.spool_messages(notes)  # one store transaction for every note
-        for note in notes:
-            self.core.event(
+        rows = [
+            audit.event(
                 agent_id,
                 EventKind.RECALL_WRITE,
-                {"message_id": note.message_id, "tokens": note.tokens},
-                actor,
+                footprint.recall_note(note.content, note.tokens, role=note.role),
+                actor=actor,
                 event_id=audit_id(agent_id, "recall", note.message_id),
                 idempotency_key=idempotency_key,
-                change=footprint.recall_note(note.content, note.tokens, role=note.role),
+                created_at=now,
+                details={"message_id": note.message_id, "tokens": note.tokens},
             )
+            for note in notes
+        ]
+        # One store transaction: every note and its audit row, or none of them.
+        self.core.store.spool_messages(notes, events=rows)
         return self.core.store.get_messages(agent_id, ids)
 
     def context(self, agent_id: str, *, token_sha256: str | None = None) -> AssembledContext:
