@@ -209,6 +209,7 @@ class Cycle:
     recreated: bool = False
     new_acks: list[Ack] = field(default_factory=list)
     token: str = ""
+    cross_agent_rows: int = 0  # texts of the deleted agent its successor holds (counted at the end)
 
 
 class DeleteCycles:

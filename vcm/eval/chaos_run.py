@@ -201,7 +201,9 @@ class ChaosRun(ChaosProcesses):
                 "summary_versions": [v.text for v in store.summary_versions(aid, limit=1000)],
                 "context": [*fifo_ids.get(aid, {}).values(), self.hot_summaries.get(aid, "")],
             }
-            out.update(cross_agent_rows(texts))
+            rows = cross_agent_rows(texts)
+            cycle.cross_agent_rows = sum(rows.values())
+            out.update(rows)
         return dict(out)
 
     def _check_audit(self, store: MemoryStore, aid: str, acks: list[Ack], audit: dict[str, Any]) -> None:
@@ -484,4 +486,5 @@ def _cycle(c: Cycle) -> dict[str, Any]:
         "deleted": c.deleted,
         "recreated": c.recreated,
         "new_acknowledged": len(c.new_acks),
+        "cross_agent_rows": c.cross_agent_rows,
     }
