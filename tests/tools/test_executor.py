@@ -551,7 +551,15 @@ class BigResultIngest:
         self.calls = 0
 
     def __call__(
-        self, agent_id: str, doc_id: str, text: str, *, source: str, metadata: Mapping[str, Any], progress: Any = None
+        self,
+        agent_id: str,
+        doc_id: str,
+        text: str,
+        *,
+        source: str,
+        metadata: Mapping[str, Any],
+        progress: Any = None,
+        incarnation: str | None = None,
     ) -> dict[str, Any]:
         self.calls += 1
         n = int(text.split()[-1])

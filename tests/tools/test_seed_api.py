@@ -130,7 +130,7 @@ def test_precomputed_chunks_must_match_the_stores_space(h: Harness) -> None:
     )
     assert other.error is not None and other.error["field"] == "model_id" and other.error["store"] == "m1"
     wrong = h.executor.execute("a1", "search_archival", {"query_vector": [0.5, 0.5], "limit": 1})
-    assert wrong.error is not None and wrong.error["code"] == "VALIDATION_ERROR"
+    assert wrong.error is not None and wrong.error["field"] == "dimension" and wrong.error["given"] == 2
     bound = h.service.settings.ingest.max_n_probe
     refused = h.executor.execute("a1", "search_archival", {"query_vector": vectors[0], "nProbe": bound + 1})
     assert refused.error is not None and refused.error["field"] == "nProbe"

@@ -48,6 +48,9 @@ def ingest_job_id(agent_id: str, doc_id: str, text: str, source: str, metadata: 
     return "ing-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:24]
 
 
+SPACES_TTL_S = 10.0
+
+
 def _vector(name: str, value: Any) -> list[float]:
     """A caller's embedding: a non-empty list of finite numbers (its dimension the store checks)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not 0 < len(value) <= 8192:
@@ -100,6 +103,9 @@ class Search:
 
     def __init__(self, core: Core) -> None:
         self.core = core
+        # The store's vector spaces, read through its health report at most every SPACES_TTL_S
+        # (a caller's query_vector is checked against them on every search).
+        self._spaces_read: tuple[float, list[dict[str, Any]]] | None = None
 
     def search_recall(
         self,
@@ -175,6 +181,13 @@ class Search:
                                       field="nProbe")  # fmt: skip
         if vector is not None:
             vector = _vector("query_vector", vector)
+            # Both adapters answer alike: an embedding of no dimension the store holds is refused
+            # (the ArangoDB adapter alone would answer an empty page).
+            held = self._dimensions()
+            if held and len(vector) not in held:
+                held = self._dimensions(fresh=True)  # a space created since the last read
+                if held and len(vector) not in held:
+                    raise _mismatch("dimension", len(vector), " or ".join(str(d) for d in sorted(held)))
         else:
             query = validation.text(query, "query", 10_000)
             if self.core.embed is None:
@@ -312,13 +325,20 @@ class Search:
         space = self._space(metric, embedding_version)
         return bool(space is not None and space.get("kind") == "ivf")
 
-    def _spaces(self) -> list[dict[str, Any]]:
-        spaces = self.core.store.health().details.get("vector_spaces") or []
-        return [dict(s) for s in spaces if isinstance(s, Mapping)]
+    def _spaces(self, *, fresh: bool = False) -> list[dict[str, Any]]:
+        now = self.core.clock()
+        if fresh or self._spaces_read is None or now - self._spaces_read[0] > SPACES_TTL_S:
+            spaces = self.core.store.health().details.get("vector_spaces") or []
+            self._spaces_read = (now, [dict(s) for s in spaces if isinstance(s, Mapping)])
+        return self._spaces_read[1]
+
+    def _dimensions(self, *, fresh: bool = False) -> set[int]:
+        return {int(s.get("dimension") or 0) for s in self._spaces(fresh=fresh) if s.get("metric") == "cosine"}
 
     def _space(self, metric: str, version: str) -> dict[str, Any] | None:
         return next(
-            (s for s in self._spaces() if (s.get("metric"), s.get("embedding_version")) == (metric, version)), None
+            (s for s in self._spaces(fresh=True) if (s.get("metric"), s.get("embedding_version")) == (metric, version)),
+            None,
         )
 
     def _check_space(self, agent_id: str, doc: PrecomputedDocument) -> None:
@@ -359,11 +379,12 @@ class Search:
             mine = len(self.core.vector_of("dimension"))
             if mine != doc.dimension:
                 raise _mismatch("dimension", doc.dimension, mine)
-        models = {str(s.get("embedding_version", "")).rsplit(":", 2)[0] for s in self._spaces()}
+        spaces = self._spaces(fresh=True)
+        models = {str(s.get("embedding_version", "")).rsplit(":", 2)[0] for s in spaces}
         models.discard("")
         if models and doc.model_id not in models:
             raise _mismatch("model_id", doc.model_id, " or ".join(sorted(models)))
-        for space in self._spaces():
+        for space in spaces:
             if space.get("embedding_version") == doc.embedding_version:
                 if space.get("metric") != doc.metric:
                     raise _mismatch("metric", doc.metric, space.get("metric"))
