@@ -77,6 +77,7 @@ from vcm.api.routes import (
     lifecycle,
     maintenance,
     messages,
+    portable,
     probes,
     recall,
     snapshots,
@@ -93,7 +94,7 @@ from vcm.settings import Settings
 ROUTERS = (
     agents.router, messages.router, blocks.router, recall.router, archival.router, events.router, tools.router,
     probes.router, lifecycle.router, snapshots.router, facts.router, entities.router, state.router, chat.router,
-    viewer.router, sync.router, maintenance.router, anthropic.router,
+    viewer.router, sync.router, maintenance.router, anthropic.router, portable.router,
 )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ import httpx
 
 from vcm.client.agent_ops import AgentOperations
 from vcm.client.memory_ops import MemoryOperations
+from vcm.client.portable_ops import AsyncPortableOperations
 from vcm.client.replies import Json, decode, finished, http_kwargs, rejected_error
 from vcm.errors import VcmError
 from vcm.sync.config import CacheConfig
@@ -18,7 +19,7 @@ from vcm.sync.replica import Replica
 from vcm.wire import Call
 
 
-class AsyncVcmClient(AgentOperations[Awaitable[Json]], MemoryOperations[Awaitable[Json]]):
+class AsyncVcmClient(AgentOperations[Awaitable[Json]], MemoryOperations[Awaitable[Json]], AsyncPortableOperations):
     """The same operations, awaited: ``await client.append(...)``."""
 
     def __init__(

@@ -11,6 +11,7 @@ import httpx
 
 from vcm.client.agent_ops import AgentOperations
 from vcm.client.memory_ops import MemoryOperations
+from vcm.client.portable_ops import PortableOperations
 from vcm.client.replies import Json, decode, finished, http_kwargs, rejected_error
 from vcm.errors import VcmError
 from vcm.sync.background import Follower, Periodic
@@ -20,7 +21,7 @@ from vcm.sync.replica import Replica
 from vcm.wire import Call
 
 
-class VcmClient(AgentOperations[Json], MemoryOperations[Json]):
+class VcmClient(AgentOperations[Json], MemoryOperations[Json], PortableOperations):
     """Synchronous client. ``token`` is an agent's token or the admin token.
 
     ``cache=CacheConfig(...)`` keeps a local cache of blocks, state keys and facts (see

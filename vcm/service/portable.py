@@ -262,9 +262,11 @@ class _Writer:
         for s in b.snapshots:
             store.put_snapshot(self._snapshot(s))
         self.part.lifecycle.reload(agent)  # the hot state, from the store
-        queued = self._archival()
-        counts = {**b.counts(), "documents_queued": queued, "message_vectors": self._reembed()}
-        result = {"agent_id": agent, "source_agent_id": b.agent_id, "export_id": b.export_id, "counts": counts}
+        jobs = self._archival()
+        result = {
+            "agent_id": agent, "source_agent_id": b.agent_id, "export_id": b.export_id, "counts": b.counts(),
+            "ingest_jobs": jobs, "message_vectors": self._reembed(),
+        }  # fmt: skip
         self.part.mark(agent, b.export_id, self.actor, result)
         return result
 
@@ -345,9 +347,9 @@ class _Writer:
             s.get("expires_at"),
         )
 
-    def _archival(self) -> int:
+    def _archival(self) -> list[str]:
         """Chunks with vectors of this model are stored as they were; documents without them are
-        queued for ingestion again from their chunks' text. Returns how many were queued."""
+        queued for ingestion again from their chunks' text. Returns the ingestion jobs' ids."""
         keep = [c for c in self.b.chunks if c.get("embedding") is not None and self.same_model]
         again: dict[str, list[dict[str, Any]]] = {}
         for c in self.b.chunks:
@@ -385,10 +387,11 @@ class _Writer:
                     self.actor,
                     event_id=audit_id(self.agent_id, "ingest", doc_id, "import", self.b.export_id),
                 )
+        jobs: list[str] = []
         for doc_id, chunks in again.items():
             first = min(chunks, key=lambda c: int(c["chunk_index"]))
             meta = {k: v for k, v in dict(first["metadata"]).items() if k != "vcm"}
-            self.part.search.ingest_archival(
+            job = self.part.search.ingest_archival(
                 self.agent_id,
                 _document_text(chunks),
                 doc_id=doc_id,
@@ -396,7 +399,8 @@ class _Writer:
                 metadata=meta,
                 actor=self.actor,
             )
-        return len(again)
+            jobs.append(job.job_id)
+        return jobs
 
     def _reembed(self) -> str:
         if not self.b.messages:
