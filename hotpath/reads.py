@@ -116,15 +116,18 @@ class HotReads:
         raws = self.redis.hmget(keys.key(agent_id, keys.MESSAGES), ids)
         return [Message.from_json(json.loads(r)) for r in raws if r is not None]
 
-    def summary_skipped(self, agent_id: str, batch_id: int) -> bool:
+    def summary_skipped(self, agent_id: str, batch_id: int, first_message_id: str) -> bool:
         """Whether the batch was begun with ``summarize=false`` (:meth:`skip_summary`)."""
-        return bool(self.redis.exists(keys.skip_summary(agent_id, batch_id)))
+        flag = self.redis.get(keys.skip_summary(agent_id, batch_id))
+        return flag is not None and as_str(flag) == first_message_id
 
-    def skip_summary(self, agent_id: str, batch_id: int) -> None:
+    def skip_summary(self, agent_id: str, batch_id: int, first_message_id: str) -> None:
         """Mark a begun batch to leave the summary as it is; a plain key beside the batch (not
         in its Lua-kept record), set before the batch is dispatched and dropped once it finished
-        (:meth:`summary_done`), with a TTL for a batch that never finishes."""
-        self.redis.set(keys.skip_summary(agent_id, batch_id), "1", ex=keys.SKIP_SUMMARY_TTL_S)
+        (:meth:`summary_done`), with a TTL for a batch that never finishes. It holds the batch's
+        oldest message id, so a flag left behind (a reset mid-batch) never marks another batch
+        of the same number: message ids are never reused."""
+        self.redis.set(keys.skip_summary(agent_id, batch_id), first_message_id, ex=keys.SKIP_SUMMARY_TTL_S)
 
     def summary_done(self, agent_id: str, batch_id: int) -> None:
         self.redis.delete(keys.skip_summary(agent_id, batch_id))

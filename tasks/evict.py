@@ -94,7 +94,7 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
         previous = store.get_summary(agent_id)
         if previous is not None and previous.batch_id >= batch_id:
             return _finish(deps, agent_id, batch_id, previous.text, "replayed")
-        if hot.summary_skipped(agent_id, batch_id):  # evict_fifo(summarize=false): keep the summary
+        if messages and hot.summary_skipped(agent_id, batch_id, messages[0].id):  # evict_fifo(summarize=false)
             deps = dataclasses.replace(deps, summarizer=keep_summary)
         faults.point("evict.before_summarize")
         check = summarize(deps, agent_id, previous.text if previous is not None else "", messages)

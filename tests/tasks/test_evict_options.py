@@ -52,7 +52,7 @@ def test_summarize_false_keeps_the_summary_and_recall_gets_every_message(deps: D
     assert before is not None and before.text
 
     _, batch = svc.evict(AGENT, 2, summarize=False, idempotency_key="e2")
-    assert batch is not None and deps.hot.summary_skipped(AGENT, batch.id)
+    assert batch is not None and deps.hot.summary_skipped(AGENT, batch.id, batch.message_ids[0])
     assert evict.evict_batch(deps, AGENT, batch.id).outcome == "committed"
     after = deps.store.get_summary(AGENT)
     assert after is not None and after.batch_id == batch.id  # the batch committed ...
@@ -60,7 +60,12 @@ def test_summarize_false_keeps_the_summary_and_recall_gets_every_message(deps: D
     stored = deps.store.get_messages(AGENT, list(batch.message_ids))
     assert [m.message_id for m in stored] == list(batch.message_ids)  # recall has every message
     assert deps.hot.summary(AGENT)[0] == before.text
-    assert not deps.hot.summary_skipped(AGENT, batch.id)  # the flag went with the batch
+    assert not deps.hot.summary_skipped(AGENT, batch.id, batch.message_ids[0])  # the flag went with the batch
+    # A flag left behind by a batch that never finished marks no later batch of that number.
+    deps.hot.skip_summary(AGENT, batch.id + 1, "m-of-a-batch-gone")
+    _, later = svc.evict(AGENT, 1, idempotency_key="e3")
+    assert later is not None and later.id == batch.id + 1
+    assert not deps.hot.summary_skipped(AGENT, later.id, later.message_ids[0])
     (row,) = [e for e in deps.store.query_events(AGENT, ["evict"], limit=10).items if e.payload["batch_id"] == batch.id]
     assert row.payload["method"] == "skipped"
 

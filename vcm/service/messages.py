@@ -147,8 +147,8 @@ class Messages:
         # Its record, in the store too: a retry after Redis lost it evicts nothing more.
         self.core.durable.keep_hot_record(agent_id, hot_key)
         if batch is not None:
-            if not summarize:  # before the cold path can see the batch
-                self.core.hot.skip_summary(agent_id, batch.id)
+            if not summarize and batch.message_ids:  # before the cold path can see the batch
+                self.core.hot.skip_summary(agent_id, batch.id, batch.message_ids[0])
             self.core.batch_begun(agent_id, batch, total, False, actor, idempotency_key)
             metrics.flush("request")
         return total, batch
