@@ -18,10 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vcm.errors import AgentFenced, NotFound
 from vcm.obs import audit
+from vcm.store import validation
 from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
 from vcm.store.types import StoredMessage
+from vcm.tasks.fence import fenced, note_fenced
 from vcm.tasks.recall.vectors import Turn, Vectorizer, message_text
 from vcm.tasks.spool import embed_into_store
 
@@ -65,7 +68,31 @@ def reembed_agent(
     for ``after`` turns of context after a message, its last ``after`` messages wait for the next
     page (all are embedded at the end). With ``max_embedded``, stops after a page that reached
     it; the outcome's ``next_after_seq`` resumes where the context of the rest begins. Records one
-    ``reembed`` event when anything was new."""
+    ``reembed`` event when anything was new.
+
+    Fenced by the agent's incarnation as the store holds it at the start (:mod:`vcm.tasks.fence`):
+    an agent deleted or re-created meanwhile gets no vector of this run (the run ends, done)."""
+    validation.limit("page", page)
+    try:
+        incarnation = store.get_agent(agent_id).incarnation
+    except NotFound:  # deleted, or never stored: nothing of it to embed
+        return ReembedOutcome(agent_id, vectorizer.version, 0, 0, True, after_seq)
+    try:
+        return _reembed(fenced(store, incarnation), agent_id, vectorizer, page, after_seq, max_embedded, clock)
+    except AgentFenced:
+        note_fenced("reembed", agent_id)
+        return ReembedOutcome(agent_id, vectorizer.version, 0, 0, True, after_seq)
+
+
+def _reembed(
+    store: MemoryStore,
+    agent_id: str,
+    vectorizer: Vectorizer,
+    page: int,
+    after_seq: int,
+    max_embedded: int | None,
+    clock: Callable[[], float],
+) -> ReembedOutcome:
     keep_before = max(vectorizer.context, 0)
     keep_after = max(vectorizer.after, 0)
     history: list[StoredMessage] = []

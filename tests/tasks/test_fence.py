@@ -7,7 +7,7 @@ agent "meanwhile" (:class:`tests.doubles.coldpath.Meanwhile`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import fakeredis
@@ -16,7 +16,7 @@ import redis
 from prometheus_client import REGISTRY
 
 from tests.doubles.coldpath import MODEL, Meanwhile, line, make_deps, small_settings
-from tests.doubles.embedder import word_embed
+from tests.doubles.embedder import WordVectorizer, word_embed
 from tests.doubles.ingester import SentenceIngest
 from tests.redis_legs import real_redis
 from vcm.dispatch import RecordingDispatcher
@@ -28,7 +28,10 @@ from vcm.tasks import evict
 from vcm.tasks.deps import Deps
 from vcm.tasks.faults import Faults
 from vcm.tasks.ingest.jobs import run_ingest_job
+from vcm.tasks.recall.reembed import reembed_agent
+from vcm.tasks.recall.vectors import Turn
 from vcm.tasks.spool import spool_messages
+from vcm.tasks.summary.selection import Vectors
 
 AGENT = "fence-1"
 ANY_STATUS = FactQuery(statuses=None, limit=1000)
@@ -254,3 +257,28 @@ def test_the_incarnation_is_new_for_a_recreated_id_and_survives_a_rebuild(world:
     assert hot.incarnation(AGENT) == first
     world.recreate()
     assert hot.incarnation(AGENT) == store.get_agent(AGENT).incarnation != first
+
+
+class RecreatingVectorizer(WordVectorizer):
+    """Re-creates the agent while it embeds (the run read the old agent's messages first)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def embed(self, history: Sequence[Turn], targets: Sequence[Turn]) -> list[Vectors | None]:
+        self.world.recreate()
+        self.world.svc.append(AGENT, "user", "the new agent's first words")
+        return super().embed(history, targets)
+
+
+def test_a_reembedding_run_across_a_recreation_stores_no_vector(world: World) -> None:
+    for i in range(3):
+        world.svc.append(AGENT, "user", line(i))  # written through: in the store
+    store = world.deps.store
+    before = fenced_count("reembed")
+    out = reembed_agent(store, AGENT, RecreatingVectorizer(world))
+    assert out.done and out.embedded == 0 and fenced_count("reembed") == before + 1
+    assert store.message_vector_ids(AGENT, ["m1"], WordVectorizer.version) == set()  # the new m1: none
+    assert reembed_agent(store, AGENT, WordVectorizer()).embedded == 1  # the new agent's own run
+    world.svc.delete_agent(AGENT)
+    assert reembed_agent(store, AGENT, WordVectorizer()).scanned == 0

@@ -212,7 +212,7 @@ SNAPSHOTS = Counter("vcm_snapshots", "Agent snapshots by outcome (taken, failed)
 
 for _kind in ("evict", "spool"):
     DISPATCH_FAILURES.labels(kind=_kind)
-for _task in ("evict", "spool", "ingest"):
+for _task in ("evict", "spool", "ingest", "reembed"):
     FENCED.labels(task=_task)
 for _reason in ("size", "age", "idle"):
     WRITE_BEHIND_FORCED.labels(reason=_reason)
