@@ -36,6 +36,7 @@ def test_items_become_messages_and_back() -> None:
 
     messages = [
         {"role": "system", "content": "sys"},
+        {"role": "system", "content": ""},  # an agent without a system prompt
         {"role": "tool", "tool_call_id": "gone", "content": "orphan"},  # its call was evicted
         {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": FN}]},
         {"role": "tool", "tool_call_id": "c1", "content": "done"},
@@ -47,7 +48,7 @@ def test_items_become_messages_and_back() -> None:
         OUTPUT,
         {"role": "assistant", "content": "ok"},
     ]
-    assert to_items(messages[1:2], orphans=True) == [
+    assert to_items(messages[2:3], orphans=True) == [
         {"type": "function_call_output", "call_id": "gone", "output": "orphan"}
     ]
 

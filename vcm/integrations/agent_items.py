@@ -101,7 +101,11 @@ def to_items(messages: list[Json], *, orphans: bool = False) -> list[Json]:
                      "arguments": fn.get("arguments", "")}
                 )  # fmt: skip
             continue
-        items.append({"role": "system" if role in ("system", "developer") else "user", "content": content})
+        if role in ("system", "developer"):
+            if content:  # an agent without a system prompt has an empty one: nothing to send
+                items.append({"role": "system", "content": content})
+            continue
+        items.append({"role": "user", "content": content})
     return items
 
 
