@@ -147,6 +147,7 @@ def test_async_client(server: LiveServer, admin: VcmClient) -> None:
     async def run() -> list[Any]:
         async with AsyncVcmClient(server.url, token, timeout=10) as client:
             session = VcmSession("cy", client)
+            assert isinstance(session, agents.memory.Session)  # the SDK's runtime-checkable protocol
             await session.add_items([{"role": "user", "content": "hello from async"}])
             return await session.get_items()
 
