@@ -11,8 +11,9 @@ transaction as the removal; a restore reads them.
 from __future__ import annotations
 
 import base64
+import time
 
-from vcm.errors import NotFound, ValidationError
+from vcm.errors import NotFound, RevConflict, ValidationError
 from vcm.store import validation
 from vcm.store.arango import keys, names
 from vcm.store.arango.agents import agent_key
@@ -22,6 +23,10 @@ from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.aql import tombstones as aql_tombstones
 from vcm.store.arango.base import ArangoBase
 from vcm.store.types import Forgotten, SnapshotRecord, Tombstones, message_node
+
+# A delete meeting a fenced write in flight retries removing the agent record this often.
+_RECORD_TRIES = 8
+_RECORD_BACKOFF_S = 0.05
 
 
 def count_of(rows: list[object]) -> int:
@@ -67,15 +72,27 @@ class LifecycleOps(ArangoBase):
     def delete_agent(self, agent_id: str) -> Forgotten:
         validation.identifier("agent_id", agent_id)
         counts: dict[str, int] = {}
-        agents = self._run(
-            self._rw, aql_common.remove_documents(names.CORE, [f"{names.CORE}/{agent_key(agent_id)}"]), "delete_agent"
-        )
-        counts["agents"] = count_of(agents)
+        counts["agents"] = self._remove_record(agent_id)
         for collection in names.AGENT_OWNED:
             counts[collection] = count_of(
                 self._run(self._rw, aql_common.remove_of_agent(collection, agent_id), "delete_agent")
             )
         return Forgotten({k: v for k, v in counts.items() if v})
+
+    def _remove_record(self, agent_id: str) -> int:
+        """Remove the agent record, first: from then on every fenced write of the agent fails. A
+        fenced write in flight holds the record (its fence updates it, aql/agents.fence) until its
+        short transaction ends, and the removal meets a write-write conflict meanwhile: try again
+        a few times, so the delete lands after that write (whose rows the steps below remove)."""
+        query = aql_common.remove_documents(names.CORE, [f"{names.CORE}/{agent_key(agent_id)}"])
+        for attempt in range(_RECORD_TRIES):
+            try:
+                return count_of(self._run(self._rw, query, "delete_agent"))
+            except RevConflict:
+                if attempt == _RECORD_TRIES - 1:
+                    raise
+                time.sleep(_RECORD_BACKOFF_S * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def forget_message(self, agent_id: str, message_id: str) -> Forgotten:
         validation.identifier("agent_id", agent_id)

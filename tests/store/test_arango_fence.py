@@ -9,11 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from arango.exceptions import ArangoServerError
 
 from tests.store.factories import FaultSwitch
-from tests.store.fake_arango import FakeDB
+from tests.store.fake_arango import FakeDB, server_error
 from tests.store.test_arango_adapter_fake import commit, msg
-from vcm.errors import AgentFenced
+from vcm.errors import AgentFenced, RevConflict
 from vcm.store.arango import names
 from vcm.store.arango.adapter import ArangoStore
 from vcm.store.arango.agents import agent_key
@@ -88,3 +89,30 @@ def test_fenced_single_writes_run_in_a_transaction_that_writes_the_agent_record(
     del rw.data[names.CORE][agent_key("a")]  # deleted (the fake runs no REMOVE query)
     with pytest.raises(AgentFenced):
         store.put_idempotency([record], incarnation="now")
+
+
+def test_a_delete_that_meets_a_fenced_write_in_flight_removes_the_record_once_it_ended(world: World) -> None:
+    """The fence's update holds the record until the write's transaction ends: the delete's removal
+    of the record meets a write-write conflict meanwhile, and tries again."""
+    store, rw, _ = world
+    store.put_agent("a", {}, incarnation="now")
+    held = [2]  # the in-flight write ends after two tries of the delete
+    removals: list[str] = []
+
+    def answers(query: str, bind: dict[str, Any]) -> list[Any] | None:
+        if query.startswith("FOR id IN @ids") and "REMOVE" in query and bind.get("@collection") == names.CORE:
+            removals.append(query)
+            if held[0]:
+                held[0] -= 1
+                raise server_error(ArangoServerError, 409, 1200, "write-write conflict")
+            rw.data[names.CORE].pop(agent_key("a"), None)  # the fake runs no REMOVE query
+            return [1]
+        return None
+
+    rw.on_query = answers
+    assert store.delete_agent("a").counts.get("agents") == 1
+    assert len(removals) == 3 and agent_key("a") not in rw.data[names.CORE]
+    held[0] = 100  # a write that never ends: the delete gives up, saying so
+    store.put_agent("a", {}, incarnation="again")
+    with pytest.raises(RevConflict):
+        store.delete_agent("a")
