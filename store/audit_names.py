@@ -49,6 +49,8 @@ class EventKind(StrEnum):
     GUARD_OVERRIDE = "guard_override"
     STATE_SET = "state_set"
     STATE_DELETED = "state_deleted"
+    # What one built prompt injected: ids of facts, messages, skills and state keys (vcm.service.injections)
+    INJECTION = "injection"
     # Snapshots
     SNAPSHOT = "snapshot"
     SNAPSHOT_DELETED = "snapshot_deleted"

@@ -289,3 +289,21 @@ def test_unsure_candidates_are_listed_for_review_and_settled_by_a_person(client:
     assert client.get("/v1/agents/a1/facts", params={"decision": "unsure"}, headers=h).json()["facts"] == []
     again = client.post(path, json={"action": "merge"}, headers=ADMIN)
     assert again.status_code == 404
+
+
+def test_the_injection_log_over_http_and_through_the_client(
+    live: LiveServer, client: TestClient, service: MemoryService
+) -> None:
+    h = new_agent(client, "a1")
+    fact = client.post(
+        "/v1/agents/a1/facts", json={"value": "Priya is vegetarian", "type": "sticky"}, headers=h
+    ).json()["fact"]
+    client.get("/v1/agents/a1/context", params={"built": "true"}, headers=h)  # a look: not logged
+    assert client.get("/v1/agents/a1/injections", headers=h).json() == {"items": [], "next_cursor": None}
+    service.build_context("a1")  # a prompt for a model call
+    with VcmClient(live.url, h["Authorization"].removeprefix("Bearer ")) as me:
+        (row,) = me.injections("a1")["items"]
+    assert row["facts"] == [fact["fact_id"]] and row["layers"]["sticky"] > 0
+    other = new_agent(client, "b1")
+    assert client.get("/v1/agents/a1/injections", headers=other).status_code == 404
+    assert client.get("/v1/agents/a1/injections", params={"kinds": "x"}, headers=h).status_code == 422

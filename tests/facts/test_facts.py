@@ -269,7 +269,7 @@ def test_dedup_decides_unsure_only_between_the_thresholds() -> None:
     from vcm.store.types import Fact
 
     known = Fact("ann", "f1", "agent", "learned", RIVER)
-    band = {"word_overlap": 0.8, "embedding_similarity": 0.92, "unsure_overlap": 0.6, "unsure_similarity": 0.85}
+    band = {"word_overlap": 0.8, "embedding_similarity": 0.92, "unsure_overlap": 0.7, "unsure_similarity": 0.85}
     assert dedup.decide(SEA, None, None, [known], **band).decision == "UNSURE"
     assert dedup.decide(RIVER + ".", None, None, [known], **band).decision == "MATCH"
     assert dedup.decide("Bob likes tea", None, None, [known], **band).decision == "NEW"

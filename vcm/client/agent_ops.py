@@ -138,6 +138,13 @@ class AgentOperations(Sender[R]):
             return self._run(self._replica.read(agent_id, "fact", fact_id))
         return self._send(Call("GET", f"/v1/agents/{seg(agent_id)}/facts/{seg(fact_id)}"))
 
+    def injections(
+        self, agent_id: str, *, since: float | None = None, limit: int = 100, cursor: str | None = None
+    ) -> R:
+        """The injection log: ids each built prompt injected (facts, messages, skills, state)."""
+        params = clean({"since": since, "limit": limit, "cursor": cursor})
+        return self._send(Call("GET", f"/v1/agents/{seg(agent_id)}/injections", params=params))
+
     def settle_fact(self, agent_id: str, fact_id: str, action: str) -> R:
         """A person's word on a shadow fact (admin token): ``promote`` or ``reject``."""
         call = Call("POST", f"/v1/agents/{seg(agent_id)}/facts/{seg(fact_id)}/settle", json={"action": action})

@@ -35,6 +35,7 @@ from vcm.prompt import layers as prompt
 from vcm.prompt import skills as skill_files
 from vcm.service.core import Core
 from vcm.service.facts import Facts
+from vcm.service.injections import Injections
 from vcm.service.messages import Messages
 from vcm.service.search import Search
 from vcm.service.state import StateKeys
@@ -74,6 +75,7 @@ class ContextBuilder:
 
     def __init__(self, core: Core, messages: Messages, facts: Facts, state: StateKeys, search: Search) -> None:
         self.core = core
+        self.injections = Injections(core)
         self.messages = messages
         self.facts = facts
         self.state = state
@@ -137,6 +139,8 @@ class ContextBuilder:
                 left -= layer.tokens
         if build.used and record_use:
             self.facts.use(agent_id, build.used)
+        if record_use:  # the injection log: what this prompt put before the model, ids only
+            self.injections.record_injection(agent_id, injected)
         built = prompt.assemble(hot.messages, hot.layers, hot.message_tokens, injected)
         return BuiltContext(
             built.messages, hot.tools, built.layers, built.message_tokens, hot.gauges, built.injected, room,

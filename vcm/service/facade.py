@@ -150,6 +150,7 @@ class MemoryService:
         self.working_set = self.facts.working_set
         self.consolidate = self.facts.consolidate
         self.settle_fact = self.facts.settle_fact
+        self.injections = self.builder.injections.injections
         self.entity_graph = self.graph.entity_graph
         # state keys
         self.set_state = self.state.set_state

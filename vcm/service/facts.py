@@ -227,9 +227,10 @@ class Facts:
         )
 
     def list_facts(self, agent_id: str, filters: FactQuery | None = None) -> list[Fact]:
-        """The facts matching ``filters``; with no statuses named, the live ones (:data:`LIVE`)."""
+        """The facts matching ``filters``; with no filters, or no statuses named (None or
+        empty), the live ones (:data:`LIVE`); a FactQuery left at its default: the active ones."""
         self.core.agent(agent_id)
-        query = filters or FactQuery()
+        query = filters or FactQuery(statuses=LIVE)
         if not query.statuses:
             query = replace(query, statuses=LIVE)
         return self.core.store.query_facts(agent_id, query)

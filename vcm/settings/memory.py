@@ -126,7 +126,7 @@ class FactSettings(BaseModel):
     # Between these and the MATCH thresholds a write may or may not say the same: UNSURE, kept as a
     # shadow candidate linked to the fact it may duplicate until consolidation or a person settles
     # it. Equal to the MATCH thresholds: no UNSURE band.
-    unsure_word_overlap: float = Field(0.6, gt=0.0, le=1.0)
+    unsure_word_overlap: float = Field(0.7, gt=0.0, le=1.0)
     unsure_embedding_similarity: float = Field(0.85, gt=0.0, le=1.0)
     # PII classes the guard refuses without a justification (secrets are always refused).
     pii: list[PiiClass] = Field(default_factory=lambda: list(DEFAULT_PII))

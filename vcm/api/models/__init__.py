@@ -27,7 +27,7 @@ from vcm.api.models.common import (
     RequestBody,
     Role,
 )
-from vcm.api.models.events import EventOut, EventPage
+from vcm.api.models.events import EventOut, EventPage, InjectionOut, InjectionPage
 from vcm.api.models.facts import (
     ArchivedOut,
     ConsolidatedOut,
@@ -111,6 +111,8 @@ __all__ = [
     "HealthOut",
     "IngestOut",
     "InjectedLayerOut",
+    "InjectionOut",
+    "InjectionPage",
     "MessageIn",
     "MessageOut",
     "RecallHitOut",

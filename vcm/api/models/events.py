@@ -34,3 +34,27 @@ class EventOut(BaseModel):
 class EventPage(BaseModel):
     items: list[EventOut]
     next_cursor: str | None
+
+
+class InjectionOut(BaseModel):
+    """One built prompt's injected ids (content-free)."""
+
+    event_id: str
+    created_at: float
+    facts: list[str]
+    messages: list[str]
+    skills: list[str]
+    state: list[str]
+    layers: dict[str, int]
+
+    @classmethod
+    def of(cls, i: Any) -> InjectionOut:
+        return cls(
+            event_id=i.event_id, created_at=i.created_at, facts=list(i.facts), messages=list(i.messages),
+            skills=list(i.skills), state=list(i.state), layers=dict(i.layers),
+        )  # fmt: skip
+
+
+class InjectionPage(BaseModel):
+    items: list[InjectionOut]
+    next_cursor: str | None

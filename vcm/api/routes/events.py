@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 
 from vcm import validation
 from vcm.api.deps import Admin, Agent, ServiceDep
-from vcm.api.models import ERROR_RESPONSES, AgentId, EventOut, EventPage
+from vcm.api.models import ERROR_RESPONSES, AgentId, EventOut, EventPage, InjectionOut, InjectionPage
 from vcm.service import MemoryService
 
 # No router-wide tags: each route keeps the tags it had in the OpenAPI document.
@@ -60,6 +60,22 @@ def all_events(
     if agent_id is not None:
         validation.agent_id(agent_id)
     return _events(service, agent_id, f)
+
+
+@router.get("/agents/{agent_id}/injections", response_model=InjectionPage, responses=ERROR_RESPONSES, tags=["memory"])
+def injections(
+    agent_id: AgentId,
+    who: Agent,
+    service: ServiceDep,
+    since: Annotated[float | None, Query(allow_inf_nan=False, description="unix seconds, inclusive")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: str | None = None,
+) -> InjectionPage:
+    """The injection log: for each prompt built for a model call, the ids of the facts, messages,
+    skills and state keys its injected layers held and each layer's tokens (never content),
+    oldest first."""
+    items, next_cursor = service.injections(agent_id, since=since, limit=limit, cursor=cursor)
+    return InjectionPage(items=[InjectionOut.of(i) for i in items], next_cursor=next_cursor)
 
 
 def _events(service: MemoryService, agent_id: str | None, f: EventFilter) -> EventPage:

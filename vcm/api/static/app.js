@@ -9,6 +9,7 @@ import {
   renderContext,
   renderFacts,
   renderHealth,
+  renderInjections,
   renderRecall,
   renderState,
   renderSummary,
@@ -49,6 +50,8 @@ const loaders = {
     // The built prompt (GET leaves fact lifetimes alone): what the model sees, injected memory included.
     const ctx = await api(agentPath(view.agentId, "/context"), { query: { built: true } });
     renderContext($("context-messages"), $("context-count"), ctx);
+    const { items } = await api(agentPath(view.agentId, "/injections"), { query: { since: daysAgo(1 / 24), limit: 1000 } });
+    renderInjections($("injections"), $("injections-count"), items.slice(-20));
   },
   async blocks() {
     const [{ blocks }, history] = await Promise.all([
@@ -96,6 +99,7 @@ function reloadDirty() {
 // facts and state reach it too, as the prompt's state header, sticky facts and memory).
 function stale(kind) {
   if (kind.startsWith("fact")) return ["facts", "context"];
+  if (kind === "injection") return ["context"];
   if (kind.startsWith("state")) return ["state", "context"];
   if (kind.startsWith("core")) return ["blocks", "context"];
   if (["evict", "summarize", "reset", "restore", "snapshot_restored", "forget"].includes(kind)) {

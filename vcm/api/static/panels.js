@@ -83,6 +83,25 @@ export function renderBlocks(el, blocks, history) {
   );
 }
 
+// --- injection log ---------------------------------------------------------------------------
+
+/** The injection log's latest rows, newest first: ids only, as the server records them. */
+export function renderInjections(el, countEl, rows) {
+  countEl.textContent = String(rows.length);
+  if (!rows.length) return fill(el, empty("No prompt built for a model call in the last hour."));
+  const ids = (label, list) => list.length > 0 && h("span", {}, `${label}: ${list.join(", ")}`);
+  fill(
+    el,
+    [...rows].reverse().map((r) =>
+      h("li", { class: "injection", dataset: { eventId: r.event_id } },
+        h("span", { class: "muted" }, when(r.created_at)),
+        ids("facts", r.facts), ids("messages", r.messages), ids("skills", r.skills), ids("state", r.state),
+        h("span", { class: "muted" }, Object.entries(r.layers).map(([n, t]) => `${n} ${t}`).join(" · ")),
+      ),
+    ),
+  );
+}
+
 // --- facts -----------------------------------------------------------------------------------
 
 /** Facts grouped by type, UNSURE dedup candidates (waiting for review) first, then sticky;
