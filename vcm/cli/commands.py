@@ -346,7 +346,11 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--agent", required=True)
     p.add_argument("--root", type=Path, help="refuse files whose real path is outside this folder")
-    p.add_argument("--naive", action="store_true", help="per-chunk embedding (recorded as a compliance violation)")
+    p.add_argument(
+        "--naive",
+        action="store_true",
+        help="per-chunk embedding: refused unless [ingest] allow_naive, then recorded as a compliance violation",
+    )
     p.add_argument("paths", nargs="+")
     p.set_defaults(func=cmd_ingest)
 
