@@ -1,0 +1,453 @@
+/**
+ * The vcm HTTP client: one method per operation of the API, typed from the OpenAPI schema the
+ * server serves (`src/schema.ts`, generated; each method names its path and verb, so a route that
+ * changes shape fails to compile after `python -m tests.clients.schema` regenerates the types).
+ * No dependency beyond the platform's `fetch`.
+ */
+
+import { errorFromReply, fromPayload, VcmError, type Details } from "./errors.js";
+import type { components, paths } from "./schema.js";
+import { frames, type Frame } from "./stream.js";
+
+export type Schemas = components["schemas"];
+type Method = "get" | "put" | "post" | "delete";
+type Op<P extends keyof paths, M extends Method> = NonNullable<paths[P][M]>;
+type JsonOf<R> = R extends { content: { "application/json": infer J } } ? J : never;
+/** The JSON reply of an operation (its 200, 201 or 202). */
+export type Reply<P extends keyof paths, M extends Method> =
+  Op<P, M> extends { responses: infer R } ? JsonOf<R[Extract<keyof R, 200 | 201 | 202>]> : never;
+/** The JSON body an operation takes. */
+export type Body<P extends keyof paths, M extends Method> =
+  Op<P, M> extends { requestBody?: { content: { "application/json": infer B } } } ? B : never;
+/** The query parameters an operation takes. */
+export type Query<P extends keyof paths, M extends Method> =
+  Op<P, M> extends { parameters: { query?: infer Q } } ? NonNullable<Q> : never;
+
+type QueryValue = string | number | boolean | null | undefined | readonly (string | number | boolean)[];
+
+export interface ClientOptions {
+  /** Per-request time limit in milliseconds (default 30 000). */
+  timeoutMs?: number;
+  /** The fetch to use (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+export interface Idempotent {
+  /** Sent as `Idempotency-Key`: a retry with the same key has the effect once. */
+  idempotencyKey?: string;
+}
+
+/** One frame of the change stream: `ready` (first), `change`, `gap` (drop cached state), `bye`. */
+export type ChangeFrame =
+  | { event: "ready"; id: string | null; data: { head: string; after: string | null } }
+  | { event: "change"; id: string; data: Schemas["ChangeOut"] }
+  | { event: "gap"; id: string | null; data: { head: string } }
+  | { event: "bye"; id: string | null; data: { reconnect: boolean } };
+
+export interface StreamOptions {
+  /** Start after this change id (`"0"`: from the oldest kept); none: from now on. */
+  after?: string;
+  /** Stop following: the iteration ends. */
+  signal?: AbortSignal;
+  /** Reconnect (from the last id seen) when the server ends the stream with `bye` (default true). */
+  reconnect?: boolean;
+}
+
+const seg = (part: string): string => encodeURIComponent(part);
+const agentPath = (agentId: string): string => `/v1/agents/${seg(agentId)}`;
+
+export class VcmClient {
+  readonly baseUrl: string;
+  readonly #token: string;
+  readonly #timeoutMs: number;
+  readonly #fetch: typeof fetch;
+
+  /** `token`: an agent's token or the admin token. */
+  constructor(baseUrl: string, token: string, options: ClientOptions = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.#token = token;
+    this.#timeoutMs = options.timeoutMs ?? 30_000;
+    this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** A client for the same server with another token (e.g. the token `createAgent` returned). */
+  withToken(token: string): VcmClient {
+    return new VcmClient(this.baseUrl, token, { timeoutMs: this.#timeoutMs, fetch: this.#fetch });
+  }
+
+  // --- the wire ----------------------------------------------------------------------------------
+  /** One request; the JSON reply, or the coded error it stands for (thrown). */
+  async request<T>(
+    method: string,
+    path: string,
+    init: { query?: Record<string, QueryValue>; json?: unknown; headers?: Record<string, string | undefined>; ok?: number[] } = {},
+  ): Promise<T> {
+    const response = await this.#fetch(this.#url(path, init.query), {
+      method: method.toUpperCase(),
+      headers: this.#headers(init.headers, init.json !== undefined),
+      body: init.json === undefined ? null : JSON.stringify(init.json),
+      signal: AbortSignal.timeout(this.#timeoutMs),
+    });
+    const text = await response.text();
+    if (!response.ok && !(init.ok ?? []).includes(response.status)) {
+      throw errorFromReply(response.status, text, response.headers.get("Retry-After"));
+    }
+    try {
+      return JSON.parse(text) as T;
+    } catch {
+      const bad = new VcmError("the reply is not JSON");
+      bad.code = "BAD_REPLY";
+      bad.status = response.status;
+      throw bad;
+    }
+  }
+
+  #url(path: string, query: Record<string, QueryValue> | undefined): string {
+    const url = new URL(this.baseUrl + path);
+    for (const [name, value] of Object.entries(query ?? {})) {
+      if (value === undefined || value === null) continue;
+      for (const item of Array.isArray(value) ? value : [value]) url.searchParams.append(name, String(item));
+    }
+    return url.toString();
+  }
+
+  #headers(extra: Record<string, string | undefined> = {}, json = false): Record<string, string> {
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.#token}`, Accept: "application/json" };
+    if (json) headers["Content-Type"] = "application/json";
+    for (const [name, value] of Object.entries(extra)) if (value !== undefined) headers[name] = value;
+    return headers;
+  }
+
+  // --- agents ------------------------------------------------------------------------------------
+  /** Admin only. The reply's `token` is the agent's bearer token, shown this once. */
+  createAgent(body: Body<"/v1/agents", "post">): Promise<Reply<"/v1/agents", "post">> {
+    return this.request("post", "/v1/agents", { json: body });
+  }
+
+  /** Admin only: every agent's id. */
+  agents(): Promise<Reply<"/v1/agents", "get">> {
+    return this.request("get", "/v1/agents");
+  }
+
+  agent(agentId: string): Promise<Reply<"/v1/agents/{agent_id}", "get">> {
+    return this.request("get", agentPath(agentId));
+  }
+
+  /** Admin only: a new token for the agent; the old one stops working. */
+  rotateToken(agentId: string, options: Idempotent = {}): Promise<Reply<"/v1/agents/{agent_id}/token", "post">> {
+    return this.request("post", `${agentPath(agentId)}/token`, { headers: idem(options) });
+  }
+
+  /** Everything of the agent goes (counts in the reply). */
+  deleteAgent(agentId: string): Promise<Reply<"/v1/agents/{agent_id}", "delete">> {
+    return this.request("delete", agentPath(agentId));
+  }
+
+  /** Empty the agent's memory, keeping the agent. */
+  reset(agentId: string, options: Idempotent = {}): Promise<Reply<"/v1/agents/{agent_id}/reset", "post">> {
+    return this.request("post", `${agentPath(agentId)}/reset`, { headers: idem(options) });
+  }
+
+  // --- messages and context ----------------------------------------------------------------------
+  /** Append a message to the FIFO (evictions follow on their own when the window fills). */
+  append(
+    agentId: string,
+    message: Body<"/v1/agents/{agent_id}/messages", "post">,
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/messages", "post">> {
+    return this.request("post", `${agentPath(agentId)}/messages`, { json: message, headers: idem(options) });
+  }
+
+  /** Forget a message wherever it is, and the facts derived from it; `checkForget` re-checks its receipt. */
+  forgetMessage(agentId: string, messageId: string): Promise<Reply<"/v1/agents/{agent_id}/messages/{message_id}", "delete">> {
+    return this.request("delete", `${agentPath(agentId)}/messages/${seg(messageId)}`);
+  }
+
+  checkForget(agentId: string, receipt: string): Promise<Reply<"/v1/agents/{agent_id}/forget/{receipt}", "get">> {
+    return this.request("get", `${agentPath(agentId)}/forget/${seg(receipt)}`);
+  }
+
+  /** The main context and its gauges; `built: true`: the prompt the model sees, with its layers. */
+  context(
+    agentId: string,
+    query: Query<"/v1/agents/{agent_id}/context", "get"> = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/context", "get">> {
+    return this.request("get", `${agentPath(agentId)}/context`, { query: query as Record<string, QueryValue> });
+  }
+
+  /** Move the oldest `count` messages out of the FIFO now. */
+  evict(agentId: string, count: number, options: Idempotent = {}): Promise<Reply<"/v1/agents/{agent_id}/evictions", "post">> {
+    const json: Body<"/v1/agents/{agent_id}/evictions", "post"> = { count };
+    return this.request("post", `${agentPath(agentId)}/evictions`, { json, headers: idem(options) });
+  }
+
+  summaryVersions(agentId: string, limit = 20): Promise<Reply<"/v1/agents/{agent_id}/summary/versions", "get">> {
+    return this.request("get", `${agentPath(agentId)}/summary/versions`, { query: { limit } });
+  }
+
+  // --- working blocks ----------------------------------------------------------------------------
+  blocks(agentId: string): Promise<Reply<"/v1/agents/{agent_id}/blocks", "get">> {
+    return this.request("get", `${agentPath(agentId)}/blocks`);
+  }
+
+  block(agentId: string, blockId: string): Promise<Reply<"/v1/agents/{agent_id}/blocks/{block_id}", "get">> {
+    return this.request("get", `${agentPath(agentId)}/blocks/${seg(blockId)}`);
+  }
+
+  /** Create (no `_rev`) or replace a block; a stale `_rev` throws RevConflict. */
+  putBlock(
+    agentId: string,
+    blockId: string,
+    block: Body<"/v1/agents/{agent_id}/blocks/{block_id}", "put">,
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/blocks/{block_id}", "put">> {
+    const path = `${agentPath(agentId)}/blocks/${seg(blockId)}`;
+    return this.request("put", path, { json: block, headers: idem(options) });
+  }
+
+  /** Delete a block at `rev` (its current `_rev`). */
+  deleteBlock(
+    agentId: string,
+    blockId: string,
+    rev: string,
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/blocks/{block_id}", "delete">> {
+    const path = `${agentPath(agentId)}/blocks/${seg(blockId)}`;
+    return this.request("delete", path, { query: { _rev: rev }, headers: idem(options) });
+  }
+
+  // --- recall ------------------------------------------------------------------------------------
+  /** Write a note straight into recall memory. */
+  writeRecall(
+    agentId: string,
+    note: Body<"/v1/agents/{agent_id}/recall", "post">,
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/recall", "post">> {
+    return this.request("post", `${agentPath(agentId)}/recall`, { json: note, headers: idem(options) });
+  }
+
+  /** Search recall memory (`mode`: hybrid, text or vector; `cursor` pages on). */
+  searchRecall(
+    agentId: string,
+    query: Query<"/v1/agents/{agent_id}/recall", "get">,
+  ): Promise<Reply<"/v1/agents/{agent_id}/recall", "get">> {
+    return this.request("get", `${agentPath(agentId)}/recall`, { query: query as Record<string, QueryValue> });
+  }
+
+  // --- archival memory and its ingestion jobs ----------------------------------------------------
+  /** Queue a document for ingestion; the reply is its job (poll with `ingestJob` or `waitForIngest`). */
+  ingestArchival(
+    agentId: string,
+    document: Body<"/v1/agents/{agent_id}/archival", "post">,
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/archival", "post">> {
+    return this.request("post", `${agentPath(agentId)}/archival`, { json: document, headers: idem(options) });
+  }
+
+  ingestJob(agentId: string, jobId: string): Promise<Reply<"/v1/agents/{agent_id}/archival/jobs/{job_id}", "get">> {
+    return this.request("get", `${agentPath(agentId)}/archival/jobs/${seg(jobId)}`);
+  }
+
+  /** Poll an ingestion job until it is done (its job) or failed / cancelled (throws its coded error). */
+  async waitForIngest(
+    agentId: string,
+    jobId: string,
+    { timeoutMs = 300_000, pollMs = 250 }: { timeoutMs?: number; pollMs?: number } = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/archival/jobs/{job_id}", "get">> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const job = await this.ingestJob(agentId, jobId);
+      if (job.status === "done") return job;
+      if (job.status === "failed" || job.status === "cancelled") {
+        const fallback = job.status === "failed" ? "INTERNAL_ERROR" : "CONFLICT";
+        throw fromPayload((job.error as Details | null) ?? { code: fallback, message: `ingestion ${job.status}` });
+      }
+      if (Date.now() >= deadline) throw new Error(`ingestion job ${jobId} still ${job.status} after ${timeoutMs} ms`);
+      await new Promise((resolve) => setTimeout(resolve, pollMs));
+    }
+  }
+
+  searchArchival(
+    agentId: string,
+    search: Body<"/v1/agents/{agent_id}/archival/search", "post">,
+  ): Promise<Reply<"/v1/agents/{agent_id}/archival/search", "post">> {
+    return this.request("post", `${agentPath(agentId)}/archival/search`, { json: search });
+  }
+
+  forgetDocument(agentId: string, docId: string): Promise<Reply<"/v1/agents/{agent_id}/archival/{doc_id}", "delete">> {
+    return this.request("delete", `${agentPath(agentId)}/archival/${seg(docId)}`);
+  }
+
+  // --- facts -------------------------------------------------------------------------------------
+  remember(
+    agentId: string,
+    fact: Body<"/v1/agents/{agent_id}/facts", "post">,
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/facts", "post">> {
+    return this.request("post", `${agentPath(agentId)}/facts`, { json: fact, headers: idem(options) });
+  }
+
+  /** Facts by filter (`type`, `key`, `status`, `category`, `min_importance`, ...). */
+  facts(
+    agentId: string,
+    filters: Query<"/v1/agents/{agent_id}/facts", "get"> = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/facts", "get">> {
+    return this.request("get", `${agentPath(agentId)}/facts`, { query: filters as Record<string, QueryValue> });
+  }
+
+  /** Hybrid fact search; scores in [0, 1], comparable across queries. */
+  searchFacts(
+    agentId: string,
+    query: Query<"/v1/agents/{agent_id}/facts/search", "get">,
+  ): Promise<Reply<"/v1/agents/{agent_id}/facts/search", "get">> {
+    return this.request("get", `${agentPath(agentId)}/facts/search`, { query: query as Record<string, QueryValue> });
+  }
+
+  fact(agentId: string, factId: string): Promise<Reply<"/v1/agents/{agent_id}/facts/{fact_id}", "get">> {
+    return this.request("get", `${agentPath(agentId)}/facts/${seg(factId)}`);
+  }
+
+  /** A person's word on a shadow fact (admin token): `promote` or `reject`. */
+  settleFact(
+    agentId: string,
+    factId: string,
+    action: Body<"/v1/agents/{agent_id}/facts/{fact_id}/settle", "post">["action"],
+  ): Promise<Reply<"/v1/agents/{agent_id}/facts/{fact_id}/settle", "post">> {
+    return this.request("post", `${agentPath(agentId)}/facts/${seg(factId)}/settle`, { json: { action } });
+  }
+
+  forgetFact(agentId: string, factId: string): Promise<Reply<"/v1/agents/{agent_id}/facts/{fact_id}", "delete">> {
+    return this.request("delete", `${agentPath(agentId)}/facts/${seg(factId)}`);
+  }
+
+  factStats(agentId: string): Promise<Reply<"/v1/agents/{agent_id}/facts/stats", "get">> {
+    return this.request("get", `${agentPath(agentId)}/facts/stats`);
+  }
+
+  /** Goal, constraints, top facts, entities, relations and agenda, ranked for `query`. */
+  workingSet(agentId: string, query = ""): Promise<Reply<"/v1/agents/{agent_id}/working-set", "get">> {
+    return this.request("get", `${agentPath(agentId)}/working-set`, { query: { query } });
+  }
+
+  // --- state -------------------------------------------------------------------------------------
+  /** Every state key of the agent. */
+  stateKeys(agentId: string): Promise<Reply<"/v1/agents/{agent_id}/state", "get">> {
+    return this.request("get", `${agentPath(agentId)}/state`);
+  }
+
+  state(agentId: string, key: string): Promise<Reply<"/v1/agents/{agent_id}/state/{key}", "get">> {
+    return this.request("get", `${agentPath(agentId)}/state/${seg(key)}`);
+  }
+
+  /** Set a key (`_rev: ""`: only if it does not exist yet; a stale `_rev` throws RevConflict). */
+  setState(
+    agentId: string,
+    key: string,
+    entry: Body<"/v1/agents/{agent_id}/state/{key}", "put">,
+  ): Promise<Reply<"/v1/agents/{agent_id}/state/{key}", "put">> {
+    return this.request("put", `${agentPath(agentId)}/state/${seg(key)}`, { json: entry });
+  }
+
+  /** Delete one key (only if still at `rev`, when given). */
+  deleteState(agentId: string, key: string, rev?: string): Promise<Reply<"/v1/agents/{agent_id}/state/{key}", "delete">> {
+    return this.request("delete", `${agentPath(agentId)}/state/${seg(key)}`, { query: { _rev: rev } });
+  }
+
+  /** Delete every state key of the agent. */
+  clearState(agentId: string): Promise<Reply<"/v1/agents/{agent_id}/state", "delete">> {
+    return this.request("delete", `${agentPath(agentId)}/state`);
+  }
+
+  // --- snapshots ---------------------------------------------------------------------------------
+  createSnapshot(
+    agentId: string,
+    snapshot: Body<"/v1/agents/{agent_id}/snapshots", "post"> = {},
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/snapshots", "post">> {
+    return this.request("post", `${agentPath(agentId)}/snapshots`, { json: snapshot, headers: idem(options) });
+  }
+
+  snapshots(agentId: string): Promise<Reply<"/v1/agents/{agent_id}/snapshots", "get">> {
+    return this.request("get", `${agentPath(agentId)}/snapshots`);
+  }
+
+  restoreSnapshot(
+    agentId: string,
+    snapshotId: string,
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/snapshots/{snapshot_id}/restore", "post">> {
+    const path = `${agentPath(agentId)}/snapshots/${seg(snapshotId)}/restore`;
+    return this.request("post", path, { headers: idem(options) });
+  }
+
+  deleteSnapshot(agentId: string, snapshotId: string): Promise<Reply<"/v1/agents/{agent_id}/snapshots/{snapshot_id}", "delete">> {
+    return this.request("delete", `${agentPath(agentId)}/snapshots/${seg(snapshotId)}`);
+  }
+
+  // --- the change feed ---------------------------------------------------------------------------
+  /** A page of the change feed (kind, key, version, op, time; never content). Without `after`: no
+   * changes, and `next_after` is where the feed is now. */
+  changes(
+    agentId: string,
+    query: Query<"/v1/agents/{agent_id}/changes", "get"> = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/changes", "get">> {
+    return this.request("get", `${agentPath(agentId)}/changes`, { query: query as Record<string, QueryValue> });
+  }
+
+  /**
+   * The change feed as it happens (server-sent events of `GET .../changes/stream`): `ready`
+   * first, then each `change`; `gap` when changes after the position were lost. When the server
+   * ends the stream (`bye`, its lifetime) it reconnects from the last id seen, so nothing is
+   * missed; an `error` frame throws its coded error. Ends when `signal` aborts.
+   */
+  async *changeStream(agentId: string, options: StreamOptions = {}): AsyncGenerator<ChangeFrame> {
+    const { signal, reconnect = true } = options;
+    let last: string | undefined = options.after;
+    for (;;) {
+      const headers = this.#headers({ Accept: "text/event-stream", "Last-Event-ID": last });
+      let response: Response;
+      try {
+        response = await this.#fetch(this.#url(`${agentPath(agentId)}/changes/stream`, {}), {
+          headers,
+          ...(signal ? { signal } : {}),
+        });
+      } catch (error) {
+        if (signal?.aborted) return;
+        throw error;
+      }
+      if (!response.ok || response.body === null) {
+        throw errorFromReply(response.status, await response.text(), response.headers.get("Retry-After"));
+      }
+      let bye = false;
+      try {
+        for await (const frame of frames(response.body)) {
+          if (frame.id !== null) last = frame.id;
+          if (frame.event === "error") throw fromPayload(frame.data as Details, response.status);
+          if (frame.event === "bye") bye = true;
+          yield frame as ChangeFrame;
+        }
+      } catch (error) {
+        if (signal?.aborted) return;
+        throw error;
+      }
+      if (signal?.aborted || !reconnect || !bye) return;
+    }
+  }
+
+  // --- health ------------------------------------------------------------------------------------
+  /** `{ok, redis, store}`; an unhealthy server answers too (503). */
+  health(): Promise<Reply<"/healthz", "get">> {
+    return this.request("get", "/healthz", { ok: [503] });
+  }
+
+  /** The LLM tool schemas the server offers. */
+  tools(): Promise<Reply<"/v1/tools", "get">> {
+    return this.request("get", "/v1/tools");
+  }
+}
+
+function idem(options: Idempotent): Record<string, string | undefined> {
+  return { "Idempotency-Key": options.idempotencyKey };
+}
+
+export type { Frame };

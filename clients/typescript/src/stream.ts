@@ -1,0 +1,59 @@
+/**
+ * Server-sent events read from a `fetch()` body (no EventSource: it cannot send the bearer
+ * header). The server's frames are one `event:` line, an optional `id:` line and one `data:` line
+ * of JSON; comments (`: keepalive`) are skipped.
+ */
+
+export interface Frame {
+  event: string;
+  id: string | null;
+  data: unknown;
+}
+
+/** The frames of one response body, in order, until it ends. */
+export async function* frames(body: ReadableStream<Uint8Array>): AsyncGenerator<Frame> {
+  const decoder = new TextDecoder();
+  let buffer = "";
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+      let end: number;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const frame = parse(block);
+        if (frame !== null) yield frame;
+      }
+    }
+  } finally {
+    reader.releaseLock();
+    await body.cancel().catch(() => undefined);
+  }
+}
+
+function parse(block: string): Frame | null {
+  let event = "message";
+  let id: string | null = null;
+  const data: string[] = [];
+  for (const line of block.split("\n")) {
+    if (line === "" || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "event") event = value;
+    else if (field === "id") id = value;
+    else if (field === "data") data.push(value);
+  }
+  if (data.length === 0) return null;
+  const text = data.join("\n");
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // not JSON: hand the text over as it came
+  }
+  return { event, id, data: parsed };
+}

@@ -1,0 +1,299 @@
+/**
+ * The client against a real embedded `vcm serve` (one server for the whole file: a free port, a
+ * temporary data directory, SQLite store). The command that starts it is `VCM_SERVE_CMD` (a JSON
+ * array; the pytest wrapper tests/clients/test_typescript.py passes its interpreter), else the
+ * repository's `.venv/bin/python -m vcm.cli.main serve`.
+ */
+
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { isDeepStrictEqual } from "node:util";
+
+import {
+  Conflict,
+  ERRORS,
+  NotFound,
+  RateLimited,
+  RevConflict,
+  Unauthorized,
+  ValidationError,
+  VcmClient,
+  VcmError,
+  fromPayload,
+  type ChangeFrame,
+} from "../src/index.js";
+
+const PACKAGE = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const ROOT = resolve(PACKAGE, "..", "..");
+const ADMIN_TOKEN = "ts-client-admin-token-0123456789";
+
+let server: ChildProcess | undefined;
+let dataDir = "";
+let baseUrl = "";
+let admin: VcmClient;
+let me: VcmClient;
+let ingestion: ReturnType<VcmClient["ingestArchival"]>;
+const AGENT = "ts-agent";
+
+function freePort(): Promise<number> {
+  return new Promise((done, fail) => {
+    const probe = createServer();
+    probe.once("error", fail);
+    probe.listen(0, "127.0.0.1", () => {
+      const address = probe.address();
+      probe.close(() => (typeof address === "object" && address !== null ? done(address.port) : fail(new Error("no port"))));
+    });
+  });
+}
+
+async function startServer(): Promise<void> {
+  const port = await freePort();
+  dataDir = mkdtempSync(join(tmpdir(), "vcm-ts-"));
+  const command: string[] = process.env.VCM_SERVE_CMD
+    ? (JSON.parse(process.env.VCM_SERVE_CMD) as string[])
+    : [join(ROOT, ".venv", "bin", "python"), "-m", "vcm.cli.main", "serve"];
+  // The server's settings come from its environment: none of the caller's VCM_* leak in.
+  const env: Record<string, string> = {};
+  for (const [name, value] of Object.entries(process.env)) if (!name.startsWith("VCM_") && value !== undefined) env[name] = value;
+  Object.assign(env, {
+    HF_HUB_OFFLINE: "1",
+    VCM_STORE_URL: `sqlite:///${dataDir}/vcm.db`,
+    VCM_API__ADMIN_TOKEN: ADMIN_TOKEN,
+    // One copy of the embedding model (queries and ingestion) instead of two: half the load time.
+    VCM_EMBEDDING__SUBPROCESS: "false",
+  });
+  const [program, ...args] = command as [string, ...string[]];
+  const child = spawn(program, [...args, "--port", String(port)], { cwd: ROOT, env, stdio: ["ignore", "ignore", "pipe"], detached: true });
+  server = child;
+  let log = "";
+  child.stderr?.on("data", (chunk: Buffer) => (log = (log + chunk.toString()).slice(-4000)));
+  baseUrl = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`vcm serve exited with ${child.exitCode}:\n${log}`);
+    try {
+      if ((await fetch(`${baseUrl}/healthz`)).status === 200) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`vcm serve did not come up:\n${log}`);
+}
+
+before(async () => {
+  await startServer();
+  admin = new VcmClient(baseUrl, ADMIN_TOKEN);
+  const created = await admin.createAgent({ agent_id: AGENT, model: "vcm-demo-4k", system_prompt: "You help." });
+  me = admin.withToken(created.token);
+  // The first ingestion loads the embedding model: start it now, so that it loads while the
+  // tests that need no model run.
+  ingestion = me.ingestArchival(AGENT, { text: "Basil needs full sun.\n\nMint spreads fast in shade.", doc_id: "garden" });
+  ingestion.catch(() => undefined);
+});
+
+after(async () => {
+  if (server?.pid !== undefined && server.exitCode === null) {
+    const started = Date.now();
+    const exited = new Promise((r) => server?.once("exit", r));
+    // The whole process group: the server and any child it started (the cold path's processes).
+    process.kill(-server.pid, "SIGTERM");
+    await within(exited, 10_000).catch(() => undefined);
+    if (server.exitCode === null && server.signalCode === null) process.kill(-server.pid, "SIGKILL");
+    console.error(`vcm serve stopped in ${Date.now() - started} ms`);
+  }
+  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+});
+
+/** `promise`, or a rejection after `ms` (its timer cleared either way: a pending timer would keep
+ * the test process alive). */
+async function within<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, fail) => (timer = setTimeout(() => fail(new Error(`nothing after ${ms} ms`)), ms)));
+  try {
+    return await Promise.race([promise, expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function eventually<T>(probe: () => Promise<T>, ok: (value: T) => boolean, ms = 30_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (ok(value) || Date.now() >= deadline) return value;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+describe("schema", () => {
+  it("the served OpenAPI document is the one the types were generated from", async () => {
+    type Doc = { paths: Record<string, unknown>; components: { schemas: Record<string, unknown> } };
+    const served = (await (await fetch(`${baseUrl}/openapi.json`)).json()) as Doc;
+    const snapshot = JSON.parse(readFileSync(join(PACKAGE, "openapi.json"), "utf8")) as Doc;
+    const differ = (a: Record<string, unknown>, b: Record<string, unknown>): string[] =>
+      [...new Set([...Object.keys(a), ...Object.keys(b)])].filter((k) => !isDeepStrictEqual(a[k], b[k])).sort();
+    const drift = [...differ(served.paths, snapshot.paths), ...differ(served.components.schemas, snapshot.components.schemas)];
+    assert.deepEqual(drift, [], "the server's schema drifted from the client's: regenerate with .venv/bin/python -m tests.clients.schema");
+    assert.deepEqual(served, snapshot);
+  });
+});
+
+describe("agents", () => {
+  it("creates, lists and reads agents; a second create is a Conflict", async () => {
+    assert.ok((await admin.agents()).agents.includes(AGENT));
+    const agent = await me.agent(AGENT);
+    assert.equal(agent.agent_id, AGENT);
+    assert.equal(agent.model, "vcm-demo-4k");
+    await assert.rejects(admin.createAgent({ agent_id: AGENT }), (error: unknown) => {
+      assert.ok(error instanceof Conflict && error instanceof VcmError);
+      assert.equal(error.code, "CONFLICT");
+      assert.equal(error.status, 409);
+      return true;
+    });
+  });
+
+  it("refuses a wrong token, an unknown agent and a bad body with their coded errors", async () => {
+    await assert.rejects(new VcmClient(baseUrl, "not-a-token").agent(AGENT), Unauthorized);
+    await assert.rejects(admin.agent("nobody-here"), (error: unknown) => error instanceof NotFound && error.status === 404);
+    const before = (await me.context(AGENT)).messages.length;
+    await assert.rejects(
+      me.request("post", `/v1/agents/${AGENT}/messages`, { json: { role: "user", content: "x", colour: "red" } }),
+      (error: unknown) => error instanceof ValidationError && error.status === 422 && error.code === "VALIDATION_ERROR",
+    );
+    assert.equal((await me.context(AGENT)).messages.length, before, "a refused request changes nothing");
+  });
+});
+
+describe("memory", () => {
+  it("appends messages and reads them back in the context", async () => {
+    const first = await me.append(AGENT, { role: "user", content: "my locker code is 4417" }, { idempotencyKey: "m1" });
+    const again = await me.append(AGENT, { role: "user", content: "my locker code is 4417" }, { idempotencyKey: "m1" });
+    assert.equal(again.message_id, first.message_id);
+    assert.equal(again.replayed, true);
+    await me.append(AGENT, { role: "assistant", content: "Noted." });
+    const context = await me.context(AGENT);
+    const said = context.messages.map((m) => String(m.content));
+    assert.ok(said.some((text) => text.includes("4417")), said.join(" | "));
+    assert.equal(said.filter((text) => text.includes("4417")).length, 1, "the replayed append landed once");
+    assert.ok(context.gauges.window > 0);
+  });
+
+  it("writes blocks with revisions; a stale revision is a RevConflict carrying the current one", async () => {
+    const put = await me.putBlock(AGENT, "persona", { content: "I like tea." });
+    assert.ok(put._rev);
+    const block = await me.block(AGENT, "persona");
+    assert.equal(block.content, "I like tea.");
+    const edited = await me.putBlock(AGENT, "persona", { content: "I like green tea.", _rev: put._rev });
+    await assert.rejects(me.putBlock(AGENT, "persona", { content: "stale", _rev: put._rev }), (error: unknown) => {
+      assert.ok(error instanceof RevConflict);
+      assert.equal(error.status, 409);
+      assert.equal(error.details.current_rev, edited._rev);
+      return true;
+    });
+    assert.ok((await me.blocks(AGENT)).blocks.some((b) => b.id === "persona"));
+    const removed = await me.deleteBlock(AGENT, "persona", edited._rev ?? "");
+    assert.equal(removed.deleted, true);
+    await assert.rejects(me.block(AGENT, "persona"), NotFound);
+  });
+
+  it("writes a recall note and finds it", async () => {
+    await me.writeRecall(AGENT, { content: "The ferry to Hydra leaves at 7:40." }, { idempotencyKey: "r1" });
+    const page = await eventually(
+      () => me.searchRecall(AGENT, { query: "ferry Hydra", mode: "text" }),
+      (p) => p.items.length > 0,
+    );
+    assert.ok(page.items.some((hit) => JSON.stringify(hit).includes("7:40")), JSON.stringify(page));
+  });
+
+  it("ingests an archival document as a job and searches it", async () => {
+    const job = await ingestion;
+    assert.ok(["queued", "running", "done"].includes(job.status));
+    const done = await me.waitForIngest(AGENT, job.job_id, { timeoutMs: 60_000 });
+    assert.equal(done.status, "done");
+    const hits = await me.searchArchival(AGENT, { query: "mint shade", k: 2 });
+    assert.ok(hits.items.length > 0);
+    assert.ok(hits.items.some((hit) => JSON.stringify(hit).includes("Mint")), JSON.stringify(hits));
+    await assert.rejects(me.ingestJob(AGENT, "not a job id"), ValidationError);
+  });
+
+  it("remembers, lists, searches and forgets facts", async () => {
+    const said = await me.append(AGENT, { role: "user", content: "I always take a window seat." });
+    const evidence = [{ kind: "message" as const, id: said.message_id }];
+    const saved = await me.remember(AGENT, { value: "prefers window seats", type: "preference", key: "seat", evidence });
+    assert.equal(saved.fact.status, "active");
+    const factId = saved.fact.fact_id;
+    assert.equal((await me.fact(AGENT, factId)).value, "prefers window seats");
+    assert.ok((await me.facts(AGENT, { type: ["preference"] })).facts.some((f) => f.fact_id === factId));
+    const found = await eventually(() => me.searchFacts(AGENT, { query: "window seats" }), (f) => f.hits.length > 0);
+    assert.ok(found.hits.length > 0, JSON.stringify(found));
+    assert.ok((await me.factStats(AGENT)) !== null);
+    await me.forgetFact(AGENT, factId);
+    await assert.rejects(me.fact(AGENT, factId), NotFound);
+  });
+
+  it("sets, reads and deletes state with optimistic revisions", async () => {
+    const set = await me.setState(AGENT, "step", { value: { n: 1 } });
+    assert.deepEqual((await me.state(AGENT, "step")).value, { n: 1 });
+    await assert.rejects(me.setState(AGENT, "step", { value: 2, _rev: "" }), RevConflict);
+    const next = await me.setState(AGENT, "step", { value: 2, _rev: set._rev });
+    await assert.rejects(me.deleteState(AGENT, "step", set._rev), RevConflict);
+    assert.ok((await me.stateKeys(AGENT)).state.some((s) => s.key === "step"));
+    await me.deleteState(AGENT, "step", next._rev);
+    await assert.rejects(me.state(AGENT, "step"), NotFound);
+    await me.setState(AGENT, "other", { value: "x" });
+    await me.clearState(AGENT);
+    assert.equal((await me.stateKeys(AGENT)).state.length, 0);
+  });
+
+  it("takes, lists and restores snapshots", async () => {
+    await me.putBlock(AGENT, "plan", { content: "before" });
+    const snapshot = await me.createSnapshot(AGENT, { kind: "manual", reason: "ts test" });
+    assert.equal(snapshot.agent_id, AGENT);
+    await me.putBlock(AGENT, "plan", { content: "after", _rev: (await me.block(AGENT, "plan"))._rev });
+    assert.ok((await me.snapshots(AGENT)).snapshots.some((s) => s.snapshot_id === snapshot.snapshot_id));
+    const restored = await me.restoreSnapshot(AGENT, snapshot.snapshot_id);
+    assert.equal(restored.snapshot_id, snapshot.snapshot_id);
+    assert.equal((await me.block(AGENT, "plan")).content, "before");
+    await me.deleteSnapshot(AGENT, snapshot.snapshot_id);
+    assert.ok(!(await me.snapshots(AGENT)).snapshots.some((s) => s.snapshot_id === snapshot.snapshot_id));
+  });
+});
+
+describe("change feed", () => {
+  it("pages the feed and follows it as a stream", async () => {
+    const start = await me.changes(AGENT);
+    assert.equal(start.changes.length, 0);
+    const abort = new AbortController();
+    const seen: ChangeFrame[] = [];
+    const follow = (async () => {
+      for await (const frame of me.changeStream(AGENT, { after: start.next_after, signal: abort.signal })) {
+        seen.push(frame);
+        if (frame.event === "change" && frame.data.key === "streamed") abort.abort();
+      }
+    })();
+    await me.putBlock(AGENT, "streamed", { content: "hello" });
+    await within(follow, 20_000);
+    assert.equal(seen[0]?.event, "ready");
+    const change = seen.find((f) => f.event === "change" && f.data.key === "streamed");
+    assert.ok(change && change.event === "change" && change.data.kind === "block" && change.data.op === "put");
+    const page = await me.changes(AGENT, { after: start.next_after });
+    assert.ok(page.changes.some((c) => c.key === "streamed" && c.id === change.id));
+  });
+});
+
+describe("errors", () => {
+  it("has one class per code, with its HTTP status", () => {
+    assert.equal(ERRORS.REV_CONFLICT, RevConflict);
+    const limited = fromPayload({ code: "RATE_LIMITED", message: "slow", retry_after_s: 2 });
+    assert.ok(limited instanceof RateLimited && limited.status === 429 && limited.details.retry_after_s === 2);
+    const future = fromPayload({ code: "SOMETHING_NEW", message: "?" }, 418);
+    assert.ok(future.constructor === VcmError && future.code === "SOMETHING_NEW" && future.status === 418);
+  });
+});
