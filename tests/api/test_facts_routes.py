@@ -115,7 +115,12 @@ def test_entity_graph_over_http_and_through_the_client(live: LiveServer, client:
     with VcmClient(live.url, token) as me, VcmClient(live.url, ADMIN["Authorization"].removeprefix("Bearer ")) as op:
         sister = me.remember("a1", "Maya is Priya's sister", type="relation", key="Priya|sister|Maya",
                              evidence=[{"kind": "message", "id": m1}])  # fmt: skip
-        friend = me.remember("a1", "Jo is Maya's friend", type="relation", key="maya|friend|jo")
+        friend = me.remember("a1", "Jo is Maya's friend", type="relation", key="maya|friend|jo", source="Jo, at lunch")
+        decided = client.get("/v1/agents/a1/events", params={"kinds": "fact_decision"}, headers=h).json()["items"]
+        assert decided[-1]["payload"]["provenance"] == {
+            "entry_point": "api", "source": "Jo, at lunch", "message_ids": [], "tool_call_ids": [], "document_ids": []
+        }  # fmt: skip
+        assert decided[-1]["payload"]["policy"]["operator"] is False
         # Written online, both wait as shadow: no structure yet.
         assert {sister["fact"]["status"], friend["fact"]["status"]} == {"shadow"}
         with pytest.raises(NotFound):

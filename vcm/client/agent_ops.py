@@ -100,11 +100,16 @@ class AgentOperations(Sender[R]):
         ttl_s: int | None = None,
         justification: str | None = None,
         idempotency_key: str | None = None,
+        source: str | None = None,
     ) -> R:
+        """Keep a fact. ``evidence`` must name the agent's messages, tool calls or documents;
+        without it, ``source`` says where the fact comes from (recorded; an agent's such fact
+        lands shadow)."""
         body = clean(
             {
                 "value": value, "type": type, "key": key, "scope": scope, "tags": list(tags), "importance": importance,
                 "evidence": [dict(e) for e in evidence], "ttl_s": ttl_s, "justification": justification,
+                "source": source,
             }
         )  # fmt: skip
         call = Call("POST", f"/v1/agents/{seg(agent_id)}/facts", json=body, headers=idem(idempotency_key))
