@@ -22,7 +22,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from tests.doubles.coldpath import MODEL, make_deps, small_settings
+from tests.doubles.coldpath import MODEL, create_agent, make_deps, small_settings
 from tests.redis_legs import cluster_client
 from vcm.dispatch import RecordingDispatcher
 from vcm.hotpath import keys, lua
@@ -207,7 +207,7 @@ def test_cross_agent_reads_see_agents_on_every_master(cluster: redis.Redis, tmp_
     deps = make_deps(tmp_path, client=cluster, settings=small_settings(), dispatcher=dispatcher)
     agents = _agents_on_every_master(cluster, 2)
     for agent in agents:
-        deps.hot.create_agent(agent, model=MODEL)
+        create_agent(deps.hot, deps.store, agent)  # with its store record: the spool writes for it
         for i in range(4):
             deps.hot.append(agent, "user", f"{agent} says {i}")
         assert deps.hot.evict_oldest(agent, 1)[1] is not None
