@@ -550,6 +550,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{agent_id}/injections": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Injections
+         * @description The injection log: for each prompt built for a model call, the ids of the facts, messages,
+         *     skills and state keys its injected layers held and each layer's tokens (never content),
+         *     oldest first.
+         */
+        get: operations["injections_v1_agents__agent_id__injections_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{agent_id}/instances": {
         parameters: {
             query?: never;
@@ -2094,6 +2116,35 @@ export interface components {
             }[];
             /** Tokens */
             tokens: number;
+        };
+        /**
+         * InjectionOut
+         * @description One built prompt's injected ids (content-free).
+         */
+        InjectionOut: {
+            /** Created At */
+            created_at: number;
+            /** Event Id */
+            event_id: string;
+            /** Facts */
+            facts: string[];
+            /** Layers */
+            layers: {
+                [key: string]: number;
+            };
+            /** Messages */
+            messages: string[];
+            /** Skills */
+            skills: string[];
+            /** State */
+            state: string[];
+        };
+        /** InjectionPage */
+        InjectionPage: {
+            /** Items */
+            items: components["schemas"]["InjectionOut"][];
+            /** Next Cursor */
+            next_cursor: string | null;
         };
         /** InstanceList */
         InstanceList: {
@@ -5176,6 +5227,79 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ForgetCheckOut"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    injections_v1_agents__agent_id__injections_get: {
+        parameters: {
+            query?: {
+                /** @description unix seconds, inclusive */
+                since?: number | null;
+                limit?: number;
+                cursor?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description the agent's id */
+                agent_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InjectionPage"];
                 };
             };
             /** @description UNAUTHORIZED: missing or invalid bearer token */
