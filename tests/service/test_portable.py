@@ -22,7 +22,7 @@ from tests.doubles.dispatcher import InlineDispatcher
 from tests.doubles.embedder import word_embed
 from tests.doubles.ingester import SentenceIngest
 from tests.redis_legs import REDIS_URL
-from vcm.errors import Conflict, ValidationError
+from vcm.errors import ConfigError, Conflict, ValidationError
 from vcm.service import MemoryService
 from vcm.service import portable_format as fmt
 from vcm.store.types import FactQuery
@@ -230,8 +230,40 @@ def test_a_bad_file_is_refused_with_its_line_and_writes_nothing(
 
 def test_the_header_names_the_format_the_agent_and_the_embedding() -> None:
     head = fmt.header("e1", "a", vcm_version="1.0", embedding_version="v1", vectors=False, now=5.0)
-    bundle = fmt.parse([fmt.line(head), fmt.line(fmt.end(1))])
+    agent = {"kind": "agent", "config": {"model": None, "system_prompt": "", "tools": []}, "id_floor": 0}
+    with pytest.raises(ValidationError, match="no agent line"):
+        fmt.parse([fmt.line(head), fmt.line(fmt.end(1))])
+    bundle = fmt.parse([fmt.line(head), fmt.line(agent), fmt.line(fmt.end(2))])
     assert (bundle.export_id, bundle.agent_id, bundle.header["embedding"]["version"]) == ("e1", "a", "v1")
     assert bundle.header["format"] == fmt.FORMAT and bundle.header["version"] == fmt.VERSION
-    with pytest.raises(ValidationError, match="line 2"):
-        fmt.parse([fmt.line(head), fmt.line(fmt.end(5))])
+    with pytest.raises(ValidationError, match="line 3"):
+        fmt.parse([fmt.line(head), fmt.line(agent), fmt.line(fmt.end(5))])
+
+
+def test_an_import_that_died_half_way_is_done_again_from_the_start(embedded: Side, tmp_path: Path) -> None:
+    populate(embedded)
+    lines = export(embedded)
+    export_id = json.loads(lines[0])["export_id"]
+    other = side(tmp_path / "other", fakeredis.FakeRedis(decode_responses=True))
+    try:
+        # What a crash after the first writes leaves: the record and the begun row.
+        other.deps.store.put_agent(AGENT, {"model": MODEL, "system_prompt": "", "tools": []}, incarnation="x")
+        other.svc.portable.mark(AGENT, export_id, "system", None)
+        result = other.svc.import_agent(lines)
+        assert not result["replayed"] and picture(other) == picture(embedded)
+        with pytest.raises(Conflict):  # an agent no import of this file began is never touched
+            other.svc.import_agent(export(embedded))
+    finally:
+        other.deps.store.close()
+
+
+def test_a_model_this_deployment_does_not_know_is_refused_before_any_write(embedded: Side, tmp_path: Path) -> None:
+    populate(embedded)
+    lines = [x.replace(f'"model":"{MODEL}"', '"model":"no-such-model"') for x in export(embedded)]
+    other = side(tmp_path / "other", fakeredis.FakeRedis(decode_responses=True))
+    try:
+        with pytest.raises(ConfigError, match="no-such-model"):
+            other.svc.import_agent(lines)
+        assert other.deps.store.list_agents() == []
+    finally:
+        other.deps.store.close()

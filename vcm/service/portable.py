@@ -167,6 +167,8 @@ class Portable:
         agent_id = as_id or bundle.agent_id
         validation.agent_id(agent_id)
         validation.idempotency_key(bundle.export_id)
+        if bundle.config.get("model"):  # a model this deployment has no window for: refused before any write
+            self.core.settings.window_for(str(bundle.config["model"]))
         begun, done = self._marks(agent_id, bundle.export_id)
         if done is not None:
             return {**done, "replayed": True}

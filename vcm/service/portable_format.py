@@ -192,6 +192,8 @@ def parse(lines: Iterable[str]) -> Bundle:
         raise ValidationError("the file is empty; nothing was imported", line=0)
     if not ended:
         raise ValidationError("the file has no end line (truncated?); nothing was imported", line=count + 1)
+    if not bundle.config:
+        raise ValidationError("the file has no agent line; nothing was imported", line=count)
     return bundle
 
 
@@ -217,7 +219,10 @@ def _header(n: int, r: Mapping[str, Any]) -> dict[str, Any]:
 def _record(n: int, r: dict[str, Any], b: Bundle, ids: set[str]) -> None:
     kind = r["kind"]
     if kind == "agent":
-        b.config = dict(_need(n, r, "config", dict))
+        config = _need(n, r, "config", dict)
+        _need(n, config, "model", str, optional=True), _need(n, config, "system_prompt", str)
+        _need(n, config, "tools", list)
+        b.config = dict(config)
         b.id_floor = _need(n, r, "id_floor", int)
     elif kind == "block":
         for name, t in (("block_id", str), ("role", str), ("content", str), ("tokens", int), ("pinned", bool)):
