@@ -142,6 +142,7 @@ def test_a_round_trip_embedded_to_redis_and_back_loses_nothing(
     try:
         result = production.svc.import_agent(export(embedded))
         assert result["counts"]["messages"] == len(before["messages"]) and not result["replayed"]
+        assert result["message_vectors"] == "not embedded: run vcm reembed"  # no bulk jobs wired here
         moved = picture(production)
         assert moved == before
         # The imported agent lives on: an append past the flush line evicts and commits as usual.

@@ -23,12 +23,13 @@ Vectors: with ``vectors`` the facts' and archival chunks' embeddings go in the f
 when the importer's embedding version is the file's (or it has none); otherwise facts are
 embedded again and documents queued for ingestion again. Message vectors are never exported
 (the store port does not read them back): the importing process re-embeds them when it has the
-bulk jobs wired (the CLI), and the cold path's backfill does otherwise.
+bulk jobs wired (the CLI, ``vcm serve``); otherwise the answer says so and ``vcm reembed`` does it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Iterable, Iterator
 from importlib import metadata
@@ -37,7 +38,7 @@ from typing import Any
 from vcm import snapshots as payloads
 from vcm import validation
 from vcm.durable import agent_config
-from vcm.errors import Conflict, NotFound, VcmError
+from vcm.errors import ConfigError, Conflict, NotFound
 from vcm.obs import audit
 from vcm.service import portable_format as fmt
 from vcm.service.bulk import Bulk
@@ -54,6 +55,8 @@ from vcm.store.types import (
     SnapshotRecord,
     StoredMessage,
 )
+
+log = logging.getLogger(__name__)
 
 PAGE = 1000
 # The store answers at most this many summary versions (newest first, no paging): an export keeps
@@ -410,8 +413,11 @@ class _Writer:
         try:
             self.part.bulk.reembed(self.agent_id)
             return "embedded"
-        except VcmError:
-            return "left to the cold path"
+        except ConfigError:  # no bulk jobs wired in this process
+            return "not embedded: run vcm reembed"
+        except Exception:  # vectors are an index: the agent is imported whatever the model does
+            log.warning("could not embed the messages imported for %s", self.agent_id, exc_info=True)
+            return "not embedded: run vcm reembed"
 
 
 def _vcm_version() -> str:

@@ -11,5 +11,5 @@ class ImportOut(BaseModel):
     export_id: str  # the file's header id: importing it again answers this reply, replayed
     counts: dict[str, int]  # records imported, by kind (blocks, messages, facts, chunks, ...)
     ingest_jobs: list[str]  # documents without usable vectors, queued for ingestion again (GET .../jobs/{id})
-    message_vectors: str  # "embedded", "left to the cold path" or "none"
+    message_vectors: str  # "embedded", "not embedded: run vcm reembed" or "none"
     replayed: bool  # True: the file had been imported before; nothing was written
