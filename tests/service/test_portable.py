@@ -1,6 +1,6 @@
 """Portable export and import (issue 34, item 4): an agent moves from an embedded data directory
-(fakeredis, SQLite) to a Redis-backed stack (the real Redis at ``VCM_TEST_REDIS_URL``, with the
-cold path's own eviction code run in process as its worker) and back, and nothing is lost: both
+(fakeredis, SQLite) to a Redis-backed stack (the real Redis at ``VCM_TEST_REDIS_URL``, the real
+Celery worker in a thread over memory://, a SQLite store of its own) and back, and nothing is lost: both
 sides compare equal on messages (ids, seq, metadata), summary and versions, facts with evidence,
 state, blocks, archival chunks and the built context. Bad files are refused with the line's
 number and write nothing; a file imports once; an existing agent is never merged into."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,17 @@ from tests.doubles.dispatcher import InlineDispatcher
 from tests.doubles.embedder import word_embed
 from tests.doubles.ingester import SentenceIngest
 from tests.redis_legs import REDIS_URL
+from tests.workers.traffic import wait_until
 from vcm.errors import ConfigError, Conflict, ValidationError
 from vcm.service import MemoryService
 from vcm.service import portable_format as fmt
 from vcm.store.types import FactQuery
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
+from vcm.workers import runtime
+from vcm.workers.build import build
+from vcm.workers.dispatch import CeleryDispatcher
+from vcm.workers.embedded import embedded_worker
 
 AGENT = "porter"
 ALL = FactQuery(statuses=("active", "shadow", "archived", "expired"), limit=1000)
@@ -39,9 +45,12 @@ class Side:
     svc: MemoryService
 
     def drain(self) -> None:
-        """The worker: commit every eviction batch the hot path handed over, in order."""
+        """Until every eviction batch the hot path handed over is committed: by the real Celery
+        worker where there is one, else here with the worker's own task code, in order."""
         dispatcher = self.svc.dispatcher
-        assert isinstance(dispatcher, InlineDispatcher)
+        if not isinstance(dispatcher, InlineDispatcher):
+            wait_until(lambda: not any(self.deps.hot.pending_batches(a) for a in self.svc.agents()), 60, "drained")
+            return
         while dispatcher.evictions:
             agent, batch = dispatcher.evictions.pop(0)
             evict.evict_batch(self.deps, agent, batch)
@@ -53,6 +62,24 @@ def side(tmp: Path, client: redis.Redis | fakeredis.FakeRedis) -> Side:
     deps = make_deps(tmp, settings=settings, client=client)
     deps.dispatcher = InlineDispatcher(deps.hot, deps.store, SentenceIngest(deps.store))
     return Side(deps, MemoryService(deps.hot, deps.store, deps.dispatcher, embed=word_embed))
+
+
+@contextmanager
+def production(tmp: Path, client: redis.Redis) -> Iterator[Side]:
+    """A Redis-backed stack: the hot state on the real Redis, the cold path on the real Celery
+    worker (in a thread, over memory://, as vcm.workers.embedded runs it) with its own store."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    store_url = f"sqlite:///{tmp / 'vcm.db'}"
+    settings = small_settings(durability={"messages": "write_through"}, broker_url="memory://", store_url=store_url)
+    app = build(settings).app
+    dispatcher = CeleryDispatcher(app)
+    deps = make_deps(tmp, settings=settings, client=client, dispatcher=dispatcher)
+    runtime.install(deps, runtime.LocalDeliveryLog())
+    try:
+        with embedded_worker(app):
+            yield Side(deps, MemoryService(deps.hot, deps.store, dispatcher, embed=word_embed))
+    finally:
+        runtime.reset()
 
 
 @pytest.fixture
@@ -138,21 +165,18 @@ def test_a_round_trip_embedded_to_redis_and_back_loses_nothing(
     assert before["versions"] and before["facts"] and before["chunks"] and before["snapshots"]
     assert any(m[6].get("source") == "chat" for m in before["messages"])
 
-    production = side(tmp_path / "production", real_redis)
-    try:
-        result = production.svc.import_agent(export(embedded))
+    with production(tmp_path / "production", real_redis) as prod:
+        result = prod.svc.import_agent(export(embedded))
         assert result["counts"]["messages"] == len(before["messages"]) and not result["replayed"]
         assert result["message_vectors"] == "not embedded: run vcm reembed"  # no bulk jobs wired here
-        moved = picture(production)
+        moved = picture(prod)
         assert moved == before
-        # The imported agent lives on: an append past the flush line evicts and commits as usual.
-        converse(production.svc, AGENT, 30, start=100)
-        production.drain()
-        assert len(production.deps.store.committed_batches(AGENT)) > len(before["committed"])
-        back_file = export(production)
-        after = picture(production)
-    finally:
-        production.deps.store.close()
+        # The imported agent lives on: appends past the flush line are evicted by the worker.
+        converse(prod.svc, AGENT, 30, start=100)
+        prod.drain()
+        assert len(prod.deps.store.committed_batches(AGENT)) > len(before["committed"])
+        back_file = export(prod)
+        after = picture(prod)
 
     home = side(tmp_path / "home", fakeredis.FakeRedis(decode_responses=True))
     try:
