@@ -117,6 +117,9 @@ def populate(s: Side, agent: str = AGENT) -> None:
     svc.ingest_archival(agent, "Acme sells anvils. Porto is in Portugal. Bob runs the Porto office.", doc_id="acme")
     converse(svc, agent, 40)
     s.drain()
+    svc.reset(agent)  # a summary version no eviction made
+    converse(svc, agent, 30, start=200)
+    s.drain()
     svc.create_snapshot(agent, reason="before the move")
     converse(svc, agent, 6, start=40)
     s.drain()

@@ -292,16 +292,21 @@ class _Writer:
     def _versions(self, messages: list[StoredMessage]) -> None:
         """Each summary version as the eviction commit that made it, with its batch's messages:
         recall gets the same ``recall_log`` edges and the store the same versions. A version no
-        eviction made (a reset's, a note's) has no batch messages; the final reset writes the
-        current one."""
+        eviction made (a reset's, a note's: no batch messages) is written as a context reset that
+        folds nothing; the final reset folds the messages whose batch the file does not know."""
         by_batch: dict[int, list[StoredMessage]] = {}
         for m, r in zip(messages, self.b.messages, strict=True):
             if r["folded"] and r.get("batch_id") is not None:
                 by_batch.setdefault(int(r["batch_id"]), []).append(m)
+        folded: set[str] = set()
         for v in sorted(self.b.versions, key=lambda v: int(v["batch_id"])):
             batch = by_batch.get(int(v["batch_id"]))
             if not batch:
+                kept = [m.message_id for m in messages if m.message_id not in folded]
+                reset = ContextReset(self.agent_id, int(v["batch_id"]), str(v["text"]), int(v["tokens"]), kept)
+                self.core.store.reset_context(reset)
                 continue
+            folded.update(m.message_id for m in batch)
             current = self.core.store.get_summary(self.agent_id)
             self.core.store.commit_eviction(
                 EvictionCommit(
