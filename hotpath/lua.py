@@ -719,3 +719,15 @@ return {'ok', '{"batch_id":' .. bid .. ',"summary_rev":' .. rev .. ',"total":' .
   .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch) .. '}'}
 """
 )
+
+# When the FIFO's newest message was appended ('' for an empty FIFO): read once per agent and
+# process, for the date markers (vcm.hotpath.timeline). One round trip; read-only.
+# KEYS: [1] fifo  [2] msg
+LATEST_MESSAGE_TIME = r"""
+local entry = redis.call('LINDEX', KEYS[1], -1)
+if not entry then return '' end
+local id = string.match(entry, '^[^:]*:[^:]*:(.*)$')
+local body = id and redis.call('HGET', KEYS[2], id)
+if not body then return '' end
+return tostring(cjson.decode(body).created_at or '')
+"""

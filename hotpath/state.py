@@ -31,6 +31,7 @@ from vcm.hotpath.heartbeats import HeartbeatStore
 from vcm.hotpath.instances import InstanceBoard
 from vcm.hotpath.jobs import JobBoard
 from vcm.hotpath.reads import Snapshot
+from vcm.hotpath.timeline import Timeline
 from vcm.hotpath.tokens import TokenCounter
 from vcm.hotpath.turns import TurnLocks
 from vcm.settings import Settings
@@ -43,6 +44,7 @@ from vcm.types import (
     FinishResult,
     Gauges,
     Message,
+    marked,
 )
 
 __all__ = ["HotState", "Snapshot", "claim_record"]
@@ -81,6 +83,8 @@ class HotState(HotBlocks):
         self._track_backlog = not writes_through(settings)
         self._models: dict[str, str] = {}  # agent -> model; immutable after creation
         self._counters: dict[str, TokenCounter] = {}
+        self._latest_time = client.register_script(lua.LATEST_MESSAGE_TIME)
+        self.timeline = Timeline(settings.context.time, self._latest_message_time)
         self._lock = threading.Lock()
         self._pressure = dumps(render.PRESSURE_TEXT)
 
@@ -114,9 +118,11 @@ class HotState(HotBlocks):
                 incarnation,
             ],
         )
-        reply(raw)
+        replayed = reply(raw)[1]
         self.redis.sadd(keys.AGENTS, agent_id)
         self._models[agent_id] = creation.info.model
+        if not replayed:
+            self.timeline.created(agent_id)  # nothing appended yet: no read on its first append
         return creation.info
 
     def _model(self, agent_id: str, token_sha256: str | None = None) -> str:
@@ -164,7 +170,12 @@ class HotState(HotBlocks):
         validation.idempotency_key(idempotency_key)
         meta = validation.metadata(metadata)
         counter = self.counter(self._model(agent_id, token_sha256))
-        tokens = counter.message(content, name=name, tool_calls=tool_calls)
+        now = self.clock()
+        # When it was said (vcm.hotpath.timeline), counted with it: the prompt shows both. Tool
+        # results and text-less tool calls carry none (the next message with text does).
+        dated = role != "tool" and bool(content)
+        mark = self.timeline.marker(agent_id, now) if dated else ""
+        tokens = counter.message(marked(mark, content), name=name, tool_calls=tool_calls)
         body: dict[str, Any] = {"role": role, "content": content, "tokens": tokens, "pinned": pinned}
         if name:
             body["name"] = name
@@ -174,11 +185,16 @@ class HotState(HotBlocks):
             body["tool_calls"] = list(tool_calls)
         if meta:
             body["metadata"] = meta
-        # Only keyed calls can be replayed, so only they pay for a fingerprint.
-        fp = fingerprint({"op": "append", **body}) if idempotency_key else ""
-        now = self.clock()
+        # Only keyed calls can be replayed, so only they pay for a fingerprint; it holds the count
+        # without the marker, so a retry on another day is the same write.
+        fp = ""
+        if idempotency_key:
+            plain = counter.message(content, name=name, tool_calls=tool_calls) if mark else tokens
+            fp = fingerprint({"op": "append", **body, "tokens": plain})
         body["created_at"] = round(now, 6)
         body["kind"] = "message"
+        if mark:
+            body["marker"] = mark
         # After the fingerprint: the same keyed write from another caller is still a replay.
         if actor:
             body["actor"] = actor
@@ -210,6 +226,8 @@ class HotState(HotBlocks):
         else:  # lua.TOKEN_GUARD: the token's key and digest go last
             raw = self._append_as_agent(keys=[*script_keys, keys.key(agent_id, keys.TOKEN)], args=[*args, token_sha256])
         data, replayed = reply(raw)
+        if dated and not replayed:
+            self.timeline.appended(agent_id, now)
         stored = None if replayed else Message.from_json({**body, "id": data["message_id"], "seq": data["seq"]})
         return AppendResult(
             message=stored,
@@ -375,6 +393,7 @@ class HotState(HotBlocks):
         data, replayed = reply(raw)
         self.redis.sadd(keys.AGENTS, agent_id)
         self._models[agent_id] = creation.info.model
+        self.timeline.forget(agent_id)  # a restored FIFO: its newest message is read again
         if replayed:
             return None
         return FinishResult(
@@ -407,7 +426,13 @@ class HotState(HotBlocks):
         self.redis.srem(keys.AGENTS, agent_id)
         with self._lock:
             self._models.pop(agent_id, None)
+        self.timeline.forget(agent_id)
         return removed
+
+    def _latest_message_time(self, agent_id: str) -> float | None:
+        """When the FIFO's newest message was appended (None: an empty FIFO); one round trip."""
+        raw = as_str(self._latest_time(keys=[keys.key(agent_id, keys.FIFO), keys.key(agent_id, keys.MESSAGES)]))
+        return float(raw) if raw else None
 
 
 def _finished(data: Mapping[str, Any], replayed: bool) -> FinishResult:

@@ -21,6 +21,10 @@ evicted by then:
 * **tokens**: the summary's tokens as the main context holds it, against the summary cap.
 * **filler**: the share of the summary's tokens in lines with fewer than two content words once
   small talk (greetings, reactions, thanks) is also left out.
+* **fragments**: the share of the summary's clauses a reader cannot understand without the
+  conversation (:mod:`vcm.eval.fragments`: one starting with a conjunction, preposition or
+  relative pronoun, one whose only referent is a pronoun, one of fewer than three words), over
+  the batches and in the final summaries, with examples in the JSON.
 
 ``--summarizer old`` is the earlier centrality summariser (``vcm.tasks.summary.centrality.by_centrality``),
 ``new`` the fact-keeping default (``vcm.tasks.summary.recursive.extractive``). ``--embed hash`` replaces
@@ -49,6 +53,7 @@ import numpy as np
 from vcm.dispatch import RecordingDispatcher
 from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.eval.conversation import FixedClock, observations, session_time
+from vcm.eval.fragments import measure
 from vcm.hotpath.budget import Budget
 from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
@@ -368,7 +373,11 @@ def _score(
     line_tokens = [max(0, hot.summary_tokens(agent, line) - base) for line in lines]
     events = store.query_events(agent, ["evict"], limit=1000).items  # oldest first
     payload = events[-1].payload if events else {}
+    readable = measure(text, examples=8)
     return {
+        "clauses": readable.clauses,
+        "fragments": readable.fragments,
+        "fragment_examples": readable.examples,
         "newest": len(newest),
         "newest_kept": sum(kept(i) for i in newest),
         "evicted_facts": len(due),
@@ -405,6 +414,8 @@ def totals(batches: list[dict[str, Any]], finals: list[dict[str, Any]]) -> dict[
         "filler_tokens_pct": share(sum(b["filler_tokens"] for b in batches), sum(b["line_tokens"] for b in batches)),
         "filler_lines_pct": share(sum(b["filler_lines"] for b in batches), sum(b["lines"] for b in batches)),
         "resummarized": sum(1 for b in batches if b["resummarized"]),
+        "fragments_pct": share(sum(b["fragments"] for b in batches), sum(b["clauses"] for b in batches)),
+        "fragments_final_pct": share(sum(f["fragments"] for f in finals), sum(f["clauses"] for f in finals)),
         "seconds_per_batch": round(sum(b["seconds"] for b in batches) / len(batches), 3) if batches else 0.0,
     }
 
@@ -439,7 +450,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 def print_table(result: dict[str, Any]) -> None:
     head = (
         f"{'conversation':<14}{'batches':>8}{'facts':>7}{'newest %':>10}{'cum mean %':>12}{'cum end %':>11}"
-        f"{'tokens':>8}{'cap':>6}{'filler %':>10}{'redo':>6}"
+        f"{'tokens':>8}{'cap':>6}{'filler %':>10}{'redo':>6}{'fragm. %':>9}{'end':>6}"
     )
     print(
         f"summary fact retention ({result['summarizer']} summariser, window {result['model']}, "
@@ -453,7 +464,7 @@ def print_table(result: dict[str, Any]) -> None:
         print(
             f"{name:<14}{t['batches']:>8}{n:>7}{t['newest_retained_pct']:>10}{t['cumulative_mean_pct']:>12}"
             f"{t['cumulative_final_pct']:>11}{t['tokens_mean']:>8}{t['cap']:>6}{t['filler_tokens_pct']:>10}"
-            f"{t['resummarized']:>6}"
+            f"{t['resummarized']:>6}{t['fragments_pct']:>9}{t['fragments_final_pct']:>6}"
         )
 
 

@@ -210,7 +210,7 @@ def summarize(deps: Deps, agent_id: str, previous: str, messages: Sequence[Messa
     cap = Budget.for_window(deps.hot.agent(agent_id).window, settings.budget).summary_cap
     request = Request(
         previous=previous,
-        turns=[t for t in (Turn.of(m) for m in messages) if t is not None],
+        turns=[t for t in (Turn.of(m, settings.context.user_name or None) for m in messages) if t is not None],
         cap=cap,
         count=lambda text: deps.hot.summary_tokens(agent_id, text),
         embed=_Memo(deps.embed),

@@ -70,6 +70,8 @@ def stored_message(agent_id: str, message: Message, *, ttl_s: int = 0) -> Stored
         extra["tool_call_id"] = message.tool_call_id
     if message.tool_calls:
         extra["tool_calls"] = [dict(c) for c in message.tool_calls]
+    if message.marker:  # counted in its tokens: a rebuilt FIFO shows it as the first did
+        extra["marker"] = message.marker
     metadata = dict(message.metadata)
     if extra:
         metadata[VCM_METADATA] = extra
@@ -104,6 +106,7 @@ def hot_message(stored: StoredMessage) -> Message:
         tool_calls=extra.get("tool_calls") or None,
         metadata=metadata,
         kind=str(extra.get("kind", "message")),
+        marker=extra.get("marker") or None,
     )
 
 

@@ -12,6 +12,11 @@ ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 Action = Literal["ok", "warning", "flush"]
 
 
+def marked(marker: str | None, content: str) -> str:
+    """A message's content as the prompt shows it: its time marker, if any, in front."""
+    return f"{marker} {content}" if marker else content
+
+
 @dataclass(frozen=True)
 class Message:
     """A FIFO message as the hot state holds it; ``tokens`` was counted once, on append."""
@@ -30,6 +35,8 @@ class Message:
     kind: str = "message"  # "message" | "pressure" (vcm's memory-pressure notice)
     actor: str | None = None  # who appended it (audit); None for vcm's own messages
     idempotency_key: str | None = None
+    # When it was said, as the prompt shows it (vcm.hotpath.timeline); counted in ``tokens``.
+    marker: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Message:
@@ -48,6 +55,7 @@ class Message:
             kind=data.get("kind", "message"),
             actor=data.get("actor"),
             idempotency_key=data.get("idempotency_key"),
+            marker=data.get("marker") or None,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -69,13 +77,14 @@ class Message:
             "metadata": dict(self.metadata) if self.metadata else None,
             "actor": self.actor,
             "idempotency_key": self.idempotency_key,
+            "marker": self.marker,
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return out
 
     def chat(self) -> dict[str, Any]:
-        """The message as an OpenAI chat-completions request holds it."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        """The message as an OpenAI chat-completions request holds it (with its time marker)."""
+        out: dict[str, Any] = {"role": self.role, "content": marked(self.marker, self.content)}
         if self.name:
             out["name"] = self.name
         if self.tool_call_id:

@@ -32,11 +32,14 @@ class Turn:
     at: float | None = None  # when it was said (seconds since the epoch): anchors "yesterday"
 
     @classmethod
-    def of(cls, message: Message) -> Turn | None:
-        """vcm's own memory-pressure notices are not part of the conversation; they are skipped."""
+    def of(cls, message: Message, user_name: str | None = None) -> Turn | None:
+        """vcm's own memory-pressure notices are not part of the conversation; they are skipped.
+        The speaker is the message's name; an unnamed user message is the user's when the name
+        is known (``[context] user_name``), so a summary line never reads ``user: ...``."""
         if message.kind != "message":
             return None
-        return cls(message.name or message.role, message.content, message.created_at or None)
+        speaker = message.name or (user_name if message.role == "user" and user_name else message.role)
+        return cls(speaker, message.content, message.created_at or None)
 
 
 @dataclass(frozen=True)

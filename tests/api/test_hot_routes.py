@@ -78,7 +78,8 @@ def test_an_append_and_a_context_read_are_one_round_trip_each(counted: tuple[Tes
         r, trips = round_trips(lambda h=headers: client.get("/v1/agents/alice/context", headers=h))
         assert r.status_code == 200 and trips == 1, r.text
         assert r.json()["messages"][-1]["content"] == MESSAGE["content"]
-    # A process that has not seen the agent yet reads its model with the token, in one more trip.
+    # A process that has not seen the agent yet reads its model with the token, in one more trip,
+    # and the time of the FIFO's newest message (for the date markers, vcm.hotpath.timeline) in one.
     app2 = create_app(
         MemoryService(HotState(counted[1].hot.redis, counted[1].settings), counted[1].store, RecordingDispatcher()),
         None,
@@ -86,7 +87,7 @@ def test_an_append_and_a_context_read_are_one_round_trip_each(counted: tuple[Tes
     )
     with TestClient(app2) as fresh:
         r, trips = round_trips(lambda: fresh.post("/v1/agents/alice/messages", json=MESSAGE, headers=me))
-        assert r.status_code == 200 and trips == 2, r.text
+        assert r.status_code == 200 and trips == 3, r.text
 
 
 def test_healthz_answers_from_memory_and_readyz_probes(counted: tuple[TestClient, MemoryService]) -> None:

@@ -121,7 +121,11 @@ def quote(text: str, limit: int = 400) -> str:
 
 
 def stamp(ts: float) -> str:
-    return f"{datetime.fromtimestamp(ts, UTC):%Y-%m-%d}" if ts > 0 else ""
+    """When a recalled message was said or a fact last written, as the FIFO's date markers say it."""
+    if ts <= 0:
+        return ""
+    at = datetime.fromtimestamp(ts, UTC)
+    return f"{at.day} {at:%b %Y}"
 
 
 def place(hot: Sequence[dict[str, Any]], hot_layers: Sequence[str], injected: Sequence[Layer]) -> list[int]:

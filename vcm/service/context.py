@@ -31,6 +31,7 @@ from typing import Any
 from vcm.errors import VcmError
 from vcm.facts.working_set import RELEVANCE_HITS
 from vcm.hotpath.context import AssembledContext, layer_tokens
+from vcm.hotpath.timeline import unmarked
 from vcm.prompt import layers as prompt
 from vcm.prompt import skills as skill_files
 from vcm.service.core import Core
@@ -213,7 +214,9 @@ class ContextBuilder:
                 if f.fact_id in build.shown:
                     continue
                 status = "" if f.status == "active" else f", {f.status}"
-                items.append(prompt.Item(f"- [fact {f.fact_id}, {f.type}{status}] {f.value}", _fact_source(f)))
+                # When it was last written or confirmed, as recalled messages say when they were said.
+                when = f", {prompt.stamp(f.updated_at)}" if f.updated_at > 0 else ""
+                items.append(prompt.Item(f"- [fact {f.fact_id}, {f.type}{status}{when}] {f.value}", _fact_source(f)))
                 facts[f.fact_id] = f
                 if len(items) >= cfg.memory_facts:
                     break
@@ -288,7 +291,7 @@ class _Build:
 def _latest_user_text(hot: AssembledContext) -> str:
     for message, layer in zip(reversed(hot.messages), reversed(hot.layers), strict=True):
         if layer == "fifo" and message.get("role") == "user" and isinstance(message.get("content"), str):
-            return str(message["content"])
+            return unmarked(str(message["content"]))  # the words, not when they were said
     return ""
 
 

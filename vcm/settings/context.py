@@ -4,7 +4,7 @@ governor and context building.
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -94,6 +94,9 @@ class ContextSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     identity: bool = True  # a line with today's date, the agent and the user's name
+    # Time in the FIFO (vcm.hotpath.timeline): "day" a date where the day changes (with the gap
+    # when long), "message" a date and time on every message, "off" none. Counted on append.
+    time: Literal["day", "message", "off"] = "day"
     user_name: str = Field("", max_length=200)
     tools_hint: float = Field(0.01, ge=0.0, le=0.2)
     state: float = Field(0.04, ge=0.0, le=0.3)

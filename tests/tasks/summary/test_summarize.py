@@ -89,6 +89,11 @@ def test_pressure_notices_are_not_summarised_and_empty_input_gives_empty_summary
     assert Turn.of(notice) is None
     named = Message("m2", 2, "user", "hi there", 3, 0.0, name="zoe")
     assert Turn.of(named) == Turn("zoe", "hi there")
+    # An unnamed user message is the user's when the name is known, never "user" then.
+    unnamed = Message("m3", 3, "user", "hi", 2, 0.0)
+    assert Turn.of(unnamed, "Priya") == Turn("Priya", "hi") and Turn.of(unnamed) == Turn("user", "hi")
+    assert Turn.of(named, "Priya") == Turn("zoe", "hi there")
+    assert Turn.of(Message("m4", 4, "assistant", "ok", 2, 0.0), "Priya") == Turn("assistant", "ok")
     draft = extractive(request("", [], 50), Params())
     assert (draft.text, draft.tokens, draft.method, draft.score) == ("", HEADER, "empty", 1.0)
 
