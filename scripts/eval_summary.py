@@ -56,6 +56,7 @@ from vcm.eval.conversation import FixedClock, observations, session_time
 from vcm.eval.fragments import measure
 from vcm.hotpath.budget import Budget
 from vcm.hotpath.state import HotState
+from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store
 from vcm.tasks import evict
@@ -296,7 +297,10 @@ def replay(sample: Mapping[str, Any], args: argparse.Namespace, summarizer: Summ
     embed = hash_embed if args.embed == "hash" else _model_embed(settings)
     deps = Deps(settings, hot, store, RecordingDispatcher(), embed, summarizer, clock=clock)
     agent = f"locomo-{uuid.uuid4().hex[:8]}"
-    hot.create_agent(agent, model=args.model, system_prompt="You are a helpful assistant.")
+    # Through the façade: the store holds the agent's incarnation, which evictions are fenced by.
+    MemoryService(hot, store, RecordingDispatcher(), clock=clock).create_agent(
+        agent, model=args.model, system_prompt="You are a helpful assistant."
+    )
     cap = Budget.for_window(hot.agent(agent).window, settings.budget).summary_cap
     base = hot.summary_tokens(agent, "")
     conv = sample["conversation"]
