@@ -121,8 +121,10 @@ def populate(s: Side, agent: str = AGENT) -> None:
     converse(svc, agent, 30, start=200)
     s.drain()
     svc.create_snapshot(agent, reason="before the move")
+    secret = svc.hot.snapshot(agent).fifo[-1].id  # in the snapshot's FIFO, forgotten after it
     converse(svc, agent, 6, start=40)
     s.drain()
+    svc.forget_message(agent, secret)
 
 
 def export(s: Side, agent: str = AGENT, *, vectors: bool = True) -> list[str]:
@@ -156,6 +158,7 @@ def picture(s: Side, agent: str = AGENT) -> dict[str, Any]:
         "blocks": [b.as_json() for b in svc.list_blocks(agent)],
         "chunks": chunks,
         "snapshots": [(r.snapshot_id, r.reason) for r in svc.list_snapshots(agent)],
+        "forgotten": sorted(store.tombstones(agent).messages),
         "context": svc.build_context(agent, record_use=False).messages,
     }
 
@@ -185,9 +188,13 @@ def test_a_round_trip_embedded_to_redis_and_back_loses_nothing(
     try:
         home.svc.import_agent(back_file)
         assert picture(home) == after
-        # The snapshot taken before the move still restores on the far side.
-        snapshot_id = after["snapshots"][-1][0]
+        # The snapshot taken before the move still restores on the far side, and what was
+        # forgotten since stays forgotten.
+        snapshot_id = next(sid for sid, reason in after["snapshots"] if reason == "before the move")
         home.svc.restore_snapshot(AGENT, snapshot_id)
+        (secret,) = after["forgotten"]
+        assert secret not in [m.id for m in home.svc.hot.snapshot(AGENT).fifo]
+        assert home.deps.store.get_messages(AGENT, [secret]) == []
     finally:
         home.deps.store.close()
 

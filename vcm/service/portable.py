@@ -126,6 +126,9 @@ class Portable:
             for c in sorted(store.get_archival(agent_id, doc_id), key=lambda c: (c.embedding_version, c.chunk_index)):
                 yield fmt.line(fmt.chunk_record(c, vectors=vectors))
                 count += 1
+        for r in fmt.tombstone_records(store.tombstones(agent_id)):
+            yield fmt.line(r)
+            count += 1
         for s in store.list_snapshots(agent_id):
             try:
                 full = store.get_snapshot(agent_id, s.snapshot_id)
@@ -264,6 +267,9 @@ class _Writer:
                 memory=self._memory(),
             )
         )
+        for t in b.tombstones:  # before the snapshots: no restore may bring a forgotten item back
+            forget = store.forget_message if t["target"] == "message" else store.forget_document
+            forget(agent, str(t["id"]))
         for s in b.snapshots:
             store.put_snapshot(self._snapshot(s))
         self.part.lifecycle.reload(agent)  # the hot state, from the store

@@ -20,14 +20,22 @@ from typing import Any
 from vcm import snapshots as payloads
 from vcm import validation
 from vcm.errors import SnapshotCorrupt, ValidationError
-from vcm.store.types import AgentMemory, ArchivalChunk, CoreBlock, SnapshotRecord, StoredMessage, SummaryVersion
+from vcm.store.types import (
+    AgentMemory,
+    ArchivalChunk,
+    CoreBlock,
+    SnapshotRecord,
+    StoredMessage,
+    SummaryVersion,
+    Tombstones,
+)
 
 FORMAT = "vcm.agent"
 VERSION = 1
 # Every kind a line may have; a file must hold the header first and the end line last.
 KINDS = (
     "header", "agent", "block", "summary", "summary_version", "message", "fact", "state", "edge",
-    "chunk", "snapshot", "end",
+    "chunk", "tombstone", "snapshot", "end",
 )  # fmt: skip
 
 
@@ -45,6 +53,7 @@ class Bundle:
     memory: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"facts": [], "state": [], "edges": []})
     chunks: list[dict[str, Any]] = field(default_factory=list)
     snapshots: list[dict[str, Any]] = field(default_factory=list)
+    tombstones: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def export_id(self) -> str:
@@ -59,6 +68,7 @@ class Bundle:
             "blocks": len(self.blocks), "summary_versions": len(self.versions), "messages": len(self.messages),
             "facts": len(self.memory["facts"]), "state": len(self.memory["state"]),
             "edges": len(self.memory["edges"]), "chunks": len(self.chunks), "snapshots": len(self.snapshots),
+            "tombstones": len(self.tombstones),
         }  # fmt: skip
 
 
@@ -116,6 +126,15 @@ def chunk_record(c: ArchivalChunk, *, vectors: bool) -> dict[str, Any]:
         "created_at": c.created_at, "valid_until": c.valid_until,
         "embedding": [float(x) for x in c.embedding] if vectors else None,
     }  # fmt: skip
+
+
+def tombstone_records(marks: Tombstones) -> list[dict[str, Any]]:
+    """What forgets removed (ids and times, never content): an imported agent's snapshot restores
+    honour them as the source's did."""
+    return [
+        *({"kind": "tombstone", "target": "message", "id": i, "at": at} for i, at in sorted(marks.messages.items())),
+        *({"kind": "tombstone", "target": "document", "id": i, "at": at} for i, at in sorted(marks.documents.items())),
+    ]
 
 
 def snapshot_record(s: SnapshotRecord) -> dict[str, Any]:
@@ -254,6 +273,11 @@ def _record(n: int, r: dict[str, Any], b: Bundle, ids: set[str]) -> None:
     elif kind == "snapshot":
         _snapshot(n, r)
         b.snapshots.append(r)
+    elif kind == "tombstone":
+        if r.get("target") not in ("message", "document"):
+            raise _bad(n, "target must be message or document")
+        _need(n, r, "id", str), _need(n, r, "at", NUMBER)
+        b.tombstones.append(r)
 
 
 def _message(n: int, r: Mapping[str, Any], ids: set[str]) -> None:
