@@ -37,8 +37,11 @@ def test_agents_and_snapshots_live_in_the_data_directory(tmp_path: Path) -> None
     context = json.loads(vcm(tmp_path, "context", "--agent", "zoe", "--json"))
     assert context["gauges"]["system"] > 0 and context["messages"][0]["content"] == "Be brief."
     assert (tmp_path / "vcm.db").exists()
-    vcm(tmp_path, "facts", "remember", "Maya is Priya's sister", "--agent", "zoe", "--type", "relation",
-        "--key", "Priya|sister|Maya")  # fmt: skip
+    kept = json.loads(vcm(tmp_path, "facts", "remember", "Maya is Priya's sister", "--agent", "zoe",
+                          "--type", "relation", "--key", "Priya|sister|Maya"))  # fmt: skip
+    assert kept["fact"]["status"] == "shadow"  # structure written online waits for a person's word
+    promoted = json.loads(vcm(tmp_path, "facts", "promote", kept["fact"]["fact_id"], "--agent", "zoe"))
+    assert promoted["fact"]["status"] == "active"
     around = json.loads(vcm(tmp_path, "facts", "entity", "priya", "--agent", "zoe"))
     assert [n["key"] for n in around["neighbours"]] == ["maya"] and around["relations"][0]["type"] == "relation"
     # A terminal chat turn over a local OpenAI-compatible model: streamed (a memory tag cut across

@@ -5,6 +5,7 @@ directory itself (the store is the source of truth; no server needs to run)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -115,6 +116,14 @@ def _fact_json(f: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _settle(client: Any, args: argparse.Namespace) -> Any:
+    return client.settle_fact(args.agent, _need_text(args), args.action)
+
+
+# What a person may do with a shadow fact (``vcm facts promote|merge|reject FACT_ID``).
+SETTLE = ("promote", "merge", "reject")
+
+
 def cmd_facts(args: argparse.Namespace) -> int:
     from vcm.store.types import FactQuery
 
@@ -129,6 +138,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
             "forget": lambda: client.forget_fact(args.agent, _need_text(args)),
             "stats": lambda: client.fact_stats(args.agent),
             "entity": lambda: client.entity_graph(args.agent, _need_text(args), depth=args.depth),
+            **{a: functools.partial(_settle, client, args) for a in SETTLE},
         }
         _print(calls[args.action]())
         return 0
@@ -148,6 +158,9 @@ def cmd_facts(args: argparse.Namespace) -> int:
             _print({"decision": res.decision, "fact": _fact_json(res.fact)})
         elif args.action == "forget":
             _print({"deleted": service.forget_fact(args.agent, _need_text(args), actor=Actor.CLI)})
+        elif args.action in SETTLE:  # a person's word on a shadow fact
+            settled = service.settle_fact(args.agent, _need_text(args), args.action, actor=Actor.CLI)
+            _print({"action": args.action, "fact": None if settled is None else _fact_json(settled)})
         elif args.action == "entity":
             g = service.entity_graph(args.agent, _need_text(args), depth=args.depth)
             _print({
@@ -228,9 +241,16 @@ def add_agent_commands(sub: Any, api_opts: Callable[[argparse.ArgumentParser], N
     api_opts(p)
     p.set_defaults(func=cmd_snapshots)
 
-    p = sub.add_parser("facts", help="an agent's facts: list, search, remember, forget, stats, entity")
-    p.add_argument("action", choices=["list", "search", "remember", "forget", "stats", "entity"])
-    p.add_argument("text", nargs="?", help="query (search), value (remember), fact id (forget) or entity name (entity)")
+    p = sub.add_parser(
+        "facts", help="an agent's facts: list, search, remember, forget, stats, entity; settle a shadow one"
+    )
+    p.add_argument(
+        "action", choices=["list", "search", "remember", "forget", "stats", "entity", "promote", "merge", "reject"]
+    )
+    p.add_argument(
+        "text", nargs="?",
+        help="query (search), value (remember), fact id (forget, promote, merge, reject) or entity name (entity)",
+    )  # fmt: skip
     p.add_argument("--agent", required=True)
     p.add_argument("--type", action="append", help="fact type (repeat to filter by several)")
     p.add_argument("--key", help="the fact's key (remember)")
