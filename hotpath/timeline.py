@@ -55,11 +55,11 @@ def marker(now: float, previous: float | None, mode: str) -> str:
 
 def day(at: datetime) -> str:
     """A date as people write it: 8 May 2023."""
-    return f"{at.day} {at:%b %Y}"
+    return f"{at.day} {at:%B %Y}"
 
 
 # Exactly the markers marker() writes, followed by the space that joins them to the content.
-_DAY = r"\d{1,2} \w{3} \d{4}"
+_DAY = r"\d{1,2} [A-Z][a-z]+ \d{4}"
 _LATER = r"\d+ \w+ later"
 _MARKER = re.compile(rf"^\[(?:\w{{3}} {_DAY}(?:, {_LATER})?|{_DAY} \d\d:\d\d|\d\d:\d\d, {_LATER})\] ")
 

@@ -32,6 +32,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,6 @@ from eval_context import CATEGORIES, Replay, play, start
 from eval_summary import content_words, hash_embed
 
 from vcm.eval.bench import add_data_flag, add_json_flag, data_path, share, write_json
-from vcm.prompt.layers import stamp
 from vcm.settings import load_settings
 
 LEVELS = ("hot", "built", "retrieval")
@@ -63,6 +63,12 @@ def present(answer: str, text: str) -> float:
     return len(wanted & content_words(text)) / len(wanted) if wanted else 0.0
 
 
+def day(ts: float) -> str:
+    """The baseline's own date format (as LoCoMo's answers write dates), whatever vcm renders."""
+    at = datetime.fromtimestamp(ts, UTC)
+    return f"{at.day} {at:%B %Y}"
+
+
 def texts(messages: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(str(m.get("content") or "") for m in messages)
 
@@ -79,7 +85,7 @@ class Baseline:
         turns = [run.turn_of[d] for m, d in run.dia_of.items() if m not in in_fifo]
         times = {d: run.deps.store.get_messages(run.agent, [m])[0].created_at for m, d in run.dia_of.items()
                  if m not in in_fifo}  # fmt: skip
-        self.lines = [f"[{stamp(times[t.dia_id])}] {t.speaker}: {t.text}" for t in turns]
+        self.lines = [f"[{day(times[t.dia_id])}] {t.speaker}: {t.text}" for t in turns]
         self.embed = embed
         self.vectors = np.asarray(embed([t.text for t in turns])) if turns else np.zeros((0, 1))
         self.count = run.deps.hot.counter(run.service.agent(run.agent).model)

@@ -26,7 +26,7 @@ def test_markers_where_the_day_changes_with_the_gap_when_long() -> None:
     assert marker(noon, noon - 5 * 3600, "day") == "[12:00, 5 hours later]"  # a pause within the day
     assert marker(noon + DAY, noon, "day") == "[Tue 9 May 2023]"  # the next day needs no gap
     assert marker(noon + 23 * DAY, noon, "day") == "[Wed 31 May 2023, 3 weeks later]"
-    assert marker(noon + 400 * DAY, noon, "day") == "[Tue 11 Jun 2024, 1 year later]"
+    assert marker(noon + 400 * DAY, noon, "day") == "[Tue 11 June 2024, 1 year later]"
     assert marker(noon, noon - 60, "message") == "[8 May 2023 12:00]"
     assert marker(noon, None, "off") == ""
     assert [span(s) for s in (60, 7200, 3 * DAY, 40 * DAY)] == ["1 hour", "2 hours", "3 days", "1 month"]

@@ -125,7 +125,7 @@ def stamp(ts: float) -> str:
     if ts <= 0:
         return ""
     at = datetime.fromtimestamp(ts, UTC)
-    return f"{at.day} {at:%b %Y}"
+    return f"{at.day} {at:%B %Y}"
 
 
 def place(hot: Sequence[dict[str, Any]], hot_layers: Sequence[str], injected: Sequence[Layer]) -> list[int]:
