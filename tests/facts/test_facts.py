@@ -269,9 +269,63 @@ def test_dedup_decides_unsure_only_between_the_thresholds() -> None:
     from vcm.store.types import Fact
 
     known = Fact("ann", "f1", "agent", "learned", RIVER)
-    band = {"word_overlap": 0.8, "embedding_similarity": 0.92, "unsure_overlap": 0.7, "unsure_similarity": 0.85}
-    assert dedup.decide(SEA, None, None, [known], **band).decision == "UNSURE"
-    assert dedup.decide(RIVER + ".", None, None, [known], **band).decision == "MATCH"
-    assert dedup.decide("Bob likes tea", None, None, [known], **band).decision == "NEW"
-    no_band = {"word_overlap": 0.8, "embedding_similarity": 0.92}
-    assert dedup.decide(SEA, None, None, [known], **no_band).decision == "NEW"
+
+    def band(value: str, unsure: bool = True) -> str:
+        low = (0.7, 0.85) if unsure else (None, None)
+        return dedup.decide(
+            value, None, None, [known], word_overlap=0.8, embedding_similarity=0.92,
+            unsure_overlap=low[0], unsure_similarity=low[1],
+        ).decision  # fmt: skip
+
+    assert band(SEA) == "UNSURE" and band(RIVER + ".") == "MATCH" and band("Bob likes tea") == "NEW"
+    assert band(SEA, unsure=False) == "NEW"
+
+
+def test_evidence_must_name_what_the_agent_holds_tool_calls_and_document_spans_included(
+    svc: MemoryService, store: MemoryStore
+) -> None:
+    from tests.store.factories import chunk
+
+    svc.append("ann", "tool", '{"ok": true}', tool_call_id="call_1")  # a tool result in the FIFO
+    store.ingest_archival([chunk("ann", "doc1", 0, [1.0, 0.0]), chunk("ann", "doc1", 1, [0.0, 1.0])])
+    ok: list[dict[str, object]] = [
+        {"kind": "tool_call", "id": "call_1"},
+        {"kind": "document", "id": "doc1", "span": [10, 150]},
+    ]
+    kept = svc.remember("ann", "The export job succeeded", type="learned", evidence=ok)
+    assert kept.decision == "NEW" and kept.fact.status == "active"
+    for bad in (
+        [{"kind": "tool_call", "id": "call_2"}],
+        [{"kind": "document", "id": "doc1", "span": [10, 500]}],  # past the document's end
+        [{"kind": "document", "id": "doc2"}],
+        [{"kind": "message", "id": "m99999"}],
+    ):
+        with pytest.raises(ValidationError):
+            svc.remember("ann", "Something else entirely", type="learned", evidence=bad)
+    assert [f.fact_id for f in svc.list_facts("ann")] == [kept.fact.fact_id]  # nothing else written
+
+
+def test_an_agent_fact_without_evidence_lands_shadow_and_the_setting_admits_shadow_into_prompts(
+    svc: MemoryService, store: MemoryStore, clock: Clock
+) -> None:
+    import fakeredis
+
+    from vcm.dispatch import RecordingDispatcher
+    from vcm.hotpath.state import HotState
+    from vcm.settings import load_settings
+
+    with pytest.raises(ValidationError):  # an agent's word needs evidence or an explicit source
+        svc.remember("ann", "The Porto office closes at 5", type="learned", actor="api:agent:ann")
+    said_so = svc.remember(
+        "ann", "The Porto office closes at 5", type="learned", actor="api:agent:ann", source="the user, by phone"
+    ).fact
+    sticky = svc.remember("ann", "Ann is vegetarian", type="sticky", actor="api:agent:ann", source="api").fact
+    assert said_so.status == "shadow" and sticky.status == "active"
+    svc.append("ann", "user", "When does the Porto office close?")
+    prompt = str(svc.build_context("ann", record_use=False).messages)
+    assert "closes at 5" not in prompt and "vegetarian" in prompt
+    settings = load_settings(environ={"VCM_FACTS__SHADOW_IN_PROMPTS": "true"})
+    hot = HotState(fakeredis.FakeRedis(decode_responses=True), settings, clock=clock)
+    admitting = MemoryService(hot, store, RecordingDispatcher(), embed=hash_embed, clock=clock)
+    shown = str(admitting.build_context("ann", record_use=False).messages)
+    assert "closes at 5" in shown and f"[fact {said_so.fact_id}, learned, shadow" in shown
