@@ -111,11 +111,11 @@ def _wait(check: Any, timeout_s: float, what: str) -> None:
 # Values that differ between any two runs however correct they are: times, the issued token,
 # opaque cursors (they carry a time and store row ids; following them is compared instead), and
 # BM25 scores (their statistics span every agent in the store; the order of hits does not move).
-VOLATILE = re.compile(r"(_at|^at|^ts|^time|^token|^created|^updated|^started|^ended|^duration|^score|cursor)$")
+VOLATILE = re.compile(r"(_at|^at|^ts|^time|^token|^created|^updated|^started|^ended|^duration(_ms)?|^score|cursor)$")
 # A recall note's id is derived from the agent and its idempotency key; a chain id is random.
 NOTE_ID = re.compile(r"\br[0-9a-f]{20}\b")
 CHAIN_ID = re.compile(r"\b[0-9a-f]{16}\b")
-DURATION = re.compile(r'"duration":[0-9.e-]+')
+DURATION = re.compile(r'"duration(_ms)?":[0-9.e-]+')
 
 
 def _normal(value: Any, agent: str) -> Any:
@@ -124,7 +124,7 @@ def _normal(value: Any, agent: str) -> Any:
     if isinstance(value, list):
         return [_normal(v, agent) for v in value]
     if isinstance(value, str):
-        value = DURATION.sub('"duration":0', value.replace(agent, "<agent>"))
+        value = DURATION.sub(r'"duration\1":0', value.replace(agent, "<agent>"))
         return CHAIN_ID.sub("<chain>", NOTE_ID.sub("<note>", value))
     return value
 
