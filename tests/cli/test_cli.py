@@ -242,6 +242,7 @@ def test_reembed_embeds_stored_messages_lacking_a_current_vector(tmp_path: Path)
     from vcm.store.types import StoredMessage
 
     store = open_store(f"sqlite:///{tmp_path}/vcm.db")
+    store.put_agent("re1", {"model": "vcm-demo-2k"})  # a re-embedding writes only for a known agent
     texts = ["Priya ran the Porto half marathon.", "", "Clara adopted a beagle named Biscuit.", "Nice!"]
     ids = [f"m{i}" for i in range(len(texts))]
     store.spool_messages([StoredMessage("re1", f"m{i}", i + 1, "user", t, 8, 1.7e9 + i) for i, t in enumerate(texts)])

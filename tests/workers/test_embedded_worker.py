@@ -254,6 +254,7 @@ def test_reembed_task_embeds_stored_messages_in_bounded_runs(cold: Cold, monkeyp
     store = cold.deps.store
     ids = [f"m{i:03d}" for i in range(11)]
     notes = [StoredMessage(agent, m, i + 1, "user", f"note {i} on the plan", 6, 1.7e9 + i) for i, m in enumerate(ids)]
+    store.put_agent(agent, {"model": MODEL})  # a re-embedding writes only for a known agent
     store.spool_messages(notes)
     version = WordVectorizer.version
     assert store.message_vector_ids(agent, ids, version) == set()
