@@ -188,9 +188,10 @@ def test_metrics_expose_every_family_and_move_after_a_scripted_session(session: 
     ).json()
     assert none["items"] == []
 
-    # facts: one sticky, one project fact later archived
+    # facts: one sticky, one project fact later archived (written by the operator: active at once;
+    # an agent's own write without evidence would land shadow, which archiving leaves alone)
     for value, type_ in (("Talker prefers email", "sticky"), ("Invoice run every Friday", "project")):
-        r = http.post("/v1/agents/talker/facts", json={"value": value, "type": type_}, headers=talk)
+        r = http.post("/v1/agents/talker/facts", json={"value": value, "type": type_}, headers=ADMIN)
         assert r.status_code in (200, 201), r.text
     archived = http.post("/v1/agents/talker/facts/archive", json={"types": ["project"]}, headers=talk).json()
     assert archived["archived"] >= 1  # ours, and any project fact extraction found in evicted turns
