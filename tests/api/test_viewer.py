@@ -49,6 +49,9 @@ def test_the_page_and_its_files_need_no_token_and_hold_no_data(client: TestClien
     assert r.status_code == 308 and r.headers["location"] == "viewer/"
     page = client.get("/viewer/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    # The page's own query string (which agent to show) is its script's: the API's refusal of
+    # unknown query parameters does not apply to it.
+    assert client.get("/viewer/", params={"agent": "bob"}).text == page.text
     csp = page.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
     assert page.headers["referrer-policy"] == "no-referrer"

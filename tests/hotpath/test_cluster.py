@@ -143,6 +143,8 @@ def _exercise_every_script(client: redis.Redis) -> None:
         hot.tokens.put(agent, digest("token-1"))
         hot.tokens.replace_if(agent, digest("token-1"), digest("token-2"))
         hot.append(agent, "user", "as the agent", token_sha256=digest("token-2"))  # the token-guarded append
+        # Another process's first append reads the agent's latest message time (its date marker).
+        HotState(client, settings).append(agent, "user", "from another process")
         snap = hot.snapshot(agent)  # rebuilt under another id, as vcm.durable rebuilds a lost agent
         image = AgentImage(snap.fifo, snap.blocks, snap.summary_text, snap.summary_tokens, 1, id_floor=1000)
         assert hot.restore(f"{agent}-copy", image, model=MODEL, system_prompt="be brief")

@@ -134,6 +134,8 @@ async def known_query(request: Request) -> None:
     route = request.scope.get("route")
     if not isinstance(route, APIRoute):
         return
+    if not route.include_in_schema and not route.path.startswith("/v1/"):
+        return  # a page (the memory viewer): its query string is for its script, not the server
     unknown = sorted(set(request.query_params) - _declared(route))
     if unknown:
         known = ", ".join(sorted(_declared(route))) or "none"
