@@ -24,9 +24,14 @@ import time
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+
+R = TypeVar("R")
+Y = TypeVar("Y")
+# Called after a failed attempt: raises the error on the last attempt, else sleeps its backoff.
+Retry = Callable[[int, "ChatError", float | None], None]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 BASE_URL_ENV = "OPENAI_BASE_URL"
@@ -107,6 +112,73 @@ def retry_after_s(response: httpx.Response) -> float | None:
     return max(0.0, seconds)
 
 
+def _transport_error(exc: httpx.TransportError) -> ChatError:
+    if isinstance(exc, httpx.TimeoutException):
+        return ChatError(f"the endpoint timed out ({type(exc).__name__})", retryable=True)
+    return ChatError(f"the endpoint could not be reached: {exc}", retryable=True)
+
+
+def _refusal(response: httpx.Response) -> tuple[ChatError, float | None]:
+    """The error an unsuccessful answer means (raised at once when retrying cannot help), and
+    how long the endpoint asked to wait."""
+    error = ChatError.answered(response)
+    if not error.retryable:
+        raise error
+    return error, retry_after_s(response)
+
+
+def post_retrying(
+    http: httpx.Client,
+    url: str,
+    body: Mapping[str, Any],
+    *,
+    attempts: int,
+    retry: Retry,
+    parse: Callable[[httpx.Response], R],
+    headers: Mapping[str, str] | None = None,
+) -> R:
+    """POST ``body`` until an attempt succeeds (``parse`` reads the answer) or ``retry`` gives up:
+    the one retry loop of both chat clients (OpenAI and Anthropic wire formats)."""
+    for attempt in range(attempts):
+        wait: float | None = None
+        try:
+            response = http.post(url, json=dict(body), headers=dict(headers or {}))
+        except httpx.TransportError as exc:
+            error = _transport_error(exc)
+        else:
+            if response.is_success:
+                return parse(response)
+            error, wait = _refusal(response)
+        retry(attempt, error, wait)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def stream_retrying(
+    http: httpx.Client,
+    url: str,
+    body: Mapping[str, Any],
+    *,
+    attempts: int,
+    retry: Retry,
+    read: Callable[[httpx.Response], Generator[Y, None, R]],
+    headers: Mapping[str, str] | None = None,
+) -> Generator[Y, None, R]:
+    """:func:`post_retrying` for a streamed answer: retried until its first byte, never after
+    (``read`` raises a stream cut off mid-answer, part of which was delivered)."""
+    for attempt in range(attempts):
+        wait: float | None = None
+        try:
+            with http.stream("POST", url, json=dict(body), headers=dict(headers or {})) as response:
+                if response.is_success:
+                    return (yield from read(response))
+                response.read()
+                error, wait = _refusal(response)
+        except httpx.TransportError as exc:
+            error = _transport_error(exc)
+        retry(attempt, error, wait)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def _event_data(lines: Iterator[str]) -> Iterator[str]:
     """The ``data:`` payloads of a server-sent event stream (comments and other fields skipped;
     a multi-line data field joined with newlines, as the SSE format says)."""
@@ -121,6 +193,13 @@ def _event_data(lines: Iterator[str]) -> Iterator[str]:
             buffer.append(line[5:].removeprefix(" "))
     if buffer:
         yield "\n".join(buffer)
+
+
+def _completion(response: httpx.Response) -> Completion:
+    try:
+        return parse_completion(response.json())
+    except ValueError:
+        raise ChatError("the endpoint's answer is not JSON", status=response.status_code) from None
 
 
 def parse_completion(data: Any) -> Completion:
@@ -243,30 +322,16 @@ class ChatClient:
         body: dict[str, Any] = {"model": model, "messages": list(messages), **options}
         if tools:
             body["tools"] = list(tools)
-        for attempt in range(self.max_retries + 1):
-            wait: float | None = None
-            try:
-                response = self._http.post(self.url, json=body)
-            except httpx.TimeoutException as exc:
-                error = ChatError(f"the endpoint timed out ({type(exc).__name__})", retryable=True)
-            except httpx.TransportError as exc:
-                error = ChatError(f"the endpoint could not be reached: {exc}", retryable=True)
-            else:
-                if response.is_success:
-                    try:
-                        return parse_completion(response.json())
-                    except ValueError:
-                        raise ChatError("the endpoint's answer is not JSON", status=response.status_code) from None
-                error = ChatError.answered(response)
-                if not error.retryable:
-                    raise error
-                wait = retry_after_s(response)
-            error.attempts = attempt + 1
-            if attempt == self.max_retries:
-                raise error
-            delay = backoff_s(attempt, self.backoff_base_s, self.backoff_max_s, self._rand)
-            self._sleep(min(self.retry_after_max_s, wait) if wait is not None else delay)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return post_retrying(
+            self._http, self.url, body, attempts=self.max_retries + 1, retry=self._retry, parse=_completion
+        )
+
+    def _retry(self, attempt: int, error: ChatError, wait: float | None) -> None:
+        error.attempts = attempt + 1
+        if attempt == self.max_retries:
+            raise error
+        delay = backoff_s(attempt, self.backoff_base_s, self.backoff_max_s, self._rand)
+        self._sleep(min(self.retry_after_max_s, wait) if wait is not None else delay)
 
     def stream(
         self,
@@ -280,27 +345,11 @@ class ChatClient:
         body: dict[str, Any] = {"model": model, "messages": list(messages), "stream": True, **options}
         if tools:
             body["tools"] = list(tools)
-        for attempt in range(self.max_retries + 1):
-            wait: float | None = None
-            try:
-                with self._http.stream("POST", self.url, json=body) as response:
-                    if response.is_success:
-                        return (yield from self._chunks(response))
-                    response.read()
-                    error = ChatError.answered(response)
-                    if not error.retryable:
-                        raise error
-                    wait = retry_after_s(response)
-            except httpx.TimeoutException as exc:
-                error = ChatError(f"the endpoint timed out ({type(exc).__name__})", retryable=True)
-            except httpx.TransportError as exc:
-                error = ChatError(f"the endpoint could not be reached: {exc}", retryable=True)
-            error.attempts = attempt + 1
-            if attempt == self.max_retries:
-                raise error
-            delay = backoff_s(attempt, self.backoff_base_s, self.backoff_max_s, self._rand)
-            self._sleep(min(self.retry_after_max_s, wait) if wait is not None else delay)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return (
+            yield from stream_retrying(
+                self._http, self.url, body, attempts=self.max_retries + 1, retry=self._retry, read=self._chunks
+            )
+        )
 
     @staticmethod
     def _chunks(response: httpx.Response) -> Generator[Mapping[str, Any], None, Completion]:

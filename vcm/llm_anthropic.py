@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from vcm.llm import ChatError, backoff_s, retry_after_s
+from vcm.llm import ChatError, backoff_s, post_retrying, stream_retrying
 
 
 def endpoint(base_url: str) -> str:
@@ -72,55 +72,22 @@ class MessagesClient:
         self._sleep(min(30.0, wait) if wait is not None else backoff_s(attempt, 0.5, 8.0, self._rand))
 
     def create(self, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> dict[str, Any]:
-        for attempt in range(self.max_retries + 1):
-            wait: float | None = None
-            try:
-                response = self._http.post(self.url, json=dict(body), headers=dict(headers or {}))
-            except httpx.TimeoutException as exc:
-                error = ChatError(f"the endpoint timed out ({type(exc).__name__})", retryable=True)
-            except httpx.TransportError as exc:
-                error = ChatError(f"the endpoint could not be reached: {exc}", retryable=True)
-            else:
-                if response.is_success:
-                    try:
-                        data = response.json()
-                    except ValueError:
-                        raise ChatError("the endpoint's answer is not JSON", status=response.status_code) from None
-                    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-                        raise ChatError("the endpoint's answer has no content list", status=response.status_code)
-                    return data
-                error = ChatError.answered(response)
-                if not error.retryable:
-                    raise error
-                wait = retry_after_s(response)
-            self._retry(attempt, error, wait)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return post_retrying(
+            self._http, self.url, body, attempts=self.max_retries + 1, retry=self._retry, parse=_message,
+            headers=headers,
+        )  # fmt: skip
 
     def stream(
         self, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> Generator[tuple[str, dict[str, Any]], None, None]:
         """Each event of a streamed answer as ``(event, data)``."""
-        payload = {**body, "stream": True}
-        for attempt in range(self.max_retries + 1):
-            wait: float | None = None
-            try:
-                with self._http.stream("POST", self.url, json=payload, headers=dict(headers or {})) as response:
-                    if response.is_success:
-                        yield from self._events(response)
-                        return
-                    response.read()
-                    error = ChatError.answered(response)
-                    if not error.retryable:
-                        raise error
-                    wait = retry_after_s(response)
-            except httpx.TimeoutException as exc:
-                error = ChatError(f"the endpoint timed out ({type(exc).__name__})", retryable=True)
-            except httpx.TransportError as exc:
-                error = ChatError(f"the endpoint could not be reached: {exc}", retryable=True)
-            self._retry(attempt, error, wait)
+        yield from stream_retrying(
+            self._http, self.url, {**body, "stream": True}, attempts=self.max_retries + 1, retry=self._retry,
+            read=self._events, headers=headers,
+        )  # fmt: skip
 
     @staticmethod
-    def _events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
+    def _events(response: httpx.Response) -> Generator[tuple[str, dict[str, Any]], None, None]:
         try:
             for name, data in events(response.iter_lines()):
                 try:
@@ -135,3 +102,13 @@ class MessagesClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _message(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        raise ChatError("the endpoint's answer is not JSON", status=response.status_code) from None
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise ChatError("the endpoint's answer has no content list", status=response.status_code)
+    return data

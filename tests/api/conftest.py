@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 from tests.doubles.dispatcher import InlineDispatcher
 from tests.doubles.embedder import split_embed
 from tests.doubles.ingester import ParagraphIngest
+from tests.doubles.llm import FakeLLM
 from vcm.api.app import ToolRunner, create_app
 from vcm.dispatch import RecordingDispatcher
 from vcm.hotpath.state import HotState
@@ -174,3 +175,18 @@ class LiveServer:
 def live(app: FastAPI) -> Iterator[LiveServer]:
     with LiveServer(app) as server:
         yield server
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeLLM]:
+    """A local OpenAI-compatible fake that records what it is sent (the chat and proxy suites)."""
+    server = FakeLLM([])
+    yield server
+    server.close()
+
+
+def upstream_settings(upstream: FakeLLM) -> Settings:
+    """The API's settings with chat pointed at ``upstream``, no retries. A suite that talks to the
+    fake binds it as its ``settings`` fixture: ``settings = pytest.fixture(upstream_settings, name="settings")``."""
+    s = api_settings()
+    return s.model_copy(update={"chat": s.chat.model_copy(update={"base_url": upstream.url, "max_retries": 0})})

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,11 +13,10 @@ import openai
 import pytest
 from fastapi import FastAPI
 
-from tests.api.conftest import ADMIN_TOKEN, LiveServer, api_settings, executor_for
+from tests.api.conftest import ADMIN_TOKEN, LiveServer, api_settings, executor_for, upstream_settings
 from tests.doubles.llm import Action, FakeLLM, answer, calls, status, streamed, streamed_calls
 from vcm.api.app import create_app
 from vcm.service import MemoryService
-from vcm.settings import Settings
 from vcm.tools.schemas import tool_schemas
 
 MODEL = "vcm-small-8k"
@@ -26,23 +24,7 @@ MODEL = "vcm-small-8k"
 pytestmark = pytest.mark.parametrize("redis_client", ["redis"], indirect=True)
 
 
-@pytest.fixture
-def upstream() -> Iterator[FakeLLM]:
-    server = FakeLLM([])
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def settings(upstream: FakeLLM) -> Settings:
-    s = api_settings()
-    return s.model_copy(update={"chat": s.chat.model_copy(update={"base_url": upstream.url, "max_retries": 0})})
-
-
-@pytest.fixture
-def live(app: FastAPI) -> Iterator[LiveServer]:
-    with LiveServer(app) as server:
-        yield server
+settings = pytest.fixture(upstream_settings, name="settings")
 
 
 def agent(live: LiveServer, agent_id: str = "ann", **body: Any) -> str:

@@ -13,7 +13,6 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from tests.api.conftest import ADMIN_TOKEN, LiveServer, api_settings
 from tests.api.test_chat import agent, said
@@ -38,12 +37,6 @@ def settings(upstream: FakeMessages) -> Settings:
     s = api_settings()
     chat = s.chat.model_copy(update={"anthropic_base_url": upstream.url, "max_retries": 0})
     return s.model_copy(update={"chat": chat})
-
-
-@pytest.fixture
-def live(app: FastAPI) -> Iterator[LiveServer]:
-    with LiveServer(app) as server:
-        yield server
 
 
 def sdk(live: LiveServer, token: str, **options: Any) -> anthropic.Anthropic:

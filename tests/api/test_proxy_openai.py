@@ -6,41 +6,22 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from fastapi import FastAPI
 
-from tests.api.conftest import LiveServer, api_settings
+from tests.api.conftest import LiveServer, upstream_settings
 from tests.api.test_chat import agent, said
 from tests.doubles.llm import Action, FakeLLM, answer, calls, streamed
 from vcm.api.proxy import keys_of, reconcile
 from vcm.service import MemoryService
-from vcm.settings import Settings
 
 pytestmark = pytest.mark.parametrize("redis_client", ["redis"], indirect=True)
 
 
-@pytest.fixture
-def upstream() -> Iterator[FakeLLM]:
-    server = FakeLLM([])
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def settings(upstream: FakeLLM) -> Settings:
-    s = api_settings()
-    return s.model_copy(update={"chat": s.chat.model_copy(update={"base_url": upstream.url, "max_retries": 0})})
-
-
-@pytest.fixture
-def live(app: FastAPI) -> Iterator[LiveServer]:
-    with LiveServer(app) as server:
-        yield server
+settings = pytest.fixture(upstream_settings, name="settings")
 
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
