@@ -20,6 +20,9 @@ class EventKind(StrEnum):
     AGENT_DELETED = "agent_deleted"
     AGENT_EXPORTED = "agent_exported"  # a portable export (vcm.service.portable)
     AGENT_IMPORTED = "agent_imported"  # a portable import's begun and done rows
+    AGENT_PRINCIPALS = "agent_principals"  # an agent's user or domain changed (vcm.service.principals)
+    PRINCIPAL_CREATED = "principal_created"  # a user or domain, under agent "*"
+    PRINCIPAL_DELETED = "principal_deleted"  # ... and its deletion, with what went
     RESET = "reset"
     FORGET = "forget"
     # The main context and the eviction protocol

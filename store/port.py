@@ -39,6 +39,7 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from vcm.store.principals import Principal
 from vcm.store.types import (
     AgentMemory,
     AgentRecord,
@@ -126,6 +127,29 @@ class MemoryStore(abc.ABC):
         one of them. One transaction, and only while the current summary's rev is still
         ``expected_rev`` (``RevConflict`` otherwise: an eviction committed meanwhile). A forget
         uses it so that no version keeps a forgotten message's words. Returns the current summary."""
+
+    # --- principals: users and domains, holders of shared memory (vcm.store.principals) ----------
+    @abc.abstractmethod
+    def put_principal(self, principal: Principal) -> Principal:
+        """Create a user or domain; an existing one is returned as it is (its incarnation kept)."""
+
+    @abc.abstractmethod
+    def get_principal(self, kind: str, name: str) -> Principal:
+        """Raise NotFound when absent."""
+
+    @abc.abstractmethod
+    def list_principals(self, kind: str) -> list[Principal]:
+        """Every principal of the kind, by name."""
+
+    @abc.abstractmethod
+    def delete_principal(self, kind: str, name: str) -> int:
+        """Remove the principal, every fact, state key and fact edge its holder id keys, and its
+        name from every agent record, in one transaction; a write to its memory fenced by its
+        incarnation fails after. Returns how many facts went; idempotent."""
+
+    @abc.abstractmethod
+    def set_agent_principals(self, agent_id: str, *, user_id: str | None, domain: str | None) -> AgentRecord:
+        """Name the agent's user and domain (None: none). NotFound for a missing agent or principal."""
 
     @abc.abstractmethod
     def delete_agent(self, agent_id: str) -> Forgotten:

@@ -260,6 +260,9 @@ class AgentRecord:
     created_at: float = 0.0
     updated_at: float = 0.0
     incarnation: str = ""
+    # The principals it belongs to (vcm.store.principals): whose shared memory it reads.
+    user_id: str | None = None
+    domain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -405,6 +408,9 @@ class FactQuery:
 
     limit: int = 100
     with_embeddings: bool = False  # query_facts: return embeddings too (dedup compares them)
+    # Holder ids (vcm.store.principals) read with the agent's own facts: its user's and domain's.
+    # Set by the service from the agent's record, never from a request.
+    holders: Sequence[str] = ()
 
 
 @dataclass(frozen=True)

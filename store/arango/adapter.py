@@ -67,6 +67,7 @@ from vcm.store.arango.idempotency import IdempotencyOps
 from vcm.store.arango.lifecycle import LifecycleOps
 from vcm.store.arango.maintenance import MaintenanceOps
 from vcm.store.arango.messages import MessageOps
+from vcm.store.arango.principals import PrincipalOps
 from vcm.store.arango.recall_ops import RecallOps
 from vcm.store.arango.schema import Schema, bootstrap, load_schema
 from vcm.store.arango.snapshots import Snapshots
@@ -82,6 +83,7 @@ class ArangoStore(
     AgentOps,
     SummaryOps,
     FactOps,
+    PrincipalOps,
     LifecycleOps,
     CoreMemoryOps,
     MessageOps,

@@ -35,7 +35,7 @@ def agent_key(agent_id: str) -> str:
     return fence_key(agent_id)
 
 
-def _record(d: Mapping[str, Any]) -> AgentRecord:
+def record(d: Mapping[str, Any]) -> AgentRecord:
     return AgentRecord(
         agent_id=d["agent_id"],
         config=d.get("config") or {},
@@ -44,6 +44,8 @@ def _record(d: Mapping[str, Any]) -> AgentRecord:
         created_at=float(d.get("created_at", 0.0)),
         updated_at=float(d.get("updated_at", 0.0)),
         incarnation=str(d.get("incarnation") or ""),
+        user_id=d.get("user_id"),
+        domain=d.get("domain"),
     )
 
 
@@ -80,21 +82,21 @@ class AgentOps(ArangoBase):
                     "incarnation": incarnation,
                 }
                 core.insert(doc)
-                return _record(doc)
+                return record(doc)
             if current.get("config") != dict(config):
                 current = {**current, "config": dict(config), "updated_at": now}
                 core.update({"_key": key, "config": dict(config), "updated_at": now}, merge=False)
-            return _record(current)
+            return record(current)
 
     def get_agent(self, agent_id: str) -> AgentRecord:
         validation.identifier("agent_id", agent_id)
         doc = self._get(self._ro, names.CORE, agent_key(agent_id), "get_agent")
         if doc is None:
             raise _unknown(agent_id)
-        return _record(doc)
+        return record(doc)
 
     def list_agents(self) -> list[AgentRecord]:
-        return [_record(d) for d in self._run(self._ro, aql_agents.list_agents(), "list_agents")]
+        return [record(d) for d in self._run(self._ro, aql_agents.list_agents(), "list_agents")]
 
     def set_agent_token(self, agent_id: str, token_sha256: str | None) -> None:
         validation.identifier("agent_id", agent_id)

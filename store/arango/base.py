@@ -20,6 +20,7 @@ from vcm.errors import AgentFenced, VcmError
 from vcm.store import semantics
 from vcm.store.arango import keys
 from vcm.store.arango.aql import agents as aql_agents
+from vcm.store.arango.aql import principals as aql_principals
 from vcm.store.arango.aql.common import AqlQuery
 from vcm.store.arango.client import Connection
 from vcm.store.arango.errors import is_driver_failure, translate, translated
@@ -128,6 +129,13 @@ class ArangoBase(MemoryStore):
                     f"agent {agent_id!r} was deleted or re-created since this work began; nothing written",
                     agent_id=agent_id,
                 )
+
+    def _fence_holder(self, txn: Any, holder: str, incarnation: str | None, operation: str) -> None:
+        """The fence of a write to a principal's shared memory (the transaction writes
+        ``core_memory``): its record must still exist, holding ``incarnation`` when given. See
+        :func:`vcm.store.arango.aql.principals.fence_holder`."""
+        if not self._run(txn, aql_principals.fence_holder(fence_key(holder), incarnation, self._clock()), operation):
+            raise AgentFenced(f"{holder!r} was deleted or re-created; nothing written", agent_id=holder)
 
     def _fenced_run(
         self,

@@ -15,6 +15,7 @@ from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.aql import facts as aql_facts
 from vcm.store.arango.base import ArangoBase
 from vcm.store.arango.lifecycle import count_of
+from vcm.store.principals import is_holder
 from vcm.store.types import FACT_EDGE_KINDS, AgentMemory, Edge, Fact, FactHit, FactQuery, StateEntry, fact_node
 
 
@@ -85,7 +86,7 @@ def fact_from_doc(d: Mapping[str, Any], *, with_embedding: bool = False) -> Fact
 def _query(agent_id: str, q: FactQuery, limit: int, with_embedding: bool) -> aql_common.AqlQuery:
     return aql_facts.query_facts(
         agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.ranges(), limit, with_embedding,
-        unsure=q.unsure,
+        unsure=q.unsure, holders=[validation.identifier("holder", h) for h in q.holders],
     )  # fmt: skip
 
 
@@ -101,9 +102,13 @@ class FactOps(ArangoBase):
 
     def put_fact(self, fact: Fact, expected_version: int | None, *, incarnation: str | None = None) -> Fact:
         validation.fact(fact)
-        write = (names.FACTS,) if incarnation is None else (names.FACTS, names.CORE)
+        shared = is_holder(fact.agent_id)  # a principal's memory: fenced by its record, always
+        write = (names.FACTS,) if incarnation is None and not shared else (names.FACTS, names.CORE)
         with self._transaction(write, "put_fact") as txn:
-            self._fence(txn, (fact.agent_id,), incarnation, "put_fact")
+            if shared:
+                self._fence_holder(txn, fact.agent_id, incarnation, "put_fact")
+            else:
+                self._fence(txn, (fact.agent_id,), incarnation, "put_fact")
             facts = txn.collection(names.FACTS)
             current = facts.get(fact_key(fact.agent_id, fact.fact_id))
             current_version = None if current is None else int(current.get("version", 1))

@@ -64,6 +64,7 @@ from vcm.store.embedded.lifecycle import LifecycleOps
 from vcm.store.embedded.maintenance import MaintenanceOps
 from vcm.store.embedded.messageindex import MessageVectorIndexes
 from vcm.store.embedded.messages import MessageOps
+from vcm.store.embedded.principals import PrincipalOps
 from vcm.store.embedded.recall import RecallRanker
 from vcm.store.embedded.recall_ops import RecallOps
 from vcm.store.embedded.schema import META_CURSOR_SECRET, META_TEXT_GEN, META_TEXT_HWM
@@ -79,6 +80,7 @@ class EmbeddedStore(
     AgentOps,
     SummaryOps,
     FactOps,
+    PrincipalOps,
     AgentSnapshotOps,
     LifecycleOps,
     CoreMemoryOps,

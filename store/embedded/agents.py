@@ -28,10 +28,10 @@ from vcm.store.types import (
     summary_node,
 )
 
-_AGENT_COLUMNS = "agent_id, config, token_sha256, id_floor, created_at, updated_at, incarnation"
+AGENT_COLUMNS = "agent_id, config, token_sha256, id_floor, created_at, updated_at, incarnation, user_id, domain"
 
 
-def _record(row: sqlite3.Row) -> AgentRecord:
+def agent_record(row: sqlite3.Row) -> AgentRecord:
     return AgentRecord(
         agent_id=row["agent_id"],
         config=json.loads(row["config"]),
@@ -40,6 +40,8 @@ def _record(row: sqlite3.Row) -> AgentRecord:
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
         incarnation=row["incarnation"] or "",
+        user_id=row["user_id"],
+        domain=row["domain"],
     )
 
 
@@ -62,20 +64,19 @@ class AgentOps(EmbeddedBase):
                 "WHERE agents.config != excluded.config",
                 (agent_id, text, now, now, incarnation),
             )
-            row = conn.execute(f"SELECT {_AGENT_COLUMNS} FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
-        return _record(row)
+            row = conn.execute(f"SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
+        return agent_record(row)
 
     def get_agent(self, agent_id: str) -> AgentRecord:
         validation.identifier("agent_id", agent_id)
-        found = self._db.query("read an agent", f"SELECT {_AGENT_COLUMNS} FROM agents WHERE agent_id = ?", (agent_id,))
+        found = self._db.query("read an agent", f"SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = ?", (agent_id,))
         if not found:
             raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
-        return _record(found[0])
+        return agent_record(found[0])
 
     def list_agents(self) -> list[AgentRecord]:
-        return [
-            _record(r) for r in self._db.query("list agents", f"SELECT {_AGENT_COLUMNS} FROM agents ORDER BY agent_id")
-        ]
+        found = self._db.query("list agents", f"SELECT {AGENT_COLUMNS} FROM agents ORDER BY agent_id")
+        return [agent_record(r) for r in found]
 
     def set_agent_token(self, agent_id: str, token_sha256: str | None) -> None:
         validation.identifier("agent_id", agent_id)

@@ -16,6 +16,8 @@ from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase, fence
 from vcm.store.embedded.db import chunked
 from vcm.store.embedded.graph import delete_node_edges
+from vcm.store.embedded.holders import fence_holder
+from vcm.store.principals import is_holder
 from vcm.store.types import (
     FACT_EDGE_KINDS,
     AgentMemory,
@@ -67,8 +69,10 @@ def _fact(row: sqlite3.Row, embedding: bytes | None = None) -> Fact:
 
 
 def _where(agent_id: str, q: FactQuery) -> tuple[str, list[Any]]:
-    clauses: list[str] = ["agent_id = ?"]
-    params: list[Any] = [agent_id]
+    # The agent's own facts, and those of the holders (its user's, its domain's) the service names.
+    owners = list(dict.fromkeys([agent_id, *(validation.identifier("holder", h) for h in q.holders)]))
+    clauses: list[str] = [f"agent_id IN ({','.join('?' * len(owners))})"]
+    params: list[Any] = list(owners)
     if q.scope is not None:
         clauses.append("scope = ?")
         params.append(q.scope)
@@ -105,7 +109,10 @@ class FactOps(EmbeddedBase):
     def put_fact(self, fact: Fact, expected_version: int | None, *, incarnation: str | None = None) -> Fact:
         validation.fact(fact)
         with self._db.write("write a fact") as conn:
-            fence(conn, (fact.agent_id,), incarnation)
+            if is_holder(fact.agent_id):  # shared memory: its principal must still be there
+                fence_holder(conn, fact.agent_id, incarnation)
+            else:
+                fence(conn, (fact.agent_id,), incarnation)
             current = conn.execute(
                 "SELECT version FROM facts WHERE agent_id = ? AND fact_id = ?", (fact.agent_id, fact.fact_id)
             ).fetchone()

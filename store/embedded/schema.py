@@ -15,7 +15,9 @@ import sqlite3
 
 from vcm.errors import StoreUnavailable
 
-SCHEMA_VERSION = 1
+# 2: users and domains (principals), agents.user_id / agents.domain; shared facts keyed by the
+# principal's holder id (vcm.store.principals). A version-1 database is upgraded on open.
+SCHEMA_VERSION = 2
 
 # Pragmas that hold per connection (journal_mode=WAL is persistent and set once at creation).
 CONNECTION_PRAGMAS = (
@@ -187,7 +189,18 @@ CREATE TABLE IF NOT EXISTS agents (
     id_floor     INTEGER NOT NULL DEFAULT 0,
     created_at   REAL NOT NULL,
     updated_at   REAL NOT NULL,
-    incarnation  TEXT                   -- chosen at creation; NULL: made before incarnations
+    incarnation  TEXT,                  -- chosen at creation; NULL: made before incarnations
+    user_id      TEXT,                  -- its user (principals), NULL: none
+    domain       TEXT                   -- its domain (principals), NULL: none
+) WITHOUT ROWID;
+-- Users and domains (vcm.store.principals): their shared facts are keyed by 'kind:name' where an
+-- agent's own are keyed by the agent id.
+CREATE TABLE IF NOT EXISTS principals (
+    kind        TEXT NOT NULL,          -- user | domain
+    name        TEXT NOT NULL,
+    incarnation TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (kind, name)
 ) WITHOUT ROWID;
 -- Every summary commit_eviction installed (the current one is also core_memory's summary row).
 CREATE TABLE IF NOT EXISTS summary_versions (
@@ -299,6 +312,12 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
             META_TEXT_TERMS: "0",
         }
         conn.executemany("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", list(seeds.items()))
+        # An older database was upgraded above (ADDED_COLUMNS, new tables): it says so now, and an
+        # older vcm, which would not know its shared memory, refuses it from here on.
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = ? AND CAST(value AS INTEGER) < ?",
+            (str(SCHEMA_VERSION), META_SCHEMA_VERSION, SCHEMA_VERSION),
+        )
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -313,9 +332,13 @@ ADDED_COLUMNS = (
     ("facts", "duplicate_of", "TEXT"),
     ("idempotency", "expires_at", "REAL"),
     ("agents", "incarnation", "TEXT"),
+    ("agents", "user_id", "TEXT"),
+    ("agents", "domain", "TEXT"),
 )
 # Indexes over added columns, created once the columns exist.
 ADDED_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS agents_user ON agents (user_id) WHERE user_id IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS agents_domain ON agents (domain) WHERE domain IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at) WHERE expires_at IS NOT NULL",
 )
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from vcm.errors import VcmError
 from vcm.obs import metrics
 from vcm.store.port import MemoryStore
+from vcm.store.principals import Principal
 from vcm.store.types import (
     AgentMemory,
     AgentRecord,
@@ -80,6 +81,23 @@ class MeteredStore(MemoryStore):
 
     def list_agents(self) -> list[AgentRecord]:
         return self._call("list_agents", self.inner.list_agents)
+
+    def put_principal(self, principal: Principal) -> Principal:
+        return self._call("put_principal", self.inner.put_principal, principal)
+
+    def get_principal(self, kind: str, name: str) -> Principal:
+        return self._call("get_principal", self.inner.get_principal, kind, name)
+
+    def list_principals(self, kind: str) -> list[Principal]:
+        return self._call("list_principals", self.inner.list_principals, kind)
+
+    def delete_principal(self, kind: str, name: str) -> int:
+        return self._call("delete_principal", self.inner.delete_principal, kind, name)
+
+    def set_agent_principals(self, agent_id: str, *, user_id: str | None, domain: str | None) -> AgentRecord:
+        return self._call(
+            "set_agent_principals", self.inner.set_agent_principals, agent_id, user_id=user_id, domain=domain
+        )
 
     def set_agent_token(self, agent_id: str, token_sha256: str | None) -> None:
         self._call("set_agent_token", self.inner.set_agent_token, agent_id, token_sha256)
@@ -283,6 +301,8 @@ class MeteredStore(MemoryStore):
             embedding_version=embedding_version,
         )
         metrics.recall_search(mode, time.perf_counter() - started, len(page.items))
+        if page.stats is not None and page.stats.partial:
+            metrics.recall_partial(mode, page.stats.unindexed)
         return page
 
     # --- archival ------------------------------------------------------------------------------

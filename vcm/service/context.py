@@ -40,6 +40,7 @@ from vcm.service.injections import Injections
 from vcm.service.messages import Messages
 from vcm.service.search import Search
 from vcm.service.state import StateKeys
+from vcm.store.principals import is_holder
 from vcm.store.types import Fact, FactHit, FactQuery
 from vcm.types import Gauges
 
@@ -175,7 +176,7 @@ class ContextBuilder:
                   "risk_flags": "Risk"}  # fmt: skip
         for section, label in labels.items():
             for i in ws.sections.get(section, []):
-                items.append(prompt.Item(f"{label}: {i.fact.value} [fact {i.fact.fact_id}]", _fact_source(i.fact)))
+                items.append(prompt.Item(f"{label}: {i.fact.value} [{_ref(i.fact)}]", _fact_source(i.fact)))
                 facts[i.fact.fact_id] = i.fact
                 build.shown.add(i.fact.fact_id)
         entities = [i.fact for i in ws.sections.get("entities", [])]
@@ -196,7 +197,7 @@ class ContextBuilder:
         query = FactQuery(types=["sticky"], statuses=["active"], limit=100)
         facts = [f for f in self.facts.list_facts(build.agent_id, query) if f.fact_id not in build.shown]
         facts.sort(key=lambda f: (-f.importance, -f.updated_at))
-        layer = prompt.fit("sticky", [prompt.Item(f"- {f.value} [fact {f.fact_id}]", _fact_source(f)) for f in facts],
+        layer = prompt.fit("sticky", [prompt.Item(f"- {f.value} [{_ref(f)}]", _fact_source(f)) for f in facts],
                            budget, build.count)  # fmt: skip
         build.shown.update(str(s["id"]) for s in (layer.sources if layer else ()))
         return layer
@@ -216,7 +217,7 @@ class ContextBuilder:
                 status = "" if f.status == "active" else f", {f.status}"
                 # When it was last written or confirmed, as recalled messages say when they were said.
                 when = f", {prompt.stamp(f.updated_at)}" if f.updated_at > 0 else ""
-                items.append(prompt.Item(f"- [fact {f.fact_id}, {f.type}{status}{when}] {f.value}", _fact_source(f)))
+                items.append(prompt.Item(f"- [{_ref(f)}, {f.type}{status}{when}] {f.value}", _fact_source(f)))
                 facts[f.fact_id] = f
                 if len(items) >= cfg.memory_facts:
                     break
@@ -296,7 +297,14 @@ def _latest_user_text(hot: AssembledContext) -> str:
 
 
 def _fact_source(f: Fact) -> dict[str, Any]:
-    return {"kind": "fact", "id": f.fact_id}
+    shared = is_holder(f.agent_id)  # a user's or domain's fact: the source says whose
+    return {"kind": "fact", "id": f.fact_id, **({"scope": f.scope} if shared else {})}
+
+
+def _ref(f: Fact) -> str:
+    """How a fact is named in the prompt: its id, and its scope when the agent shares it with
+    its user's or domain's other agents (``[fact f1, user]``)."""
+    return f"fact {f.fact_id}, {f.scope}" if is_holder(f.agent_id) else f"fact {f.fact_id}"
 
 
 def _json(value: Any) -> str:

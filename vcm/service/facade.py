@@ -47,6 +47,7 @@ from vcm.service.lifecycle import Lifecycle
 from vcm.service.maintenance import Maintenance, MaintenanceJobs
 from vcm.service.messages import Messages
 from vcm.service.portable import Portable
+from vcm.service.principals import Principals
 from vcm.service.redaction import SummaryRedaction, SummaryRewriter
 from vcm.service.replicas import Replicas
 from vcm.service.search import Search
@@ -73,7 +74,8 @@ class MemoryService:
     ) -> None:
         self.core = core = Core(hot, store, dispatcher, embed=embed, recall_version=recall_version, clock=clock)
         # --- the parts; a part that needs another takes it explicitly --------------------------------
-        self.facts = Facts(core)
+        self.principals = Principals(core)
+        self.facts = Facts(core, self.principals)
         self.state = StateKeys(core)
         self.registry = Agents(core, self.facts, self.state)
         self.tokens = Tokens(core, self.registry)
@@ -113,6 +115,13 @@ class MemoryService:
         self.events = self.registry.events
         self.record_event = self.registry.record_event
         self.turn = self.registry.turn
+        # users and domains: the principals whose memory their agents share (admin operations)
+        self.create_principal = self.principals.create_principal
+        self.list_principals = self.principals.list_principals
+        self.get_principal = self.principals.get_principal
+        self.delete_principal = self.principals.delete_principal
+        self.set_agent_principals = self.principals.set_agent_principals
+        self.agent_principals = self.principals.agent_principals
         # agent tokens: issued here, checked by the entry points that receive them (vcm.api.auth)
         self.create_agent_with_token = self.tokens.create_agent_with_token
         self.issue_token = self.tokens.issue_token

@@ -25,6 +25,7 @@ from vcm.errors import Conflict, NotFound, ValidationError
 from vcm.facts import dedup, guard
 from vcm.service import fact_input
 from vcm.store import validation as store_validation
+from vcm.store.principals import is_holder
 from vcm.store.types import Fact, FactQuery
 
 if TYPE_CHECKING:
@@ -37,8 +38,19 @@ SUPPORT = 0.6
 
 
 def consolidate(facts: Facts, agent_id: str, actor: str) -> dict[str, int]:
+    """The agent's shadow facts, then its user's and its domain's, each against the active facts
+    of its own scope (a shared fact's evidence names the agent that wrote it)."""
     core = facts.core
     core.agent(agent_id)
+    totals = dict.fromkeys(("promoted", "kept_shadow", "contradicted", "merged"), 0)
+    for holder in (agent_id, *facts.principals.holders(agent_id).values()):
+        for name, n in _consolidate(facts, holder, actor).items():
+            totals[name] += n
+    return totals
+
+
+def _consolidate(facts: Facts, agent_id: str, actor: str) -> dict[str, int]:
+    core = facts.core
     promoted = kept = contradicted = merged = 0
     shadows = core.store.query_facts(agent_id, FactQuery(statuses=["shadow"], limit=1000))
     for f in shadows:
@@ -79,7 +91,7 @@ def settle(facts: Facts, agent_id: str, fact_id: str, action: str, actor: str) -
     core.agent(agent_id)
     if action not in SETTLE_ACTIONS:
         raise ValidationError(f"action must be one of {', '.join(SETTLE_ACTIONS)}", field="action")
-    fact = core.store.get_fact(agent_id, store_validation.identifier("fact_id", fact_id))
+    fact = facts.find(agent_id, store_validation.identifier("fact_id", fact_id))  # its own, or shared
     if fact.status != "shadow":
         raise Conflict(f"fact {fact_id!r} is {fact.status}: only a shadow fact is settled", status=fact.status)
     if action == "promote":
@@ -107,16 +119,15 @@ def merge(facts: Facts, candidate: Fact, target: Fact, actor: str) -> Fact:
     stored = facts.put_fact(joined, target.version)
     facts.record_decision(target.agent_id, "MERGED", stored, actor, candidate=candidate.fact_id)
     facts.link(stored, candidate.evidence, actor)
-    facts.forget_fact(candidate.agent_id, candidate.fact_id, actor=actor)
+    facts.drop(candidate, actor)
     return stored
 
 
 def supported(facts: Facts, agent_id: str, fact: Fact, evidence: Sequence[Any]) -> bool:
     """The replay test: the messages ``evidence`` points at hold most of the fact's words."""
-    ids = [str(e["id"]) for e in evidence if e.get("kind") == "message"]
-    if not ids:
+    text = _evidence_text(facts, agent_id, evidence)
+    if text is None:
         return False
-    text = " ".join(m.content for m in facts.core.store.get_messages(agent_id, ids))
     words = dedup.word_set(fact.value.split(": ", 1)[-1])
     return bool(words) and len(words & dedup.word_set(text)) / len(words) >= SUPPORT
 
@@ -125,11 +136,22 @@ def _repeats(facts: Facts, candidate: Fact, target: Fact) -> bool:
     """The candidate says nothing its target's evidence does not: every word the candidate has
     and the target lacks is in the messages the target's evidence points at."""
     novel = dedup.word_set(candidate.value.split(": ", 1)[-1]) - dedup.word_set(target.value.split(": ", 1)[-1])
-    ids = [str(e["id"]) for e in target.evidence if e.get("kind") == "message"]
-    if not ids:
-        return False
-    text = " ".join(m.content for m in facts.core.store.get_messages(target.agent_id, ids))
-    return novel <= dedup.word_set(text)
+    text = _evidence_text(facts, target.agent_id, target.evidence)
+    return text is not None and novel <= dedup.word_set(text)
+
+
+def _evidence_text(facts: Facts, holder: str, evidence: Sequence[Any]) -> str | None:
+    """The words of the messages ``evidence`` points at (None: it points at none). A pointer of
+    a shared fact names the agent whose message it is; an agent's own names none."""
+    by_agent: dict[str, list[str]] = {}
+    for e in evidence:
+        if e.get("kind") == "message":
+            by_agent.setdefault(str(e.get("agent_id") or holder), []).append(str(e["id"]))
+    if not by_agent:
+        return None
+    found = [m.content for agent, ids in by_agent.items() if not is_holder(agent)
+             for m in facts.core.store.get_messages(agent, ids)]  # fmt: skip
+    return " ".join(found)
 
 
 def _target(facts: Facts, fact: Fact) -> Fact | None:

@@ -31,15 +31,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from vcm.errors import NotFound, ValidationError
+from vcm.errors import NotFound, Unauthorized, ValidationError
 from vcm.facts import dedup, entities, working_set
 from vcm.facts.working_set import WorkingSet
 from vcm.obs import metrics
 from vcm.service import fact_evidence, fact_input, fact_review
 from vcm.service.core import Core
 from vcm.service.fact_input import RememberResult
+from vcm.service.principals import Principals
 from vcm.store import validation as store_validation
 from vcm.store.audit_names import Actor, EventKind
+from vcm.store.principals import is_holder
 from vcm.store.types import Edge, Fact, FactHit, FactQuery, fact_node, message_node
 
 # The statuses a listing shows when it names none: the facts that are the agent's memory now
@@ -54,8 +56,10 @@ class Facts:
     archive_facts, fact_stats, working_set, consolidate, settle_fact; and the use and write of a fact that
     the other parts share (:meth:`use`, :meth:`put_fact`)."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, principals: Principals) -> None:
         self.core = core
+        # Whose shared memory an agent reads and where its user/domain facts live.
+        self.principals = principals
 
     def remember(
         self,
@@ -93,6 +97,7 @@ class Facts:
             raise ValidationError(f"scope must be one of {', '.join(fact_input.SCOPES)}", field="scope")
         if status not in ("active", "shadow"):
             raise ValidationError("a new fact is active or shadow", field="status")
+        holder = self.principals.holder(agent_id, scope)  # the agent, or its user or domain
         if type == "entity":  # the key is the name itself, folded: one entity, one fact
             key = entities.canonical(key if key is not None else value)
         elif type == "relation":
@@ -117,6 +122,12 @@ class Facts:
             or (type in dedup.IDENTITY_TYPES and fact_input.online(actor))
         ):
             status = "shadow"  # unconfirmed, or structure written online: promotion decides
+        if holder != agent_id and not admitted and not fact_input.operator(actor):
+            # Seed 002: what one agent heard becomes what every agent of its user or domain
+            # believes only through promotion, never by being written.
+            status = "shadow"
+        if holder != agent_id:  # the pointers name this agent's messages: say whose
+            pointers = [{**p, "agent_id": agent_id} for p in pointers]
         imp, conf = fact_input.unit("importance", importance), fact_input.unit("confidence", confidence)
         now = self.core.clock()
         expires_at = fact_input.expiry(self.core.settings.facts.types, type, ttl_s, now)
@@ -125,7 +136,7 @@ class Facts:
         provenance = fact_evidence.provenance(self.core.settings, actor, said, pointers, overridden)
         request = {
             "value_sha256": hashlib.sha256(value.encode()).hexdigest(),
-            "type": type, "scope": scope, "key": key, "evidence": pointers, "status": status,
+            "type": type, "scope": scope, "key": key, "evidence": pointers, "status": status, "holder": holder,
         }  # fmt: skip
         fact_id = "f" + uuid.uuid4().hex[:20]
         replayed = False
@@ -134,7 +145,7 @@ class Facts:
             fact_id = str(claimed["fact_id"])
             if replayed:
                 try:
-                    return RememberResult("REPLAYED", self.core.store.get_fact(agent_id, fact_id), replayed=True)
+                    return RememberResult("REPLAYED", self.core.store.get_fact(holder, fact_id), replayed=True)
                 except NotFound:
                     pass  # the first attempt died before writing: write it now
         identity = type in dedup.IDENTITY_TYPES
@@ -142,7 +153,7 @@ class Facts:
         # model call an embedding costs buys nothing there.
         embedding = None if type == "entity" else self.core.embedding(value)
         candidates = self.core.store.query_facts(
-            agent_id,
+            holder,  # dedup and conflicts: within the scope's own memory
             FactQuery(scope=scope, types=[type], key=key, statuses=LIVE, limit=10)
             if identity  # one key, one fact: however many entities the agent knows
             else FactQuery(scope=scope, types=[type], statuses=LIVE, limit=1000, with_embeddings=True),
@@ -177,7 +188,7 @@ class Facts:
             self.link(stored, pointers, actor)
             return RememberResult("MATCH", stored, replayed=replayed)
         fact = Fact(
-            agent_id=agent_id, fact_id=fact_id, scope=scope, type=type, value=value, key=key, category=category,
+            agent_id=holder, fact_id=fact_id, scope=scope, type=type, value=value, key=key, category=category,
             tags=tuple(tags), importance=imp, confidence=conf, evidence=tuple(pointers), status=status,
             conflict_with=tuple(f.fact_id for f in outcome.conflicting), created_at=now, updated_at=now,
             expires_at=expires_at, lifetime_s=lifetime, embedding=embedding,
@@ -207,7 +218,9 @@ class Facts:
         """The live facts of a key (more than one: a conflict); their use is recorded."""
         self.core.agent(agent_id)
         store_validation.identifier("key", key)
-        found = self.core.store.query_facts(agent_id, FactQuery(scope=scope, types=[type] if type else None, key=key))
+        found = self.core.store.query_facts(
+            agent_id, self.scoped(agent_id, FactQuery(scope=scope, types=[type] if type else None, key=key))
+        )
         self.use(agent_id, found)
         return found
 
@@ -223,7 +236,10 @@ class Facts:
         if not isinstance(query, str) or len(query) > 4000:
             raise ValidationError("query must be a string of at most 4000 characters", field="query")
         return self.core.store.search_facts(
-            agent_id, query, self.core.embedding(query) if query.strip() else None, filters or FactQuery(limit=10)
+            agent_id,
+            query,
+            self.core.embedding(query) if query.strip() else None,
+            self.scoped(agent_id, filters or FactQuery(limit=10)),
         )
 
     def list_facts(self, agent_id: str, filters: FactQuery | None = None) -> list[Fact]:
@@ -233,19 +249,49 @@ class Facts:
         query = filters or FactQuery(statuses=LIVE)
         if not query.statuses:
             query = replace(query, statuses=LIVE)
-        return self.core.store.query_facts(agent_id, query)
+        return self.core.store.query_facts(agent_id, self.scoped(agent_id, query))
 
     def get_fact(self, agent_id: str, fact_id: str) -> Fact:
+        """The agent's own fact, or one of its user's or domain's; any other answers NOT_FOUND
+        exactly as a missing one does."""
         self.core.agent(agent_id)
-        return self.core.store.get_fact(agent_id, fact_id)
+        return self.find(agent_id, fact_id)
+
+    def find(self, agent_id: str, fact_id: str) -> Fact:
+        try:
+            return self.core.store.get_fact(agent_id, fact_id)
+        except NotFound as missing:
+            for holder in self.principals.holders(agent_id).values():
+                try:
+                    return self.core.store.get_fact(holder, fact_id)
+                except NotFound:
+                    continue
+            raise missing from None  # the agent's own answer: nothing says where else it looked
+
+    def scoped(self, agent_id: str, query: FactQuery) -> FactQuery:
+        """A read of the agent's facts made to include its user's and domain's (its record's now;
+        whatever a caller put in ``holders`` is replaced)."""
+        return replace(query, holders=tuple(self.principals.holders(agent_id).values()))
 
     def forget_fact(self, agent_id: str, fact_id: str, *, actor: str = Actor.SYSTEM) -> bool:
+        """Delete one of the agent's facts; a user's or domain's fact only by the operator (what
+        every agent of it believes is not one agent's to drop)."""
         self.core.agent(agent_id)
         store_validation.identifier("fact_id", fact_id)
-        removed = self.core.store.delete_facts(agent_id, [fact_id]) > 0
+        holder = agent_id
+        try:
+            found = self.find(agent_id, fact_id)
+        except NotFound:
+            found = None
+        if found is not None and found.agent_id != agent_id:
+            if not fact_input.operator(actor):
+                raise Unauthorized(f"fact {fact_id!r} is {found.scope} memory: only the operator forgets it")
+            holder = found.agent_id
+        removed = self.core.store.delete_facts(holder, [fact_id]) > 0
         if removed:
-            self.core.changed(agent_id, "fact", fact_id, None, "delete")
-            self.core.audit(agent_id, EventKind.FACT_FORGOTTEN, {"fact_id": fact_id}, actor)
+            if holder == agent_id:
+                self.core.changed(agent_id, "fact", fact_id, None, "delete")
+            self.core.audit(agent_id, EventKind.FACT_FORGOTTEN, {"fact_id": fact_id, "holder": holder}, actor)
         return removed
 
     def archive_facts(
@@ -303,7 +349,7 @@ class Facts:
         types = working_set.types_needed(caps)
         statuses = self.prompt_statuses()
         query_ = FactQuery(types=types, statuses=statuses, limit=1000)
-        facts = self.core.store.query_facts(agent_id, query_) if types != [] else []
+        facts = self.core.store.query_facts(agent_id, self.scoped(agent_id, query_)) if types != [] else []
         relevance: dict[str, float] = {}
         if hits is None and query.strip():
             filters = FactQuery(statuses=statuses, limit=working_set.RELEVANCE_HITS)
@@ -341,30 +387,42 @@ class Facts:
         values = " or ".join(dict.fromkeys(f'"{f.value[:80]}"' for f in [fact, *others]))
         ttl = self.core.settings.facts.types["question"]
         question = Fact(
-            agent_id=agent_id, fact_id="f" + uuid.uuid4().hex[:20], scope=fact.scope, type="question",
+            agent_id=fact.agent_id, fact_id="f" + uuid.uuid4().hex[:20], scope=fact.scope, type="question",
             key=f"conflict:{fact.key}", value=f"Which holds for {fact.key}: {values}?", tags=("conflict",),
             importance=max(f.importance for f in [fact, *others]), confidence=1.0,
             evidence=tuple({"kind": "message", "id": str(e["id"])} for f in [fact, *others] for e in f.evidence
                            if e.get("kind") == "message")[:fact_input.MAX_EVIDENCE],
             created_at=now, updated_at=now, expires_at=now + ttl if ttl else None, lifetime_s=ttl or None,
         )  # fmt: skip
-        existing = self.core.store.query_facts(agent_id, FactQuery(types=["question"], key=question.key, statuses=LIVE))
+        existing = self.core.store.query_facts(
+            fact.agent_id, FactQuery(types=["question"], key=question.key, statuses=LIVE)
+        )
         if existing:
             self.put_fact(replace(existing[0], value=question.value, updated_at=now), existing[0].version)
         else:
             self.put_fact(question, None)
 
+    def drop(self, fact: Fact, actor: str) -> None:
+        """Delete a fact where it lives (merged away, its own or shared)."""
+        if self.core.store.delete_facts(fact.agent_id, [fact.fact_id]) and not is_holder(fact.agent_id):
+            self.core.changed(fact.agent_id, "fact", fact.fact_id, None, "delete")
+        self.core.audit(fact.agent_id, EventKind.FACT_FORGOTTEN, {"fact_id": fact.fact_id}, actor)
+
     def put_fact(self, fact: Fact, expected_version: int | None) -> Fact:
         """Every fact write: the store's, then its change on the agent's feed."""
         stored = self.core.store.put_fact(fact, expected_version)
-        self.core.changed(stored.agent_id, "fact", stored.fact_id, stored.version)
+        if not is_holder(stored.agent_id):  # shared facts have no agent's feed (docs/memory-model.md)
+            self.core.changed(stored.agent_id, "fact", stored.fact_id, stored.version)
         return stored
 
     def use(self, agent_id: str, used: Sequence[Fact]) -> None:
         """Record a use of these facts: each with a lifetime lives it again from now (seed 002:
         a TTL is refreshed by reconfirmation or use, and by nothing else)."""
-        if used:
-            self.core.store.touch_facts(agent_id, list(dict.fromkeys(f.fact_id for f in used)), self.core.clock())
+        by_holder: dict[str, list[str]] = {}
+        for f in used:  # the agent's own, and its user's and domain's: each where it lives
+            by_holder.setdefault(f.agent_id, []).append(f.fact_id)
+        for holder, ids in by_holder.items():
+            self.core.store.touch_facts(holder, list(dict.fromkeys(ids)), self.core.clock())
 
     def record_decision(self, agent_id: str, decision: str, fact: Fact, actor: str, **extra: Any) -> None:
         metrics.fact_decision(decision)
@@ -378,6 +436,8 @@ class Facts:
         """Edges for a fact just written with these new evidence ``pointers``."""
         if fact.type in dedup.IDENTITY_TYPES and fact.status != "active":
             return  # structure waits for promotion (:meth:`promote` links it then)
+        if is_holder(fact.agent_id):
+            return  # the entity graph is an agent's: shared facts keep their pointers, no edges
         now = self.core.clock()
         node = fact_node(fact.agent_id, fact.fact_id)
         for e in pointers:

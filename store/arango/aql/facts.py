@@ -18,11 +18,18 @@ _RANGE_OPS = frozenset({">=", "<=", "<"})
 def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, key: str | None,
                 statuses: Sequence[str] | None, category: str | None, tags: Sequence[str] | None,
                 ranges: Sequence[tuple[str, str, float]], limit: int, with_embedding: bool,
-                unsure: bool = False) -> AqlQuery:  # fmt: skip
+                unsure: bool = False, holders: Sequence[str] = ()) -> AqlQuery:  # fmt: skip
     """Facts passing the filters, most recently updated first (``embedding`` only when asked).
-    ``ranges``: (field, comparison, bound) of :meth:`~vcm.store.types.FactQuery.ranges`."""
-    lines = [f"FOR f IN {names.FACTS}", "  FILTER f.agent_id == @agent_id"]
-    bind: dict[str, Any] = {"agent_id": agent_id, "limit": limit}
+    ``ranges``: (field, comparison, bound) of :meth:`~vcm.store.types.FactQuery.ranges`.
+    ``holders``: the shared memory read with the agent's own (its user's, its domain's holder
+    ids); each is a shard key value of its own, so such a read visits at most three shards."""
+    owners = list(dict.fromkeys([agent_id, *holders]))
+    if len(owners) == 1:
+        lines = [f"FOR f IN {names.FACTS}", "  FILTER f.agent_id == @agent_id"]
+        bind: dict[str, Any] = {"agent_id": agent_id, "limit": limit}
+    else:
+        lines = [f"FOR f IN {names.FACTS}", "  FILTER f.agent_id IN @owners"]
+        bind = {"owners": owners, "limit": limit}
     for name, value, test in (
         ("scope", scope, "f.scope == @scope"),
         ("types", list(types) if types else None, "f.type IN @types"),
