@@ -467,6 +467,13 @@ class MemoryStore(abc.ABC):
         """:meth:`expire_all`, answering how many messages it deleted."""
         return self.expire_all(now).messages
 
+    def maintain_indexes(self) -> dict[str, int]:
+        """Index upkeep that must not run inside a query or a write: create the vector indexes
+        that are due (ArangoDB). Called by the cold path's sweep; returns what it did (counts).
+        The default does nothing (the embedded store keeps its indexes in a thread of the
+        process that searches them)."""
+        return {}
+
     @abc.abstractmethod
     def health(self) -> Health: ...
 

@@ -199,6 +199,11 @@ class SearchStats:
     # 0 when the page came from a stored snapshot or the backend filtered (ArangoDB's AQL).
     judged: int = 0
     dropped: int = 0
+    # The vector half searched its index plus only part of the not-yet-indexed vectors (the tail
+    # past the adapter's bound, while the index catches up off the query path); ``unindexed``
+    # is an upper bound on the vectors left out.
+    partial: bool = False
+    unindexed: int = 0
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vcm.errors import NotFound
+from vcm.errors import NotFound, VcmError
 from vcm.hotpath.keys import message_seq
 from vcm.obs import audit, footprint, metrics
 from vcm.service import MemoryService
@@ -59,6 +59,7 @@ class RedriveOutcome:
     redriven: dict[str, int]
     held_back: dict[str, int]  # dead-lettered recently; left for the operator for now
     respooled: int
+    indexes: Mapping[str, int] = field(default_factory=dict)  # the store's index upkeep (counts)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +67,7 @@ class RedriveOutcome:
             "redriven": len(self.redriven),
             "held_back": len(self.held_back),
             "respooled": self.respooled,
+            **{f"indexes_{k}": v for k, v in self.indexes.items()},
         }
 
 
@@ -85,7 +87,17 @@ def redrive(deps: Deps, before: Mapping[str, int]) -> RedriveOutcome:
         deps.dispatcher.evict(agent, batch)
         redriven[agent] = batch
     respooled = reconcile_spool(deps, older_than=now - deps.settings.maintenance.sweep_grace_s)
-    return RedriveOutcome(redriven, held, respooled)
+    return RedriveOutcome(redriven, held, respooled, maintain_indexes(deps))
+
+
+def maintain_indexes(deps: Deps) -> dict[str, int]:
+    """The store's index upkeep (creating ArangoDB's vector indexes once due), here rather than
+    in the query or the write that finds one missing; its failure is logged, not the sweep's."""
+    try:
+        return deps.store.maintain_indexes()
+    except VcmError as exc:
+        log.warning("index upkeep failed, the next sweep retries: %s", exc)
+        return {}
 
 
 def reconcile_spool(deps: Deps, *, older_than: float) -> int:

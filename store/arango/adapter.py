@@ -45,7 +45,7 @@ from typing import Any
 
 from arango.exceptions import DocumentInsertError
 
-from vcm.errors import StoreUnavailable, ValidationError
+from vcm.errors import StoreUnavailable, ValidationError, VcmError
 from vcm.store import validation
 from vcm.store.arango import names
 
@@ -232,6 +232,18 @@ class ArangoStore(
         if not isinstance(doc, dict) or not isinstance(doc.get("value"), str):
             raise StoreUnavailable("the cursor secret in vcm_meta is missing or damaged")
         return bytes.fromhex(doc["value"])
+
+    def maintain_indexes(self) -> dict[str, int]:
+        """Create the vector indexes that are due, off the query and write paths (the cold path's
+        sweep calls it): the recall index of each dimension whose messages reached the vector
+        threshold, and each archival space's. Queries rank exactly until an index is ready."""
+        created = self.maintain_recall_indexes()
+        if self._auto_vector_index:
+            for space in {(s.metric, s.dimension) for s in self._spaces()}:
+                before = self.vector_index_state(*space)
+                with contextlib.suppress(VcmError):  # logged and recorded by ensure_vector_index
+                    created += int(before != "ivf" and self.ensure_vector_index(*space) == "ivf")
+        return {"created": created}
 
     def close(self) -> None:
         self._conn.close()

@@ -83,7 +83,6 @@ class RecallOps(RecallVectorOps):
                 "put_message_vectors",
             )
         )
-        self._after_message_vectors([dim])
         return written
 
     def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:

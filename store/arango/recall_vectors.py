@@ -11,9 +11,13 @@ are pure (:mod:`vcm.store.arango.recall_index`, :func:`vcm.store.arango.aql.reca
   for ``RECALL_RECHECK_S`` once it reaches ``RECALL_EXACT_BELOW``: only then does the plan use it,
   and a large agent's count moves slowly relative to itself. Smaller agents are counted per
   search (cheap), so read-after-write holds for them as before.
-* The index is created by ``put_message_vectors`` once the messages carrying vectors of that
-  dimension reach the store's vector threshold, on 3.12.6+ only (``sparse``); counting them is a
-  collection scan, so it is repeated at most every ``RECALL_COUNT_RECHECK_S`` per process.
+* The index is created by index maintenance (:meth:`RecallVectorOps.maintain_recall_indexes`, from
+  the cold path's sweep: ``MemoryStore.maintain_indexes``), never by a query or a write, once the
+  messages carrying vectors of that dimension reach the store's vector threshold, on 3.12.6+
+  only (``sparse``), built ``inBackground`` as the schema's vector spec says. Until it exists
+  (and is ready) a query ranks exactly (``APPROX_NEAR_COSINE`` only against an index listed
+  ready). Counting the vectors is a collection scan, so it is repeated at most every
+  ``RECALL_COUNT_RECHECK_S`` per process.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any, cast
 
 from vcm.errors import ValidationError, VcmError
@@ -211,10 +214,19 @@ class RecallVectorOps(ArangoBase):
                 raise
         return dimension in self._recall_index_infos(refresh=True)
 
-    def _after_message_vectors(self, dimensions: Sequence[int]) -> None:
-        """After ``put_message_vectors``: create the index when due (an optimisation: never fails the write)."""
-        if not self._auto_vector_index:
-            return
-        for dim in sorted(set(dimensions)):
-            with contextlib.suppress(VcmError):
-                self.ensure_recall_vector_index(dim)
+    def maintain_recall_indexes(self) -> int:
+        """Create the recall vector index of every dimension that is due (index maintenance:
+        one scan for the dimensions, then :meth:`ensure_recall_vector_index` each, which is
+        rate-limited). Returns how many were created."""
+        if not self._auto_vector_index or not recall_index.can_create(self._server_triple()):
+            return 0
+        existing = self._recall_index_infos()
+        created = 0
+        rows = self._run(self._ro, aql_recall_vectors.recall_vector_dimensions(), "maintain_indexes")
+        for row in rows:
+            dim, n = int(row["dimension"]), int(row["n"])
+            if dim in existing or n < max(self._vector_threshold, 1) or not 1 <= dim <= aql_common.MAX_DIMENSION:
+                continue
+            with contextlib.suppress(VcmError):  # logged by ensure_recall_vector_index; retried next time
+                created += int(self.ensure_recall_vector_index(dim))
+        return created

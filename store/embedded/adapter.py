@@ -54,7 +54,7 @@ from vcm.store.embedded.agents import AgentOps
 from vcm.store.embedded.archival import ArchivalRanker
 from vcm.store.embedded.archival_ops import ArchivalOps
 from vcm.store.embedded.core_memory import CoreMemoryOps
-from vcm.store.embedded.db import Database, meta_add, meta_get, meta_set
+from vcm.store.embedded.db import Database, meta_add, meta_get, meta_int, meta_set
 from vcm.store.embedded.events import EventOps
 from vcm.store.embedded.facts import FactOps
 from vcm.store.embedded.graph import GraphOps
@@ -62,7 +62,7 @@ from vcm.store.embedded.idempotency import IdempotencyOps
 from vcm.store.embedded.indexer import TextIndexer
 from vcm.store.embedded.lifecycle import LifecycleOps
 from vcm.store.embedded.maintenance import MaintenanceOps
-from vcm.store.embedded.messageindex import MessageVectorIndexes
+from vcm.store.embedded.messageindex import DEFAULT_TAIL_LIMIT, MessageVectorIndexes
 from vcm.store.embedded.messages import MessageOps
 from vcm.store.embedded.principals import PrincipalOps
 from vcm.store.embedded.recall import RecallRanker
@@ -72,6 +72,7 @@ from vcm.store.embedded.sizing import DEFAULT_TRAIN_THRESHOLD
 from vcm.store.embedded.snapshots import Snapshots
 from vcm.store.embedded.summaries import SummaryOps
 from vcm.store.embedded.textindex import TextIndex
+from vcm.store.embedded.upkeep import IndexUpkeep
 from vcm.store.embedded.vectorindex import VectorIndexes
 from vcm.store.port import FaultHook
 
@@ -119,6 +120,10 @@ class EmbeddedStore(
             lists ``factor * n`` deep (at least ``fusion.HYBRID_DEPTH_MIN``, at most
             ``cursor_max_results``; :func:`vcm.store.fusion.hybrid_depth`); 0 ranks every first
             page as deep as paging goes (the cost at 1e6 messages: docs/recall-scale.md).
+        recall_tail_limit: how many unindexed message-vector log rows a recall query scans
+            exactly beside the agent's message index (the newest; the store's upkeep thread
+            indexes them). Past it the query leaves the oldest out and says so: its page's
+            ``stats.partial`` (:mod:`vcm.store.embedded.messageindex`).
         clock: time source for timestamps, TTL and freshness (tests pass a fake).
     """
 
@@ -135,6 +140,7 @@ class EmbeddedStore(
         cursor_ttl_s: float = 600.0,
         cursor_max_results: int = 1000,
         hybrid_depth_factor: int = fusion.HYBRID_DEPTH_FACTOR,
+        recall_tail_limit: int = DEFAULT_TAIL_LIMIT,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if n_lists is not None:
@@ -143,6 +149,7 @@ class EmbeddedStore(
             validation.limit("n_probe", n_probe, maximum=1 << 20)
         validation.limit("train_threshold", train_threshold, maximum=1 << 40)
         validation.limit("cursor_max_results", cursor_max_results, maximum=100_000)
+        validation.limit("recall_tail_limit", recall_tail_limit, maximum=10_000_000)
         if not isinstance(hybrid_depth_factor, int) or not 0 <= hybrid_depth_factor <= 1000:
             raise ValidationError("hybrid_depth_factor must be an integer within 0..1000")
         if not busy_timeout_s > 0 or not cursor_ttl_s > 0:
@@ -172,8 +179,15 @@ class EmbeddedStore(
             Path(f"{self.path}.faiss"), self._db, n_lists=n_lists, train_threshold=train_threshold
         )
         self._message_vectors = MessageVectorIndexes(
-            Path(f"{self.path}.faiss") / "messages", self._db, threshold=train_threshold, n_probe=n_probe
+            Path(f"{self.path}.faiss") / "messages",
+            self._db,
+            threshold=train_threshold,
+            n_probe=n_probe,
+            tail_limit=recall_tail_limit,
         )
+        self._upkeep = IndexUpkeep(self._message_vectors, self._reload_text)
+        self._message_vectors.on_lag = self._upkeep.notify
+        self._recall.on_stale = self._upkeep.notify
         self._archival = ArchivalRanker(self._db, self._vectors, clock)
         self._max_results = cursor_max_results
         self.hybrid_depth_factor = hybrid_depth_factor
@@ -201,7 +215,14 @@ class EmbeddedStore(
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    def _reload_text(self) -> None:
+        """Reload the tantivy searcher if the text index moved on (the upkeep thread calls it)."""
+        with self._db.read("read the text index mark") as conn:
+            generation, hwm = meta_int(conn, META_TEXT_GEN), meta_int(conn, META_TEXT_HWM)
+        self._text.refresh(generation, hwm)
+
     def close(self) -> None:
+        self._upkeep.stop()
         self._indexer.stop()
         with contextlib.suppress(VcmError, OSError, ValueError, RuntimeError, sqlite3.Error):
             # Leave no committed message unindexed if we can help it (the next open would

@@ -22,6 +22,7 @@ from vcm.store.embedded.recall import RecallRanker
 from vcm.store.embedded.schema import META_REV_SEQ
 from vcm.store.embedded.snapshots import Snapshots
 from vcm.store.embedded.textindex import TextIndex
+from vcm.store.embedded.upkeep import IndexUpkeep
 from vcm.store.embedded.vectorindex import VectorIndexes
 from vcm.store.port import FaultHook, MemoryStore
 
@@ -61,6 +62,7 @@ class EmbeddedBase(MemoryStore):
     _recall: RecallRanker
     _vectors: VectorIndexes
     _message_vectors: MessageVectorIndexes
+    _upkeep: IndexUpkeep
     _archival: ArchivalRanker
     _max_results: int
     hybrid_depth_factor: int

@@ -1,6 +1,7 @@
 """Maintenance of the embedded store: expiry, health, stats and the embedded-only index operations.
 
-The index operations (``flush_text_index``, ``rebuild_text_index``, ``rebuild_vector_indexes``)
+The index operations (``flush_text_index``, ``rebuild_text_index``, ``flush_vector_indexes``,
+``rebuild_vector_indexes``)
 are not part of the port; callers reach them on :class:`~vcm.store.embedded.adapter.EmbeddedStore`
 directly (the metered wrapper passes them through).
 """
@@ -64,7 +65,7 @@ class MaintenanceOps(EmbeddedBase):
             spaces = conn.execute(
                 "SELECT metric, dimension, embedding_version FROM vector_spaces ORDER BY metric, embedding_version"
             ).fetchall()
-        self._text.refresh(generation)
+        self._text.refresh(generation, hwm)
         loaded = {(d["metric"], d["embedding_version"]): d for d in self._vectors.describe()}
         vector_spaces = []
         for metric, dimension, version in spaces:
@@ -96,6 +97,7 @@ class MaintenanceOps(EmbeddedBase):
                 "documents": self._text.num_docs(),
                 "indexer_error": self._indexer.last_error,
             },
+            "index_upkeep_error": self._upkeep.last_error,
             "text_index_lag": lag,
             "vector_index": ("ivf" if vector_spaces and all(s["kind"] == "ivf" for s in vector_spaces) else "exact"),
             "vector_spaces": vector_spaces,
@@ -148,8 +150,16 @@ class MaintenanceOps(EmbeddedBase):
         """Re-index every message from SQLite (after corruption, or an analyser change)."""
         self._indexer.rebuild(self._busy_timeout_s if timeout_s is None else timeout_s)
 
+    def flush_vector_indexes(self, agent_id: str | None = None) -> None:
+        """Build, train and catch up the message vector indexes (of ``agent_id``, or every
+        agent's) now, in this thread: what the upkeep thread does in the background."""
+        if agent_id is not None:
+            validation.identifier("agent_id", agent_id)
+        self._message_vectors.flush(agent_id)
+
     def rebuild_vector_indexes(self) -> None:
         """Drop the FAISS indexes (archival and message vectors, memory and disk); the next
-        search rebuilds from SQLite."""
+        archival search rebuilds those from SQLite, the upkeep thread the message indexes (their
+        queries scan the tail meanwhile)."""
         self._vectors.rebuild()
         self._message_vectors.rebuild()

@@ -61,6 +61,7 @@ class TextIndex:
         self.recreated = False
         self._reload_lock = threading.Lock()
         self._loaded_generation: int | None = None
+        self._loaded: tuple[int | None, int | None] = (None, None)
         self._index = self._open_or_create()
 
     def _open_or_create(self) -> tantivy.Index:
@@ -89,18 +90,26 @@ class TextIndex:
         return index
 
     # --- reading ---------------------------------------------------------------------------
-    def refresh(self, generation: int) -> None:
+    def refresh(self, generation: int, hwm: int | None = None) -> None:
         """Reload the searcher when the index generation recorded in SQLite moved on.
 
-        Callers read the generation from SQLite *before* calling this; the writer commits
-        tantivy before it records a generation, so the reloaded searcher holds at least
-        everything up to the high-water mark that was read.
+        Callers read the generation (and the high-water mark ``hwm`` of the same snapshot) from
+        SQLite *before* calling this; the writer commits tantivy before it records a generation,
+        so the reloaded searcher holds at least everything up to that mark. :meth:`loaded` then
+        reports the pair, so a query can use this searcher without reloading it (the store's
+        upkeep thread reloads; see :mod:`vcm.store.embedded.recall`).
         """
-        if generation == self._loaded_generation:
+        if generation == self._loaded_generation and (hwm is None or self._loaded[1] is not None):
             return
         with self._reload_lock:
             self._index.reload()
             self._loaded_generation = generation
+            self._loaded = (generation, hwm)
+
+    def loaded(self) -> tuple[int | None, int | None]:
+        """(generation, high-water mark) the searcher was last reloaded at; the searcher holds
+        at least every document up to the mark (None: not reloaded with a mark yet)."""
+        return self._loaded
 
     def num_docs(self) -> int:
         return int(self._index.searcher().num_docs)

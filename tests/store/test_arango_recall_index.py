@@ -51,6 +51,12 @@ def test_count_recall_vectors_binds_the_dimension() -> None:
     assert "LENGTH(d.recall_emb) == @dimension" in q.text and "COLLECT WITH COUNT INTO n" in q.text
 
 
+def test_recall_vector_dimensions_is_a_counted_scan_of_the_vector_attribute() -> None:
+    q = aql_recall_vectors.recall_vector_dimensions()
+    assert "FILTER d.recall_emb != null" in q.text and "COLLECT dimension = LENGTH(d.recall_emb)" in q.text
+    assert "WITH COUNT INTO n" in q.text and q.bind_vars == {}
+
+
 def test_vector_query_follows_the_plan() -> None:
     vec = [0.6, 0.8]
     exact = recall_index.vector_query(
@@ -112,6 +118,8 @@ def _answers(store: ArangoStore, rw: FakeDB, agent_n: int, seen: list[str], *, a
             return [agent_n * 4]
         if "LENGTH(d.recall_emb) == @dimension" in query:
             return [agent_n * 2]
+        if "COLLECT dimension = LENGTH(d.recall_emb)" in query:
+            return [{"dimension": 2, "n": agent_n * 2}]
         if "COLLECT version = d.recall_emb_version" in query:
             return [{"version": "v1", "dimension": 2, "n": agent_n}]
         if "APPROX_NEAR_COSINE" in query:
@@ -134,7 +142,7 @@ def _with_version(store: ArangoStore, version: str) -> None:
     store._recall_server = aql_recall_vectors.server_version(version)
 
 
-def test_recall_index_is_created_lazily_on_3_12_6_and_used_filtered(
+def test_recall_index_is_created_by_maintenance_on_3_12_6_and_used_filtered(
     world: tuple[ArangoStore, FakeDB, FaultSwitch],
 ) -> None:
     store, rw, _ = world
@@ -143,6 +151,13 @@ def test_recall_index_is_created_lazily_on_3_12_6_and_used_filtered(
     rows = [{"key": f"k{i}", "score": 1.0 - i / 1000} for i in range(105)]
     _answers(store, rw, 50_000, seen, ann_rows=rows)
     store.put_message_vectors("a", [("m1", [1.0, 0.0])], "v1")
+    # Neither the write nor a query creates the index: until maintenance does, queries rank exactly.
+    assert not [i for i in rw.indexes.get(names.MESSAGES, []) if i.get("type") == "vector"]
+    assert store._rank_vectors("a", _vec(), "v1", 105, None, None) == [("exact1", 0.5)] and seen == ["exact"]
+    seen.clear()
+    assert not [i for i in rw.indexes.get(names.MESSAGES, []) if i.get("type") == "vector"]
+    assert store.maintain_indexes() == {"created": 1}
+    store._recall_indexes_at = float("-inf")
     created = [i for i in rw.indexes[names.MESSAGES] if i.get("type") == "vector"]
     assert [i["name"] for i in created] == ["recall_emb_cosine_2"]
     assert created[0]["fields"] == ["recall_emb"] and created[0]["sparse"] is True
@@ -198,6 +213,7 @@ def test_before_3_12_6_no_index_is_created_and_an_existing_one_is_over_fetched(
     rows = [{"candidates": 10_000, "hits": [{"key": f"k{i}", "score": 0.9} for i in range(105)]}]
     _answers(store, rw, 50_000, seen, ann_rows=rows)
     store.put_message_vectors("a", [("m1", [1.0, 0.0])], "v1")
+    assert store.maintain_indexes() == {"created": 0}
     assert not [i for i in rw.indexes.get(names.MESSAGES, []) if i.get("type") == "vector"]
     assert not store.ensure_recall_vector_index(2, force=True)
     # an index made by hand (every message embedded) is used through the bounded over-fetch

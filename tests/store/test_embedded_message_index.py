@@ -34,6 +34,8 @@ def _exact(points: np.ndarray, query: np.ndarray, k: int) -> list[int]:
 
 
 def _space(store: EmbeddedStore, agent: str = A) -> dict[str, Any]:
+    """The agent's space after maintenance (what the upkeep thread does in the background)."""
+    store.flush_vector_indexes(agent)
     spaces = store._message_vectors.describe(agent)
     assert len(spaces) == 1
     return spaces[0]
@@ -64,7 +66,7 @@ def test_agents_have_their_own_index(tmp_path: Path, points: np.ndarray) -> None
     with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD) as store:
         _spool(store, A, points)
         _spool(store, B, points[:50])
-        assert store._message_vectors.describe(A) == []  # loaded lazily, on first search
+        assert store._message_vectors.describe(A) == []  # loaded lazily, by maintenance
         assert _top(store, points[7], 5, agent=B) == _exact(points[:50], points[7], 5)
         assert _space(store, B)["vectors"] == 50
         _top(store, points[7], 5)
@@ -79,11 +81,15 @@ def test_restart_and_rebuild_give_the_same_results(tmp_path: Path, points: np.nd
         before = [_top(store, q, 10) for q in queries]
         assert _space(store)["kind"] == "ivf"
         _spool(store, A, points[:20] * 1.01, start=len(points))  # after the persisted file
+        # Copies score the same as their originals: compare one scorer (the index) with itself.
+        store.flush_vector_indexes()
         after_put = [_top(store, q, 10) for q in queries]
     with EmbeddedStore(path, train_threshold=THRESHOLD) as store:
+        store.flush_vector_indexes()
         assert [_top(store, q, 10) for q in queries] == after_put  # persisted index + the log
         store.rebuild_vector_indexes()
         assert not list((tmp_path / "vcm.db.faiss" / "messages").glob("*.faiss"))
+        store.flush_vector_indexes()
         assert [_top(store, q, 10) for q in queries] == after_put  # rebuilt from SQLite
         assert _space(store)["vectors"] == len(points) + 20
     assert before  # the first run searched too
@@ -123,7 +129,8 @@ def test_expiry_removes_vectors_from_the_index(tmp_path: Path, points: np.ndarra
 def test_time_window_on_an_ivf_index_is_searched_exactly(tmp_path: Path, points: np.ndarray) -> None:
     with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD) as store:
         _spool(store, A, points)
-        assert _top(store, points[0], 1) == [0] and _space(store)["kind"] == "ivf"
+        assert _space(store)["kind"] == "ivf"
+        assert _top(store, points[0], 1) == [0]
         lo, hi = 40, 60  # created_at = 1.7e9 + i
         top = _top(store, points[0], 10, since=1_700_000_000.0 + lo, until=1_700_000_000.0 + hi)
         assert top == [lo + i for i in _exact(points[lo:hi], points[0], 10)]
@@ -135,8 +142,8 @@ def test_recall_at_10_against_exact_on_clustered_vectors(tmp_path: Path) -> None
     queries = pts[rng.choice(len(pts), 40, replace=False)] + rng.normal(scale=0.05, size=(40, 32))
     with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=1000) as store:
         _spool(store, A, pts)
-        found = [_top(store, q, 10) for q in queries]
         space = _space(store)
         assert space["kind"] == "ivf" and space["n_lists"] == 63
+        found = [_top(store, q, 10) for q in queries]
     recall = np.mean([len(set(f) & set(_exact(pts, q, 10))) / 10 for f, q in zip(found, queries, strict=True)])
     assert recall >= 0.95

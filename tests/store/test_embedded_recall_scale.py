@@ -19,7 +19,8 @@ from tests.store.factories import msg
 from vcm.store import fusion
 from vcm.store.embedded import EmbeddedStore
 from vcm.store.embedded import recall as recall_module
-from vcm.store.embedded.messageindex import Members, single_threaded
+from vcm.store.embedded.messagebuild import single_threaded
+from vcm.store.embedded.messagemembers import Members
 from vcm.store.embedded.recall import dominant_fetch
 from vcm.store.types import StoredMessage
 

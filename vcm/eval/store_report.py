@@ -21,6 +21,15 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
             "recall_at_10": rec,
             "met": p99 <= 25.0 and rec >= 0.95,
         }
+    if agent_1m and "after_load" in agent_1m[-1]:
+        first = agent_1m[-1]["after_load"]
+        out["first_100_hybrid_p99_le_250ms_p50_le_10ms_after_load_1e6"] = {  # issue 35
+            "first_ms": first["first_ms"],
+            "p50_ms": first["p50_ms"],
+            "p99_ms": first["p99_ms"],
+            "partial_queries": first["partial_queries"],
+            "met": first["p99_ms"] <= 250.0 and first["p50_ms"] <= 10.0 and first["first_ms"] <= 250.0,
+        }
     big = [r for r in report["archival"] if r["vectors"] >= 5_000_000]
     if big:
         default = next(p for p in big[-1]["sweep"] if p["n_probe"] == "default")
@@ -66,10 +75,20 @@ def table(report: dict[str, Any]) -> str:
             row(f"archival top-10, nProbe {label}", r["vectors"], p["p50_ms"], p["p99_ms"], p["recall_at_10"])
     for r in report["agent"]:
         row(
-            "one agent: index build (first search)",
+            "one agent: index build (maintenance)",
             r["messages"],
             note=f"{r['index']} nLists={r['n_lists']}, {r['index_build_s']} s",
         )
+        if "after_load" in r:
+            f = r["after_load"]
+            row(
+                f"one agent: first {f['queries']} hybrid after load",
+                r["messages"],
+                f["p50_ms"],
+                f["p99_ms"],
+                note=f"first {f['first_ms']} ms; {f['partial_queries']} partial; index ready after "
+                f"{f['index_ready_s']} s; load {f['load_average_during'][0]}",
+            )
         for mode in ("text", "vector", "hybrid"):
             m = r[mode]
             row(

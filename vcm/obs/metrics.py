@@ -173,6 +173,17 @@ RECALL_SEARCHES = Counter(
     "Recall search pages by mode and outcome (hit: at least one result, miss: none); hit rate = hit / all",
     ["mode", "outcome"],
 )
+RECALL_PARTIAL = Counter(
+    "vcm_recall_partial_searches",
+    "Recall searches whose vector half left out unindexed vectors past the tail bound (the message index "
+    "was still being built or caught up off the query path)",
+    ["mode"],
+)
+RECALL_UNINDEXED = Histogram(
+    "vcm_recall_unindexed_vectors",
+    "Unindexed message vectors a partial recall search left out (an upper bound)",
+    buckets=(1e3, 1e4, 1e5, 1e6, 1e7),
+)
 COMPLIANCE = Counter(
     "vcm_compliance_violations",
     "Late-chunking violations of archival ingestion (the zero-propagation alarm) by rule and outcome "
@@ -348,6 +359,12 @@ def recall_search(mode: str, seconds: float, hits: int) -> None:
     RECALL_SECONDS.labels(mode=mode).observe(seconds)
     RECALL_HITS.labels(mode=mode).observe(hits)
     RECALL_SEARCHES.labels(mode=mode, outcome="hit" if hits > 0 else "miss").inc()
+
+
+@_never_raises
+def recall_partial(mode: str, unindexed: int) -> None:
+    RECALL_PARTIAL.labels(mode=mode).inc()
+    RECALL_UNINDEXED.observe(unindexed)
 
 
 @_never_raises

@@ -75,6 +75,17 @@ def recall_vector_versions(agent_id: str) -> AqlQuery:
     return AqlQuery(text, {"agent_id": agent_id})
 
 
+def recall_vector_dimensions() -> AqlQuery:
+    """How many messages carry a recall vector of each dimension (a collection scan: index
+    maintenance only, never a query or a write)."""
+    text = f"""FOR d IN {names.MESSAGES}
+  FILTER d.{RECALL_VECTOR} != null
+  COLLECT dimension = LENGTH(d.{RECALL_VECTOR}) WITH COUNT INTO n
+  SORT dimension
+  RETURN {{ dimension, n }}"""
+    return AqlQuery(text, {})
+
+
 def recall_vector_exact(
     agent_id: str,
     vector: Sequence[float],

@@ -1,0 +1,105 @@
+"""The embedded store's upkeep thread: index work that used to run inside queries.
+
+A query neither trains, catches up, persists nor reloads: it notes that something is due and
+wakes this thread (:meth:`IndexUpkeep.notify`), which then, a short debounce later (so a burst
+of queries and writes costs one pass):
+
+* reloads the tantivy searcher when the text index's generation moved on
+  (:meth:`vcm.store.embedded.textindex.TextIndex.refresh`); queries meanwhile use the loaded
+  searcher with the mark it was loaded at and score the longer tail from SQLite;
+* runs :meth:`MessageVectorIndexes.maintain` on every message space loaded in this process
+  (load, build or retrain, catch up, persist); queries meanwhile search the index as applied
+  plus the bounded tail.
+
+It also wakes every ``interval_s`` while the store is open, so rows written by other processes
+are indexed even when no query asks. It starts on the first notification: a process that only
+writes (a cold-path worker) never builds a message index. FAISS work here uses
+``threads`` OpenMP threads (default: all cores but one, so a query always has a core).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+import faiss
+
+from vcm.store.embedded.messageindex import MessageVectorIndexes
+
+log = logging.getLogger(__name__)
+
+_PASSES_PER_SPACE = 4
+
+
+class IndexUpkeep:
+    def __init__(
+        self,
+        messages: MessageVectorIndexes,
+        reload_text: Callable[[], None],
+        *,
+        interval_s: float = 1.0,
+        debounce_s: float = 0.1,
+        threads: int | None = None,
+    ) -> None:
+        self._messages = messages
+        self._reload_text = reload_text
+        self._interval_s = interval_s
+        self._debounce_s = debounce_s
+        self._threads = threads if threads is not None else max(1, (os.cpu_count() or 2) - 1)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
+        self.passes = 0
+        self.last_error: str | None = None
+
+    def notify(self) -> None:
+        """Something is due: run a pass soon, off the caller's thread."""
+        if self._stop.is_set():
+            return
+        with self._thread_lock:
+            # is_alive: a forked child inherits the attribute but not the thread.
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="vcm-index-upkeep", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def run_once(self) -> None:
+        """One pass in the caller's thread (the upkeep thread's body; tests and flushes)."""
+        try:
+            self._reload_text()
+        except Exception as exc:  # the text index is checked by health; recall reads the tail
+            log.warning("text index reload failed, will retry: %s", exc)
+            self.last_error = str(exc)
+        for key in self._messages.loaded_keys():
+            if self._stop.is_set():
+                return
+            try:
+                for _ in range(_PASSES_PER_SPACE):  # bounded: a busy writer must not starve other spaces
+                    if self._stop.is_set() or not self._messages.maintain(key):
+                        break
+            except Exception as exc:  # keep the thread alive; queries serve the index + tail meanwhile
+                log.warning("message index upkeep of %s failed, will retry: %s", key, exc)
+                self.last_error = str(exc)
+        self.passes += 1
+
+    def _run(self) -> None:
+        faiss.omp_set_num_threads(self._threads)  # this thread's OpenMP setting only
+        while not self._stop.is_set():
+            self._wake.wait(timeout=self._interval_s)
+            if self._stop.is_set():
+                return
+            self._stop.wait(self._debounce_s)
+            self._wake.clear()
+            self.run_once()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self._messages.close()
+        self._wake.set()
+        with self._thread_lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout_s)

@@ -1,0 +1,209 @@
+"""Embedded adapter: index maintenance off the query path (issue 35). A query searches the index
+as maintenance left it plus an exact scan of the unindexed tail (bounded, flagged past the
+bound); it never trains; maintenance (the upkeep thread, or flush) builds, trains, swaps and
+persists; deletes are honoured at once, before, during and after a rebuild."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.store.factories import clustered, msg
+from vcm.store.embedded import EmbeddedStore, messagebuild
+from vcm.store.embedded.messagetail import LogRow, Tail, merge
+from vcm.store.embedded.vectorindex import VectorIndex
+from vcm.store.types import Page, RecallHit
+
+A = "agent-a"
+V = "test-v1"
+DIM = 16
+THRESHOLD = 200
+
+
+def _spool(store: EmbeddedStore, points: np.ndarray, start: int = 0, **kw: Any) -> None:
+    store.spool_messages([msg(A, start + i, f"turn {start + i}", **kw) for i in range(len(points))])
+    store.put_message_vectors(A, [(f"m{start + i:04d}", p.tolist()) for i, p in enumerate(points)], V)
+
+
+def _search(store: EmbeddedStore, query: np.ndarray, k: int = 10, mode: str = "vector") -> Page[RecallHit]:
+    return store.search_recall_hybrid(A, "turn", query.tolist(), mode=mode, limit=k, embedding_version=V)
+
+
+def _ids(page: Page[RecallHit]) -> list[int]:
+    return [int(h.message.message_id[1:]) for h in page.items]
+
+
+def _exact(points: np.ndarray, query: np.ndarray, k: int) -> list[int]:
+    unit = points / np.linalg.norm(points, axis=1, keepdims=True)
+    return [int(i) for i in np.argsort(-(unit @ (query / np.linalg.norm(query))), kind="stable")[:k]]
+
+
+def _kind(store: EmbeddedStore) -> str | None:
+    spaces = store._message_vectors.describe(A)
+    return spaces[0]["kind"] if spaces else None
+
+
+def _no_upkeep_thread(store: EmbeddedStore) -> None:
+    """Queries no longer wake the upkeep thread (it starts on the first wake): maintenance runs
+    only when the test flushes."""
+    store._message_vectors.on_lag = None
+    store._recall.on_stale = None
+
+
+@pytest.fixture
+def points() -> np.ndarray:
+    pts, _ = clustered(8, 40, DIM, spread=0.2)
+    return pts
+
+
+@pytest.fixture
+def no_training(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Fails any training; records the thread that tried."""
+    tried: list[str] = []
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        tried.append(threading.current_thread().name)
+        raise AssertionError("training")
+
+    monkeypatch.setattr(VectorIndex, "trained", classmethod(refuse))
+    return tried
+
+
+def test_the_first_query_after_a_load_scans_the_tail_and_never_trains(
+    tmp_path: Path, points: np.ndarray, no_training: list[str]
+) -> None:
+    with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD) as store:
+        _no_upkeep_thread(store)  # the query alone
+        _spool(store, points)
+        page = _search(store, points[5])
+        assert _ids(page) == _exact(points, points[5], 10)  # exact over the tail: the full scan's result
+        assert page.stats is not None and not page.stats.partial
+        assert no_training == [] and _kind(store) is None  # nothing built by the query
+        hybrid = _search(store, points[5], mode="hybrid")
+        assert 5 in _ids(hybrid) and no_training == []
+
+
+def test_past_the_tail_bound_a_query_says_it_is_partial(tmp_path: Path, points: np.ndarray) -> None:
+    with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD, recall_tail_limit=50) as store:
+        _no_upkeep_thread(store)
+        _spool(store, points)
+        page = _search(store, points[300])
+        assert page.stats is not None and page.stats.partial and page.stats.unindexed >= len(points) - 50
+        assert _ids(page)[0] == 300  # the newest 50 are scanned
+        assert all(i >= len(points) - 50 for i in _ids(page))
+        assert 5 not in _ids(_search(store, points[5]))  # the oldest are not: that is what partial says
+        store.flush_vector_indexes()
+        page = _search(store, points[5])
+        assert page.stats is not None and not page.stats.partial and _ids(page)[0] == 5
+        assert _kind(store) == "ivf"
+
+
+def test_the_upkeep_thread_trains_and_later_queries_use_the_index(tmp_path: Path, points: np.ndarray) -> None:
+    trained: list[str] = []
+    original = VectorIndex.trained.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[VectorIndex], *args: Any) -> VectorIndex:
+        trained.append(threading.current_thread().name)
+        return original(cls, *args)  # type: ignore[no-any-return]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(VectorIndex, "trained", classmethod(spy))
+        with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD) as store:
+            _spool(store, points)
+            assert _ids(_search(store, points[7]))[0] == 7  # wakes the upkeep thread
+            deadline = time.monotonic() + 20
+            while _kind(store) != "ivf" or store._message_vectors.describe(A)[0]["tail_rows"]:
+                assert time.monotonic() < deadline, store._message_vectors.describe(A)
+                time.sleep(0.05)
+                _search(store, points[7])
+            assert trained == ["vcm-index-upkeep"]  # trained once, in the upkeep thread
+            assert list((tmp_path / "vcm.db.faiss" / "messages").glob("*.faiss"))  # persisted there too
+            # The index serves now: hide the tail and the hits still come (from IVF, all lists probed).
+            assert _ids(_search(store, points[7]))[:1] == [7]
+
+
+def test_deletes_are_honoured_before_during_and_after_a_rebuild(tmp_path: Path, points: np.ndarray) -> None:
+    now = 1_800_000_000.0
+    doomed = {4, 150, 319}
+    with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD, clock=lambda: now) as store:
+        _no_upkeep_thread(store)
+        store.spool_messages([msg(A, i, f"turn {i}", expires_at=now + 10 if i in doomed else None) for i in range(150)])
+        store.put_message_vectors(A, [(f"m{i:04d}", points[i].tolist()) for i in range(150)], V)
+        store.flush_vector_indexes()
+        assert _kind(store) == "exact"
+        more = range(150, len(points))
+        store.spool_messages([msg(A, i, f"turn {i}", expires_at=now + 10 if i in doomed else None) for i in more])
+        store.put_message_vectors(A, [(f"m{i:04d}", points[i].tolist()) for i in more], V)
+
+        # A rebuild (exact -> IVF) in progress: the build has read SQLite, the expiry lands, then
+        # the swap. Queries meanwhile, and after, never see an expired message.
+        built = threading.Event()
+        release = threading.Event()
+        original = messagebuild.build
+
+        def slow_build(*args: Any) -> Any:
+            out = original(*args)
+            built.set()
+            assert release.wait(20)
+            return out
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("vcm.store.embedded.messageindex.build", slow_build)
+            worker = threading.Thread(target=store.flush_vector_indexes)
+            worker.start()
+            assert built.wait(20)
+            assert store.expire(now + 11) == len(doomed)
+            for d in doomed:  # during: the old (exact) index + the tail, whose removes hide them
+                assert d not in _ids(_search(store, points[d], 20))
+            assert _kind(store) == "exact"
+            release.set()
+            worker.join(20)
+        assert _kind(store) == "ivf"
+        for d in doomed:  # after: the new index caught up with the removes before the swap
+            top = _ids(_search(store, points[d], 20))
+            assert d not in top and top
+        survivors = [i for i in range(len(points)) if i not in doomed]
+        assert store._message_vectors.describe(A)[0]["vectors"] == len(survivors)
+
+
+def test_forget_during_a_rebuild_leaves_no_index_file(tmp_path: Path, points: np.ndarray) -> None:
+    with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD) as store:
+        _no_upkeep_thread(store)
+        _spool(store, points)
+        _search(store, points[0])
+        built, release = threading.Event(), threading.Event()
+        original = messagebuild.build
+
+        def slow_build(*args: Any) -> Any:
+            out = original(*args)
+            built.set()
+            assert release.wait(20)
+            return out
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("vcm.store.embedded.messageindex.build", slow_build)
+            worker = threading.Thread(target=store.flush_vector_indexes)
+            worker.start()
+            assert built.wait(20)
+            store.delete_agent(A)
+            release.set()
+            worker.join(20)
+        assert not list((tmp_path / "vcm.db.faiss" / "messages").glob("*"))
+        assert _search(store, points[0]).items == []
+
+
+def test_tail_keeps_the_newest_rows_and_hides_removed_ids() -> None:
+    vec = np.ones(4, dtype="<f4") / 2
+    tail = Tail(4, limit=3)
+    tail.extend([LogRow(s, 1, s, vec.tobytes(), s) for s in (1, 2, 3, 4)])
+    assert len(tail) == 3 and tail.partial(0) and not tail.partial(1)
+    tail.extend([LogRow(5, -1, 3, None, None)])
+    assert tail.hides() >= {3} and 3 not in tail.positions() and tail.removes() == 1
+    tail.applied(4)
+    assert len(tail) == 1 and not tail.partial(4)
+    assert merge([(3, 0.9), (7, 0.5)], [(8, 0.5)], frozenset({3}), 5) == [(7, 0.5), (8, 0.5)]
