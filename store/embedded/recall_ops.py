@@ -41,18 +41,8 @@ class RecallOps(EmbeddedBase):
         key = fingerprint("recall", agent_id, query, since, until)
         terms = query_terms(query)
 
-        def rank(
-            n: int, bound: int | None, exclude: frozenset[int]
-        ) -> tuple[list[tuple[int, float]], int]:
-            return self._recall.rank(
-                agent_id,
-                terms,
-                n,
-                since=since,
-                until=until,
-                bound=bound,
-                exclude=exclude,
-            )
+        def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
+            return self._recall.rank(agent_id, terms, n, since=since, until=until, bound=bound, exclude=exclude)
 
         part = self._snapshots.page("recall", agent_id, key, limit, cursor, rank)
         messages = self._hydrate_messages(agent_id, [i for i, _ in part.items])
@@ -77,9 +67,7 @@ class RecallOps(EmbeddedBase):
             if isinstance(embedding_version, str)
             else []
         )
-        checked, dim = fusion.unit_vectors(
-            vectors, embedding_version, dimension=known[0][0] if known else None
-        )
+        checked, dim = fusion.unit_vectors(vectors, embedding_version, dimension=known[0][0] if known else None)
         if not checked:
             return 0
         with self._db.write("put message vectors") as conn:
@@ -87,21 +75,14 @@ class RecallOps(EmbeddedBase):
             added = 0
             for mid, vec in checked:
                 row = conn.execute(
-                    "SELECT id FROM messages WHERE agent_id = ? AND message_id = ?",
-                    (agent_id, mid),
+                    "SELECT id FROM messages WHERE agent_id = ? AND message_id = ?", (agent_id, mid)
                 ).fetchone()
                 if row is None:
                     continue
                 inserted = conn.execute(
                     "INSERT OR IGNORE INTO message_vectors (agent_id, message_id, embedding_version, dimension, "
                     "embedding) VALUES (?, ?, ?, ?, ?)",
-                    (
-                        agent_id,
-                        mid,
-                        embedding_version,
-                        dim,
-                        vec.astype("<f4").tobytes(),
-                    ),
+                    (agent_id, mid, embedding_version, dim, vec.astype("<f4").tobytes()),
                 ).rowcount
                 if inserted:
                     added += 1
@@ -111,9 +92,7 @@ class RecallOps(EmbeddedBase):
                     )
             return added
 
-    def message_vector_ids(
-        self, agent_id: str, message_ids: Sequence[str], embedding_version: str
-    ) -> set[str]:
+    def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:
         validation.identifier("agent_id", agent_id)
         ids = list(dict.fromkeys(str(m) for m in message_ids))
         found: set[str] = set()
@@ -143,29 +122,17 @@ class RecallOps(EmbeddedBase):
         embedding_version: str | None = None,
     ) -> Page[RecallHit]:
         if fusion.recall_mode(mode) == "text":
-            return self.search_recall(
-                agent_id, query, limit, cursor, since=since, until=until
-            )
-        since, until, q = fusion.vector_query(
-            agent_id, query, vector, mode, limit, since, until
-        )
+            return self.search_recall(agent_id, query, limit, cursor, since=since, until=until)
+        since, until, q = fusion.vector_query(agent_id, query, vector, mode, limit, since, until)
         version = embedding_version or self._main_vector_version(agent_id)
-        key = fingerprint(
-            "recall-" + mode, agent_id, query, vector_digest(q), version, since, until
-        )
+        key = fingerprint("recall-" + mode, agent_id, query, vector_digest(q), version, since, until)
         terms = query_terms(query)
-        lag: list[
-            Found
-        ] = []  # what the vector half said about the index (the last ranking)
+        lag: list[Found] = []  # what the vector half said about the index (the last ranking)
 
-        def rank(
-            n: int, bound: int | None, exclude: frozenset[int]
-        ) -> tuple[list[tuple[int, float]], int]:
+        def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
             if mode == "vector":
                 top = self._newest_message() if bound is None else bound
-                ranked = self._vector_rank(
-                    agent_id, version, q, since, until, top, n + len(exclude), lag
-                )
+                ranked = self._vector_rank(agent_id, version, q, since, until, top, n + len(exclude), lag)
                 return [h for h in ranked if h[0] not in exclude][:n], top
             # The agent's vectors decide how deep the lists go (fusion.hybrid_depth). Past the full-
             # depth threshold a later page is ranked from deeper lists than the first (its seen ids
@@ -175,56 +142,31 @@ class RecallOps(EmbeddedBase):
             if version is not None and self._has_vectors(agent_id, version, q):
                 corpus = self._message_vectors.size(agent_id, version, q.size)
             depth = fusion.hybrid_depth(
-                n + len(exclude),
-                self._max_results,
-                corpus=corpus,
-                factor=self.hybrid_depth_factor,
+                n + len(exclude), self._max_results, corpus=corpus, factor=self.hybrid_depth_factor
             )
-            text, newest = self._recall.rank(
-                agent_id, terms, depth, since=since, until=until, bound=bound
-            )
+            text, newest = self._recall.rank(agent_id, terms, depth, since=since, until=until, bound=bound)
             top = newest if bound is None else min(newest, bound)
             vec = self._vector_rank(agent_id, version, q, since, until, top, depth, lag)
             candidates = {i for i, _ in text} | {i for i, _ in vec}
             # Positions of messages with a vector come from the agent's message index; only the
             # rest (text hits not embedded yet) are read from SQLite.
-            seqs = (
-                self._message_vectors.positions(
-                    agent_id, version, q.size, sorted(candidates)
-                )
-                if version
-                else {}
-            )
+            seqs = self._message_vectors.positions(agent_id, version, q.size, sorted(candidates)) if version else {}
             embedded = set(seqs)
-            rest, rest_embedded = self._positions(
-                agent_id, candidates - embedded, version
-            )
+            rest, rest_embedded = self._positions(agent_id, candidates - embedded, version)
             seqs.update(rest)
             embedded |= rest_embedded
-            fused = fusion.hybrid(
-                text, vec, seqs, unembedded={i for i, _ in text} - embedded
-            )
+            fused = fusion.hybrid(text, vec, seqs, unembedded={i for i, _ in text} - embedded)
             return [h for h in fused if h[0] not in exclude][:n], top
 
-        part = self._snapshots.page(
-            "recall-" + mode, agent_id, key, limit, cursor, rank
-        )
+        part = self._snapshots.page("recall-" + mode, agent_id, key, limit, cursor, rank)
         messages = self._hydrate_messages(agent_id, [i for i, _ in part.items])
         hits = [RecallHit(messages[i], s) for i, s in part.items if i in messages]
         found = lag[-1] if lag else None
-        stats = (
-            SearchStats(part.offset, partial=found.partial, unindexed=found.unscanned)
-            if found
-            else None
-        )
+        stats = SearchStats(part.offset, partial=found.partial, unindexed=found.unscanned) if found else None
         return Page(hits, part.next_cursor, stats)
 
     def _newest_message(self) -> int:
-        return int(
-            self._db.query(
-                "newest message", "SELECT COALESCE(MAX(id), 0) FROM messages"
-            )[0][0]
-        )
+        return int(self._db.query("newest message", "SELECT COALESCE(MAX(id), 0) FROM messages")[0][0])
 
     def _main_vector_version(self, agent_id: str) -> str | None:
         """The agent's version with the most message vectors (usually its only one: two index
@@ -275,12 +217,8 @@ class RecallOps(EmbeddedBase):
                 f"SELECT id FROM messages WHERE agent_id = ? AND id <= ?{time_sql}",
                 [agent_id, top, *time_params],
             )
-            window = np.fromiter(
-                (r[0] for r in found), dtype=np.int64, count=len(found)
-            )
-        result = self._message_vectors.search(
-            agent_id, version, query, n, top=top, window=window
-        )
+            window = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+        result = self._message_vectors.search(agent_id, version, query, n, top=top, window=window)
         lag.append(result)
         if result.partial and result.hits:
             # Removes past the tail bound were not read: drop hits whose message is gone.
@@ -302,12 +240,7 @@ class RecallOps(EmbeddedBase):
             )
         return out
 
-    def _has_vectors(
-        self,
-        agent_id: str,
-        version: str | None,
-        query: np.ndarray[Any, np.dtype[np.float32]],
-    ) -> bool:
+    def _has_vectors(self, agent_id: str, version: str | None, query: np.ndarray[Any, np.dtype[np.float32]]) -> bool:
         """Whether the agent has message vectors of ``version``; refused when they do not have
         the query's dimension."""
         if version is None:
@@ -326,9 +259,7 @@ class RecallOps(EmbeddedBase):
             )
         return True
 
-    def _positions(
-        self, agent_id: str, ids: Iterable[int], version: str | None
-    ) -> tuple[dict[int, int], set[int]]:
+    def _positions(self, agent_id: str, ids: Iterable[int], version: str | None) -> tuple[dict[int, int], set[int]]:
         """The conversation position (``seq``) of each of these messages of the agent, and which
         of them carry a vector of ``version`` (hybrid scores a missing one by the text score)."""
         seqs: dict[int, int] = {}
@@ -347,9 +278,7 @@ class RecallOps(EmbeddedBase):
                     embedded.add(int(row_id))
         return seqs, embedded
 
-    def _hydrate_messages(
-        self, agent_id: str, ids: Sequence[int]
-    ) -> dict[int, StoredMessage]:
+    def _hydrate_messages(self, agent_id: str, ids: Sequence[int]) -> dict[int, StoredMessage]:
         out: dict[int, StoredMessage] = {}
         for part in chunked(list(ids)):
             marks = ",".join("?" * len(part))
