@@ -43,7 +43,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     corpora = load_locomo(json.loads(Path(args.data).read_text(encoding="utf-8")))
     if args.conversations:
         corpora = {k: v for k, v in corpora.items() if k in set(args.conversations)}
-    cfg = load_settings(environ={})
+    cfg = load_settings(environ={}, overrides={"embedding": {"backend": args.backend}} if args.backend else None)
     embedder = get_embedder(cfg.embedding)
     chunker = LateChunker(embedder)
     overlap = cfg.chunking.window_overlap_tokens if args.window_overlap is None else args.window_overlap
@@ -91,6 +91,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "data": str(args.data),
         "model": embedder.model_id,
+        "backend": embedder.backend,
         "window_tokens": chunker.max_window,
         "window_overlap_tokens": overlap,
         "group_tokens": args.group_tokens,
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--conversations", nargs="*", help="only these sample ids (e.g. conv-26)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="embedding modes to compare")
+    parser.add_argument("--backend", choices=["torch", "onnx", "onnx-int8"], help="default: [embedding] backend")
     args = parser.parse_args(argv)
     args.data = data_path(args.data)
     result = evaluate(args)

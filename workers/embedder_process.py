@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vcm.settings.memory import EmbeddingSettings
-from vcm.tasks.embedding import Embedder
+from vcm.tasks.embedding import Embedder, cache_key
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class EmbedderProcess(Embedder):
 
     def __init__(self, settings: EmbeddingSettings, *, nice: int = NICE) -> None:
         self._settings = settings
+        self.backend = settings.backend
         self._nice = nice
         self._lock = threading.Lock()
         self._conn: Connection | None = None
@@ -110,6 +111,7 @@ class EmbedderProcess(Embedder):
             process.join(5)
             raise RuntimeError(f"the embedding process could not load the model: {meta}")
         self.model_id = str(meta["model_id"])
+        self.base_model_id = str(meta["base_model_id"])
         self.dimension = int(meta["dimension"])
         self.max_tokens = int(meta["max_tokens"])
         self.batch_size = int(meta["batch_size"])
@@ -173,10 +175,10 @@ class EmbedderProcesses:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: dict[tuple[str, str], EmbedderProcess] = {}
+        self._running: dict[tuple[str, ...], EmbedderProcess] = {}
 
     def get(self, settings: EmbeddingSettings) -> Embedder:
-        key = (settings.model, settings.device)
+        key = cache_key(settings)
         with self._lock:
             found = self._running.get(key)
             if found is None:
@@ -201,6 +203,7 @@ def serve(conn: Connection, settings: dict[str, Any], nice: int) -> None:
         embedder = get_embedder(EmbeddingSettings.model_validate(settings))
         meta = {
             "model_id": embedder.model_id,
+            "base_model_id": embedder.base_model_id,
             "dimension": embedder.dimension,
             "max_tokens": embedder.max_tokens,
             "batch_size": embedder.batch_size,

@@ -11,17 +11,36 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vcm.settings.secrecy import check_url
 
+EmbeddingBackend = Literal["torch", "onnx", "onnx-int8"]
+
 
 class EmbeddingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = ""
+    # What runs the model (vcm.tasks.embedding_onnx): "torch" (sentence-transformers), "onnx"
+    # (the model exported once with torch.onnx, run by ONNX Runtime; its vectors match torch's to
+    # cosine 1.0000, so they share torch's embedding version) or "onnx-int8" (the export with
+    # dynamically quantized int8 weights: fastest, but its vectors are a version of their own).
+    backend: EmbeddingBackend = "onnx"
+    # Where ONNX exports are cached ("" = $XDG_CACHE_HOME/vcm/onnx, else ~/.cache/vcm/onnx): the
+    # model's own folder may be read-only (an installed package).
+    onnx_cache_dir: str = ""
     device: str = "cpu"
     batch_size: int = Field(32, ge=1, le=4096)
     threads: int = Field(0, ge=0, le=256)
     # Embedded mode: the cold path's model work runs in a child process of the serving process
     # (vcm.workers.embedder_process), so it neither holds the API's GIL nor outranks its requests.
     subprocess: bool = True
+
+    @model_validator(mode="after")
+    def _onnx_on_cpu(self) -> Self:
+        # vcm installs ONNX Runtime's CPU build; an accelerator needs the torch backend.
+        if self.backend != "torch" and self.device != "cpu":
+            raise ValueError(
+                f'backend {self.backend!r} runs on the CPU only; use backend "torch" for device {self.device!r}'
+            )
+        return self
 
 
 class ChunkingSettings(BaseModel):

@@ -77,8 +77,10 @@ def test_special_tokens_wrap_windows_as_the_model_expects(chunker: LateChunker, 
     text = "The quick brown fox jumps over the lazy dog."
     plan = _plan(chunker, text, target_tokens=64)
     [hidden] = chunker._forward([chunker._wrap(plan, plan.windows[0])])
-    # sentence-transformers' own token embeddings of the text: same rows, specials included.
-    reference = embedder.model.encode(text, output_value="token_embeddings", convert_to_numpy=True)
+    # sentence-transformers' own token embeddings of the text (the torch backend, whatever the
+    # configured one): same rows, specials included.
+    torch_model = get_embedder(load_settings(environ={}).embedding.model_copy(update={"backend": "torch"})).model
+    reference = torch_model.encode(text, output_value="token_embeddings", convert_to_numpy=True)
     np.testing.assert_allclose(hidden, np.asarray(reference), atol=1e-4)
     # A one-chunk document pooled with its special rows equals the model's sentence embedding.
     full = hidden.mean(axis=0)

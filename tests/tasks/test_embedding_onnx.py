@@ -1,0 +1,155 @@
+"""The ONNX embedding backends: export and cache, parity with torch, late chunking's token
+states, versions, and the setting's checks. The bundled MiniLM is exported once per session into
+a temporary cache (a few seconds); the int8 export is slow-marked."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vcm.errors import ConfigError
+from vcm.settings import load_settings
+from vcm.settings.memory import EmbeddingSettings
+from vcm.tasks.embedding import Embedder, bundled_model_path, get_embedder
+from vcm.tasks.embedding_onnx import PARITY_COSINE, OnnxEmbedder, pool
+from vcm.tasks.ingest.late_chunking import LateChunker
+from vcm.tasks.onnx_export import FILES, cache_folder, cache_root, ensure_export
+
+pytestmark = pytest.mark.timeout(600)
+
+TEXTS = ["The cat sat on the mat.", "ok", "What did Melanie paint last summer? " * 60, "Lisbon in March"]
+MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="module")
+def model_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the bundled model, so a test can change its files."""
+    target = tmp_path_factory.mktemp("model") / "minilm"
+    shutil.copytree(bundled_model_path(), target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture(scope="module")
+def onnx(model_copy: Path, cache: Path) -> OnnxEmbedder:
+    return OnnxEmbedder(EmbeddingSettings(model=str(model_copy), backend="onnx", onnx_cache_dir=str(cache)))
+
+
+@pytest.fixture(scope="module")
+def torch_embedder() -> Embedder:
+    # The process-wide one the other model tests share (one load per session).
+    return get_embedder(load_settings(environ={}).embedding.model_copy(update={"backend": "torch"}))
+
+
+def test_onnx_matches_torch_sentence_vectors(onnx: OnnxEmbedder, torch_embedder: Embedder) -> None:
+    ours, theirs = onnx.encode(TEXTS), torch_embedder.encode(TEXTS)
+    assert ours.shape == theirs.shape == (len(TEXTS), 384)
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    assert (ours * theirs).sum(axis=1).min() > 0.999
+    assert onnx.encode([]).shape == (0, 384)
+
+
+def test_fp32_shares_torch_version(onnx: OnnxEmbedder, model_copy: Path) -> None:
+    # The copy's id is its folder name, as torch's would be; parity was measured at export.
+    assert onnx.parity >= PARITY_COSINE
+    assert onnx.model_id == onnx.base_model_id == model_copy.name
+    assert onnx.dimension == 384 and onnx.max_tokens == 256
+
+
+def test_hidden_states_match_torch_for_late_chunking(onnx: OnnxEmbedder, torch_embedder: Embedder) -> None:
+    rows = [[101, 2023, 2003, 1037, 3231, 102], [101, 7592, 102]]
+    ours, theirs = onnx.hidden_states(rows, 0), torch_embedder.hidden_states(rows, 0)
+    assert [s.shape for s in ours] == [(6, 384), (3, 384)]
+    for a, b in zip(ours, theirs, strict=True):
+        assert np.abs(a - b).max() < 1e-3
+    # Late chunking end to end: the same chunk vectors from both backends.
+    text = "Alice moved to Lisbon. She loves the trams there. Bob visited her in March."
+    settings = load_settings(environ={}).chunking
+    plan_o, plan_t = LateChunker(onnx).plan(text, settings), LateChunker(torch_embedder).plan(text, settings)
+    assert plan_o.token_ids == plan_t.token_ids
+    late_o = np.vstack(LateChunker(onnx).embed([plan_o], "late"))
+    late_t = np.vstack(LateChunker(torch_embedder).embed([plan_t], "late"))
+    assert (late_o * late_t).sum(axis=1).min() > 0.999
+
+
+def test_export_cached_and_redone_when_the_model_changes(onnx: OnnxEmbedder, model_copy: Path, cache: Path) -> None:
+    folder = cache_folder(cache, model_copy.name, model_copy.resolve())
+    meta = json.loads((folder / "export.json").read_text())
+    assert meta["opset"] and meta["torch"] and meta["pooling"] == ["mean"] and meta["normalize"] is True
+    assert meta["backends"]["onnx"]["quantization"] is None
+    exported = (folder / FILES["onnx"]).stat().st_mtime_ns
+    # Unchanged model: the cached export is used as it is.
+    again = ensure_export(str(model_copy), model_copy.name, "onnx", str(cache))
+    assert again.path == folder / FILES["onnx"] and again.path.stat().st_mtime_ns == exported
+    # A changed weight file (same size, new content): its checksum differs, so it is exported again.
+    weights = model_copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    original = bytes(data)
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    try:
+        ensure_export(str(model_copy), model_copy.name, "onnx", str(cache))
+        redone = json.loads((folder / "export.json").read_text())
+        assert redone["weights_sha256"] != meta["weights_sha256"]
+        assert (folder / FILES["onnx"]).stat().st_mtime_ns != exported
+    finally:
+        weights.write_bytes(original)
+
+
+def test_pooling_follows_the_model_config() -> None:
+    states = np.array([[[1.0, 0.0], [3.0, 4.0], [9.0, 9.0]]], dtype=np.float32)
+    mask = np.array([[1, 1, 0]], dtype=np.int64)  # the third token is padding
+    assert pool(states, mask, ["mean"]).tolist() == [[2.0, 2.0]]
+    assert pool(states, mask, ["cls"]).tolist() == [[1.0, 0.0]]
+    assert pool(states, mask, ["max"]).tolist() == [[3.0, 4.0]]
+    assert pool(states, mask, ["lasttoken"]).tolist() == [[3.0, 4.0]]
+    assert pool(states, mask, ["cls", "mean"]).shape == (1, 4)
+    with pytest.raises(ValueError, match="unknown pooling"):
+        pool(states, mask, ["weighted"])
+
+
+@pytest.mark.slow
+def test_int8_has_a_version_of_its_own(model_copy: Path, cache: Path, torch_embedder: Embedder) -> None:
+    int8 = OnnxEmbedder(EmbeddingSettings(model=str(model_copy), backend="onnx-int8", onnx_cache_dir=str(cache)))
+    # Measured at export: int8 vectors are close to torch's but not interchangeable with them.
+    assert int8.parity < PARITY_COSINE
+    assert int8.model_id == f"{model_copy.name}+onnx-int8"
+    assert (int8.encode(TEXTS) * torch_embedder.encode(TEXTS)).sum(axis=1).min() > 0.8
+    meta = json.loads((cache_folder(cache, model_copy.name, model_copy.resolve()) / "export.json").read_text())
+    assert meta["backends"]["onnx-int8"]["quantization"]["method"] == "quantize_dynamic"
+
+
+def test_bad_backend_setting_refused() -> None:
+    with pytest.raises(ConfigError, match=r"embedding\.backend.*VCM_EMBEDDING__BACKEND"):
+        load_settings(environ={"VCM_EMBEDDING__BACKEND": "tensorrt"})
+    with pytest.raises(ConfigError, match="runs on the CPU only"):
+        load_settings(environ={"VCM_EMBEDDING__BACKEND": "onnx", "VCM_EMBEDDING__DEVICE": "cuda"})
+    assert load_settings(environ={"VCM_EMBEDDING__BACKEND": "onnx-int8"}).embedding.backend == "onnx-int8"
+
+
+def test_unwritable_cache_is_a_config_error(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    with pytest.raises(ConfigError, match="onnx_cache_dir"):
+        ensure_export(str(bundled_model_path()), MODEL_ID, "onnx", str(blocked))
+
+
+def test_cache_root_default_is_the_users_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root("") == tmp_path / "vcm" / "onnx"
+    assert cache_root("/srv/x") == Path("/srv/x")
+
+
+@pytest.fixture(autouse=True)
+def _no_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    yield
