@@ -254,10 +254,10 @@ def use_embedder(factory: Callable[[EmbeddingSettings], Embedder] | None) -> Non
 def store_options(settings: Settings) -> dict[str, Any]:
     """Adapter options from settings: the ArangoDB users (passwords from the environment only,
     see ``vcm.settings``), the UDS-only rule, and the server-side TTL index when recall
-    retention is on. The embedded adapter takes none of these."""
-    if not settings.store_url.startswith("arango"):
-        return {}
+    retention is on; the embedded adapter takes only its recall tail bound."""
     s = settings.store
+    if not settings.store_url.startswith("arango"):
+        return {"recall_tail_limit": s.recall_tail_limit}
     options: dict[str, Any] = {
         "uds_only": s.uds_only,
         "retention": bool(settings.maintenance.recall_ttl_s and s.server_ttl_index),

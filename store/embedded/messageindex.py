@@ -63,7 +63,7 @@ Ids = npt.NDArray[np.int64]
 _READ_BATCH = 50_000
 _APPLY_BATCH = 5_000  # vectors per critical section of a catch-up (assigned to lists beforehand)
 _SWAP_BACKLOG = 2_000  # a rebuilt index is swapped in once at most this many log rows are left
-DEFAULT_TAIL_LIMIT = 20_000
+DEFAULT_TAIL_LIMIT = 5_000
 _LOG_ROWS = (
     "SELECT l.seq, l.op, l.row_id, v.embedding, m.seq FROM message_vector_log l "
     "LEFT JOIN messages m ON m.id = l.row_id "

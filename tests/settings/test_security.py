@@ -136,6 +136,7 @@ def test_store_options_carry_both_users_and_retention() -> None:
         "ro_username": "vcm_ro",
         "ro_password": "ro-pass-456",
     }
-    assert store_options(load_settings(environ={})) == {}  # the embedded adapter takes none
+    # the embedded adapter takes only its recall tail bound
+    assert store_options(load_settings(environ={})) == {"recall_tail_limit": 5_000}
     plain = store_options(load_settings(environ={"VCM_STORE_URL": "arango+http://u:p@db/vcm"}))
     assert plain == {"uds_only": False, "retention": False}

@@ -86,7 +86,8 @@ def table(report: dict[str, Any]) -> str:
                 r["messages"],
                 f["p50_ms"],
                 f["p99_ms"],
-                note=f"first {f['first_ms']} ms; {f['partial_queries']} partial; index ready after "
+                note=f"first {f['first_ms']} ms; CPU p50/p99 {f['cpu_p50_ms']}/{f['cpu_p99_ms']} ms; "
+                f"{f['partial_queries']} partial; index ready after "
                 f"{f['index_ready_s']} s; load {f['load_average_during'][0]}",
             )
         for mode in ("text", "vector", "hybrid"):

@@ -176,3 +176,9 @@ class StoreSettings(BaseModel):
     # Create the TTL index on messages.expires_at so the server deletes expired recall itself
     # (used when maintenance.recall_ttl_s > 0; the beat's expire task runs either way).
     server_ttl_index: bool = True
+    # Embedded store: how many not-yet-indexed message-vector changes a recall query scans exactly
+    # beside the agent's message index (the newest; the index is built and caught up off the
+    # query path). Past it a query leaves the oldest out and says so (stats.partial, metric
+    # vcm_recall_partial_searches). The first query after a restart or a bulk load reads them all
+    # (5 000: ~0.2 s at load average 9 on 2 cores); later ones read only the rows new since.
+    recall_tail_limit: int = Field(5_000, ge=1, le=10_000_000)
