@@ -113,7 +113,7 @@ def units_of(request: Request, params: Params, *, telegraphic: bool = True) -> U
             # The pattern spans sentences: the whole turn is reported, none of its sentences bare.
             made = [units.Unit(turn.speaker, units.flagged_line(turn.speaker, turn.text, whole), whole)]
         if telegraphic:  # a sentence's clauses compete on their own (see telegraph.split)
-            made = [c for u in made for c in _clauses(u)]
+            made = [c for u in _attached(made) for c in _clauses(u)]
         for unit in made:
             if unit is None or unit.line in seen:
                 continue
@@ -121,6 +121,21 @@ def units_of(request: Request, params: Params, *, telegraphic: bool = True) -> U
             flagged += bool(unit.flagged)
             batch.append(unit)
     return Units(previous, batch, frozenset(s for s in speakers if s), flagged)
+
+
+def _attached(made: Sequence[units.Unit | None]) -> list[units.Unit | None]:
+    """A turn's sentences, each that would read as a fragment alone ("Hopefully they finish soon",
+    "With mixed results") joined to the sentence of the same turn before it, which holds what it
+    points back to (its first sentence's antecedent was said by someone else: it stays alone)."""
+    out: list[units.Unit | None] = []
+    for unit in made:
+        before = out[-1] if out else None
+        if (unit is not None and before is not None and not unit.flagged and not before.flagged
+                and unit.speaker and telegraph.fragment(unit.body)):  # fmt: skip
+            out[-1] = replace(before, body=f"{before.body}, {unit.body}")
+            continue
+        out.append(unit)
+    return out
 
 
 def _clauses(unit: units.Unit | None) -> list[units.Unit | None]:

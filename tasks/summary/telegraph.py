@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from vcm.eval.fragments import reason as fragment_reason
+
 # Where a clause starts: the sentence's start, after a comma / colon / dash, or after a conjunction.
 # Not after a bare "and": "my wife and I left" keeps its subject.
 _START = r"(?:^|(?<=[,:(]\s)|(?<=\s[-–—]\s)|(?<=, and\s)|(?<=\bbut\s)|(?<=\bso\s)|(?<=\bthen\s)|(?<=\bbecause\s))"
@@ -112,8 +114,10 @@ def split(body: str, words: Callable[[str], Sequence[str]], least: int = 2) -> l
     """``body`` cut at commas into independent clauses that each hold at least ``least`` content
     words (``words``), so a summary can keep the clause that carries a fact without the one that
     comments on it ("started guitar in 2018" / "great way to express myself"). A part that depends
-    on the one before (a relative or adverbial clause, a list's items) stays with it; nothing is
-    cut inside quotes, parentheses or brackets; a leading "but" / "so" of a cut clause goes."""
+    on the one before (a relative or adverbial clause, a list's items) stays with it, and so does
+    one that would read as a fragment alone (:func:`fragment`: "with mixed results", "they finish
+    soon"); nothing is cut inside quotes, parentheses or brackets; a leading "but" / "so" of a cut
+    clause goes."""
     parts = body.split(", ")
     out: list[str] = []
     current = ""
@@ -122,7 +126,11 @@ def split(body: str, words: Callable[[str], Sequence[str]], least: int = 2) -> l
             current = f"{current}, {part}"
             continue
         if current and (
-            _DEPENDENT.match(part) or _ITEM.match(part) or _DATE.match(part) or len(set(words(part))) < least
+            _DEPENDENT.match(part)
+            or _ITEM.match(part)
+            or _DATE.match(part)
+            or len(set(words(part))) < least
+            or fragment(_CONJUNCTION.sub("", part))
         ):
             current = f"{current}, {part}"
             continue
@@ -133,11 +141,18 @@ def split(body: str, words: Callable[[str], Sequence[str]], least: int = 2) -> l
         out.append(current)
     merged: list[str] = []
     for clause in out:  # a first part too thin to stand alone (or only a date) goes with the next one
-        if merged and (len(set(words(merged[-1]))) < least or _DATE.match(merged[-1])):
+        if merged and (len(set(words(merged[-1]))) < least or _DATE.match(merged[-1]) or fragment(merged[-1])):
             merged[-1] = f"{merged[-1]}, {clause}"
         else:
             merged.append(clause)
     return [_CONJUNCTION.sub("", c) if i else c for i, c in enumerate(merged)]
+
+
+def fragment(clause: str) -> bool:
+    """``clause`` cannot be read without what was said before it (the rule the summary's
+    readability is measured by, :mod:`vcm.eval.fragments`): it leans on a word before it, points
+    back by a pronoun and names nothing, or is a stub."""
+    return bool(fragment_reason(clause))
 
 
 def _open(text: str) -> bool:

@@ -382,3 +382,27 @@ def test_the_fact_keeping_summary_keeps_far_more_of_the_evicted_facts_than_the_o
     assert new["cumulative_final_pct"] >= 1.5 * old["cumulative_final_pct"]
     assert new["cumulative_mean_pct"] > old["cumulative_mean_pct"] + 15
     assert new["filler_tokens_pct"] < 10
+
+
+def test_no_clause_of_a_summary_reads_as_a_fragment_alone() -> None:
+    """A part that leans on the words before it, or points back by a pronoun and names nothing,
+    stays with the clause (or the sentence of the same turn) it depends on; the demo's summary
+    once read ``user: with mixed results; Hopefully they finish soon``."""
+    from vcm.eval.fragments import measure
+    from vcm.tasks.summary.recursive import units_of
+
+    def split(body: str) -> list[str]:
+        return telegraph.split(body, units.words)
+
+    assert split("tried new recipe for Anna, with mixed results") == ["tried new recipe for Anna, with mixed results"]
+    assert split("kids started school in Lund, they finish soon") == ["kids started school in Lund, they finish soon"]
+    turns = [
+        Turn("Melanie", "My kids started swimming lessons at the Lund pool. Hopefully they finish soon!", MAY_8),
+        Turn("Caroline", "I baked bread for the Pride picnic. With mixed results, honestly."),
+    ]
+    got = units_of(request("", turns, 400), Params())
+    lines = [u.line for u in got.batch]
+    assert measure("\n".join(lines)).fragments == 0, lines
+    assert any("swimming lessons" in line and "finish soon" in line for line in lines)
+    # Without the join, the second sentences alone are fragments by the same measure.
+    assert measure("Melanie: Hopefully they finish soon\nCaroline: with mixed results").fragments == 2
