@@ -218,6 +218,7 @@ def test_recall_write_search_and_paging(client: TestClient) -> None:
     client.post("/v1/agents/alice/recall", json={"content": "nothing here", "idempotency_key": "other"}, headers=me)
     first = client.get("/v1/agents/alice/recall", params={"query": "zebra", "limit": 2}, headers=me).json()
     assert len(first["items"]) == 2 and first["next_cursor"] and first["mode"] == "hybrid"  # the default
+    assert first["partial"] is False  # every vector was scanned (indexed or in the exact tail)
     rest = client.get(
         "/v1/agents/alice/recall", params={"query": "zebra", "limit": 2, "cursor": first["next_cursor"]}, headers=me
     ).json()
@@ -415,6 +416,14 @@ def test_openapi_documents_every_route_with_a_response_model(client: TestClient,
         ("GET", "/v1/maintenance"),
         ("GET", "/v1/agents/{agent_id}/export"),
         ("POST", "/v1/import"),
+        ("POST", "/v1/users"),
+        ("GET", "/v1/users"),
+        ("DELETE", "/v1/users/{user_id}"),
+        ("POST", "/v1/domains"),
+        ("GET", "/v1/domains"),
+        ("DELETE", "/v1/domains/{domain}"),
+        ("GET", "/v1/agents/{agent_id}/principals"),
+        ("PUT", "/v1/agents/{agent_id}/principals"),
     }
     for p, item in spec["paths"].items():
         for method, op in item.items():

@@ -354,7 +354,7 @@ RESULT_FIELDS: dict[str, tuple[str, ...]] = {
     "append_fifo": ("message_id", "token_estimate", "tokens", "action"),
     "evict_fifo": ("evicted_count", "new_summary_tokens", "after_occupancy", "after_tokens"),
     "write_recall": ("inserted_ids", "total_tokens", "stored_in"),
-    "search_recall": ("results", "tokens_added", "next_cursor", "mode", "page_tokens"),
+    "search_recall": ("results", "tokens_added", "next_cursor", "mode", "page_tokens", "partial"),
     "search_archival": ("results", "next_page_token", "tokens_added", "next_cursor", "page_tokens"),
     "ingest_archival": ("inserted", "vector_index_used", "doc_id"),
     "record_heartbeat": ("chain_depth", "duration_ms", "terminated_reason", "chain_id", "depth", "run"),

@@ -36,12 +36,14 @@ class SearchHandlers(Pager):
         mode = a.get("mode", "hybrid")
         bound = paging.scope(agent, "recall", a["query"], mode, since, until)
         used: list[str] = []
+        partial: list[bool] = []  # a page ranked while the agent's vectors were still being indexed
 
         def fetch(cursor: str | None, n: int) -> Page[Any]:
             found = self.service.search_recall(
                 agent, a["query"], limit=n, cursor=cursor, since=since, until=until, mode=mode
             )
             used.append(found.mode)
+            partial.append(found.page.stats is not None and found.page.stats.partial)
             return found.page
 
         start = self._position(a.get("cursor"), bound)
@@ -53,7 +55,9 @@ class SearchHandlers(Pager):
             budget=budget,
         )
         rendered = [results.recall_item(c.item) | self._taint(c.item.message.content) for c in cands]
-        extra_fields = {"mode": used[-1] if used else mode}
+        extra_fields: dict[str, Any] = {"mode": used[-1] if used else mode}
+        if any(partial):  # older messages may be missing: their vectors are still being indexed
+            extra_fields["partial"] = True
         body = self._page("recall", rendered, [c.after for c in cands], start, budget, bound, call, extra_fields)
         reply = Reply(body)
         if a.get("rehydrate"):

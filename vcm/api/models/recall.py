@@ -53,3 +53,8 @@ class RecallPage(BaseModel):
     items: list[RecallHitOut]
     next_cursor: str | None
     mode: str
+    partial: bool = Field(
+        False,
+        description="the vector half searched the agent's index and only the newest of the vectors not indexed "
+        "yet (a bulk load still being indexed in the background): older messages may be missing from this page",
+    )

@@ -48,4 +48,5 @@ def search_recall(
         RecallHitOut(message=MessageOut.of(h.message), score=h.score, **mark)
         for h, mark in zip(res.page.items, res.marks, strict=True)
     ]
-    return RecallPage(items=items, next_cursor=res.page.next_cursor, mode=res.mode)
+    partial = res.page.stats is not None and res.page.stats.partial
+    return RecallPage(items=items, next_cursor=res.page.next_cursor, mode=res.mode, partial=partial)
