@@ -186,3 +186,30 @@ def test_a_version_1_database_is_upgraded_on_open(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "2"
     conn.close()
+
+
+def test_forgetting_a_message_takes_the_shared_facts_it_supports(team: MemoryService) -> None:
+    said = team.append("ann", "user", "My flat is on Rue Cler").message_id
+    other = team.append("bob", "user", "unrelated").message_id
+    f = team.remember("ann", "Alice's flat is on Rue Cler", type="learned", scope="user",
+                      evidence=[{"kind": "message", "id": said}], actor=ADMIN).fact  # fmt: skip
+    kept = team.remember("bob", "Alice's flat is on Rue Cler, near the market", type="learned", scope="user",
+                         key="flat", evidence=[{"kind": "message", "id": other}], actor=ADMIN).fact  # fmt: skip
+    receipt = team.forget("ann", said)
+    assert f.fact_id in receipt.facts_removed
+    with pytest.raises(NotFound):
+        team.get_fact("bob", f.fact_id)
+    assert team.get_fact("bob", kept.fact_id).value.endswith("near the market")  # bob's pointer: not ann's
+    assert team.check_forget("ann", receipt.receipt).clean
+
+
+def test_snapshots_and_exports_hold_the_agents_own_memory_only(team: MemoryService) -> None:
+    own = team.remember("ann", "ann's own note", type="sticky", actor=ADMIN).fact
+    snap = team.create_snapshot("ann", ttl_s=10**10)  # the test clock is years behind the store's
+    shared = team.remember("ann", "Alice's shared note", type="sticky", scope="user", actor=ADMIN).fact
+    exported = "".join(team.export_agent("ann"))
+    assert own.fact_id in exported and shared.fact_id not in exported and "shared note" not in exported
+    team.restore_snapshot("ann", snap.snapshot_id)
+    # The restore put back the agent's own memory and left its user's as it was.
+    assert {f.fact_id for f in team.list_facts("ann")} == {own.fact_id, shared.fact_id}
+    assert team.get_fact("bob", shared.fact_id).value == "Alice's shared note"

@@ -78,6 +78,7 @@ from vcm.api.routes import (
     maintenance,
     messages,
     portable,
+    principals,
     probes,
     recall,
     snapshots,
@@ -94,7 +95,7 @@ from vcm.settings import Settings
 ROUTERS = (
     agents.router, messages.router, blocks.router, recall.router, archival.router, events.router, tools.router,
     probes.router, lifecycle.router, snapshots.router, facts.router, entities.router, state.router, chat.router,
-    viewer.router, sync.router, maintenance.router, anthropic.router, portable.router,
+    viewer.router, sync.router, maintenance.router, anthropic.router, portable.router, principals.router,
 )  # fmt: skip
 
 

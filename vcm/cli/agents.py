@@ -133,7 +133,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
             "list": lambda: client.facts(args.agent, types=args.type),
             "search": lambda: client.search_facts(args.agent, _need_text(args), types=args.type),
             "remember": lambda: client.remember(
-                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key
+                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key, scope=args.scope
             ),
             "forget": lambda: client.forget_fact(args.agent, _need_text(args)),
             "stats": lambda: client.fact_stats(args.agent),
@@ -153,8 +153,9 @@ def cmd_facts(args: argparse.Namespace) -> int:
             _print({"hits": [{"score": round(h.score, 4), **_fact_json(h.fact)} for h in hits]})
         elif args.action == "remember":
             res = service.remember(
-                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key, actor=Actor.CLI
-            )
+                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key, scope=args.scope,
+                actor=Actor.CLI,
+            )  # fmt: skip
             _print({"decision": res.decision, "fact": _fact_json(res.fact)})
         elif args.action == "forget":
             _print({"deleted": service.forget_fact(args.agent, _need_text(args), actor=Actor.CLI)})
@@ -254,6 +255,10 @@ def add_agent_commands(sub: Any, api_opts: Callable[[argparse.ArgumentParser], N
     p.add_argument("--agent", required=True)
     p.add_argument("--type", action="append", help="fact type (repeat to filter by several)")
     p.add_argument("--key", help="the fact's key (remember)")
+    p.add_argument(
+        "--scope", default="agent", choices=["agent", "user", "domain"],
+        help="remember: the agent's own, or its user's or domain's (shared with their agents)",
+    )  # fmt: skip
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--depth", type=int, default=1, help="relates_to hops around the entity (entity, 1-3)")
     api_opts(p)

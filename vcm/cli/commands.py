@@ -303,12 +303,14 @@ def add_commands(sub: Any) -> None:
     from vcm.cli.instances import add_instances_command
     from vcm.cli.maintenance import add_maintenance_command
     from vcm.cli.portable import add_portable_commands
+    from vcm.cli.principals import add_principal_commands
 
     add_agent_commands(sub, api_opts)
     add_chat_command(sub, api_opts)
     add_instances_command(sub, api_opts)
     add_maintenance_command(sub, api_opts)
     add_portable_commands(sub, api_opts)
+    add_principal_commands(sub, api_opts)
 
     p = sub.add_parser("serve", help="run the HTTP API (with the in-process worker in embedded mode)")
     p.add_argument("--host")

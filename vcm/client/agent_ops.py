@@ -38,6 +38,35 @@ class AgentOperations(Sender[R]):
     def rotate_token(self, agent_id: str) -> R:
         return self._send(Call("POST", f"/v1/agents/{seg(agent_id)}/token"))
 
+    # --- users and domains: whose shared memory an agent reads (admin, but reading an agent's) ----
+    def create_user(self, user_id: str) -> R:
+        return self._send(Call("POST", "/v1/users", json={"user_id": user_id}))
+
+    def users(self) -> R:
+        return self._send(Call("GET", "/v1/users"))
+
+    def delete_user(self, user_id: str) -> R:
+        """The user and all its memory go; its agents stay, belonging to no user."""
+        return self._send(Call("DELETE", f"/v1/users/{seg(user_id)}"))
+
+    def create_domain(self, domain: str) -> R:
+        return self._send(Call("POST", "/v1/domains", json={"domain": domain}))
+
+    def domains(self) -> R:
+        return self._send(Call("GET", "/v1/domains"))
+
+    def delete_domain(self, domain: str) -> R:
+        """The domain and all its memory go; its agents stay, in no domain."""
+        return self._send(Call("DELETE", f"/v1/domains/{seg(domain)}"))
+
+    def set_agent_principals(self, agent_id: str, *, user_id: str | None, domain: str | None) -> R:
+        """Name the agent's user and domain (None: none); both are always sent."""
+        body: Json = {"user_id": user_id, "domain": domain}
+        return self._send(Call("PUT", f"/v1/agents/{seg(agent_id)}/principals", json=body))
+
+    def agent_principals(self, agent_id: str) -> R:
+        return self._send(Call("GET", f"/v1/agents/{seg(agent_id)}/principals"))
+
     # --- lifecycle and snapshots ----------------------------------------------------------------
     def delete_agent(self, agent_id: str) -> R:
         """Admin or the agent itself: everything of the agent goes (counts in the reply)."""

@@ -29,7 +29,7 @@ operator's proof.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +42,7 @@ from vcm.service.redaction import SummaryRedaction
 from vcm.service.snapshots import FORGOTTEN_NOTE
 from vcm.store import validation as store_validation
 from vcm.store.audit_names import Actor, EventKind
+from vcm.store.principals import is_holder
 from vcm.store.types import EDGE_KINDS, Fact, message_node
 from vcm.types import Gauges
 
@@ -165,8 +166,8 @@ class Forgetting:
         if n := sum(len(self.core.store.traverse(node, [k], direction="any")) for k in EDGE_KINDS):
             left["edges"] = n
         gone = set(row.get("facts_removed") or ())
-        facts = self.core.store.agent_memory(agent_id, self.core.clock()).facts
-        if found := sorted(f.fact_id for f in facts if f.fact_id in gone or _cites(f, message_id)):
+        facts = [f for _, owned in self._owned(agent_id) for f in owned]
+        if found := sorted(f.fact_id for f in facts if f.fact_id in gone or _cites(f, message_id, agent_id)):
             left["facts"] = found
         return ForgetCheck(receipt, agent_id, message_id, not left, left)
 
@@ -182,11 +183,29 @@ class Forgetting:
         self.core.audit(agent_id, EventKind.FORGET, {"doc_id": doc_id, "removed": counts}, actor)
         return counts
 
+    def _owned(self, agent_id: str) -> list[tuple[str, Sequence[Fact]]]:
+        """Every fact, whatever its status (an archived or shadow fact can come back), of the agent
+        and of its user and domain: ``(holder, facts)``; the whole structured memory is read, as a
+        snapshot reads it; a forget is rare."""
+        now = self.core.clock()
+        holders = [agent_id, *self.facts.principals.holders(agent_id).values()]
+        return [(h, self.core.store.agent_memory(h, now).facts) for h in holders]
+
     def _derived_facts(self, agent_id: str, points: Callable[[Any], bool]) -> tuple[list[str], list[str]]:
-        """Remove or rewrite the facts with evidence ``points`` at; their ids."""
-        # Every fact, whatever its status (an archived or shadow fact can come back): the whole
-        # structured memory is read, as a snapshot reads it; a forget is rare.
-        facts = self.core.store.agent_memory(agent_id, self.core.clock()).facts
+        """Remove or rewrite the facts with evidence ``points`` at — the agent's own, and those it
+        wrote to its user's or domain's memory (their pointers name it); their ids."""
+        removed: list[str] = []
+        rewritten: list[str] = []
+        for holder, facts in self._owned(agent_id):
+            mine = points if holder == agent_id else (lambda e: points(e) and e.get("agent_id") == agent_id)
+            gone, changed = self._derived_of(holder, facts, mine)
+            removed.extend(gone)
+            rewritten.extend(changed)
+        return sorted(removed), sorted(rewritten)
+
+    def _derived_of(
+        self, agent_id: str, facts: Sequence[Fact], points: Callable[[Any], bool]
+    ) -> tuple[list[str], list[str]]:
         citing = [f for f in facts if any(points(e) for e in f.evidence)]
         doomed: list[Fact] = []
         kept: list[Fact] = []
@@ -200,7 +219,7 @@ class Forgetting:
         gone = {f.fact_id for f in doomed}
         if gone:
             self.core.store.delete_facts(agent_id, sorted(gone))
-            for fact_id in sorted(gone):
+            for fact_id in sorted(gone) if not is_holder(agent_id) else ():  # shared facts: no feed
                 self.core.changed(agent_id, "fact", fact_id, None, "delete")
         rewritten = {f.fact_id: f for f in kept}
         for f in facts:
@@ -217,5 +236,8 @@ def _points_at(pointer: Any, kind: str, item_id: str) -> bool:
     return isinstance(pointer, Mapping) and pointer.get("kind") == kind and str(pointer.get("id")) == item_id
 
 
-def _cites(fact: Fact, message_id: str) -> bool:
-    return any(_points_at(e, "message", message_id) for e in fact.evidence)
+def _cites(fact: Fact, message_id: str, agent_id: str) -> bool:
+    """The fact cites the agent's message (a shared fact's pointer names the agent that wrote it)."""
+    shared = is_holder(fact.agent_id)
+    return any(_points_at(e, "message", message_id) and (not shared or e.get("agent_id") == agent_id)
+               for e in fact.evidence)  # fmt: skip

@@ -16,6 +16,8 @@ VALUE_PREVIEW = 400
 def fact_item(f: Fact) -> dict[str, Any]:
     value = f.value if len(f.value) <= VALUE_PREVIEW else f.value[: VALUE_PREVIEW - 1] + "…"
     item: dict[str, Any] = {"fact_id": f.fact_id, "type": f.type, "value": value, "status": f.status}
+    if f.scope != "agent":  # shared with the agent's user or domain (or so labelled)
+        item["scope"] = f.scope
     if f.key:
         item["key"] = f.key
     if f.conflict_with:

@@ -401,7 +401,9 @@ export interface paths {
          *     (VALIDATION_ERROR otherwise); without evidence an agent's fact lands ``shadow`` (the admin's
          *     and ``sticky`` ones as asked), and so does any entity or relation written here. Then the
          *     policy guard (POLICY_REFUSED without a justification) and dedup: MATCH joins an existing
-         *     fact, CONFLICT keeps both values of a key, NEW adds it.
+         *     fact, CONFLICT keeps both values of a key, NEW adds it. ``scope`` user or domain: the fact
+         *     lives with the agent's user or domain (VALIDATION_ERROR when it has none), every agent of it
+         *     reads it, and an agent's write lands ``shadow`` until promoted (the admin's as asked).
          */
         post: operations["remember_v1_agents__agent_id__facts_post"];
         delete?: never;
@@ -652,6 +654,28 @@ export interface paths {
          *     answer's receipt re-checks it (GET .../forget/{receipt}).
          */
         delete: operations["forget_message_v1_agents__agent_id__messages__message_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{agent_id}/principals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Agent Principals */
+        get: operations["get_agent_principals_v1_agents__agent_id__principals_get"];
+        /**
+         * Set Agent Principals
+         * @description Name the agent's user and domain (both fields, null for none; NOT_FOUND for an unknown
+         *     one); audited (``agent_principals``: before and after).
+         */
+        put: operations["set_agent_principals_v1_agents__agent_id__principals_put"];
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -917,6 +941,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/domains": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Domains */
+        get: operations["list_domains_v1_domains_get"];
+        put?: never;
+        /**
+         * Create Domain
+         * @description A domain (a team, a product): its agents share the facts written with ``scope: domain``.
+         */
+        post: operations["create_domain_v1_domains_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/domains/{domain}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete Domain
+         * @description The domain and all its memory go; its agents stay, in no domain. Idempotent.
+         */
+        delete: operations["delete_domain_v1_domains__domain__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/events": {
         parameters: {
             query?: never;
@@ -1059,6 +1124,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Users */
+        get: operations["list_users_v1_users_get"];
+        put?: never;
+        /**
+         * Create User
+         * @description A user: its agents share the facts written with ``scope: user``. 409 CONFLICT when it exists.
+         */
+        post: operations["create_user_v1_users_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/users/{user_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete User
+         * @description The user and all its memory go; its agents stay, belonging to no user. Idempotent.
+         */
+        delete: operations["delete_user_v1_users__user_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/whoami": {
         parameters: {
             query?: never;
@@ -1163,6 +1269,28 @@ export interface components {
             system_tokens: number;
             /** Window */
             window: number;
+        };
+        /** AgentPrincipalsIn */
+        AgentPrincipalsIn: {
+            /**
+             * Domain
+             * @description its domain (1-128 of letters, digits, '_', '.', '-' (starting with a letter or digit)); null: none
+             */
+            domain: string | null;
+            /**
+             * User Id
+             * @description its user (1-128 of letters, digits, '_', '.', '-' (starting with a letter or digit)); null: none
+             */
+            user_id: string | null;
+        };
+        /** AgentPrincipalsOut */
+        AgentPrincipalsOut: {
+            /** Agent Id */
+            agent_id: string;
+            /** Domain */
+            domain: string | null;
+            /** User Id */
+            user_id: string | null;
         };
         /** AppendOut */
         AppendOut: {
@@ -1669,6 +1797,14 @@ export interface components {
                 [key: string]: unknown;
             }[];
         };
+        /** DomainCreate */
+        DomainCreate: {
+            /**
+             * Domain
+             * @description 1-128 of letters, digits, '_', '.', '-' (starting with a letter or digit)
+             */
+            domain: string;
+        };
         /** EntityGraphOut */
         EntityGraphOut: {
             entity: components["schemas"]["FactOut"];
@@ -1812,6 +1948,7 @@ export interface components {
             key?: string | null;
             /**
              * Scope
+             * @description agent: the agent's own; user / domain: held by the agent's user or domain and read by each of its agents (an agent's write lands shadow until promoted; the admin's as asked)
              * @default agent
              * @enum {string}
              */
@@ -2369,6 +2506,40 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** PrincipalList */
+        PrincipalList: {
+            /** Principals */
+            principals: components["schemas"]["PrincipalOut"][];
+        };
+        /** PrincipalOut */
+        PrincipalOut: {
+            /** Created At */
+            created_at: number;
+            /**
+             * Kind
+             * @description user | domain
+             */
+            kind: string;
+            /**
+             * Name
+             * @description the user id or the domain's name
+             */
+            name: string;
+        };
+        /** PrincipalRemovedOut */
+        PrincipalRemovedOut: {
+            /** Kind */
+            kind: string;
+            /** Name */
+            name: string;
+            /**
+             * Removed
+             * @description what went, by kind (counts only)
+             */
+            removed: {
+                [key: string]: number;
+            };
+        };
         /** RecallHitOut */
         RecallHitOut: {
             message: components["schemas"]["vcm__api__models__recall__MessageOut"];
@@ -2683,6 +2854,14 @@ export interface components {
             tools: {
                 [key: string]: unknown;
             }[];
+        };
+        /** UserCreate */
+        UserCreate: {
+            /**
+             * User Id
+             * @description 1-128 of letters, digits, '_', '.', '-' (starting with a letter or digit)
+             */
+            user_id: string;
         };
         /** ValidationError */
         ValidationError: {
@@ -5671,6 +5850,164 @@ export interface operations {
             };
         };
     };
+    get_agent_principals_v1_agents__agent_id__principals_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the agent's id */
+                agent_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentPrincipalsOut"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    set_agent_principals_v1_agents__agent_id__principals_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the agent's id */
+                agent_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AgentPrincipalsIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentPrincipalsOut"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description REV_CONFLICT or CONFLICT */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description REV_CONFLICT: If-Match does not name the current _rev */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
     search_recall_v1_agents__agent_id__recall_get: {
         parameters: {
             query: {
@@ -7117,6 +7454,226 @@ export interface operations {
             };
         };
     };
+    list_domains_v1_domains_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PrincipalList"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    create_domain_v1_domains_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DomainCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PrincipalOut"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description REV_CONFLICT or CONFLICT */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description REV_CONFLICT: If-Match does not name the current _rev */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    delete_domain_v1_domains__domain__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the domain's name */
+                domain: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PrincipalRemovedOut"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
     all_events_v1_events_get: {
         parameters: {
             query?: {
@@ -7622,6 +8179,226 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ToolList"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    list_users_v1_users_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PrincipalList"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    create_user_v1_users_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PrincipalOut"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description REV_CONFLICT or CONFLICT */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description REV_CONFLICT: If-Match does not name the current _rev */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    delete_user_v1_users__user_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the user's id */
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PrincipalRemovedOut"];
                 };
             };
             /** @description UNAUTHORIZED: missing or invalid bearer token */

@@ -20,7 +20,11 @@ class FactIn(RequestBody):
     value: str = Field(min_length=1)
     type: str = Field(min_length=1, max_length=32)
     key: str | None = Field(None, max_length=256)
-    scope: Literal["agent", "user", "domain"] = "agent"
+    scope: Literal["agent", "user", "domain"] = Field(
+        "agent",
+        description="agent: the agent's own; user / domain: held by the agent's user or domain and read by "
+        "each of its agents (an agent's write lands shadow until promoted; the admin's as asked)",
+    )
     category: str = Field("", max_length=64)
     tags: list[str] = Field(default_factory=list)
     importance: float = Field(0.5, ge=0.0, le=1.0)

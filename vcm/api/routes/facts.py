@@ -53,7 +53,9 @@ def remember(agent_id: AgentId, body: FactIn, who: Agent, service: ServiceDep, i
     (VALIDATION_ERROR otherwise); without evidence an agent's fact lands ``shadow`` (the admin's
     and ``sticky`` ones as asked), and so does any entity or relation written here. Then the
     policy guard (POLICY_REFUSED without a justification) and dedup: MATCH joins an existing
-    fact, CONFLICT keeps both values of a key, NEW adds it."""
+    fact, CONFLICT keeps both values of a key, NEW adds it. ``scope`` user or domain: the fact
+    lives with the agent's user or domain (VALIDATION_ERROR when it has none), every agent of it
+    reads it, and an agent's write lands ``shadow`` until promoted (the admin's as asked)."""
     res = service.remember(
         agent_id, body.value, type=body.type, scope=body.scope, key=body.key, category=body.category,
         tags=body.tags, importance=body.importance, confidence=body.confidence,
