@@ -22,7 +22,8 @@ from vcm.hotpath.state import HotState
 from vcm.obs import metrics
 from vcm.obs.metered_store import MeteredStore
 from vcm.store.port import MemoryStore
-from vcm.store.types import EvictionCommit
+from vcm.store.principals import is_holder
+from vcm.store.types import EvictionCommit, Fact
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ class FencedStore(MeteredStore):
         self.incarnation = incarnation
 
     def _call(self, operation: str, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        if operation in FENCED_WRITES and kwargs.get("incarnation") is None:
+        if operation == "put_fact" and args and isinstance(args[0], Fact) and is_holder(args[0].agent_id):
+            pass  # a user's or domain's fact: the store fences it by its principal, not this agent
+        elif operation in FENCED_WRITES and kwargs.get("incarnation") is None:
             kwargs["incarnation"] = self.incarnation
         elif operation == "commit_eviction" and args and isinstance(args[0], EvictionCommit):
             commit = args[0]

@@ -213,3 +213,15 @@ def test_snapshots_and_exports_hold_the_agents_own_memory_only(team: MemoryServi
     # The restore put back the agent's own memory and left its user's as it was.
     assert {f.fact_id for f in team.list_facts("ann")} == {own.fact_id, shared.fact_id}
     assert team.get_fact("bob", shared.fact_id).value == "Alice's shared note"
+
+
+def test_a_cold_path_view_fences_the_agents_writes_and_leaves_shared_ones_to_their_principal(
+    team: MemoryService,
+) -> None:
+    from vcm.tasks.fence import fenced
+
+    store = fenced(team.store, "not-anns-incarnation")
+    with pytest.raises(AgentFenced):
+        store.put_fact(Fact(agent_id="ann", fact_id="fa", scope="agent", type="sticky", value="x"), None)
+    shared = Fact(agent_id=holder_id("user", "alice"), fact_id="fs", scope="user", type="sticky", value="y")
+    assert store.put_fact(shared, None).fact_id == "fs"  # alice exists: her fence passes
