@@ -116,7 +116,7 @@ class RecallRanker:
         loaded_generation, loaded_hwm = self._index.loaded()
         if loaded_generation == generation and loaded_hwm is not None:
             return min(loaded_hwm, hwm), False
-        if loaded_hwm is None or hwm - loaded_hwm > STALE_ROWS:
+        if loaded_hwm is None or abs(hwm - loaded_hwm) > STALE_ROWS:  # far behind, or a rebuild reset the mark
             return hwm, None
         if self.on_stale is not None:
             self.on_stale()

@@ -122,7 +122,9 @@ def test_the_upkeep_thread_trains_and_later_queries_use_the_index(tmp_path: Path
                 time.sleep(0.05)
                 _search(store, points[7])
             assert trained == ["vcm-index-upkeep"]  # trained once, in the upkeep thread
-            assert list((tmp_path / "vcm.db.faiss" / "messages").glob("*.faiss"))  # persisted there too
+            while not list((tmp_path / "vcm.db.faiss" / "messages").glob("*.faiss")):  # persisted after the swap
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
             # The index serves now: hide the tail and the hits still come (from IVF, all lists probed).
             assert _ids(_search(store, points[7]))[:1] == [7]
 
@@ -207,3 +209,20 @@ def test_tail_keeps_the_newest_rows_and_hides_removed_ids() -> None:
     tail.applied(4)
     assert len(tail) == 1 and not tail.partial(4)
     assert merge([(3, 0.9), (7, 0.5)], [(8, 0.5)], frozenset({3}), 5) == [(7, 0.5), (8, 0.5)]
+
+
+def test_a_query_serves_the_loaded_text_searcher_and_the_upkeep_reloads_it(tmp_path: Path) -> None:
+    with EmbeddedStore(str(tmp_path / "vcm.db"), text_index_lag_ok=False) as store:
+        _no_upkeep_thread(store)
+        store.spool_messages([msg(A, i, f"zebra {i}") for i in range(3)])
+        assert len(store.search_recall(A, "zebra", 10).items) == 3  # the first query loads the searcher
+        loaded = store._text.loaded()
+        store.spool_messages([msg(A, 3, "zebra again"), msg(A, 4, "nothing")])  # indexed and committed now
+        hits = store.search_recall(A, "zebra", 10).items
+        assert {h.message.message_id for h in hits} == {f"m{i:04d}" for i in range(4)}  # the new one from the tail
+        assert store._text.loaded() == loaded  # not reloaded by the query
+        store.forget_message(A, "m0001")  # deleted from tantivy too, but the loaded searcher still has it
+        assert "m0001" not in {h.message.message_id for h in store.search_recall(A, "zebra", 10).items}
+        store._upkeep.run_once()
+        assert store._text.loaded() != loaded  # reloaded off the query path
+        assert len(store.search_recall(A, "zebra", 10).items) == 3
