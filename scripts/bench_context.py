@@ -3,7 +3,7 @@
 full built prompt, per turn of a replayed LoCoMo conversation.
 
     .venv/bin/python scripts/bench_context.py [--data LOCOMO_JSON] [--json OUT]
-        [--model vcm-demo-4k] [--turns 200] [--warmup 10] [--torch-threads N]
+        [--model vcm-demo-4k] [--turns 200] [--warmup 10] [--torch-threads N] [--backends torch,onnx]
 
 The agent is the one ``scripts/eval_context.py`` replays (fakeredis and an embedded SQLite store,
 as ``vcm serve`` has them in embedded mode; every eviction batch committed by the cold path's own
@@ -173,7 +173,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if wanted <= 0:
             break
         conv = parse_sample(dict(sample))
-        run = start(sample, args.model, "model")
+        run = start(sample, args.model, "model", getattr(args, "backend", ""))
         if run.service.embed is not None:
             run.service.embed(["warm"])  # the model loaded before anything is timed
         if args.torch_threads:  # after the load, which sets the query model's own default
@@ -207,6 +207,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
         "cpus": os.cpu_count(),
         "torch_threads": _torch_threads(),
+        "backend": getattr(args, "backend", "") or "configured",
         "python": platform.python_version(),
         "seconds": round(time.perf_counter() - started, 1),
         "rows": rows,
@@ -311,11 +312,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=200, help="user turns measured (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=10, help="first measured turns left out")
     parser.add_argument("--torch-threads", type=int, default=0, help="0: as vcm serve's query model (1)")
+    parser.add_argument(
+        "--backends", default="", help="[embedding] backends compared in this run, e.g. torch,onnx,onnx-int8"
+    )
     args = parser.parse_args(argv)
     args.data = data_path(args.data)
-    result = measure(args)
-    print_table(result)
-    write_json(args.json, result)
+    backends = [b for b in args.backends.split(",") if b] or [""]
+    results = {}
+    for backend in backends:
+        args.backend = backend
+        results[backend or "configured"] = result = measure(args)
+        print_table(result)
+    if len(results) > 1:
+        print(f"\n{'backend':<12}{'added p50':>10}{'p95':>8}{'embed p50':>11}{'load':>7}  (ms; target p50 <= 10)")
+        for backend, r in results.items():
+            embed, added = r["phases_ms"].get("embed", {}), r["added_ms"]
+            load = r["load_average"]["after"][0]
+            print(f"{backend:<12}{added['p50']:>10}{added['p95']:>8}{embed.get('p50', ''):>11}{load:>7}")
+    write_json(args.json, result if len(results) == 1 else {"backends": results})
     return 0
 
 

@@ -31,6 +31,7 @@ import fakeredis
 import redis
 
 from vcm.dispatch import RecordingDispatcher
+from vcm.durable import agent_config
 from vcm.eval.bench import DATA_ENV, add_data_flag, add_json_flag, data_path, percentile, write_json
 from vcm.hotpath.budget import Budget
 from vcm.hotpath.state import HotState
@@ -138,7 +139,10 @@ def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any
     hot.finish_eviction = phases.wrap("finish", hot.finish_eviction)  # type: ignore[method-assign]
 
     agent = f"bench-{uuid.uuid4().hex[:8]}"
-    hot.create_agent(agent, model=model, system_prompt="You are a helpful assistant with a long memory.")
+    prompt, incarnation = "You are a helpful assistant with a long memory.", uuid.uuid4().hex
+    info = hot.create_agent(agent, model=model, system_prompt=prompt, incarnation=incarnation)
+    # The store's record too: the job's writes are fenced by the agent's incarnation (issue 28).
+    store.put_agent(agent, agent_config(info.model, prompt, ()), incarnation=incarnation)
     budget = Budget.for_window(hot.agent(agent).window, settings.budget)
     source = turns(args.data)
     jobs: list[dict[str, float]] = []

@@ -72,7 +72,7 @@ def synthetic_corpus(n: int, seed: int = 7) -> list[str]:
 
 Counts = dict[str, int]
 # One timed trial: (mode, slice index) -> (counts, wall seconds, CPU seconds).
-Trial = Callable[[Mode, int], tuple[Counts, float, float]]
+Trial = Callable[[int], tuple[Counts, float, float]]
 
 
 def _timed(work: Callable[[], Counts]) -> tuple[Counts, float, float]:
@@ -81,10 +81,10 @@ def _timed(work: Callable[[], Counts]) -> tuple[Counts, float, float]:
     return counts, time.perf_counter() - start, time.process_time() - start_cpu
 
 
-def embed_trial(chunker: LateChunker, slices: list[list[str]], cfg: Settings) -> Trial:
+def embed_trial(chunker: LateChunker, slices: list[list[str]], cfg: Settings, mode: Mode) -> Trial:
     """Plan and embed one slice of documents (one model batch group, as ingestion does)."""
 
-    def run(mode: Mode, i: int) -> tuple[Counts, float, float]:
+    def run(i: int) -> tuple[Counts, float, float]:
         def work() -> Counts:
             plans: list[DocumentPlan] = [chunker.plan(t, cfg.chunking) for t in slices[i]]
             chunker.embed(plans, mode)
@@ -102,10 +102,10 @@ def embed_trial(chunker: LateChunker, slices: list[list[str]], cfg: Settings) ->
     return run
 
 
-def ingest_trial(embedder: Embedder, folders: list[Path], cfg: Settings) -> Trial:
+def ingest_trial(embedder: Embedder, folders: list[Path], cfg: Settings, mode: Mode) -> Trial:
     """ingest_paths over one slice's files into a fresh embedded store (opening it is not timed)."""
 
-    def run(mode: Mode, i: int) -> tuple[Counts, float, float]:
+    def run(i: int) -> tuple[Counts, float, float]:
         with tempfile.TemporaryDirectory(prefix="vcm-bench-") as tmp:
             store = open_store(str(Path(tmp) / "vcm.db"))
             try:
@@ -127,38 +127,55 @@ def _report_counts(report: BatchReport) -> Counts:
     return {"chunks": report.chunks_written, "documents": report.count("ingested")}
 
 
-def measure(trial: Trial, slices: int, reps: int) -> dict[str, Any]:
-    """Per slice, ``reps`` trials of each mode, tightly interleaved (order alternating), after one
-    untimed warm-up trial per mode. Totals add the slices' minima (the estimate least disturbed by
-    other load on a shared machine) and medians."""
-    for mode in MODES:
-        trial(mode, 0)
-    wall: dict[str, list[list[float]]] = {m: [[] for _ in range(slices)] for m in MODES}
-    cpu: dict[str, list[list[float]]] = {m: [[] for _ in range(slices)] for m in MODES}
-    counts: dict[str, list[Counts]] = {m: [{} for _ in range(slices)] for m in MODES}
+def measure(trials: dict[str, Trial], slices: int, reps: int) -> dict[str, Any]:
+    """Per slice, ``reps`` trials of each variant (a chunking mode, or a backend and mode),
+    tightly interleaved (order alternating), after one untimed warm-up trial per variant. Totals
+    add the slices' minima (the estimate least disturbed by other load on a shared machine) and
+    medians."""
+    names = list(trials)
+    for name in names:
+        trials[name](0)
+    wall: dict[str, list[list[float]]] = {m: [[] for _ in range(slices)] for m in names}
+    cpu: dict[str, list[list[float]]] = {m: [[] for _ in range(slices)] for m in names}
+    counts: dict[str, list[Counts]] = {m: [{} for _ in range(slices)] for m in names}
     for i in range(slices):
         for rep in range(reps):
-            for mode in MODES if (i + rep) % 2 == 0 else MODES[::-1]:
-                c, w, u = trial(mode, i)
-                counts[mode][i] = c
-                wall[mode][i].append(w)
-                cpu[mode][i].append(u)
+            for name in names if (i + rep) % 2 == 0 else names[::-1]:
+                c, w, u = trials[name](i)
+                counts[name][i] = c
+                wall[name][i].append(w)
+                cpu[name][i].append(u)
     out: dict[str, Any] = {}
-    for mode in MODES:
-        total = {key: sum(c[key] for c in counts[mode]) for key in counts[mode][0]}
-        min_s = sum(min(w) for w in wall[mode])
-        median_s = sum(statistics.median(w) for w in wall[mode])
-        out[mode] = {
+    for name in names:
+        total = {key: sum(c[key] for c in counts[name]) for key in counts[name][0]}
+        min_s = sum(min(w) for w in wall[name])
+        median_s = sum(statistics.median(w) for w in wall[name])
+        out[name] = {
             **total,
             "min_s": round(min_s, 4),
             "median_s": round(median_s, 4),
-            "cpu_min_s": round(sum(min(u) for u in cpu[mode]), 4),
+            "cpu_min_s": round(sum(min(u) for u in cpu[name]), 4),
             "chunks_per_s": round(total["chunks"] / min_s, 1),
             "chunks_per_s_median": round(total["chunks"] / median_s, 1),
-            "wall_s_per_slice": [[round(x, 4) for x in w] for w in wall[mode]],
+            "wall_s_per_slice": [[round(x, 4) for x in w] for w in wall[name]],
         }
-    for key, field in (("min", "min_s"), ("median", "median_s"), ("cpu", "cpu_min_s")):
-        out[f"late_over_naive_{key}"] = round(out["late"][field] / out["naive"][field], 3)
+    for prefix in dict.fromkeys(n.rpartition(" ")[0] for n in names):
+        late, naive = out.get(f"{prefix} late".strip()), out.get(f"{prefix} naive".strip())
+        if late is None or naive is None:
+            continue
+        for key, field in (("min", "min_s"), ("median", "median_s"), ("cpu", "cpu_min_s")):
+            out[f"{prefix} late_over_naive_{key}".strip()] = round(late[field] / naive[field], 3)
+    return out
+
+
+def variants(
+    make: Callable[[Embedder, Mode], Trial], embedders: dict[str, Embedder], modes: list[Mode]
+) -> dict[str, Trial]:
+    """One trial per (backend, mode); named by the mode alone when there is one backend."""
+    out: dict[str, Trial] = {}
+    for backend, embedder in embedders.items():
+        for mode in modes:
+            out[f"{backend} {mode}" if len(embedders) > 1 else mode] = make(embedder, mode)
     return out
 
 
@@ -170,9 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=0, help="use only the first N documents")
     parser.add_argument("--window-overlap", type=int, help="override chunking.window_overlap_tokens")
     parser.add_argument("--target-tokens", type=int, help="override chunking.target_tokens")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--threads", type=int, default=0, help="model threads (0 = torch's / ONNX Runtime's default)")
     parser.add_argument("--no-ingest", action="store_true", help="skip the end-to-end store phase")
     parser.add_argument("--quick", action="store_true", help="32 documents, 2 repetitions: a smoke run")
+    parser.add_argument("--backends", default="", help="[embedding] backends to compare, e.g. torch,onnx,onnx-int8")
+    parser.add_argument("--modes", default="late,naive", help="chunking modes to time (late,naive)")
     add_json_flag(parser)
     args = parser.parse_args(argv)
     if not args.synthetic:
@@ -193,13 +212,20 @@ def main(argv: list[str] | None = None) -> int:
         texts = texts[: args.docs]
     if args.threads:
         torch.set_num_threads(args.threads)
-    embedder = get_embedder(cfg.embedding)
-    chunker = LateChunker(embedder)
+    backends = [b for b in args.backends.split(",") if b] or [cfg.embedding.backend]
+    modes: list[Mode] = [m for m in MODES if m in args.modes.split(",")]
+    # --threads: torch's process-wide threads, and each ONNX Runtime session's own.
+    update: dict[str, Any] = {"threads": args.threads} if args.threads else {}
+    embedders = {b: get_embedder(cfg.embedding.model_copy(update={"backend": b, **update})) for b in backends}
+    embedder = embedders[backends[0]]
+    chunkers = {id(e): LateChunker(e) for e in embedders.values()}
 
     result: dict[str, Any] = {
         "corpus": f"synthetic:{args.synthetic}" if args.synthetic else str(args.data),
         "documents": len(texts),
         "model": embedder.model_id,
+        "backends": {b: e.model_id for b, e in embedders.items()},
+        "load_average": list(os.getloadavg()),
         "chunking": cfg.chunking.model_dump(),
         "batch_documents": cfg.ingest.batch_documents,
         "batch_size": embedder.batch_size,
@@ -212,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     step = cfg.ingest.batch_documents
     slices = [texts[at : at + step] for at in range(0, len(texts), step)]
-    result["embed"] = measure(embed_trial(chunker, slices, cfg), len(slices), args.reps)
+    result["embed"] = measure(
+        variants(lambda e, m: embed_trial(chunkers[id(e)], slices, cfg, m), embedders, modes), len(slices), args.reps
+    )
     if not args.no_ingest:
         with tempfile.TemporaryDirectory(prefix="vcm-bench-corpus-") as tmp:
             folders = []
@@ -222,31 +250,33 @@ def main(argv: list[str] | None = None) -> int:
                 for i, text in enumerate(docs):
                     (folder / f"doc{i:05d}.txt").write_text(text, encoding="utf-8")
                 folders.append(folder)
-            result["ingest"] = measure(ingest_trial(embedder, folders, cfg), len(slices), args.reps)
+            result["ingest"] = measure(
+                variants(lambda e, m: ingest_trial(e, folders, cfg, m), embedders, modes), len(slices), args.reps
+            )
+    result["load_average_after"] = list(os.getloadavg())
 
     print(
-        f"{result['documents']} documents, {result['embed']['late']['tokens']} tokens, model {result['model']}, "
+        f"{result['documents']} documents, {len(slices)} slices, model {result['model']}, "
         f"{result['torch_threads']} torch threads, window overlap {cfg.chunking.window_overlap_tokens}, "
-        f"chunk target {cfg.chunking.target_tokens}"
+        f"chunk target {cfg.chunking.target_tokens}, load average {result['load_average'][0]:.1f} -> "
+        f"{result['load_average_after'][0]:.1f} on {os.cpu_count()} CPUs"
     )
-    print(
-        f"{'phase':<8}{'mode':<7}{'chunks':>8}{'model tok':>11}{'min s':>9}{'median s':>10}{'cpu s':>9}{'chunks/s':>10}"
-    )
+    head = f"{'phase':<8}{'variant':<18}{'chunks':>8}{'model tok':>11}{'min s':>9}{'median s':>10}{'cpu s':>9}"
+    print(f"{head}{'chunks/s':>10}")
     for phase in ("embed", "ingest"):
         if phase not in result:
             continue
-        for mode in MODES:
-            r = result[phase][mode]
+        for name, r in result[phase].items():
+            if not isinstance(r, dict):
+                continue
             print(
-                f"{phase:<8}{mode:<7}{r['chunks']:>8}{r.get('model_tokens', ''):>11}"
+                f"{phase:<8}{name:<18}{r['chunks']:>8}{r.get('model_tokens', ''):>11}"
                 f"{r['min_s']:>9.3f}{r['median_s']:>10.3f}{r['cpu_min_s']:>9.3f}{r['chunks_per_s']:>10.1f}"
             )
-        ph = result[phase]
-        verdict = "within" if ph["late_over_naive_min"] <= 1.10 else "OUTSIDE"
-        print(
-            f"{phase:<8}late/naive time: {ph['late_over_naive_min']:.3f} by minima ({verdict} the 10 % target), "
-            f"{ph['late_over_naive_median']:.3f} by medians, {ph['late_over_naive_cpu']:.3f} by CPU time"
-        )
+        for key, ratio in result[phase].items():
+            if key.endswith("late_over_naive_min"):
+                verdict = "within" if ratio <= 1.10 else "OUTSIDE"
+                print(f"{phase:<8}{key}: {ratio:.3f} ({verdict} the 10 % target)")
     if args.json:
         write_json(args.json, result)
     return 0

@@ -24,6 +24,13 @@ from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 HERE = Path(__file__).resolve().parent
 
 
+class _Args(argparse.Namespace):
+    """The evaluations' arguments: any not given here reads None, their "use the default"."""
+
+    def __getattr__(self, name: str) -> Any:
+        return None
+
+
 def _script(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
     assert spec is not None and spec.loader is not None
@@ -47,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, Any] = {}
         if "locomo" not in args.skip:
             started = time.perf_counter()
-            a = argparse.Namespace(
+            a = _Args(
                 data=data_path(args.data), k=[5, 10, 25, 50], model="vcm-demo-4k", context_mode=None, context=None,
                 after=None, spool_batch=16, compare_single=False, compare_depth=False,
                 conversations=args.conversations, redis="", backend=backend,
@@ -58,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             row["locomo_s"] = round(time.perf_counter() - started, 1)
         if "late" not in args.skip:
             started = time.perf_counter()
-            a = argparse.Namespace(
+            a = _Args(
                 data=data_path(args.data), group_tokens=128, window_overlap=None,
                 conversations=args.conversations, modes=["late"], backend=backend,
             )  # fmt: skip

@@ -115,21 +115,26 @@ class Replay:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def start(sample: Mapping[str, Any], model: str, embed_kind: str) -> Replay:
+def start(sample: Mapping[str, Any], model: str, embed_kind: str, backend: str = "") -> Replay:
     """A fresh agent over fakeredis and a temporary embedded store, wired as ``vcm serve`` wires
     embedded mode (``vcm.workers.wiring.build_service``): the service embeds queries with its own
     in-process model, the cold path writes message vectors (here at eviction, as it does for what
-    the spool has not reached) under the version recall compares query vectors with."""
+    the spool has not reached) under the version recall compares query vectors with. ``backend``:
+    the ``[embedding] backend`` ("" = the configured one)."""
     tmp = Path(tempfile.mkdtemp(prefix="vcm-eval-context-"))
     try:
-        return _start(sample, model, embed_kind, tmp)
+        return _start(sample, model, embed_kind, tmp, backend)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _start(sample: Mapping[str, Any], model: str, embed_kind: str, tmp: Path) -> Replay:
-    settings = base_settings().model_copy(update={"store_url": f"sqlite:///{tmp / 'vcm.db'}"})
+def _start(sample: Mapping[str, Any], model: str, embed_kind: str, tmp: Path, backend: str = "") -> Replay:
+    base = base_settings()
+    update: dict[str, Any] = {"store_url": f"sqlite:///{tmp / 'vcm.db'}"}
+    if backend:
+        update["embedding"] = base.embedding.model_copy(update={"backend": backend})
+    settings = base.model_copy(update=update)
     clock = FixedClock()
     hot = HotState(fakeredis.FakeRedis(decode_responses=True), settings, clock=clock)
     store = metered(open_store(settings.store_url))
