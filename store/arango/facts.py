@@ -193,7 +193,10 @@ class FactOps(ArangoBase):
         validation.identifier("key", key)
         value = json.loads(validation.json_value("value", value))
         doc_key = state_key(agent_id, key)
-        with self._transaction((names.STATE,), "put_state") as txn:
+        shared = is_holder(agent_id)  # a user's or domain's key: fenced by its principal's record
+        with self._transaction((names.STATE, names.CORE) if shared else (names.STATE,), "put_state") as txn:
+            if shared:
+                self._fence_holder(txn, agent_id, None, "put_state")
             state = txn.collection(names.STATE)
             now = self._clock()
             current = state.get(doc_key)

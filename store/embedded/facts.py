@@ -264,6 +264,8 @@ class FactOps(EmbeddedBase):
         text = validation.json_value("value", value)
         now = self._clock()
         with self._db.write("write a state key") as conn:
+            if is_holder(agent_id):  # a user's or domain's key: its principal must still be there
+                fence_holder(conn, agent_id, None)
             current = conn.execute(
                 "SELECT rev, expires_at FROM state WHERE agent_id = ? AND key = ?", (agent_id, key)
             ).fetchone()

@@ -175,3 +175,19 @@ def test_principal_routes_are_admin_only_and_refuse_bad_input(api: httpx.Client,
     assert ok(api.get("/v1/agents/ann/principals", headers=agent)) == {
         "agent_id": "ann", "user_id": "alice", "domain": "support"}  # fmt: skip
     assert [p["name"] for p in ok(api.get("/v1/users", headers=ADMIN))["principals"]] == ["alice", "carol"]
+
+
+def test_a_users_state_key_set_by_the_admin_is_read_by_its_agents_only(
+    api: httpx.Client, tokens: dict[str, str]
+) -> None:
+    put = ok(api.put("/v1/agents/ann/state/plan", json={"value": "gold", "scope": "user"}, headers=ADMIN))
+    assert (put["value"], put["scope"]) == ("gold", "user")
+    got = ok(api.get("/v1/agents/bob/state/plan", headers=as_agent(tokens["bob"])))
+    assert (got["value"], got["scope"]) == ("gold", "user")
+    assert api.get("/v1/agents/cat/state/plan", headers=as_agent(tokens["cat"])).status_code == 404
+    refused = api.put("/v1/agents/bob/state/plan", json={"value": "free", "scope": "user"},
+                      headers=as_agent(tokens["bob"]))  # fmt: skip
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "UNAUTHORIZED"
+    gone = ok(api.delete("/v1/agents/ann/state/plan", params={"scope": "user"}, headers=ADMIN))
+    assert gone["removed"] == {"state": 1}
+    assert api.get("/v1/agents/bob/state/plan", headers=as_agent(tokens["bob"])).status_code == 404

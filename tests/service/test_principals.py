@@ -225,3 +225,24 @@ def test_a_cold_path_view_fences_the_agents_writes_and_leaves_shared_ones_to_the
         store.put_fact(Fact(agent_id="ann", fact_id="fa", scope="agent", type="sticky", value="x"), None)
     shared = Fact(agent_id=holder_id("user", "alice"), fact_id="fs", scope="user", type="sticky", value="y")
     assert store.put_fact(shared, None).fact_id == "fs"  # alice exists: her fence passes
+
+
+def test_a_users_state_keys_are_read_by_its_agents_and_written_by_the_operator_only(team: MemoryService) -> None:
+    team.set_state("ann", "timezone", "Europe/Paris", scope="user", actor=ADMIN)
+    assert team.get_state("bob", "timezone").value == "Europe/Paris"
+    assert "timezone (user) = " in prompt(team, "bob")
+    with pytest.raises(NotFound):
+        team.get_state("cat", "timezone")
+    with pytest.raises(Unauthorized):  # no shadow for a key to wait in: agents read, the operator writes
+        team.set_state("ann", "timezone", "UTC", scope="user", actor="api:agent")
+    with pytest.raises(Unauthorized):
+        team.delete_state("ann", "timezone", scope="user", actor="api:agent")
+    team.set_state("bob", "timezone", "Asia/Tokyo", actor="api:agent")  # bob's own key comes first
+    assert team.get_state("bob", "timezone").value == "Asia/Tokyo"
+    assert [(e.key, e.value) for e in team.list_state("bob")] == [("timezone", "Asia/Tokyo")]
+    assert [(e.key, e.value) for e in team.list_state("ann")] == [("timezone", "Europe/Paris")]
+    team.delete_principal("user", "alice")
+    with pytest.raises(NotFound):
+        team.get_state("ann", "timezone")
+    with pytest.raises(AgentFenced):  # nothing is written for a principal that is gone
+        team.store.put_state(holder_id("user", "alice"), "late", 1, expires_at=None, expected_rev=None)

@@ -40,7 +40,7 @@ from vcm.service.injections import Injections
 from vcm.service.messages import Messages
 from vcm.service.search import Search
 from vcm.service.state import StateKeys
-from vcm.store.principals import is_holder
+from vcm.store.principals import is_holder, principal_of
 from vcm.store.types import Fact, FactHit, FactQuery
 from vcm.types import Gauges
 
@@ -182,9 +182,10 @@ class ContextBuilder:
         entities = [i.fact for i in ws.sections.get("entities", [])]
         if entities:
             items.append(prompt.Item("Active entities: " + ", ".join(f.value for f in entities)))
-        for entry in self.state.list_state(build.agent_id):
-            items.append(prompt.Item(f"{entry.key} = {prompt.quote(_json(entry.value), 200)}",
-                                     {"kind": "state", "id": entry.key}))  # fmt: skip
+        for entry in self.state.list_state(build.agent_id):  # its own keys, then its user's and domain's
+            shared = principal_of(entry.agent_id)[0] if is_holder(entry.agent_id) else None
+            line = f"{entry.key}{f' ({shared})' if shared else ''} = {prompt.quote(_json(entry.value), 200)}"
+            items.append(prompt.Item(line, {"kind": "state", "id": entry.key, **({"scope": shared} if shared else {})}))
         layer = prompt.fit("state", items, budget, build.count)
         build.show(layer, facts)
         if layer is not None and any(line.startswith("Active entities: ") for line in layer.text.splitlines()):

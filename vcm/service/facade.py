@@ -76,7 +76,7 @@ class MemoryService:
         # --- the parts; a part that needs another takes it explicitly --------------------------------
         self.principals = Principals(core)
         self.facts = Facts(core, self.principals)
-        self.state = StateKeys(core)
+        self.state = StateKeys(core, self.principals)
         self.registry = Agents(core, self.facts, self.state)
         self.tokens = Tokens(core, self.registry)
         self.messages = Messages(core, self.facts, self.state)

@@ -808,7 +808,8 @@ export interface paths {
         /**
          * Set State
          * @description Set a key (``_rev``: only if unchanged since, ``""``: only if it does not exist yet;
-         *     ``ttl_s``: expires after that long).
+         *     ``ttl_s``: expires after that long; ``scope`` user / domain: the key of the agent's user or
+         *     domain, which every agent of it reads; the admin's only).
          */
         put: operations["set_state_v1_agents__agent_id__state__key__put"];
         post?: never;
@@ -2578,6 +2579,12 @@ export interface components {
             mode: string;
             /** Next Cursor */
             next_cursor: string | null;
+            /**
+             * Partial
+             * @description the vector half searched the agent's index and only the newest of the vectors not indexed yet (a bulk load still being indexed in the background): older messages may be missing from this page
+             * @default false
+             */
+            partial?: boolean;
         };
         /** RememberOut */
         RememberOut: {
@@ -2717,6 +2724,13 @@ export interface components {
             _rev?: string | null;
             /** Justification */
             justification?: string | null;
+            /**
+             * Scope
+             * @description user / domain: the key of the agent's user or domain, read by its agents (admin only)
+             * @default agent
+             * @enum {string}
+             */
+            scope?: "agent" | "user" | "domain";
             /** Ttl S */
             ttl_s?: number | null;
             /** Value */
@@ -2735,6 +2749,12 @@ export interface components {
             expires_at: number | null;
             /** Key */
             key: string;
+            /**
+             * Scope
+             * @description agent, or user / domain: held by the agent's user or domain
+             * @default agent
+             */
+            scope?: string;
             /** Updated At */
             updated_at: number;
             /** Value */
@@ -6925,6 +6945,8 @@ export interface operations {
         parameters: {
             query?: {
                 _rev?: string | null;
+                /** @description whose key (user, domain: the admin's) */
+                scope?: "agent" | "user" | "domain";
             };
             header?: never;
             path: {

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from vcm.api.models.common import RequestBody
+from vcm.store.principals import is_holder, principal_of
 
 
 class StateIn(RequestBody):
@@ -16,6 +17,9 @@ class StateIn(RequestBody):
         None, alias="_rev", description='only if the key is still at this rev; "": only if it does not exist yet'
     )
     justification: str | None = Field(None, max_length=2000)
+    scope: Literal["agent", "user", "domain"] = Field(
+        "agent", description="user / domain: the key of the agent's user or domain, read by its agents (admin only)"
+    )
 
 
 class StateOut(BaseModel):
@@ -26,11 +30,20 @@ class StateOut(BaseModel):
     rev: str = Field(alias="_rev")
     updated_at: float
     expires_at: float | None
+    scope: str = Field("agent", description="agent, or user / domain: held by the agent's user or domain")
 
     @classmethod
     def of(cls, e: Any) -> StateOut:
+        scope = principal_of(e.agent_id)[0] if is_holder(e.agent_id) else "agent"
         return cls.model_validate(
-            {"key": e.key, "value": e.value, "_rev": e.rev, "updated_at": e.updated_at, "expires_at": e.expires_at}
+            {
+                "key": e.key,
+                "value": e.value,
+                "_rev": e.rev,
+                "updated_at": e.updated_at,
+                "expires_at": e.expires_at,
+                "scope": scope,
+            }
         )
 
 
