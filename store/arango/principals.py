@@ -106,6 +106,6 @@ class PrincipalOps(ArangoBase):
             current = core.get(agent_key(agent_id))
             if current is None or current.get("kind") != AGENT_KIND:
                 raise NotFound(f"unknown agent {agent_id!r}; create it first", agent_id=agent_id)
-            change = {"_key": agent_key(agent_id), "user_id": user_id, "domain": domain, "updated_at": self._clock()}
-            core.update(change, keep_none=True)
-        return agent_record({**current, **change})
+            updated = {**current, "user_id": user_id, "domain": domain, "updated_at": self._clock()}
+            core.replace(updated)  # the record read in this transaction, its rev checked
+        return agent_record(updated)
