@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from vcm.eval.fragments import reason as fragment_reason
+
 _QUOTED = re.compile(r"(\"[^\"]*\"|“[^”]*”)")
 _AFTER_WORD = r"(?=[\w\"“(])"
 
@@ -65,6 +67,7 @@ def shorten(body: str) -> str:
     spans are left as they are, and a clause that would lose all its words stays as it was."""
     if not body or body.startswith("["):
         return body
+    body = _without_asides(body)
     parts = _QUOTED.split(body)
     for i in range(0, len(parts), 2):  # the even parts are outside quotes
         text = parts[i]
@@ -75,6 +78,35 @@ def shorten(body: str) -> str:
     if not out:
         return body
     return out
+
+
+_NAMED = re.compile(r"(?<!^)\b[A-Z0-9]")
+
+
+def _without_asides(body: str) -> str:
+    """The clause without the comma-separated asides that only comment on what came before it and
+    name nothing ("ran Porto half marathon, with mixed results" -> "ran Porto half marathon"):
+    the newest block keeps them attached so the clause reads alone (telegraph.split), an older one
+    gives their tokens to facts. Dates, names and numbers stay; nothing inside quotes is cut."""
+    if '"' in body or "“" in body or "(" in body:
+        return body
+    parts = body.split(", ")
+    kept = [parts[0], *(p for p in parts[1:] if not _aside(p))]
+    return ", ".join(kept)
+
+
+# A part that starts with one of these comments on the clause before it; a prepositional tail
+# ("with kids", "for 3 hours") often completes a fact and stays.
+_COMMENT = re.compile(
+    r"^(?:which|who|that|because|since|so|but|and|though|although|while|as|if|like|hopefully|anyway)\b", re.I
+)
+
+
+def _aside(part: str) -> bool:
+    if _NAMED.search(part):
+        return False
+    why = fragment_reason(part)
+    return why == "pronoun only" or (why == "leaning" and bool(_COMMENT.match(part)))
 
 
 _ATTACHMENT = re.compile(r"^\[(?:shared|sent|attached|image|photo|picture|file)\b[^\]]*\]$", re.I)
