@@ -3,7 +3,7 @@
 question with a gold answer asked against the agent at the end of its conversation.
 
     .venv/bin/python scripts/eval_answers.py --data LOCOMO_JSON [--json OUT] [--conversations N]
-        [--questions N] [--model vcm-demo-4k] [--embed model|hash] [--max-turns N]
+        [--questions N] [--model vcm-demo-4k] [--embed model|hash] [--max-turns N] [--variant K=V,...]
 
 The replay is ``scripts/eval_context.py``'s (every turn through the façade at its session's time,
 every eviction batch committed by the cold path's own task, consolidation at the end). Then, for
@@ -106,19 +106,41 @@ class Baseline:
         return self.head + "\n" + "\n".join(kept), tokens
 
 
-def ask(run: Replay, questions: Sequence[Mapping[str, Any]], embed: Any) -> list[dict[str, Any]]:
+def variant(spec: str) -> dict[str, Any]:
+    """``memory=0.12,memory_messages=8``: ``[context]`` settings a variant changes ("" = none)."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, _, value = part.partition("=")
+        out[key.strip()] = json.loads(value)
+    return out
+
+
+def ask(
+    run: Replay, questions: Sequence[Mapping[str, Any]], embed: Any, variants: Sequence[str] = ("",)
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows per variant: each variant's built prompt (its ``[context]`` settings) against the
+    baseline at that prompt's token count, on the same replayed agent."""
     service, agent = run.service, run.agent
     hot = texts(service.context(agent).messages)
     base = Baseline(run, embed)
-    rows = []
-    for q in questions:
-        built = service.build_context(agent, query=q["question"], user=run.conv.speakers[0], record_use=False)
-        retrieved, tokens = base.text(q["question"], built.total)
-        rows.append({
-            **q, "hot": present(q["answer"], hot), "built": present(q["answer"], texts(built.messages)),
-            "retrieval": present(q["answer"], retrieved), "built_tokens": built.total, "retrieval_tokens": tokens,
-        })  # fmt: skip
-    return rows
+    settings = service.core.settings
+    out: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for spec in variants:
+            context = settings.context.model_validate({**settings.context.model_dump(), **variant(spec)})
+            service.core.settings = settings.model_copy(update={"context": context})
+            rows = out.setdefault(spec, [])
+            for q in questions:
+                built = service.build_context(agent, query=q["question"], user=run.conv.speakers[0], record_use=False)
+                retrieved, tokens = base.text(q["question"], built.total)
+                rows.append({
+                    **q, "hot": present(q["answer"], hot), "built": present(q["answer"], texts(built.messages)),
+                    "retrieval": present(q["answer"], retrieved), "built_tokens": built.total,
+                    "retrieval_tokens": tokens, "layers": built.layer_tokens(),
+                })  # fmt: skip
+    finally:
+        service.core.settings = settings
+    return out
 
 
 def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -151,32 +173,42 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         from vcm.workers.runtime import LazyEmbed
 
         embed = LazyEmbed(load_settings(environ={})).local()
+    by_variant: dict[str, list[dict[str, Any]]] = {spec: [] for spec in args.variants}
     for sample in samples:
         run = start(sample, args.model, args.embed)
         try:
             play(run, args.max_turns)
             questions = answerable(sample)[: args.questions or None]
-            found = ask(run, questions, embed)
+            found = ask(run, questions, embed, args.variants)
         finally:
             run.close()
-        for r in found:
-            r["conversation"] = run.conv.sample_id
-        rows.extend(found)
-        print(f"{run.conv.sample_id}: {len(run.message_of)} turns, {run.evictions} batches, {len(found)} questions, "
-              f"{aggregate(found)['all']}", file=sys.stderr, flush=True)  # fmt: skip
+        for spec, got in found.items():
+            for r in got:
+                r["conversation"] = run.conv.sample_id
+            by_variant[spec].extend(got)
+            print(f"{run.conv.sample_id} [{spec or 'defaults'}]: {len(run.message_of)} turns, {run.evictions} "
+                  f"batches, {len(got)} questions, {aggregate(got)['all']}", file=sys.stderr, flush=True)  # fmt: skip
+    rows = by_variant[args.variants[0]]
     return {
         "data": str(args.data), "model": args.model, "embed": args.embed, "present_at": PRESENT,
         "figures": aggregate(rows), "seconds": round(time.perf_counter() - started, 1), "rows": rows,
+        "variants": {spec: {"figures": aggregate(got), "rows": got} for spec, got in by_variant.items()},
     }  # fmt: skip
 
 
 def print_table(result: Mapping[str, Any]) -> None:
-    print(f"answer words in the prompt ({result['model']}, embed {result['embed']}): mean % / "
-          f">= {round(100 * result['present_at'])} % present, per category")  # fmt: skip
+    for spec, got in result["variants"].items():
+        print_figures(result, spec, got["figures"])
+
+
+def print_figures(result: Mapping[str, Any], spec: str, figures: Mapping[str, Any]) -> None:
+    at = round(100 * result["present_at"])
+    print(f"answer words in the prompt ({result['model']}, embed {result['embed']}, [context] "
+          f"{spec or 'defaults'}): mean % / >= {at} % present, per category")  # fmt: skip
     head = f"{'category':<14}{'n':>5}" + "".join(f"{level:>18}" for level in LEVELS) + f"{'tokens':>8}"
     print(head)
     print("-" * len(head))
-    for name, f in result["figures"].items():
+    for name, f in figures.items():
         cells = "".join(f"{f[level]['mean_pct']:>10} / {f[level]['present_pct']:>5}" for level in LEVELS)
         print(f"{name:<14}{f['n']:>5}{cells}{f['built_tokens']:>8}")
 
@@ -190,7 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="vcm-demo-4k", help="a model of [models]: sets the window")
     parser.add_argument("--embed", choices=["model", "hash"], default="model")
     parser.add_argument("--max-turns", type=int, default=0, help="the first N turns of each conversation only")
+    parser.add_argument(
+        "--variant", dest="variants", action="append", default=None, metavar="KEY=VALUE,...",
+        help="[context] settings to build with, e.g. memory=0.12,memory_messages=8 (repeat to compare "
+        "variants on the same replay; the first is the headline)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    args.variants = args.variants or [""]
     args.data = data_path(args.data)
     result = evaluate(args)
     print_table(result)
