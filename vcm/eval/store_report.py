@@ -75,7 +75,7 @@ def table(report: dict[str, Any]) -> str:
             row(f"archival top-10, nProbe {label}", r["vectors"], p["p50_ms"], p["p99_ms"], p["recall_at_10"])
     for r in report["agent"]:
         row(
-            "one agent: index build (maintenance)",
+            "one agent: index built (upkeep thread)",
             r["messages"],
             note=f"{r['index']} nLists={r['n_lists']}, {r['index_build_s']} s",
         )
