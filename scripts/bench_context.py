@@ -4,6 +4,7 @@ full built prompt, per turn of a replayed LoCoMo conversation.
 
     .venv/bin/python scripts/bench_context.py [--data LOCOMO_JSON] [--json OUT]
         [--model vcm-demo-4k] [--turns 200] [--warmup 10] [--torch-threads N] [--backends torch,onnx]
+        [--variant KEY=VALUE,...]
 
 The agent is the one ``scripts/eval_context.py`` replays (fakeredis and an embedded SQLite store,
 as ``vcm serve`` has them in embedded mode; every eviction batch committed by the cold path's own
@@ -33,7 +34,9 @@ calls inside it; a few microseconds of overhead each): query embeddings (and how
 the fact and recall searches in the store, the listing of facts, the write that counts retrieved
 facts as used, the taint marks, the hot snapshot; ``builder`` is the rest (layer assembly and
 token counting). Conversations are replayed in order until ``--turns`` user turns are measured;
-the first ``--warmup`` are left out. ``--torch-threads``: the model's intra-op threads (default:
+the first ``--warmup`` are left out. ``--variant memory=0.25,memory_messages=30`` (repeatable)
+also builds each turn's prompt with those ``[context]`` settings, on the same replay, and reports
+its prefix reuse and size (untimed). ``--torch-threads``: the model's intra-op threads (default:
 one, as ``vcm serve`` runs the service's query model; 2 shows what torch's default of one per
 core would cost).
 """
@@ -53,7 +56,7 @@ from typing import Any
 import numpy as np
 from eval_context import Replay, play, start
 
-from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
+from vcm.eval.bench import add_data_flag, add_json_flag, data_path, settings_variant, write_json
 from vcm.eval.conversation import Turn, parse_sample
 
 TARGET_MS = 30.0
@@ -160,7 +163,24 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         full = (t2 - t1) * 1000
         phases = {name: round(s * 1000, 3) for name, s in spent.items()}
         phases["builder"] = round(full - sum(phases.values()), 3)
+        others = {}
+        settings = run.service.core.settings
+        for spec in args.variants:  # the same turn built with other [context] settings, untimed
+            context = settings.context.model_validate({**settings.context.model_dump(), **settings_variant(spec)})
+            run.service.core.settings = settings.model_copy(update={"context": context})
+            try:
+                other = run.service.build_context(run.agent, record_use=False)
+            finally:
+                run.service.core.settings = settings
+            text = [json.dumps(m, sort_keys=True) for m in other.messages]
+            before = previous.get(spec)
+            others[spec] = {
+                "prompt_tokens": other.total, "layer_tokens": other.layer_tokens(), "evicted_since": evicted_since,
+                "reused_tokens": prefix_tokens(before, text, other.message_tokens) if same and before else 0,
+            }  # fmt: skip
+            previous[spec] = text
         rows.append({
+            "variants": others,
             "conversation": run.conv.sample_id, "dia_id": turn.dia_id, "evicted": run.evictions > 0,
             "hot_ms": round((t1 - t0) * 1000, 3), "full_ms": round(full, 3),
             "phases_ms": phases, "calls": calls, "embeds": calls.get("embed", 0), "layer_tokens": built.layer_tokens(),
@@ -202,6 +222,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "met": bool(every) and stats([r["full_ms"] - r["hot_ms"] for r in every])["p50"] <= TARGET_MS,
         "phases_ms": phase_stats(every),
         "cache": cache_stats(every),
+        "variants": {spec: variant_stats([r["variants"][spec] for r in every]) for spec in args.variants},
         "embeds_per_build": round(sum(r["embeds"] for r in every) / len(every), 2) if every else 0.0,
         "layer_tokens_mean": mean_tokens(every),
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
@@ -211,6 +232,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "python": platform.python_version(),
         "seconds": round(time.perf_counter() - started, 1),
         "rows": rows,
+    }
+
+
+def variant_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    n = max(1, len(rows))
+    return {
+        "cache": cache_stats(rows),
+        "layer_tokens_mean": mean_tokens(rows),
+        "prompt_tokens_mean": round(sum(r["prompt_tokens"] for r in rows) / n, 1),
     }
 
 
@@ -299,6 +329,12 @@ def print_table(result: Mapping[str, Any]) -> None:
         print("layer order of the last prompt: " + " > ".join(result["rows"][-1]["layer_order"]))
     print("input billed with a prefix cache, relative to none: " + ", ".join(
         f"{v} % (cached tokens at {k})" for k, v in c["billed_vs_no_cache_pct"].items()))  # fmt: skip
+    for spec, v in result.get("variants", {}).items():
+        c = v["cache"]
+        print(f"[context] {spec}: prefix reused {c['reuse_no_eviction_pct']} % mean over {c['turns_no_eviction']} "
+              f"turns without an eviction, {c['reuse_all_pct']} % over all, {c['reused_token_share_pct']} % of all "
+              f"prompt tokens; prompt {v['prompt_tokens_mean']} tokens; billed "
+              + ", ".join(f"{x} % (at {k})" for k, x in c["billed_vs_no_cache_pct"].items()))  # fmt: skip
     print("where a build's time goes (exclusive ms per build, mean / p50, and calls per build):")
     for name, s in result["phases_ms"].items():
         print(f"  {name:<26}{s['mean']:>9}{s['p50']:>9}{s.get('calls', ''):>7}")
@@ -315,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backends", default="", help="[embedding] backends compared in this run, e.g. torch,onnx,onnx-int8"
     )
+    parser.add_argument(
+        "--variant", dest="variants", action="append", default=[], metavar="KEY=VALUE,...",
+        help="also build each turn with these [context] settings (repeatable) and report its prefix reuse",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.data = data_path(args.data)
     backends = [b for b in args.backends.split(",") if b] or [""]

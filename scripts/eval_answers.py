@@ -40,7 +40,7 @@ import numpy as np
 from eval_context import CATEGORIES, Replay, play, start
 from eval_summary import content_words, hash_embed
 
-from vcm.eval.bench import add_data_flag, add_json_flag, data_path, share, write_json
+from vcm.eval.bench import add_data_flag, add_json_flag, data_path, settings_variant, share, write_json
 from vcm.settings import load_settings
 
 LEVELS = ("hot", "built", "retrieval")
@@ -106,15 +106,6 @@ class Baseline:
         return self.head + "\n" + "\n".join(kept), tokens
 
 
-def variant(spec: str) -> dict[str, Any]:
-    """``memory=0.12,memory_messages=8``: ``[context]`` settings a variant changes ("" = none)."""
-    out: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        key, _, value = part.partition("=")
-        out[key.strip()] = json.loads(value)
-    return out
-
-
 def ask(
     run: Replay, questions: Sequence[Mapping[str, Any]], embed: Any, variants: Sequence[str] = ("",)
 ) -> dict[str, list[dict[str, Any]]]:
@@ -127,7 +118,7 @@ def ask(
     out: dict[str, list[dict[str, Any]]] = {}
     try:
         for spec in variants:
-            context = settings.context.model_validate({**settings.context.model_dump(), **variant(spec)})
+            context = settings.context.model_validate({**settings.context.model_dump(), **settings_variant(spec)})
             service.core.settings = settings.model_copy(update={"context": context})
             rows = out.setdefault(spec, [])
             for q in questions:

@@ -113,3 +113,15 @@ def write_json(path: Path | str | None, result: Mapping[str, Any] | Sequence[Any
     if path is None:
         return
     Path(path).write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def settings_variant(spec: str) -> dict[str, Any]:
+    """``memory=0.25,memory_messages=30``: the settings a benchmark variant changes (values as
+    JSON: numbers, true/false, quoted strings); "" changes none."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"a variant part is KEY=VALUE, not {part!r}")
+        out[key.strip()] = json.loads(value)
+    return out
