@@ -191,3 +191,18 @@ def test_a_users_state_key_set_by_the_admin_is_read_by_its_agents_only(
     gone = ok(api.delete("/v1/agents/ann/state/plan", params={"scope": "user"}, headers=ADMIN))
     assert gone["removed"] == {"state": 1}
     assert api.get("/v1/agents/bob/state/plan", headers=as_agent(tokens["bob"])).status_code == 404
+
+
+def test_an_agent_created_with_its_user_says_so_and_an_unknown_user_creates_nothing(
+    api: httpx.Client, tokens: dict[str, str]
+) -> None:
+    made = ok(api.post("/v1/agents", json={"agent_id": "dee", "user_id": "alice"}, headers=ADMIN), 201)
+    assert (made["agent"]["user_id"], made["agent"]["domain"]) == ("alice", None)
+    fact = ok(api.post("/v1/agents/ann/facts", headers=ADMIN, json={
+        "value": "Alice's badge is blue", "type": "sticky", "scope": "user"}))["fact"]  # fmt: skip
+    assert "Alice's badge is blue" in built(api, "dee", made["token"])
+    assert ok(api.get("/v1/agents/bob", headers=as_agent(tokens["bob"])))["domain"] == "support"
+    unknown = api.post("/v1/agents", json={"agent_id": "eve", "user_id": "nobody"}, headers=ADMIN)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "NOT_FOUND"
+    assert "eve" not in ok(api.get("/v1/agents", headers=ADMIN))["agents"]
+    assert fact["fact_id"] in {f["fact_id"] for f in ok(api.get("/v1/agents/dee/facts", headers=ADMIN))["facts"]}

@@ -33,6 +33,8 @@ def test_create_get_and_list_agents(client: TestClient) -> None:
         "window": 4096,
         "max_tokens": body["agent"]["max_tokens"],
         "system_tokens": body["agent"]["system_tokens"],
+        "user_id": None,  # it belongs to no user and no domain (docs/memory-model.md, shared memory)
+        "domain": None,
     }
     # The window less the output reserve (10 %): the flush line, 90 % (no memory reserve by default).
     assert body["agent"]["max_tokens"] == 4096 - math.ceil(4096 * 0.10)

@@ -20,13 +20,17 @@ class AgentOperations(Sender[R]):
         system_prompt: str = "",
         tools: Sequence[Mapping[str, Any]] = (),
         vcm_tools: bool = False,
+        user_id: str | None = None,
+        domain: str | None = None,
     ) -> R:
-        """Admin only. The reply's ``token`` is the agent's bearer token, shown this once."""
+        """Admin only. The reply's ``token`` is the agent's bearer token, shown this once;
+        ``user_id`` / ``domain``: the (existing) user and domain it belongs to."""
         body: Json = {"agent_id": agent_id, "system_prompt": system_prompt, "tools": [dict(t) for t in tools]}
         if model is not None:
             body["model"] = model
         if vcm_tools:
             body["vcm_tools"] = True
+        body.update({k: v for k, v in (("user_id", user_id), ("domain", domain)) if v is not None})
         return self._send(Call("POST", "/v1/agents", json=body))
 
     def agents(self) -> R:

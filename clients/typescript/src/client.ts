@@ -148,6 +148,45 @@ export class VcmClient {
     return this.request("post", `${agentPath(agentId)}/reset`, { headers: idem(options) });
   }
 
+  // --- users and domains: whose shared memory an agent reads (admin; an agent reads its own) ------
+  createUser(userId: string): Promise<Reply<"/v1/users", "post">> {
+    return this.request("post", "/v1/users", { json: { user_id: userId } });
+  }
+
+  users(): Promise<Reply<"/v1/users", "get">> {
+    return this.request("get", "/v1/users");
+  }
+
+  /** The user and all its memory go; its agents stay, belonging to no user. */
+  deleteUser(userId: string): Promise<Reply<"/v1/users/{user_id}", "delete">> {
+    return this.request("delete", `/v1/users/${seg(userId)}`);
+  }
+
+  createDomain(domain: string): Promise<Reply<"/v1/domains", "post">> {
+    return this.request("post", "/v1/domains", { json: { domain } });
+  }
+
+  domains(): Promise<Reply<"/v1/domains", "get">> {
+    return this.request("get", "/v1/domains");
+  }
+
+  /** The domain and all its memory go; its agents stay, in no domain. */
+  deleteDomain(domain: string): Promise<Reply<"/v1/domains/{domain}", "delete">> {
+    return this.request("delete", `/v1/domains/${seg(domain)}`);
+  }
+
+  /** Name the agent's user and domain (null: none); both are always sent. */
+  setAgentPrincipals(
+    agentId: string,
+    body: Body<"/v1/agents/{agent_id}/principals", "put">,
+  ): Promise<Reply<"/v1/agents/{agent_id}/principals", "put">> {
+    return this.request("put", `${agentPath(agentId)}/principals`, { json: body });
+  }
+
+  agentPrincipals(agentId: string): Promise<Reply<"/v1/agents/{agent_id}/principals", "get">> {
+    return this.request("get", `${agentPath(agentId)}/principals`);
+  }
+
   // --- messages and context ----------------------------------------------------------------------
   /** Append a message to the FIFO (evictions follow on their own when the window fills). */
   append(

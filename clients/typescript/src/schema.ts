@@ -60,7 +60,8 @@ export interface paths {
          * Create Agent
          * @description Create an agent and issue its bearer token. The token is in this response only (vcm keeps
          *     a hash), so this call cannot be replayed: repeating it answers 409 CONFLICT; issue a new
-         *     token with POST /v1/agents/{id}/token.
+         *     token with POST /v1/agents/{id}/token. ``user_id`` / ``domain``: the user and domain it
+         *     belongs to, which must exist (NOT_FOUND before anything is created).
          */
         post: operations["create_agent_v1_agents_post"];
         delete?: never;
@@ -1198,6 +1199,11 @@ export interface components {
              */
             agent_id: string;
             /**
+             * Domain
+             * @description the domain it belongs to (created first)
+             */
+            domain?: string | null;
+            /**
              * Model
              * @description a model from the server's [models]; default: default_model
              */
@@ -1214,6 +1220,11 @@ export interface components {
             tools?: {
                 [key: string]: unknown;
             }[];
+            /**
+             * User Id
+             * @description the user it belongs to (created first)
+             */
+            user_id?: string | null;
             /**
              * Vcm Tools
              * @description also count vcm's own tool schemas (GET /v1/tools)
@@ -1262,12 +1273,22 @@ export interface components {
         AgentOut: {
             /** Agent Id */
             agent_id: string;
+            /**
+             * Domain
+             * @description the domain whose memory it shares
+             */
+            domain?: string | null;
             /** Max Tokens */
             max_tokens: number;
             /** Model */
             model: string;
             /** System Tokens */
             system_tokens: number;
+            /**
+             * User Id
+             * @description the user whose memory it shares
+             */
+            user_id?: string | null;
             /** Window */
             window: number;
         };

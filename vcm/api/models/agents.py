@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -16,6 +17,8 @@ class AgentCreate(RequestBody):
     system_prompt: str = ""
     tools: list[dict[str, Any]] = Field(default_factory=list, description="tool schemas counted into the window")
     vcm_tools: bool = Field(False, description="also count vcm's own tool schemas (GET /v1/tools)")
+    user_id: str | None = Field(None, max_length=128, description="the user it belongs to (created first)")
+    domain: str | None = Field(None, max_length=128, description="the domain it belongs to (created first)")
 
 
 class AgentOut(BaseModel):
@@ -24,15 +27,19 @@ class AgentOut(BaseModel):
     window: int
     max_tokens: int
     system_tokens: int
+    user_id: str | None = Field(None, description="the user whose memory it shares")
+    domain: str | None = Field(None, description="the domain whose memory it shares")
 
     @classmethod
-    def of(cls, info: AgentInfo) -> AgentOut:
+    def of(cls, info: AgentInfo, principals: Mapping[str, str | None] | None = None) -> AgentOut:
         return cls(
             agent_id=info.agent_id,
             model=info.model,
             window=info.window,
             max_tokens=info.max_tokens,
             system_tokens=info.system_tokens,
+            user_id=(principals or {}).get("user_id"),
+            domain=(principals or {}).get("domain"),
         )
 
 

@@ -30,12 +30,18 @@ router = APIRouter(prefix="/v1", tags=["agents"])
 def create_agent(body: AgentCreate, who: Admin, service: ServiceDep) -> AgentCreated:
     """Create an agent and issue its bearer token. The token is in this response only (vcm keeps
     a hash), so this call cannot be replayed: repeating it answers 409 CONFLICT; issue a new
-    token with POST /v1/agents/{id}/token."""
+    token with POST /v1/agents/{id}/token. ``user_id`` / ``domain``: the user and domain it
+    belongs to, which must exist (NOT_FOUND before anything is created)."""
     tool_list = [*body.tools, *(tools.tool_schemas() if body.vcm_tools else [])]
+    for kind, name in (("user", body.user_id), ("domain", body.domain)):
+        if name is not None:
+            service.get_principal(kind, name)
     info, token = service.create_agent_with_token(
         body.agent_id, model=body.model, system_prompt=body.system_prompt, tools=tool_list, actor=who.actor
     )
-    return AgentCreated(agent=AgentOut.of(info), token=token)
+    if body.user_id is not None or body.domain is not None:
+        service.set_agent_principals(body.agent_id, user_id=body.user_id, domain=body.domain, actor=who.actor)
+    return AgentCreated(agent=AgentOut.of(info, service.agent_principals(body.agent_id)), token=token)
 
 
 @router.get("/agents", response_model=AgentList, responses=ERROR_RESPONSES)
@@ -45,7 +51,7 @@ def list_agents(who: Admin, service: ServiceDep) -> AgentList:
 
 @router.get("/agents/{agent_id}", response_model=AgentOut, responses=ERROR_RESPONSES)
 def get_agent(agent_id: AgentId, who: Agent, service: ServiceDep) -> AgentOut:
-    return AgentOut.of(service.agent(agent_id))
+    return AgentOut.of(service.agent(agent_id), service.agent_principals(agent_id))
 
 
 @router.post("/agents/{agent_id}/token", response_model=TokenOut, responses=ERROR_RESPONSES)
