@@ -2,6 +2,7 @@
 """Recall quality of vcm's search_recall on LoCoMo: text (BM25), vector and hybrid modes.
 
     .venv/bin/python scripts/eval_locomo.py [--data LOCOMO_JSON] [--json OUT] [--k 5,10,25,50]
+        [--conversations conv-26 ...] [--compare-fused] [--compare-single] [--compare-depth]
 
 Each conversation goes through vcm's own path: every turn is appended to a fresh agent through
 ``MemoryService.append`` (model ``vcm-demo-4k``: a 4k-token window, so most turns are evicted),
@@ -13,7 +14,10 @@ does). A turn is stored as ``Speaker: text`` (an image turn adds its caption). T
 question goes through ``MemoryService.search_recall`` in each mode; the ``single`` rows use
 turn-alone vectors (``--compare-single``) through the store port. Metric: the LoCoMo paper's
 recall@k (see ``vcm.tasks.recall.evaluation``), per question, averaged overall and per category; a
-malformed or unknown evidence id is a miss.
+malformed or unknown evidence id is a miss. Beside it, session-level any-hit S@5 / S@10: the share
+of questions with at least one of the top k turns in a session that holds evidence (a question
+without evidence counts as found, as in recall@k). ``--compare-fused`` adds ``hybrid-fused``, the
+hybrid ranking without ``[recall] diversity_*`` (fused as before issue 36), in the same run.
 Hot state lives in an in-process fakeredis unless ``--redis URL`` is given; the store is a
 temporary embedded store. No LLM anywhere (the summarizer is the extractive one).
 """
@@ -40,6 +44,7 @@ from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store
+from vcm.store.diversity import Diversity
 from vcm.store.embedded import EmbeddedStore
 from vcm.store.port import MemoryStore
 from vcm.tasks import evict
@@ -59,6 +64,7 @@ from vcm.types import IngestRequest
 from vcm.workers.runtime import LazyEmbed, build_summarizer
 
 DRAGON = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}
+SESSION_KS = (5, 10)
 CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
 
 
@@ -96,6 +102,21 @@ class InlineWorkers:
         raise NotImplementedError("the LoCoMo replay ingests no archival documents")
 
 
+def session_of(dia_id: str) -> str:
+    """LoCoMo's session of a turn id (``D3:12`` -> ``3``); "" when malformed."""
+    head, sep, _ = dia_id.partition(":")
+    return head[1:] if sep and head.startswith("D") and head[1:].isdigit() else ""
+
+
+def session_hits(evidence: Sequence[str], ranked: Sequence[str], ks: Sequence[int]) -> dict[int, float]:
+    """Session-level any-hit at each k: 1.0 when one of the first k ranked turns lies in a session
+    that holds evidence (no evidence: 1.0, nothing to find), else 0.0."""
+    wanted = {session_of(e) for e in evidence} - {""}
+    if not evidence:
+        return dict.fromkeys(ks, 1.0)
+    return {k: float(any(session_of(d) in wanted for d in ranked[:k])) for k in ks}
+
+
 def store_single_vectors(store: MemoryStore, agent_id: str, messages: dict[str, str], single: MessageVectorizer) -> str:
     ids = list(messages)
     vectors = single.embed([], [Turn(i, messages[m]) for i, m in enumerate(ids)])
@@ -114,10 +135,14 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     settings = load_settings(environ={}, overrides={"store_url": f"sqlite:///{tmp / 'vcm.db'}", **embedding})
     client = redis.Redis.from_url(args.redis, decode_responses=True) if args.redis else None
     hot = HotState(client or fakeredis.FakeRedis(decode_responses=True), settings)
-    store = open_store(settings.store_url)
+    recall = settings.recall
+    spread = Diversity(
+        penalty=recall.diversity_penalty if args.diversity_penalty is None else args.diversity_penalty,
+        reach=recall.diversity_reach if args.diversity_reach is None else args.diversity_reach,
+    )
+    store = open_store(settings.store_url, recall_diversity=spread)
     embed = LazyEmbed(settings)
     chunker = LateChunker(get_embedder(settings.embedding))
-    recall = settings.recall
     vectorizer = MessageVectorizer(
         chunker,
         mode=args.context_mode or recall.context_mode,
@@ -132,11 +157,16 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
     ks = sorted(args.k)
     modes = ["text", "vector", "hybrid"] + (["vector-single", "hybrid-single"] if args.compare_single else [])
+    if args.compare_fused:
+        modes.append("hybrid-fused")
+    variants = {f"hybrid-d{p:g}r{r}": Diversity(penalty=p, reach=r) for p, r in args.compare_diversity}
+    modes.extend(variants)
     if args.compare_depth:
         if not isinstance(store, EmbeddedStore):
             raise SystemExit("--compare-depth needs the embedded store")
         modes.append("hybrid-deep")
     rows: dict[str, list[tuple[int, dict[int, float]]]] = {m: [] for m in modes}
+    session_rows: dict[str, list[tuple[int, dict[int, float]]]] = {m: [] for m in modes}
     conversations: dict[str, Any] = {}
     started = time.perf_counter()
     for sample in samples:
@@ -177,10 +207,18 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                         page = service.search_recall(agent, q.text, limit=max(ks), mode="hybrid").page
                     finally:
                         store.hybrid_depth_factor = factor
+                elif mode == "hybrid-fused" or mode in variants:
+                    # The same store ranking, as fused or spread with another setting.
+                    spread, store.recall_diversity = store.recall_diversity, variants.get(mode)  # type: ignore[attr-defined]
+                    try:
+                        page = service.search_recall(agent, q.text, limit=max(ks), mode="hybrid").page
+                    finally:
+                        store.recall_diversity = spread  # type: ignore[attr-defined]
                 else:
                     page = service.search_recall(agent, q.text, limit=max(ks), mode=mode).page
                 ranked = [dia_of.get(h.message.message_id, "") for h in page.items]
                 rows[mode].append((q.category, recall_of_ranked_ids(q.evidence, ranked, ks)))
+                session_rows[mode].append((q.category, session_hits(q.evidence, ranked, SESSION_KS)))
         snap = hot.snapshot(agent)
         conversations[name] = {
             "turns": len(dia_of),
@@ -193,15 +231,20 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         }
         print(f"{name}: {conversations[name]}", file=sys.stderr)
     tables = {m: aggregate(rows[m], ks) for m in modes}
+    sessions = {m: aggregate(session_rows[m], SESSION_KS) for m in modes}
     return {
         "data": str(args.data),
         "ks": ks,
         "model": args.model,
         "vectors": vectorizer.version,
+        "diversity": {"penalty": spread.penalty, "reach": spread.reach, "depth": spread.depth},
         "spool_batch": args.spool_batch,
         "evictions": workers.evictions,
         "conversations": conversations,
         "recall": tables,
+        "session_any_hit": {
+            m: {g: {f"S@{k}": e[f"R@{k}"] for k in SESSION_KS} for g, e in t.items()} for m, t in sessions.items()
+        },
         "dragon": {f"R@{k}": v for k, v in DRAGON.items()},
         "seconds": round(time.perf_counter() - started, 1),
         "python": platform.python_version(),
@@ -211,13 +254,16 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 def print_table(result: dict[str, Any]) -> None:
     ks = result["ks"]
     head = f"{'mode':<15}{'group':<14}{'n':>5}" + "".join(f"{'R@' + str(k):>8}" for k in ks)
+    head += "".join(f"{'S@' + str(k):>8}" for k in SESSION_KS)
     print(f"LoCoMo recall@k (%) on {result['data']}; vectors {result['vectors']}, window {result['model']}")
     print(head)
     print("-" * len(head))
     for mode, table in result["recall"].items():
         for group, entry in table.items():
             label = "all" if group == "all" else f"{group} {CATEGORIES.get(group, '')}"
-            print(f"{mode:<15}{label:<14}{entry['n']:>5}" + "".join(f"{entry[f'R@{k}']:>8}" for k in ks))
+            hits = result["session_any_hit"][mode][group]
+            print(f"{mode:<15}{label:<14}{entry['n']:>5}" + "".join(f"{entry[f'R@{k}']:>8}" for k in ks)
+                  + "".join(f"{hits[f'S@{k}']:>8}" for k in SESSION_KS))  # fmt: skip
     print(f"{'DRAGON (paper)':<15}{'all':<14}{'':>5}" + "".join(f"{DRAGON.get(k, float('nan')):>8}" for k in ks))
 
 
@@ -231,11 +277,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, help="turns before a message read as context (default: [recall])")
     parser.add_argument("--after", type=int, help="turns after a message read as context (default: [recall])")
     parser.add_argument("--spool-batch", type=int, default=16)
+    parser.add_argument("--diversity-penalty", type=float, help="default: [recall] diversity_penalty")
+    parser.add_argument("--diversity-reach", type=int, help="default: [recall] diversity_reach")
     parser.add_argument("--compare-single", action="store_true", help="also rank with turn-alone vectors")
     parser.add_argument(
         "--compare-depth",
         action="store_true",
         help="also rank hybrid with both lists as deep as paging goes (the 'hybrid-deep' rows; embedded store only)",
+    )
+    parser.add_argument(
+        "--compare-fused",
+        action="store_true",
+        help="also rank hybrid without [recall] diversity_* (the 'hybrid-fused' rows: the ranking before issue 36)",
+    )
+    parser.add_argument(
+        "--compare-diversity",
+        nargs="*",
+        default=[],
+        type=lambda s: (float(s.split(":")[0]), int(s.split(":")[1])),
+        metavar="PENALTY:REACH",
+        help="also rank hybrid spread with these [recall] diversity settings (rows 'hybrid-d<P>r<R>')",
     )
     parser.add_argument("--conversations", nargs="*", help="sample_ids to keep (default: all)")
     parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")

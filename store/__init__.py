@@ -15,19 +15,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from vcm.store import diversity
 from vcm.store.port import MemoryStore
 
 
-def open_store(url: str, **options: Any) -> MemoryStore:
+def open_store(
+    url: str, *, recall_diversity: diversity.Diversity | None = diversity.DEFAULT, **options: Any
+) -> MemoryStore:
+    """The adapter for ``url``, opened with its ``options``; ``recall_diversity``: how its hybrid
+    rankings spread across the conversation ([recall] diversity_*; None: as fused)."""
     if url.startswith("arango"):
         from vcm.store.arango.adapter import ArangoStore
 
-        return ArangoStore.from_url(url, **options)
+        arango = ArangoStore.from_url(url, **options)
+        arango.recall_diversity = recall_diversity
+        return arango
     from vcm.store.embedded.adapter import EmbeddedStore
 
     # SQLAlchemy's convention: sqlite:///relative.db, sqlite:////absolute.db
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
-    return EmbeddedStore(path, **options)
+    embedded = EmbeddedStore(path, **options)
+    embedded.recall_diversity = recall_diversity
+    return embedded
 
 
 __all__ = ["MemoryStore", "open_store"]

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from vcm.errors import ValidationError
 from vcm.store import search_checks, validation
+from vcm.store.diversity import Diversity, diversify
 
 K = TypeVar("K", bound=Hashable)
 
@@ -154,14 +155,17 @@ def hybrid(
     neighbour_weight: float = NEIGHBOUR_WEIGHT,
     reach: int = NEIGHBOUR_REACH,
     unembedded: Collection[K] = (),
+    diversity: Diversity | None = None,
 ) -> list[tuple[K, float]]:
     """Hybrid recall's ranking: :func:`convex` fusion (``unembedded``: the text hits that have no
     vector), then :func:`spread_to_neighbours`; best first, ties by first appearance (text
-    first)."""
+    first); then, with ``diversity``, spread across the conversation
+    (:func:`vcm.store.diversity.diversify`)."""
     fused = convex(text, vector, text_weight=text_weight, unembedded=unembedded)
     fused = spread_to_neighbours(fused, seq, weight=neighbour_weight, reach=reach)
     order = {item: i for i, item in enumerate(fused)}
-    return sorted(fused.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+    ranked = sorted(fused.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+    return ranked if diversity is None else diversify(ranked, seq, diversity)
 
 
 def hybrid_depth(n: int, max_results: int, *, corpus: int, factor: int = HYBRID_DEPTH_FACTOR) -> int:

@@ -27,6 +27,7 @@ from vcm.obs.metered_store import metered
 from vcm.settings import Settings
 from vcm.settings.memory import EmbeddingSettings
 from vcm.store import MemoryStore, open_store
+from vcm.store.diversity import Diversity
 from vcm.tasks.deps import Deps, FactExtractor, Summarizer
 from vcm.tasks.embedding import Embedder, get_embedder
 from vcm.tasks.faults import Faults
@@ -273,7 +274,9 @@ def store_options(settings: Settings) -> dict[str, Any]:
 
 
 def open_configured_store(settings: Settings, **extra: Any) -> MemoryStore:
-    return open_store(settings.store_url, **store_options(settings), **extra)
+    recall = settings.recall
+    spread = Diversity(penalty=recall.diversity_penalty, reach=recall.diversity_reach)
+    return open_store(settings.store_url, recall_diversity=spread, **store_options(settings), **extra)
 
 
 def build(settings: Settings) -> Deps:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vcm.errors import ValidationError
-from vcm.store import fusion, search_checks, validation
+from vcm.store import diversity, fusion, search_checks, validation
 from vcm.store.arango import documents, names
 from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.aql import messages as aql_messages
@@ -24,6 +24,10 @@ from vcm.store.types import Page, RecallHit
 
 class RecallOps(RecallVectorOps):
     """``search_recall``, ``search_recall_hybrid`` and the per-message recall vectors."""
+
+    # How hybrid rankings spread across the conversation ([recall] diversity_*, set by
+    # vcm.store.open_store; None: as fused).
+    recall_diversity: diversity.Diversity | None = diversity.DEFAULT
 
     def search_recall(
         self,
@@ -123,7 +127,7 @@ class RecallOps(RecallVectorOps):
                 text = self._rank_recall(agent_id, query, depth, since, until)
                 seq, embedded = self._positions(agent_id, {k for k, _ in text} | {k for k, _ in vec}, version)
                 unembedded = {k for k, _ in text} - embedded
-                ranked = fusion.hybrid(text, vec, seq, unembedded=unembedded)[:depth]
+                ranked = fusion.hybrid(text, vec, seq, unembedded=unembedded, diversity=self.recall_diversity)[:depth]
             part = self._snapshots.first("recall-" + mode, agent_id, key, ranked, limit)
         ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
         found = {d["_key"]: d for d in self._run(self._ro, aql_common.documents(ids, agent_id), "search_recall")}

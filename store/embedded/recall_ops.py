@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from vcm.errors import ValidationError
-from vcm.store import fusion, search_checks, validation
+from vcm.store import diversity, fusion, search_checks, validation
 from vcm.store.analysis import query_terms
 from vcm.store.cursor import fingerprint, vector_digest
 from vcm.store.embedded import rows
@@ -26,6 +26,10 @@ from vcm.store.types import Page, RecallHit, SearchStats, StoredMessage
 
 class RecallOps(EmbeddedBase):
     """``search_recall``, ``search_recall_hybrid`` and the per-message recall vectors."""
+
+    # How hybrid rankings spread across the conversation ([recall] diversity_*, set by
+    # vcm.store.open_store; None: as fused).
+    recall_diversity: diversity.Diversity | None = diversity.DEFAULT
 
     def search_recall(
         self,
@@ -155,7 +159,9 @@ class RecallOps(EmbeddedBase):
             rest, rest_embedded = self._positions(agent_id, candidates - embedded, version)
             seqs.update(rest)
             embedded |= rest_embedded
-            fused = fusion.hybrid(text, vec, seqs, unembedded={i for i, _ in text} - embedded)
+            fused = fusion.hybrid(
+                text, vec, seqs, unembedded={i for i, _ in text} - embedded, diversity=self.recall_diversity
+            )
             return [h for h in fused if h[0] not in exclude][:n], top
 
         part = self._snapshots.page("recall-" + mode, agent_id, key, limit, cursor, rank)

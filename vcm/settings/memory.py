@@ -106,6 +106,12 @@ class RecallSettings(BaseModel):
     context_turns: int = Field(3, ge=0, le=64)
     # Turns after it: the message is embedded once they have arrived (0: at once, before-only).
     context_after: int = Field(3, ge=0, le=64)
+    # Hybrid rankings spread across the conversation (vcm.store.diversity): a hit's score is
+    # multiplied by diversity_penalty for every better hit within diversity_reach turns of it, so
+    # one strong hit's neighbours do not fill the top of the list (1.0 or reach 0: off; off by
+    # default: it lowers turn-level recall on LoCoMo, docs/recall-tuning.md).
+    diversity_penalty: float = Field(1.0, ge=0.0, le=1.0)
+    diversity_reach: int = Field(3, ge=0, le=1000)
 
 
 PiiClass = Literal["email", "phone", "credit_card", "iban", "ssn", "ip_address"]
