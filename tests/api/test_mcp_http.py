@@ -192,7 +192,7 @@ def test_resources_read_as_the_api_does(client: TestClient, service: MemoryServi
         return out
 
     got = with_session(mcp_url, token_of(me), reads)
-    assert got["uris"] == [f"vcm://agents/alice/{k}" for k in ("context", "blocks", "facts")]
+    assert got["uris"] == [f"vcm://agents/alice/{k}" for k in ("context", "blocks", "facts", "prompt")]
     assert "vcm://agents/{agent_id}/blocks/{block_id}" in got["templates"]
     assert got["context"] == client.get("/v1/agents/alice/context", headers=me).json()
     assert got["blocks"] == client.get("/v1/agents/alice/blocks", headers=me).json()

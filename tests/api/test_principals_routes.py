@@ -100,11 +100,18 @@ def test_a_users_fact_reaches_its_agents_prompts_over_http_and_mcp_and_no_other_
     for agent in ("ann", "bob"):
         assert f"Alice wants answers in French [fact {fact['fact_id']}, user]" in built(api, agent, tokens[agent])
     assert "French" not in built(api, "cat", tokens["cat"])
-    # MCP: bob's tools and facts resource see it, marked; cat's see nothing of it.
+    # MCP: ann's and bob's built prompts (the prompt resource), tools and facts resource see it,
+    # marked; cat's see nothing of it.
+    for agent in ("ann", "bob"):
+        [prompt] = mcp(mcp_url, tokens[agent], [], f"vcm://agents/{agent}/prompt")
+        said = "\n".join(str(m["content"]) for m in prompt["messages"])
+        assert f"Alice wants answers in French [fact {fact['fact_id']}, user]" in said
     searched, listed = mcp(mcp_url, tokens["bob"], [("search_facts", {"query": "answers French"})],
                            "vcm://agents/bob/facts")  # fmt: skip
     assert [(f["fact_id"], f["scope"]) for f in searched["facts"]] == [(fact["fact_id"], "user")]
     assert [f["fact_id"] for f in listed["facts"]] == [fact["fact_id"]]
+    [prompt] = mcp(mcp_url, tokens["cat"], [], "vcm://agents/cat/prompt")
+    assert "French" not in "\n".join(str(m["content"]) for m in prompt["messages"])
     searched, listed = mcp(mcp_url, tokens["cat"], [("search_facts", {"query": "answers French"})],
                            "vcm://agents/cat/facts")  # fmt: skip
     assert searched["facts"] == [] and listed["facts"] == []

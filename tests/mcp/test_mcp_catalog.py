@@ -54,10 +54,11 @@ def test_resource_uris() -> None:
     for bad in ("vcm://agents/a1/context/x", "vcm://agents/a1/secrets", "vcm://agents//context", "http://x/y",
                 "vcm://agents/a1/blocks/a/b", "vcm://agents/a1/facts/f1"):  # fmt: skip
         assert catalog.parse(bad) is None, bad
-    for kind in ("context", "blocks", "facts"):
+    kinds = ("context", "blocks", "facts", "prompt")
+    for kind in kinds:
         assert catalog.parse(catalog.uri("a1", kind)) == catalog.Target("a1", kind)
-    assert [r.uri for r in catalog.resources("a1")] == [f"vcm://agents/a1/{k}" for k in ("context", "blocks", "facts")]
+    assert [r.uri for r in catalog.resources("a1")] == [f"vcm://agents/a1/{k}" for k in kinds]
     assert [t.uri_template for t in catalog.templates()] == [
-        *(f"vcm://agents/{{agent_id}}/{k}" for k in ("context", "blocks", "facts")),
+        *(f"vcm://agents/{{agent_id}}/{k}" for k in kinds),
         "vcm://agents/{agent_id}/blocks/{block_id}",
     ]

@@ -29,6 +29,7 @@ MIME = "application/json"
 CONTEXT = "context"
 BLOCKS = "blocks"
 FACTS = "facts"
+PROMPT = "prompt"
 _RESOURCES: dict[str, tuple[str, str]] = {
     CONTEXT: (
         "main context",
@@ -40,9 +41,15 @@ _RESOURCES: dict[str, tuple[str, str]] = {
         "The agent's working (core) memory blocks with their _rev; the JSON of GET /v1/agents/{id}/blocks.",
     ),
     FACTS: ("facts", "The agent's structured facts (active and shadow), most recently updated first."),
+    PROMPT: (
+        "built prompt",
+        "The prompt the model sees next: the main context with the layers vcm injects (identity, state, "
+        "sticky facts, relevant memory: the agent's own and its user's and domain's, each marked with its "
+        "scope); the JSON of GET /v1/agents/{id}/context?built=true. Reading it changes nothing.",
+    ),
 }
 BLOCK_TEMPLATE = SCHEME + "://agents/{agent_id}/blocks/{block_id}"
-_URI = re.compile(r"^vcm://agents/(?P<agent>[^/?#]+)/(?P<kind>context|blocks|facts)(?:/(?P<block>[^/?#]+))?$")
+_URI = re.compile(r"^vcm://agents/(?P<agent>[^/?#]+)/(?P<kind>context|blocks|facts|prompt)(?:/(?P<block>[^/?#]+))?$")
 
 
 def tool_names() -> tuple[str, ...]:
@@ -116,7 +123,7 @@ class Target:
     """What a resource URI names."""
 
     agent_id: str
-    kind: str  # context | blocks | facts
+    kind: str  # context | blocks | facts | prompt
     block_id: str | None = None
 
 

@@ -157,6 +157,8 @@ def read(service: MemoryService, target: catalog.Target) -> Any:
     agent = target.agent_id
     if target.kind == catalog.CONTEXT:
         return ContextOut.of(agent, service.context(agent)).model_dump(mode="json")
+    if target.kind == catalog.PROMPT:  # a look: the facts it shows are not counted as used
+        return ContextOut.built(agent, service.build_context(agent, record_use=False)).model_dump(mode="json")
     if target.kind == catalog.BLOCKS:
         if target.block_id is not None:
             return BlockOut.of(service.get_block(agent, target.block_id)).model_dump(mode="json", by_alias=True)
