@@ -37,7 +37,7 @@ def test_a_strong_hits_neighbours_do_not_crowd_out_another_session(hot: HotState
         ]
         ids = [h.service.append("sp", "user", t).message_id for t in texts]
         strong, far = ids[len(FILLER)], ids[3 * len(FILLER) + 4]
-        query = "kayaks island ferry harbour"
+        query = "kayaks island ferry"
 
         store = h.store
         assert store.recall_diversity == DEFAULT and DEFAULT.off  # type: ignore[attr-defined]
