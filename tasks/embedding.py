@@ -1,4 +1,5 @@
-"""The embedding model: loaded lazily, once per process, from a local path by default.
+"""The embedding model: loaded lazily, once per process, from a local path by default, run by the
+configured ``[embedding] backend`` (torch here; ONNX Runtime in :mod:`vcm.tasks.embedding_onnx`).
 
 Workers must not load it before forking (torch in a prefork parent hangs children), so nothing
 here runs at import time; :func:`get_embedder` loads on first use.
