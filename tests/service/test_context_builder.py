@@ -105,7 +105,9 @@ def test_layers_sit_in_their_places_within_budget_and_window(svc: MemoryService)
     memory = next(layer for layer in built.injected if layer.name == "memory")
     assert not {s["id"] for s in memory.sources if s["kind"] == "message"} & fifo_ids
     window = built.gauges.window
-    caps = {"memory": 0.08, "state": 0.04, "sticky": 0.03, "skills": 0.04, "tools_hint": 0.01}
+    cfg = svc.settings.context
+    caps = {"memory": cfg.memory, "state": cfg.state, "sticky": cfg.sticky, "skills": cfg.skills,
+            "tools_hint": cfg.tools_hint}  # fmt: skip
     for layer in built.injected:
         if layer.name in caps:
             assert layer.tokens <= math.floor(window * caps[layer.name]), layer.name

@@ -33,8 +33,11 @@ AFTER_SYSTEM = ("identity", "tools_hint")
 AFTER_WORKING = ("sticky",)
 PER_TURN = ("state", "memory", "skills")
 INJECTED = (*AFTER_SYSTEM, *AFTER_WORKING, *PER_TURN)
-# The order in which layers are given room when there is not enough for all.
-PRIORITY = ("identity", "state", "sticky", "memory", "skills", "tools_hint")
+# The order in which layers are given room when there is not enough for all. Relevant memory, the
+# largest and the only elastic one (it fits as many lines as its room allows), comes last: the small
+# fixed layers keep their place near the flush line, so the cached prefix (identity, tools hint,
+# sticky facts) does not change with the room.
+PRIORITY = ("identity", "state", "sticky", "skills", "tools_hint", "memory")
 
 
 @dataclass(frozen=True)
