@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -24,19 +26,21 @@ from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 HERE = Path(__file__).resolve().parent
 
 
-class _Args(argparse.Namespace):
-    """The evaluations' arguments: any not given here reads None, their "use the default"."""
-
-    def __getattr__(self, name: str) -> Any:
-        return None
-
-
 def _script(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _run(script: ModuleType, argv: list[str]) -> dict[str, Any]:
+    """One evaluation run through its ``main``; its JSON result."""
+    with tempfile.TemporaryDirectory(prefix="vcm-eval-backends-") as tmp:
+        target = Path(tmp) / "result.json"
+        script.main([*argv, "--json", str(target)])
+        found: dict[str, Any] = json.loads(target.read_text())
+        return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,27 +53,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     backends = args.backends.split(",")
     locomo, late = _script("eval_locomo"), _script("eval_late_chunking")
-    out: dict[str, Any] = {"data": str(data_path(args.data)), "load_average": list(os.getloadavg()), "backends": {}}
+    data = data_path(args.data)
+    out: dict[str, Any] = {"data": str(data), "load_average": list(os.getloadavg()), "backends": {}}
     for backend in backends:
         row: dict[str, Any] = {}
+        only = ["--conversations", *args.conversations] if args.conversations else []
         if "locomo" not in args.skip:
             started = time.perf_counter()
-            a = _Args(
-                data=data_path(args.data), k=[5, 10, 25, 50], model="vcm-demo-4k", context_mode=None, context=None,
-                after=None, spool_batch=16, compare_single=False, compare_depth=False,
-                conversations=args.conversations, redis="", backend=backend,
-            )  # fmt: skip
-            result = locomo.evaluate(a)
+            # Through each script's own command line, so its options keep their defaults.
+            result = _run(locomo, ["--data", str(data), "--backend", backend, *only])
             row["locomo"] = {m: result["recall"][m]["all"] for m in ("vector", "hybrid")}
             row["vectors"] = result["vectors"]
             row["locomo_s"] = round(time.perf_counter() - started, 1)
         if "late" not in args.skip:
             started = time.perf_counter()
-            a = _Args(
-                data=data_path(args.data), group_tokens=128, window_overlap=None,
-                conversations=args.conversations, modes=["late"], backend=backend,
-            )  # fmt: skip
-            result = late.evaluate(a)
+            result = _run(late, ["--data", str(data), "--backend", backend, "--modes", "late", *only])
             recall = result["recall"]
             row["late"] = {g: {f"R@{k}": round(100 * v, 1) for k, v in r["late"].items()} for g, r in recall.items()}
             row["late_s"] = round(time.perf_counter() - started, 1)
