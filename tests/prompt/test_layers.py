@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vcm.prompt.layers import INJECTED, PER_TURN, Layer, assemble, turn_slot
@@ -107,3 +107,29 @@ def test_no_injected_layer_ever_sits_between_a_tool_call_and_its_results(
     # The per-turn layers sit together, after the summary.
     turn = [j for j, name in enumerate(built.layers) if name in PER_TURN]
     assert turn == list(range(turn[0], turn[0] + 3)) and turn[0] > built.layers.index("summary")
+
+
+def _count() -> Any:
+    from vcm.hotpath.tokens import TokenCounter
+    from vcm.settings.context import TokenSettings
+
+    return TokenCounter("gpt-4o", TokenSettings()).message
+
+
+@settings(deadline=None)  # the first example loads the encoding
+@given(
+    lines=st.lists(st.text(alphabet="ab cd,.\n0123456789XYZ", min_size=1, max_size=80), min_size=1, max_size=25),
+    budget=st.integers(min_value=0, max_value=400),
+)
+def test_a_fitted_layer_is_counted_exactly_and_within_its_budget(lines: list[str], budget: int) -> None:
+    """fit chooses by per-line counts but holds to the count of the whole text: a tokenizer may
+    merge tokens across a join, so only the whole is exact."""
+    from vcm.prompt.layers import Item, fit
+
+    count = _count()
+    items = [Item(line, {"kind": "message", "id": str(i)}) for i, line in enumerate(lines)]
+    layer = fit("memory", items, budget, count)
+    if layer is None:
+        return
+    assert layer.tokens == count(layer.text) <= budget
+    assert layer.items >= 1 and layer.items + layer.dropped == len(lines)

@@ -73,23 +73,34 @@ HEADERS = {
 
 def fit(name: str, items: Sequence[Item], budget: int, count: Callable[[str], int]) -> Layer | None:
     """The layer holding as many of ``items`` (in rank order) as ``budget`` tokens allow; None
-    when not even the first fits or there is nothing to say."""
+    when not even the first fits or there is nothing to say.
+
+    Linear in the items: each line is counted once on its own (with the newline that joins it) to
+    choose what fits, then the chosen text once as a whole, which is what the budget holds to (a
+    tokenizer may merge across a join, so the whole can differ by a token or two: the lowest-ranked
+    lines go until it fits). Counting the growing text for every item cost ~20 ms a build at 20
+    recalled messages."""
     if not items or budget <= 0:
         return None
     head, foot = HEADERS[name]
+    framing = count("")
+    estimate = count(head + foot)
     kept: list[Item] = []
-    tokens = 0
     for item in items:
-        text = head + "\n".join([*(i.line for i in kept), item.line]) + foot
-        n = count(text)
-        if n > budget:
+        cost = count("\n" + item.line if kept else item.line) - framing
+        if estimate + cost > budget:
             continue  # a shorter item further down may still fit
         kept.append(item)
-        tokens = n
-    if not kept:
-        return None
-    text = head + "\n".join(i.line for i in kept) + foot
-    return Layer(name, text, tokens, len(kept), len(items) - len(kept), tuple(i.source for i in kept if i.source))
+        estimate += cost
+    while kept:
+        text = head + "\n".join(i.line for i in kept) + foot
+        tokens = count(text)
+        if tokens <= budget:
+            return Layer(
+                name, text, tokens, len(kept), len(items) - len(kept), tuple(i.source for i in kept if i.source)
+            )
+        kept.pop()
+    return None
 
 
 def identity(now: float, user: str | None, agent_id: str) -> str:

@@ -95,7 +95,7 @@ class ContextBuilder:
         """The prompt for the agent's next model call. The facts it shows count as used (their
         lifetimes refreshed) unless ``record_use`` is off: a look at the prompt (GET /context,
         the viewer, ``vcm context --built``) changes nothing."""
-        hot = self.messages.context(agent_id, token_sha256=token_sha256)
+        hot, fifo_ids = self.messages.context_and_fifo(agent_id, token_sha256=token_sha256)
         info = self.core.agent(agent_id)
         cfg = self.core.settings.context
         # A layer is one more message: its framing tokens count, as the hot path counts its own.
@@ -117,6 +117,7 @@ class ContextBuilder:
             agent_id,
             query,
             count,
+            fifo_ids,
             lambda: self.facts.rank_facts(
                 agent_id, query, filters=FactQuery(limit=limit, statuses=self.facts.prompt_statuses())
             ),
@@ -224,9 +225,7 @@ class ContextBuilder:
                     break
         if cfg.memory_messages:
             try:
-                found = self.search.search_recall(
-                    agent_id, query, limit=cfg.memory_messages, exclude=self.messages.fifo_ids(agent_id)
-                )
+                found = self.search.search_recall(agent_id, query, limit=cfg.memory_messages, exclude=build.fifo_ids)
             except VcmError as exc:  # recall is an index: a failure leaves the facts in place
                 log.warning("relevant memory of %s: recall search failed (%s)", agent_id, exc.code)
                 found = None
@@ -274,6 +273,7 @@ class _Build:
     agent_id: str
     query: str
     count: Callable[[str], int]
+    fifo_ids: list[str]  # recalled messages still in the FIFO are left out
     search: Callable[[], list[FactHit]]  # the one fact search, shared by state header and memory
     shown: set[str] = field(default_factory=set)  # fact ids a layer holds: no other repeats them
     used: list[Fact] = field(default_factory=list)  # their use is recorded once, after the build

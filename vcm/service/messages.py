@@ -316,9 +316,15 @@ class Messages:
     def context(self, agent_id: str, *, token_sha256: str | None = None) -> AssembledContext:
         """The assembled main context; ``token_sha256`` as in :meth:`append`, read in the snapshot's
         own transaction."""
-        assembled = assemble(self.core.hot_call(agent_id, self.core.hot.snapshot, agent_id, token_sha256=token_sha256))
+        return self.context_and_fifo(agent_id, token_sha256=token_sha256)[0]
+
+    def context_and_fifo(self, agent_id: str, *, token_sha256: str | None = None) -> tuple[AssembledContext, list[str]]:
+        """:meth:`context` and the ids of its FIFO's messages, oldest first, from one snapshot (the
+        prompt builder needs both: a second snapshot cost ~5 ms a build on the embedded hot state)."""
+        snap = self.core.hot_call(agent_id, self.core.hot.snapshot, agent_id, token_sha256=token_sha256)
+        assembled = assemble(snap)
         self.core.gauges_seen(agent_id, assembled.gauges)
-        return assembled
+        return assembled, [m.id for m in snap.fifo]
 
     def fifo_ids(self, agent_id: str) -> list[str]:
         """The ids of the messages in the agent's FIFO, oldest first."""
