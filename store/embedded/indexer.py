@@ -21,6 +21,7 @@ from collections.abc import Callable
 import tantivy
 
 from vcm.errors import StoreUnavailable
+from vcm.store.embedded.background import Wakeable
 from vcm.store.embedded.db import Database, meta_add, meta_int, meta_set
 from vcm.store.embedded.schema import META_TEXT_GEN, META_TEXT_HWM
 from vcm.store.embedded.textindex import TextDoc, TextIndex
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 BATCH_ROWS = 20_000
 
 
-class TextIndexer:
+class TextIndexer(Wakeable):
     def __init__(
         self,
         db: Database,
@@ -48,12 +49,7 @@ class TextIndexer:
         self._debounce_s = debounce_s
         self._retry_s = retry_s
         self._lock = threading.Lock()  # one pass at a time in this process
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._thread_lock = threading.Lock()
-        self.passes = 0
-        self.last_error: str | None = None
+        super().__init__("vcm-text-indexer")
 
     def catch_up(self, wait_s: float = 0.0, *, interruptible: bool = False) -> bool:
         """Index everything SQLite holds above the mark. False when another process writes
@@ -115,16 +111,6 @@ class TextIndexer:
                 TextIndex.release(writer)
 
     # --- background catch-up --------------------------------------------------------------
-    def notify(self) -> None:
-        """New rows are committed: index them soon, off the caller's thread."""
-        with self._thread_lock:
-            # is_alive: a forked child inherits the attribute but not the thread.
-            alive = self._thread is not None and self._thread.is_alive()
-            if not alive and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._run, name="vcm-text-indexer", daemon=True)
-                self._thread.start()
-        self._wake.set()
-
     def _run(self) -> None:
         pending = False
         while not self._stop.is_set():
@@ -141,11 +127,3 @@ class TextIndexer:
                 log.warning("text index catch-up failed, will retry: %s", exc)
                 self.last_error = str(exc)
                 pending = True
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        with self._thread_lock:
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout_s)

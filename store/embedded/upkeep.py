@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable
 
 import faiss
 
+from vcm.store.embedded.background import Wakeable
 from vcm.store.embedded.messageindex import MessageVectorIndexes
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 _PASSES_PER_SPACE = 4
 
 
-class IndexUpkeep:
+class IndexUpkeep(Wakeable):
     def __init__(
         self,
         messages: MessageVectorIndexes,
@@ -48,23 +48,7 @@ class IndexUpkeep:
         self._interval_s = interval_s
         self._debounce_s = debounce_s
         self._threads = threads if threads is not None else max(1, (os.cpu_count() or 2) - 1)
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._thread_lock = threading.Lock()
-        self.passes = 0
-        self.last_error: str | None = None
-
-    def notify(self) -> None:
-        """Something is due: run a pass soon, off the caller's thread."""
-        if self._stop.is_set():
-            return
-        with self._thread_lock:
-            # is_alive: a forked child inherits the attribute but not the thread.
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="vcm-index-upkeep", daemon=True)
-                self._thread.start()
-        self._wake.set()
+        super().__init__("vcm-index-upkeep")
 
     def run_once(self) -> None:
         """One pass in the caller's thread (the upkeep thread's body; tests and flushes)."""
@@ -96,10 +80,5 @@ class IndexUpkeep:
             self.run_once()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
         self._messages.close()
-        self._wake.set()
-        with self._thread_lock:
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout_s)
+        super().stop(timeout_s)
