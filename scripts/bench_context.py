@@ -23,7 +23,10 @@ its tokens (tool schemas and reply priming counted with the system message, as t
 counts them) in the leading messages identical to the previous turn's built prompt, message by
 message (a message that differs at all counts as not reused, so the share is a lower bound of
 what a token-level cache matches). Reported as the mean over turns with no eviction since the
-previous one (target: ≥ 90 %), and over all turns; and the cost of the input tokens a provider
+previous one and within a provider cache's lifetime (an hour) of it (target: ≥ 90 %): after a
+longer pause the cache is cold whatever the prompt (LoCoMo's sessions are days apart, and the
+identity layer's date changes with the day); also over all turns without an eviction, and over all
+turns; and the cost of the input tokens a provider
 would bill with such a cache relative to none, with cached tokens at 50 % (OpenAI) and at 10 %
 (Anthropic's cache reads) of the price. Providers cache only prefixes past a minimum (1 024
 tokens at OpenAI); the figures leave that out.
@@ -62,6 +65,10 @@ from vcm.eval.conversation import Turn, parse_sample
 TARGET_MS = 30.0
 TARGET_REUSE = 90.0
 CACHED_PRICES = (0.5, 0.1)  # what a cached input token costs, relative to an uncached one
+# A provider's prompt cache lives minutes (OpenAI 5-60, Anthropic 5 or 60): after a longer pause
+# between turns (LoCoMo's sessions are days apart) it is cold whatever the prompt, and the identity
+# layer's date has changed anyway, so those turns are left out of the reuse mean like evictions.
+CACHE_TTL_S = 3600.0
 # What build_context reaches through the service and through its store, by the name reported.
 SERVICE_CALLS = {
     "embed": "embed", "hot snapshot": "context", "fact search": "rank_facts", "recall search": "search_recall",
@@ -159,7 +166,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         same = previous.get("conversation") == run.conv.sample_id
         reused = prefix_tokens(previous["prompt"], prompt, built.message_tokens) if same else 0
         evicted_since = not same or run.evictions != previous["evictions"]
-        previous.update(conversation=run.conv.sample_id, prompt=prompt, evictions=run.evictions)
+        cold = not same or run.clock.now - previous["at"] > CACHE_TTL_S
+        previous.update(conversation=run.conv.sample_id, prompt=prompt, evictions=run.evictions, at=run.clock.now)
         full = (t2 - t1) * 1000
         phases = {name: round(s * 1000, 3) for name, s in spent.items()}
         phases["builder"] = round(full - sum(phases.values()), 3)
@@ -176,6 +184,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             before = previous.get(spec)
             others[spec] = {
                 "prompt_tokens": other.total, "layer_tokens": other.layer_tokens(), "evicted_since": evicted_since,
+                "cold": cold,
                 "reused_tokens": prefix_tokens(before, text, other.message_tokens) if same and before else 0,
             }  # fmt: skip
             previous[spec] = text
@@ -184,7 +193,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "conversation": run.conv.sample_id, "dia_id": turn.dia_id, "evicted": run.evictions > 0,
             "hot_ms": round((t1 - t0) * 1000, 3), "full_ms": round(full, 3),
             "phases_ms": phases, "calls": calls, "embeds": calls.get("embed", 0), "layer_tokens": built.layer_tokens(),
-            "prompt_tokens": built.total, "reused_tokens": reused, "evicted_since": evicted_since,
+            "prompt_tokens": built.total, "reused_tokens": reused, "evicted_since": evicted_since, "cold": cold,
             "layer_order": _runs(built.layers),
         })  # fmt: skip
 
@@ -271,6 +280,7 @@ def cache_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return round(100.0 * sum(shares) / len(shares), 1) if shares else 0.0
 
     quiet = [r for r in rows if not r["evicted_since"]]
+    warm = [r for r in quiet if not r["cold"]]
     total = sum(r["prompt_tokens"] for r in rows)
     reused = sum(r["reused_tokens"] for r in rows)
     cost = {f"{round(p * 100)}%": round(100.0 * (total - reused + p * reused) / total, 1) if total else 0.0
@@ -278,11 +288,13 @@ def cache_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "reuse_no_eviction_pct": mean_share(quiet),
         "turns_no_eviction": len(quiet),
+        "reuse_warm_pct": mean_share(warm),  # and within the cache's lifetime of the previous turn
+        "turns_warm": len(warm),
         "reuse_all_pct": mean_share(rows),
         "reused_token_share_pct": round(100.0 * reused / total, 1) if total else 0.0,
         "billed_vs_no_cache_pct": cost,
         "target_reuse_pct": TARGET_REUSE,
-        "met": mean_share(quiet) >= TARGET_REUSE,
+        "met": mean_share(warm) >= TARGET_REUSE,
     }
 
 
@@ -321,9 +333,10 @@ def print_table(result: Mapping[str, Any]) -> None:
     print(f"target: added p50 <= {result['target_p50_ms']} ms: {verdict}")
     c = result["cache"]
     print(
-        f"prompt prefix reused from the previous turn: {c['reuse_no_eviction_pct']} % mean over "
-        f"{c['turns_no_eviction']} turns without an eviction (target >= {c['target_reuse_pct']} %: "
-        f"{'met' if c['met'] else 'missed'}), {c['reuse_all_pct']} % over all turns"
+        f"prompt prefix reused from the previous turn: {c['reuse_warm_pct']} % mean over {c['turns_warm']} turns "
+        f"without an eviction within an hour of the previous (target >= {c['target_reuse_pct']} %: "
+        f"{'met' if c['met'] else 'missed'}), {c['reuse_no_eviction_pct']} % over the {c['turns_no_eviction']} "
+        f"without an eviction, {c['reuse_all_pct']} % over all turns"
     )
     if result["rows"]:
         print("layer order of the last prompt: " + " > ".join(result["rows"][-1]["layer_order"]))
@@ -331,8 +344,9 @@ def print_table(result: Mapping[str, Any]) -> None:
         f"{v} % (cached tokens at {k})" for k, v in c["billed_vs_no_cache_pct"].items()))  # fmt: skip
     for spec, v in result.get("variants", {}).items():
         c = v["cache"]
-        print(f"[context] {spec}: prefix reused {c['reuse_no_eviction_pct']} % mean over {c['turns_no_eviction']} "
-              f"turns without an eviction, {c['reuse_all_pct']} % over all, {c['reused_token_share_pct']} % of all "
+        print(f"[context] {spec}: prefix reused {c['reuse_warm_pct']} % mean over {c['turns_warm']} warm turns, "
+              f"{c['reuse_no_eviction_pct']} % over {c['turns_no_eviction']} turns without an eviction, "
+              f"{c['reuse_all_pct']} % over all, {c['reused_token_share_pct']} % of all "
               f"prompt tokens; prompt {v['prompt_tokens_mean']} tokens; billed "
               + ", ".join(f"{x} % (at {k})" for k, x in c["billed_vs_no_cache_pct"].items()))  # fmt: skip
     print("where a build's time goes (exclusive ms per build, mean / p50, and calls per build):")
