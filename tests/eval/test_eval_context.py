@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.eval_data import LOCOMO_DEV, needs_locomo_dev
+from vcm.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = LOCOMO_DEV
@@ -42,7 +43,8 @@ def test_slice_reports_evidence_present_per_level(tmp_path: Path) -> None:
     # Most evidence of the slice was evicted, and relevant memory brought some of it back.
     assert overall["evidence_evicted"] > 0
     assert sum(n for source, n in overall["held_by"].items() if source.startswith("memory:")) > 0
-    assert 0 < overall["tokens"]["memory"] <= 0.08 * 4096  # within the memory layer's budget
+    budget = load_settings(environ={}).context.memory * 4096
+    assert 0 < overall["tokens"]["memory"] <= budget  # within the memory layer's budget
     # The summary rule finds no more of the turns no summary holds than of the evicted ones.
     check = conv["summary_rule_check"]["piece"]
     assert check["fifo_pct"] < check["evicted_pct"]
