@@ -197,7 +197,15 @@ def test_flushdb_mid_load_loses_nothing_older_than_the_window_and_retries_never_
         client.flushdb()
         flushed_at = time.monotonic()
         before = list(acks)
-    time.sleep(0.5)  # the load goes on: the agents are rebuilt from the store
+    # The load goes on: the agents are rebuilt from the store. Both appenders may be in a pause
+    # (0.6 s) at the flush, so wait for an append after it rather than a fixed time.
+    time.sleep(0.5)
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        with lock:
+            if len(acks) > len(before):
+                break
+        time.sleep(0.05)
     stop.set()
     for t in threads:
         t.join(10)
