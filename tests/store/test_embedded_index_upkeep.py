@@ -5,8 +5,10 @@ persists; deletes are honoured at once, before, during and after a rebuild."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,23 @@ def no_training(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(VectorIndex, "trained", classmethod(refuse))
     return tried
+
+
+@contextlib.contextmanager
+def held_build(built: threading.Event, release: threading.Event) -> Iterator[None]:
+    """An index build that, once it has read SQLite, sets ``built`` and waits for ``release``
+    before the swap: what a query or a write meets during a rebuild."""
+    original = messagebuild.build
+
+    def slow_build(*args: Any) -> Any:
+        out = original(*args)
+        built.set()
+        assert release.wait(20)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("vcm.store.embedded.messageindex.build", slow_build)
+        yield
 
 
 def test_the_first_query_after_a_load_scans_the_tail_and_never_trains(
@@ -144,18 +163,8 @@ def test_deletes_are_honoured_before_during_and_after_a_rebuild(tmp_path: Path, 
 
         # A rebuild (exact -> IVF) in progress: the build has read SQLite, the expiry lands, then
         # the swap. Queries meanwhile, and after, never see an expired message.
-        built = threading.Event()
-        release = threading.Event()
-        original = messagebuild.build
-
-        def slow_build(*args: Any) -> Any:
-            out = original(*args)
-            built.set()
-            assert release.wait(20)
-            return out
-
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr("vcm.store.embedded.messageindex.build", slow_build)
+        built, release = threading.Event(), threading.Event()
+        with held_build(built, release):
             worker = threading.Thread(target=store.flush_vector_indexes)
             worker.start()
             assert built.wait(20)
@@ -179,16 +188,7 @@ def test_forget_during_a_rebuild_leaves_no_index_file(tmp_path: Path, points: np
         _spool(store, points)
         _search(store, points[0])
         built, release = threading.Event(), threading.Event()
-        original = messagebuild.build
-
-        def slow_build(*args: Any) -> Any:
-            out = original(*args)
-            built.set()
-            assert release.wait(20)
-            return out
-
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr("vcm.store.embedded.messageindex.build", slow_build)
+        with held_build(built, release):
             worker = threading.Thread(target=store.flush_vector_indexes)
             worker.start()
             assert built.wait(20)
