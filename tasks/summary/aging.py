@@ -95,8 +95,11 @@ def _without_asides(body: str) -> str:
     return ", ".join(kept)
 
 
-# A part that starts with one of these comments on the clause before it; a prepositional tail
-# ("with kids", "for 3 hours") often completes a fact and stays.
+# A part that starts with one of these comments on the clause before it; a longer prepositional
+# tail ("for 3 hours", "with my sister's kids") often completes a fact and stays. A stub that names
+# nothing goes, a prepositional one too ("with kids"): measured, older facts gain more from its
+# tokens than the clause loses (eval_summary, 5 dev conversations: evicted kept at the end 65.9 %
+# keeping such tails, 70.3 % without).
 _COMMENT = re.compile(
     r"^(?:which|who|that|because|since|so|but|and|though|although|while|as|if|like|hopefully|anyway)\b", re.I
 )
@@ -106,7 +109,8 @@ def _aside(part: str) -> bool:
     if _NAMED.search(part):
         return False
     why = fragment_reason(part)
-    return why == "pronoun only" or (why == "leaning" and bool(_COMMENT.match(part)))
+    # A stub that names nothing is a reaction ("started surfing in 2018, great"; "real good").
+    return why in ("pronoun only", "stub") or (why == "leaning" and bool(_COMMENT.match(part)))
 
 
 _ATTACHMENT = re.compile(r"^\[(?:shared|sent|attached|image|photo|picture|file)\b[^\]]*\]$", re.I)
