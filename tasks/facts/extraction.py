@@ -27,6 +27,14 @@ _LIKING = re.compile(
 )
 _PLAN = re.compile(r"\b(?:decid(?:e|ed|es)|plan(?:s|ned|ning)?|going to|will|deadline|due|launch(?:es|ed)?)\b", re.I)
 MAX_SENTENCE_CHARS = 400
+# A sentence that asks ("What was your favorite part?", "Did you go?") states no fact about anyone,
+# though it may name a liking or a plan; a statement with a tag ("Sunflowers mean warmth, right?")
+# does, and so does a question that tells of the speaker ("Did you know I moved to Lund?").
+_QUESTION = re.compile(
+    r"^\W*(?:what|how|why|when|where|who|whom|whose|which|do|does|did|are|is|was|were|am|have|has|had|can|"
+    r"could|would|will|should|shall|may|might|any|anything|ever|wanna)\b[^.!]*\?\W*$",
+    re.I,
+)
 
 
 MAX_ENTITIES = 15
@@ -55,6 +63,14 @@ def kind_of(body: str) -> str:
     return "learned"
 
 
+_OWN = re.compile(r"\b(?:I|I'm|I've|my|we|our)\b")
+
+
+def asks(sentence: str) -> bool:
+    """``sentence`` is a question (an interrogative or auxiliary first, a question mark last)."""
+    return bool(_QUESTION.match(sentence.strip())) and not _OWN.search(sentence)
+
+
 def extract(messages: Sequence[Message], scan: units.Scan | None = None, *, limit: int = 40) -> list[Candidate]:
     """The batch's salient units as fact candidates, most important first, at most ``limit``."""
     speakers = frozenset((m.name or "").lower() for m in messages if m.name)
@@ -67,6 +83,8 @@ def extract(messages: Sequence[Message], scan: units.Scan | None = None, *, limi
         # poisoning filter rightly flags): unnamed turns give bare sentences.
         speaker = m.name or ""
         for sentence in sentences.split(m.content, MAX_SENTENCE_CHARS):
+            if asks(sentence):
+                continue
             unit = units.unit_of(speaker, sentence, m.created_at, scan)
             if unit is None or unit.flagged or not units.salient(unit, speakers):
                 continue

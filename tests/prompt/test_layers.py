@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vcm.prompt import layers
 from vcm.prompt.layers import INJECTED, PER_TURN, Layer, assemble, turn_slot
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "search_recall", "arguments": "{}"}}
@@ -133,3 +134,11 @@ def test_a_fitted_layer_is_counted_exactly_and_within_its_budget(lines: list[str
         return
     assert layer.tokens == count(layer.text) <= budget
     assert layer.items >= 1 and layer.items + layer.dropped == len(lines)
+
+
+def test_a_fact_repeats_a_message_that_holds_all_its_words() -> None:
+    said = ["Priya: The Porto office door code is 4412 since Monday."]
+    assert layers.repeats("Priya: the Porto office door code is 4412", said)
+    assert not layers.repeats("Priya: Porto door code 4412 since 13 November 2023", said)  # a resolved date
+    assert not layers.repeats("Ann: The Porto office door code is 4412", said)  # someone else said it
+    assert not layers.repeats("", said) and not layers.repeats("Priya: code 4412", [])

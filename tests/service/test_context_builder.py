@@ -239,3 +239,25 @@ def test_the_built_prompt_stays_within_the_window_on_every_path(svc: MemoryServi
         rooms.append((hot_total, built.room))
     # Both regimes were seen: close to the flush line (little room) and after a flush (a lot).
     assert min(room for _, room in rooms) < caps["memory"] < max(room for _, room in rooms)
+
+
+def test_a_fact_a_recalled_message_repeats_gives_its_line_to_other_memory(svc: MemoryService) -> None:
+    # As the offline extractor keeps a sentence: its words are all in the message below.
+    svc.remember("ann", "Priya: The Porto office door code is 4412", type="learned")
+    # A fact no shown message holds stays.
+    svc.remember("ann", "Priya: Porto office opens at 9 since 13 November 2023", type="learned")
+    svc.append("ann", "user", "The Porto office door code is 4412 since Monday.", name="Priya")
+    chatter = " ".join(["the weather stayed mild and the trains ran on time again"] * 5)
+    for i in range(200):
+        if svc.append("ann", "assistant", f"Small talk number {i}: {chatter}.").action == "flush":
+            break
+    evict_all(svc)
+    svc.append("ann", "user", "What is the Porto office door code?", name="Priya")
+    memory = next(layer for layer in svc.build_context("ann").injected if layer.name == "memory")
+    lines = memory.text.splitlines()
+    assert any(line.startswith("- [message ") and "4412 since Monday" in line for line in lines)
+    assert any(line.endswith("] Priya: Porto office opens at 9 since 13 November 2023") for line in lines)
+    assert not any(line.endswith("] Priya: The Porto office door code is 4412") for line in lines), lines
+    shown = {str(s["id"]) for s in memory.sources if s["kind"] == "fact"}
+    repeated = next(f for f in svc.list_facts("ann") if f.value == "Priya: The Porto office door code is 4412")
+    assert repeated.fact_id not in shown and repeated.access_count == 0  # not shown, not counted as used

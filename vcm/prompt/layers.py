@@ -23,6 +23,7 @@ items go in by rank until the next would not fit, and the rest are counted as dr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -132,6 +133,17 @@ def quote(text: str, limit: int = 400) -> str:
     if len(flat) > limit:
         flat = flat[:limit].rsplit(" ", 1)[0] + " …"
     return '"' + flat.replace('"', "'") + '"'
+
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+def repeats(fact: str, messages: Sequence[str]) -> bool:
+    """Every word of ``fact`` (a "Speaker: sentence" line or a bare one) is in one of ``messages``
+    ("author: content"): the message already says it. A fact that rewrites (a resolved date, a
+    paraphrase) adds words and is no repeat."""
+    words = set(_WORD.findall(fact.lower()))
+    return bool(words) and any(words <= set(_WORD.findall(m.lower())) for m in messages)
 
 
 def stamp(ts: float) -> str:

@@ -211,6 +211,7 @@ class ContextBuilder:
             return None
         items: list[prompt.Item] = []
         facts: dict[str, Fact] = {}
+        said: dict[str, str] = {}  # the recalled messages' words, by id, as "author: content"
         if cfg.memory_facts:
             for hit in build.hits():
                 f = hit.fact
@@ -238,7 +239,15 @@ class ContextBuilder:
                     line = f"{head} {prompt.quote(m.content)}"
                     source = {"kind": "message", "id": m.message_id, "tainted": bool(mark.get("tainted"))}
                     items.append(prompt.Item(line, source))
+                    said[m.message_id] = f"{who}: {m.content}"
         layer = prompt.fit("memory", items, budget, build.count)
+        # A fact the offline extractor kept as it was said repeats a recalled message the layer
+        # shows: the message says it, with its context, and the fact's line goes to other memory.
+        shown = [said[str(s["id"])] for s in (layer.sources if layer else ()) if s.get("kind") == "message"]
+        repeated = {i for i, f in facts.items() if prompt.repeats(f.value, shown)}
+        if repeated:
+            items = [i for i in items if not (i.source.get("kind") == "fact" and i.source.get("id") in repeated)]
+            layer = prompt.fit("memory", items, budget, build.count)
         build.show(layer, facts)
         return layer
 
