@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/eval_locomo.py [--data LOCOMO_JSON] [--json OUT] [--k 5,10,25,50]
         [--conversations conv-26 ...] [--compare-fused] [--compare-single] [--compare-depth]
+        [--compare-diversity P:R ...] [--compare-authors W[:keep] ...]
 
 Each conversation goes through vcm's own path: every turn is appended to a fresh agent through
 ``MemoryService.append`` (model ``vcm-demo-4k``: a 4k-token window, so most turns are evicted),
@@ -10,7 +11,8 @@ with the cold path run in-process the way the workers run it: appended messages 
 batches (``vcm.tasks.spool.spool_messages`` with the ``[recall]`` vectorizer: each message embedded
 by late chunking between the turns before and after it, once those after it have arrived) and
 eviction batches committed by ``vcm.tasks.evict`` (spool first, as the dispatcher's queue order
-does). A turn is stored as ``Speaker: text`` (an image turn adds its caption). Then every
+does). A turn is stored as ``Speaker: text`` (an image turn adds its caption), its speaker as the
+message's ``name``. Then every
 question goes through ``MemoryService.search_recall`` in each mode; the ``single`` rows use
 turn-alone vectors (``--compare-single``) through the store port. Metric: the LoCoMo paper's
 recall@k (see ``vcm.tasks.recall.evaluation``), per question, averaged overall and per category; a
@@ -18,6 +20,9 @@ malformed or unknown evidence id is a miss. Beside it, session-level any-hit S@5
 of questions with at least one of the top k turns in a session that holds evidence (a question
 without evidence counts as found, as in recall@k). ``--compare-fused`` adds ``hybrid-fused``, the
 hybrid ranking without ``[recall] diversity_*`` (fused as before issue 36), in the same run.
+``--compare-authors W`` adds ``hybrid-wW``: the hybrid ranking with ``[recall]
+other_author_weight`` W (``W:keep``: the query vector embedded with the authors' names in it;
+``1:keep`` is the ranking without author anchoring).
 Hot state lives in an in-process fakeredis unless ``--redis URL`` is given; the store is a
 temporary embedded store. No LLM anywhere (the summarizer is the extractive one).
 """
@@ -43,7 +48,7 @@ from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
-from vcm.store import open_store
+from vcm.store import authors, open_store
 from vcm.store.diversity import Diversity
 from vcm.store.embedded import EmbeddedStore
 from vcm.store.port import MemoryStore
@@ -140,7 +145,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         penalty=recall.diversity_penalty if args.diversity_penalty is None else args.diversity_penalty,
         reach=recall.diversity_reach if args.diversity_reach is None else args.diversity_reach,
     )
-    store = open_store(settings.store_url, recall_diversity=spread)
+    store = open_store(settings.store_url, recall_diversity=spread, other_author_weight=recall.other_author_weight)
     embed = LazyEmbed(settings)
     chunker = LateChunker(get_embedder(settings.embedding))
     vectorizer = MessageVectorizer(
@@ -161,6 +166,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         modes.append("hybrid-fused")
     variants = {f"hybrid-d{p:g}r{r}": Diversity(penalty=p, reach=r) for p, r in args.compare_diversity}
     modes.extend(variants)
+    anchored = {f"hybrid-w{w:g}" + ("" if strip else "-keep"): (w, strip) for w, strip in args.compare_authors}
+    modes.extend(anchored)
     if args.compare_depth:
         if not isinstance(store, EmbeddedStore):
             raise SystemExit("--compare-depth needs the embedded store")
@@ -180,7 +187,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         for turn in conversation_turns(sample):
             line = turn_line(turn)
             role = "user" if turn.get("speaker") == speaker_a else "assistant"
-            res = service.append(agent, role, line)
+            res = service.append(agent, role, line, name=turn.get("speaker") or None)
             dia_of[res.message_id] = str(turn.get("dia_id", ""))
             text_of[res.message_id] = line
         workers.flush(agent)
@@ -207,6 +214,22 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                         page = service.search_recall(agent, q.text, limit=max(ks), mode="hybrid").page
                     finally:
                         store.hybrid_depth_factor = factor
+                elif mode in anchored:
+                    # The store's hybrid ranking with another [recall] other_author_weight, its
+                    # vector embedded from the question with or without the authors' names (what
+                    # the service does under query_vector_without_authors).
+                    weight, strip = anchored[mode]
+                    text = q.text
+                    if strip:
+                        text = authors.without_names(text, authors.mentioned(text, store.message_authors(agent)))
+                    vector = [float(x) for x in embed([text])[0]]
+                    kept, store.recall_author_weight = store.recall_author_weight, weight  # type: ignore[attr-defined]
+                    try:
+                        page = store.search_recall_hybrid(
+                            agent, q.text, vector, limit=max(ks), mode="hybrid", embedding_version=vectorizer.version
+                        )
+                    finally:
+                        store.recall_author_weight = kept  # type: ignore[attr-defined]
                 elif mode == "hybrid-fused" or mode in variants:
                     # The same store ranking, as fused or spread with another setting.
                     spread, store.recall_diversity = store.recall_diversity, variants.get(mode)  # type: ignore[attr-defined]
@@ -238,6 +261,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "vectors": vectorizer.version,
         "diversity": {"penalty": spread.penalty, "reach": spread.reach, "depth": spread.depth},
+        "other_author_weight": getattr(store, "recall_author_weight", None),
+        "query_vector_without_authors": recall.query_vector_without_authors,
         "spool_batch": args.spool_batch,
         "evictions": workers.evictions,
         "conversations": conversations,
@@ -253,7 +278,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_table(result: dict[str, Any]) -> None:
     ks = result["ks"]
-    head = f"{'mode':<15}{'group':<14}{'n':>5}" + "".join(f"{'R@' + str(k):>8}" for k in ks)
+    w = max([15, *(len(m) + 1 for m in result["recall"])])
+    head = f"{'mode':<{w}}{'group':<14}{'n':>5}" + "".join(f"{'R@' + str(k):>8}" for k in ks)
     head += "".join(f"{'S@' + str(k):>8}" for k in SESSION_KS)
     print(f"LoCoMo recall@k (%) on {result['data']}; vectors {result['vectors']}, window {result['model']}")
     print(head)
@@ -262,9 +288,9 @@ def print_table(result: dict[str, Any]) -> None:
         for group, entry in table.items():
             label = "all" if group == "all" else f"{group} {CATEGORIES.get(group, '')}"
             hits = result["session_any_hit"][mode][group]
-            print(f"{mode:<15}{label:<14}{entry['n']:>5}" + "".join(f"{entry[f'R@{k}']:>8}" for k in ks)
+            print(f"{mode:<{w}}{label:<14}{entry['n']:>5}" + "".join(f"{entry[f'R@{k}']:>8}" for k in ks)
                   + "".join(f"{hits[f'S@{k}']:>8}" for k in SESSION_KS))  # fmt: skip
-    print(f"{'DRAGON (paper)':<15}{'all':<14}{'':>5}" + "".join(f"{DRAGON.get(k, float('nan')):>8}" for k in ks))
+    print(f"{'DRAGON (paper)':<{w}}{'all':<14}{'':>5}" + "".join(f"{DRAGON.get(k, float('nan')):>8}" for k in ks))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,6 +323,16 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda s: (float(s.split(":")[0]), int(s.split(":")[1])),
         metavar="PENALTY:REACH",
         help="also rank hybrid spread with these [recall] diversity settings (rows 'hybrid-d<P>r<R>')",
+    )
+    parser.add_argument(
+        "--compare-authors",
+        nargs="*",
+        default=[],
+        type=lambda s: (float(s.split(":")[0]), not s.endswith(":keep")),
+        metavar="WEIGHT[:keep]",
+        help="also rank hybrid with this [recall] other_author_weight, the query vector without the authors' "
+        "names it mentions (':keep': with them; '1:keep' is the ranking without author anchoring); "
+        "rows 'hybrid-w<W>[-keep]'",
     )
     parser.add_argument("--conversations", nargs="*", help="sample_ids to keep (default: all)")
     parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")

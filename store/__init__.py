@@ -15,20 +15,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from vcm.store import diversity
+from vcm.store import authors, diversity
 from vcm.store.port import MemoryStore
 
 
 def open_store(
-    url: str, *, recall_diversity: diversity.Diversity | None = diversity.DEFAULT, **options: Any
+    url: str,
+    *,
+    recall_diversity: diversity.Diversity | None = diversity.DEFAULT,
+    other_author_weight: float = authors.OTHER_AUTHOR_WEIGHT,
+    **options: Any,
 ) -> MemoryStore:
     """The adapter for ``url``, opened with its ``options``; ``recall_diversity``: how its hybrid
-    rankings spread across the conversation ([recall] diversity_*; None: as fused)."""
+    rankings spread across the conversation ([recall] diversity_*; None: as fused);
+    ``other_author_weight``: what they multiply other authors' messages by when a query names
+    some of the agent's authors ([recall] other_author_weight; 1.0: off)."""
+    authors.check_weight(other_author_weight)
     if url.startswith("arango"):
         from vcm.store.arango.adapter import ArangoStore
 
         arango = ArangoStore.from_url(url, **options)
         arango.recall_diversity = recall_diversity
+        arango.recall_author_weight = other_author_weight
         return arango
     from vcm.store.embedded.adapter import EmbeddedStore
 
@@ -36,6 +44,7 @@ def open_store(
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
     embedded = EmbeddedStore(path, **options)
     embedded.recall_diversity = recall_diversity
+    embedded.recall_author_weight = other_author_weight
     return embedded
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vcm.errors import ValidationError
-from vcm.store import search_checks, validation
+from vcm.store import authors, search_checks, validation
 from vcm.store.diversity import Diversity, diversify
 
 K = TypeVar("K", bound=Hashable)
@@ -156,13 +156,17 @@ def hybrid(
     reach: int = NEIGHBOUR_REACH,
     unembedded: Collection[K] = (),
     diversity: Diversity | None = None,
+    anchor: authors.Anchor[K] | None = None,
 ) -> list[tuple[K, float]]:
     """Hybrid recall's ranking: :func:`convex` fusion (``unembedded``: the text hits that have no
-    vector), then :func:`spread_to_neighbours`; best first, ties by first appearance (text
-    first); then, with ``diversity``, spread across the conversation
+    vector), then :func:`spread_to_neighbours`, then, with ``anchor``, the other authors'
+    messages weighted down (:func:`vcm.store.authors.anchor`); best first, ties by first
+    appearance (text first); then, with ``diversity``, spread across the conversation
     (:func:`vcm.store.diversity.diversify`)."""
     fused = convex(text, vector, text_weight=text_weight, unembedded=unembedded)
     fused = spread_to_neighbours(fused, seq, weight=neighbour_weight, reach=reach)
+    if anchor is not None:
+        fused = authors.anchor(fused, anchor.author_of, anchor.named, anchor.weight)
     order = {item: i for i, item in enumerate(fused)}
     ranked = sorted(fused.items(), key=lambda kv: (-kv[1], order[kv[0]]))
     return ranked if diversity is None else diversify(ranked, seq, diversity)

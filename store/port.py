@@ -365,9 +365,18 @@ class MemoryStore(abc.ABC):
         """``mode`` text: as :meth:`search_recall`; vector: cosine over stored message vectors of
         ``embedding_version`` (None: the version this agent has most vectors of); hybrid:
         the weighted sum of normalised BM25 and cosine scores, with a share spread to neighbouring
-        turns (:func:`vcm.store.fusion.hybrid`), score = fused score. Same
+        turns (:func:`vcm.store.fusion.hybrid`), and when ``query`` names some of the agent's
+        message authors, the other authors' messages weighted down (:mod:`vcm.store.authors`);
+        score = fused score. Same
         time window and stable cursor paging as :meth:`search_recall`; messages without a vector
         are found by the text leg only."""
+
+    @abc.abstractmethod
+    def message_authors(self, agent_id: str) -> list[str]:
+        """The distinct ``name`` values of the agent's stored messages, sorted, at most
+        :data:`vcm.store.authors.MAX_AUTHORS` + 1 of them (one more says "too many to anchor
+        on"); hybrid recall anchors on them (:mod:`vcm.store.authors`). Index seeks, one per
+        name: no scan of the agent's messages."""
 
     # --- archival ---------------------------------------------------------------------------
     @abc.abstractmethod

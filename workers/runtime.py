@@ -276,7 +276,13 @@ def store_options(settings: Settings) -> dict[str, Any]:
 def open_configured_store(settings: Settings, **extra: Any) -> MemoryStore:
     recall = settings.recall
     spread = Diversity(penalty=recall.diversity_penalty, reach=recall.diversity_reach)
-    return open_store(settings.store_url, recall_diversity=spread, **store_options(settings), **extra)
+    return open_store(
+        settings.store_url,
+        recall_diversity=spread,
+        other_author_weight=recall.other_author_weight,
+        **store_options(settings),
+        **extra,
+    )
 
 
 def build(settings: Settings) -> Deps:

@@ -160,6 +160,7 @@ class ArangoStore(
         self._spaces_lock = threading.Lock()
         self._space_states = {}
         self._init_recall_vectors()
+        self._init_recall_authors()
         self.bootstrap_report = bootstrap(self._rw, self._schema, retention=retention)
         self.guard_report = None
         if guard:

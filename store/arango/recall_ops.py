@@ -8,10 +8,12 @@ what the view may not hold yet; exact cosine over ``recall_emb``), fusion from
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 
 from vcm.errors import ValidationError
-from vcm.store import diversity, fusion, search_checks, validation
+from vcm.store import authors, diversity, fusion, search_checks, validation
 from vcm.store.arango import documents, names
 from vcm.store.arango.aql import common as aql_common
 from vcm.store.arango.aql import messages as aql_messages
@@ -21,6 +23,11 @@ from vcm.store.arango.snapshots import Ranked
 from vcm.store.cursor import fingerprint, vector_digest
 from vcm.store.types import Page, RecallHit
 
+# How long one process keeps an agent's list of message authors: listing costs a round trip per
+# author, and an author new within this window is only anchored on after it (a ranking nudge,
+# not a filter: nothing is hidden meanwhile).
+AUTHORS_RECHECK_S = 30.0
+
 
 class RecallOps(RecallVectorOps):
     """``search_recall``, ``search_recall_hybrid`` and the per-message recall vectors."""
@@ -28,6 +35,16 @@ class RecallOps(RecallVectorOps):
     # How hybrid rankings spread across the conversation ([recall] diversity_*, set by
     # vcm.store.open_store; None: as fused).
     recall_diversity: diversity.Diversity | None = diversity.DEFAULT
+    # What a hybrid ranking multiplies the other authors' messages by when the query names some
+    # of the agent's authors ([recall] other_author_weight, set by vcm.store.open_store; 1.0: off).
+    recall_author_weight: float = authors.OTHER_AUTHOR_WEIGHT
+    # agent -> (when listed, its message authors); set by _init_recall_authors, under _authors_lock
+    _authors_lock: threading.Lock
+    _authors_cache: dict[str, tuple[float, list[str]]]
+
+    def _init_recall_authors(self) -> None:
+        self._authors_lock = threading.Lock()
+        self._authors_cache = {}
 
     def search_recall(
         self,
@@ -125,24 +142,62 @@ class RecallOps(RecallVectorOps):
                 ranked: Ranked = vec
             else:
                 text = self._rank_recall(agent_id, query, depth, since, until)
-                seq, embedded = self._positions(agent_id, {k for k, _ in text} | {k for k, _ in vec}, version)
+                named = self._named_authors(agent_id, query)
+                candidates = {k for k, _ in text} | {k for k, _ in vec}
+                seq, embedded, author_of = self._positions(
+                    agent_id, candidates, version, with_authors=named is not None
+                )
                 unembedded = {k for k, _ in text} - embedded
-                ranked = fusion.hybrid(text, vec, seq, unembedded=unembedded, diversity=self.recall_diversity)[:depth]
+                anchor = authors.Anchor(named, author_of, self.recall_author_weight) if named else None
+                ranked = fusion.hybrid(
+                    text, vec, seq, unembedded=unembedded, diversity=self.recall_diversity, anchor=anchor
+                )[:depth]
             part = self._snapshots.first("recall-" + mode, agent_id, key, ranked, limit)
         ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
         found = {d["_key"]: d for d in self._run(self._ro, aql_common.documents(ids, agent_id), "search_recall")}
         hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in part.items if k in found]
         return Page(hits, part.next_cursor)
 
-    def _positions(self, agent_id: str, keys: set[str], version: str | None) -> tuple[dict[str, int], set[str]]:
-        """Each hit's ``seq``, and which hits carry a recall vector of ``version``: one query."""
+    def _positions(
+        self, agent_id: str, keys: set[str], version: str | None, *, with_authors: bool = False
+    ) -> tuple[dict[str, int], set[str], dict[str, str | None]]:
+        """Each hit's ``seq``, which hits carry a recall vector of ``version``, and with
+        ``with_authors``, each hit's author: one query."""
         if not keys:
-            return {}, set()
-        rows = self._run(
-            self._ro, aql_recall_vectors.recall_positions(agent_id, sorted(keys), version), "search_recall"
-        )
+            return {}, set(), {}
+        query = aql_recall_vectors.recall_positions(agent_id, sorted(keys), version, authors=with_authors)
+        rows = self._run(self._ro, query, "search_recall")
         seq = {str(r["key"]): int(r["seq"]) for r in rows}
-        return seq, {str(r["key"]) for r in rows if r.get("embedded")}
+        author_of: dict[str, str | None] = {}
+        if with_authors:
+            author_of = {str(r["key"]): None if r.get("author") is None else str(r["author"]) for r in rows}
+        return seq, {str(r["key"]) for r in rows if r.get("embedded")}, author_of
+
+    def message_authors(self, agent_id: str) -> list[str]:
+        validation.identifier("agent_id", agent_id)
+        now = time.monotonic()
+        with self._authors_lock:
+            cached = self._authors_cache.get(agent_id)
+        if cached is not None and now - cached[0] < AUTHORS_RECHECK_S:
+            return list(cached[1])
+        found: list[str] = []
+        while len(found) <= authors.MAX_AUTHORS:
+            query = aql_messages.message_author_after(agent_id, found[-1] if found else "")
+            rows = self._run(self._ro, query, "message_authors")
+            if not rows or rows[0] is None:
+                break
+            found.append(str(rows[0]))
+        with self._authors_lock:
+            self._authors_cache[agent_id] = (now, found)
+        return list(found)
+
+    def _named_authors(self, agent_id: str, query: str) -> frozenset[str] | None:
+        """The agent's authors ``query`` names when a hybrid ranking is to be anchored on them."""
+        if self.recall_author_weight >= 1.0:
+            return None
+        known = self.message_authors(agent_id)
+        named = authors.mentioned(query, known)
+        return named if authors.anchored(known, named, self.recall_author_weight) else None
 
     def _main_vector_version(self, agent_id: str, dimension: int) -> str | None:
         versions = self._recall_versions(agent_id)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from vcm.errors import ValidationError
-from vcm.store import diversity, fusion, search_checks, validation
+from vcm.store import authors, diversity, fusion, search_checks, validation
 from vcm.store.analysis import query_terms
 from vcm.store.cursor import fingerprint, vector_digest
 from vcm.store.embedded import rows
@@ -30,6 +30,9 @@ class RecallOps(EmbeddedBase):
     # How hybrid rankings spread across the conversation ([recall] diversity_*, set by
     # vcm.store.open_store; None: as fused).
     recall_diversity: diversity.Diversity | None = diversity.DEFAULT
+    # What a hybrid ranking multiplies the other authors' messages by when the query names some
+    # of the agent's authors ([recall] other_author_weight, set by vcm.store.open_store; 1.0: off).
+    recall_author_weight: float = authors.OTHER_AUTHOR_WEIGHT
 
     def search_recall(
         self,
@@ -132,6 +135,7 @@ class RecallOps(EmbeddedBase):
         key = fingerprint("recall-" + mode, agent_id, query, vector_digest(q), version, since, until)
         terms = query_terms(query)
         lag: list[Found] = []  # what the vector half said about the index (the last ranking)
+        named = self._named_authors(agent_id, query) if mode == "hybrid" else None
 
         def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
             if mode == "vector":
@@ -159,8 +163,18 @@ class RecallOps(EmbeddedBase):
             rest, rest_embedded = self._positions(agent_id, candidates - embedded, version)
             seqs.update(rest)
             embedded |= rest_embedded
+            anchor = (
+                authors.Anchor(named, self._authors_of(agent_id, candidates), self.recall_author_weight)
+                if named
+                else None
+            )
             fused = fusion.hybrid(
-                text, vec, seqs, unembedded={i for i, _ in text} - embedded, diversity=self.recall_diversity
+                text,
+                vec,
+                seqs,
+                unembedded={i for i, _ in text} - embedded,
+                diversity=self.recall_diversity,
+                anchor=anchor,
             )
             return [h for h in fused if h[0] not in exclude][:n], top
 
@@ -170,6 +184,41 @@ class RecallOps(EmbeddedBase):
         found = lag[-1] if lag else None
         stats = SearchStats(part.offset, partial=found.partial, unindexed=found.unscanned) if found else None
         return Page(hits, part.next_cursor, stats)
+
+    def message_authors(self, agent_id: str) -> list[str]:
+        validation.identifier("agent_id", agent_id)
+        found: list[str] = []
+        with self._db.read("list message authors") as conn:
+            # A skip scan of messages_agent_name: one seek per distinct name.
+            while len(found) <= authors.MAX_AUTHORS:
+                row = conn.execute(
+                    "SELECT name FROM messages WHERE agent_id = ? AND name > ? ORDER BY name LIMIT 1",
+                    (agent_id, found[-1] if found else ""),
+                ).fetchone()
+                if row is None:
+                    break
+                found.append(str(row[0]))
+        return found
+
+    def _named_authors(self, agent_id: str, query: str) -> frozenset[str] | None:
+        """The agent's authors ``query`` names when a hybrid ranking is to be anchored on them."""
+        if self.recall_author_weight >= 1.0:
+            return None
+        known = self.message_authors(agent_id)
+        named = authors.mentioned(query, known)
+        return named if authors.anchored(known, named, self.recall_author_weight) else None
+
+    def _authors_of(self, agent_id: str, ids: Iterable[int]) -> dict[int, str | None]:
+        out: dict[int, str | None] = {}
+        for part in chunked(sorted(ids)):
+            marks = ",".join("?" * len(part))
+            for row_id, name in self._db.query(
+                "read recall hit authors",
+                f"SELECT id, name FROM messages WHERE agent_id = ? AND id IN ({marks})",
+                [agent_id, *part],
+            ):
+                out[int(row_id)] = None if name is None else str(name)
+        return out
 
     def _newest_message(self) -> int:
         return int(self._db.query("newest message", "SELECT COALESCE(MAX(id), 0) FROM messages")[0][0])

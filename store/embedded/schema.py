@@ -86,6 +86,9 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_agent_id ON messages (agent_id, id);
 CREATE INDEX IF NOT EXISTS messages_agent_seq ON messages (agent_id, seq);
+-- The distinct authors of an agent's messages, one seek each (recall's author anchoring); a
+-- database created before it gets it on open.
+CREATE INDEX IF NOT EXISTS messages_agent_name ON messages (agent_id, name) WHERE name IS NOT NULL;
 CREATE INDEX IF NOT EXISTS messages_expiry ON messages (expires_at) WHERE expires_at IS NOT NULL;
 
 -- Messages deleted after the text index saw them; drained by the index writer.

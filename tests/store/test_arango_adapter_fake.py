@@ -389,12 +389,13 @@ def test_hybrid_asks_which_text_hits_have_vectors_through_the_read_only_handle(
         return None
 
     cast(FakeDB, store._ro).on_query = answers
-    seq, embedded = store._positions("a", {"k0", "k1", "k2"}, "v1")
+    seq, embedded, author_of = store._positions("a", {"k0", "k1", "k2"}, "v1")
     assert {"k0", "k1", "k2"} - embedded == {"k0", "k2"} and seq == {"k0": 0, "k1": 1, "k2": 2}
+    assert author_of == {}  # not asked for
     assert asked == [{"agent_id": "a", "ids": [f"{names.MESSAGES}/k{i}" for i in range(3)], "version": "v1"}]
     # no vector version: every hit is unembedded (one query for the positions still)
     assert store._positions("a", {"k0", "k1", "k2"}, None)[1] == set()
-    assert store._positions("a", set(), "v1") == ({}, set()) and len(asked) == 2
+    assert store._positions("a", set(), "v1") == ({}, set(), {}) and len(asked) == 2
     assert rw.queries == []
 
 

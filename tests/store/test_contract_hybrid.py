@@ -3,6 +3,8 @@ run against every adapter through the port (the ArangoDB leg needs VCM_TEST_ARAN
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -213,3 +215,27 @@ def test_hybrid_argument_errors(store: MemoryStore) -> None:
         store.search_recall_hybrid(A, "alpha", [1.0, 0.0], mode="vector")  # wrong dimension
     with pytest.raises(ValidationError):
         store.search_recall_hybrid(A, "  ", axis(0), mode="hybrid")
+
+
+def test_hybrid_anchors_on_the_author_a_query_names(store: MemoryStore) -> None:
+    """Two messages by two authors match alike (Melanie's a little better); a query naming
+    Caroline ranks hers first ([recall] other_author_weight), one naming nobody or everybody as
+    fused. Far apart, so neighbour spreading links neither to the other."""
+    named = [
+        dataclasses.replace(msg(A, 0, "the lake trip"), name="Melanie"),
+        dataclasses.replace(msg(A, 40, "the lake trip"), name="Caroline"),
+        msg(A, 80, "groceries and the weather"),
+    ]
+    store.spool_messages(named)
+    store.put_message_vectors(A, [("m0000", axis(0)), ("m0040", axis(0, tilt=0.05)), ("m0080", axis(2))], V)
+    assert store.message_authors(A) == ["Caroline", "Melanie"]
+
+    def top(query: str) -> list[str]:
+        return ids(store.search_recall_hybrid(A, query, axis(0), limit=2))
+
+    assert top("the lake trip") == ["m0000", "m0040"]
+    assert top("Caroline's lake trip") == ["m0040", "m0000"]
+    assert top("Melanie's lake trip") == ["m0000", "m0040"]
+    assert top("Caroline and Melanie: the lake trip") == ["m0000", "m0040"]
+    store.recall_author_weight = 1.0  # type: ignore[attr-defined]
+    assert top("Caroline's lake trip") == ["m0000", "m0040"]

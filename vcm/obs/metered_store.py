@@ -273,6 +273,9 @@ class MeteredStore(MemoryStore):
     def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:
         return self._call("message_vector_ids", self.inner.message_vector_ids, agent_id, message_ids, embedding_version)
 
+    def message_authors(self, agent_id: str) -> list[str]:
+        return self._call("message_authors", self.inner.message_authors, agent_id)
+
     def maintain_indexes(self) -> dict[str, int]:
         return self._call("maintain_indexes", self.inner.maintain_indexes)
 

@@ -16,6 +16,7 @@ from vcm.errors import PolicyRefused, StoreUnavailable, ValidationError, VcmErro
 from vcm.hotpath.jobs import IngestJob
 from vcm.obs import footprint, metrics
 from vcm.service.core import Core
+from vcm.store import authors
 from vcm.store import validation as store_validation
 from vcm.store.audit_names import Actor, EventKind, audit_id
 from vcm.store.types import ArchivalChunk, ArchivalHit, Page, RecallHit
@@ -134,7 +135,7 @@ class Search:
             store_validation.limit("limit", limit)
             fetch = min(store_validation.MAX_LIMIT, limit + len(exclude))
         if mode != "text" and self.core.embed is not None and self.core.settings.recall.vectors:
-            vector = self.core.vector_of(query)
+            vector = self.core.vector_of(self._vector_text(agent_id, query))
             version = self.core.recall_version() if self.core.recall_version is not None else None
             page = self.core.store.search_recall_hybrid(
                 agent_id,
@@ -156,6 +157,17 @@ class Search:
             page = Page(kept, None, page.stats)
         # Marks only for the hits returned: a scan per hit is most of a small search's cost.
         return RecallResult(page, mode, [self.core.mark(h.message.content) for h in page.items])
+
+    def _vector_text(self, agent_id: str, query: str) -> str:
+        """What a recall query's vector is embedded from: the query without the names of the
+        agent's message authors it mentions (``[recall] query_vector_without_authors``; see
+        :mod:`vcm.store.authors`), the query itself otherwise."""
+        if not self.core.settings.recall.query_vector_without_authors:
+            return query
+        known = self.core.store.message_authors(agent_id)
+        if len(known) > authors.MAX_AUTHORS:
+            return query
+        return authors.without_names(query, authors.mentioned(query, known))
 
     def search_archival(
         self,
@@ -192,7 +204,7 @@ class Search:
             query = validation.text(query, "query", 10_000)
             if self.core.embed is None:
                 raise ValidationError("archival search needs an embedding model; none is configured", field="query")
-            vector = self.core.vector_of(query)
+            vector = self.core.vector_of(self._vector_text(agent_id, query))
         page = self.core.store.search_archival(agent_id, vector, k, filters=filters, cursor=cursor, n_probe=n_probe)
         metrics.archival_n_probe(n_probe)
         return ArchivalResult(page, [self.core.mark(h.chunk.text) for h in page.items])

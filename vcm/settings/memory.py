@@ -112,6 +112,12 @@ class RecallSettings(BaseModel):
     # default: it lowers turn-level recall on LoCoMo, docs/recall-tuning.md).
     diversity_penalty: float = Field(1.0, ge=0.0, le=1.0)
     diversity_reach: int = Field(3, ge=0, le=1000)
+    # Author anchoring (vcm.store.authors): when a query names some of the agent's message
+    # authors (the messages' `name`), a hybrid ranking multiplies the other authors' messages by
+    # this (1.0: off); and the query is embedded without those names. Chosen on LoCoMo,
+    # docs/recall-tuning.md.
+    other_author_weight: float = Field(0.93, ge=0.0, le=1.0)
+    query_vector_without_authors: bool = True
 
 
 PiiClass = Literal["email", "phone", "credit_card", "iban", "ssn", "ip_address"]

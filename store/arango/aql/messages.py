@@ -51,6 +51,18 @@ def list_messages(agent_id: str, after_seq: int, limit: int) -> AqlQuery:
     return AqlQuery(text, {"agent_id": agent_id, "after_seq": after_seq, "limit": limit})
 
 
+def message_author_after(agent_id: str, after: str) -> AqlQuery:
+    """The agent's first message author (``name``) after ``after`` in sort order, or no row: one
+    seek of the sparse persistent index ``messages_agent_name`` ([agent_id, name]), so listing an
+    agent's n authors costs n + 1 seeks, never a scan of its messages (``after`` "": the first)."""
+    text = f"""FOR d IN {names.MESSAGES}
+  FILTER d.agent_id == @agent_id AND d.name != null AND d.name > @after
+  SORT d.agent_id, d.name
+  LIMIT 1
+  RETURN d.name"""
+    return AqlQuery(text, {"agent_id": agent_id, "after": after})
+
+
 def recall_search(
     agent_id: str,
     query: str,

@@ -41,16 +41,20 @@ def put_message_vectors(agent_id: str, items: Sequence[tuple[str, Sequence[float
     return AqlQuery(text, bind)
 
 
-def recall_positions(agent_id: str, keys: Sequence[str], version: str | None = None) -> AqlQuery:
+def recall_positions(
+    agent_id: str, keys: Sequence[str], version: str | None = None, *, authors: bool = False
+) -> AqlQuery:
     """The conversation position (``seq``) of the agent's messages with these keys, for hybrid
     recall's neighbour spreading, and with a ``version``, whether each carries a recall vector of
-    it (hybrid scores a missing one by the text score). Rows ``{key, seq}`` or
-    ``{key, seq, embedded}``; keys of other agents or gone are left out."""
+    it (hybrid scores a missing one by the text score); with ``authors``, each one's author
+    (``name``, null when none) for author anchoring. Rows ``{key, seq}`` plus ``embedded`` and
+    ``author`` as asked; keys of other agents or gone are left out."""
     embedded = f", embedded: d.{RECALL_VERSION} == @version" if version is not None else ""
+    author = ", author: d.name" if authors else ""
     text = f"""FOR id IN @ids
   LET d = DOCUMENT(id)
   FILTER d != null AND d.agent_id == @agent_id
-  RETURN {{ key: d._key, seq: d.seq{embedded} }}"""
+  RETURN {{ key: d._key, seq: d.seq{embedded}{author} }}"""
     bind: dict[str, Any] = {"agent_id": agent_id, "ids": [f"{names.MESSAGES}/{k}" for k in keys]}
     if version is not None:
         bind["version"] = version
