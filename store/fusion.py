@@ -160,13 +160,13 @@ def hybrid(
 ) -> list[tuple[K, float]]:
     """Hybrid recall's ranking: :func:`convex` fusion (``unembedded``: the text hits that have no
     vector), then :func:`spread_to_neighbours`, then, with ``anchor``, the other authors'
-    messages weighted down (:func:`vcm.store.authors.anchor`); best first, ties by first
+    messages weighted down (:func:`vcm.store.authors.anchor_ranking`); best first, ties by first
     appearance (text first); then, with ``diversity``, spread across the conversation
     (:func:`vcm.store.diversity.diversify`)."""
     fused = convex(text, vector, text_weight=text_weight, unembedded=unembedded)
     fused = spread_to_neighbours(fused, seq, weight=neighbour_weight, reach=reach)
     if anchor is not None:
-        fused = authors.anchor(fused, anchor.author_of, anchor.named, anchor.weight)
+        fused = authors.anchor_ranking(fused, anchor)
     order = {item: i for i, item in enumerate(fused)}
     ranked = sorted(fused.items(), key=lambda kv: (-kv[1], order[kv[0]]))
     return ranked if diversity is None else diversify(ranked, seq, diversity)

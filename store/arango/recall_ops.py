@@ -148,7 +148,8 @@ class RecallOps(RecallVectorOps):
                     agent_id, candidates, version, with_authors=named is not None
                 )
                 unembedded = {k for k, _ in text} - embedded
-                anchor = authors.Anchor(named, author_of, self.recall_author_weight) if named else None
+                # The positions query read every candidate's author: the whole ranking is exact.
+                anchor = authors.Anchor(named, lambda _: author_of, self.recall_author_weight) if named else None
                 ranked = fusion.hybrid(
                     text, vec, seq, unembedded=unembedded, diversity=self.recall_diversity, anchor=anchor
                 )[:depth]

@@ -163,11 +163,16 @@ class RecallOps(EmbeddedBase):
             rest, rest_embedded = self._positions(agent_id, candidates - embedded, version)
             seqs.update(rest)
             embedded |= rest_embedded
-            anchor = (
-                authors.Anchor(named, self._authors_of(agent_id, candidates), self.recall_author_weight)
-                if named
-                else None
-            )
+            anchor = None
+            if named:
+                # Only the best n + excluded must be exact (spreading re-ranks a deeper head).
+                spread = self.recall_diversity is not None and not self.recall_diversity.off
+                anchor = authors.Anchor(
+                    named,
+                    lambda items: self._authors_of(agent_id, items),
+                    self.recall_author_weight,
+                    exact=None if spread else n + len(exclude),
+                )
             fused = fusion.hybrid(
                 text,
                 vec,

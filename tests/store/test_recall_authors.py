@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
 
@@ -77,10 +78,32 @@ def test_hybrid_anchors_after_spreading() -> None:
     vector = [("m", 0.9), ("c", 0.9), ("far", 0.1)]
     seq = {"m": 1, "c": 50, "far": 100}
     assert [k for k, _ in hybrid(text, vector, seq)][:2] == ["m", "c"]  # a tie: first appearance
-    anchor = authors.Anchor(frozenset({"Caroline"}), {"m": "Melanie", "c": "Caroline"}, 0.9)
+    anchor = authors.Anchor(frozenset({"Caroline"}), lambda _: {"m": "Melanie", "c": "Caroline"}, 0.9)
     ranked = hybrid(text, vector, seq, anchor=anchor)
     assert [k for k, _ in ranked][:2] == ["c", "m"]
     assert dict(ranked)["m"] == pytest.approx(0.9 * dict(ranked)["c"])
+
+
+def test_anchoring_reads_only_the_authors_that_can_reach_the_exact_head() -> None:
+    scores = {"m1": 1.0, "c1": 0.99, "m2": 0.95, "c2": 0.92, "m3": 0.5, "c3": 0.2}
+    who = {k: "Melanie" if k.startswith("m") else "Caroline" for k in scores}
+    read: list[set[str]] = []
+
+    def authors_of(items: Collection[str]) -> dict[str, str | None]:
+        read.append(set(items))
+        return {k: who[k] for k in items}
+
+    spec = authors.Anchor(frozenset({"Caroline"}), authors_of, 0.9, exact=2)
+    out = authors.anchor_ranking(scores, spec)
+    # The 2nd best scores 0.99: below 0.9 x 0.99 nothing can reach the best 2, so not read.
+    assert read == [{"m1", "c1", "m2", "c2"}]
+    assert sorted(out, key=lambda k: -out[k])[:2] == ["c1", "c2"]
+    whole = authors.anchor_ranking(scores, dataclasses.replace(spec, exact=None))
+    assert read[-1] == set(scores)
+    # The exact head agrees with anchoring everything.
+    assert sorted(whole, key=lambda k: -whole[k])[:2] == ["c1", "c2"]
+    for k in read[0]:
+        assert out[k] == pytest.approx(whole[k])
 
 
 def test_the_setting_reaches_the_store_opened_for_it(tmp_path: Path) -> None:
