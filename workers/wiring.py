@@ -61,9 +61,16 @@ def _service(worker: Worker) -> MemoryService:
 
 
 @contextmanager
-def running_service(settings: Settings, *, beat: bool = True) -> Iterator[MemoryService]:
+def running_service(settings: Settings, *, beat: bool = True, warm: bool = True) -> Iterator[MemoryService]:
     """A service whose cold path is running: in-process in embedded mode (the worker and beat
-    threads; ``beat`` off: no periodic jobs, for a one-shot command), else external workers and beat."""
+    threads; ``beat`` off: no periodic jobs, for a one-shot command), else external workers and beat.
+    ``warm`` off: the in-process worker does not preload the embedding model (``worker.preload_embedder``)
+    but loads it when a task first needs it - a one-shot command that embeds nothing never
+    waits for it (loading it took ~3 s, and its exit waited for the load to finish)."""
+    if not warm and settings.worker.preload_embedder:
+        settings = settings.model_copy(
+            update={"worker": settings.worker.model_copy(update={"preload_embedder": False})}
+        )
     worker = build(settings)
     service = _service(worker)
     if not embedded(settings):

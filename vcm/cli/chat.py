@@ -51,7 +51,7 @@ def cmd_chat(args: argparse.Namespace, stdin: TextIO = sys.stdin) -> int:
     from vcm.tools.executor import ToolExecutor
 
     settings = get_settings()
-    with _service(args) as service:
+    with _service(args, warm=True) as service:  # a session: the model loads while the user types
         service.agent(args.agent)
         loop = AgentLoop(
             service, ToolExecutor(service), Upstream(settings.chat).client(), model=settings.chat.model or None,

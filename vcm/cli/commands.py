@@ -22,10 +22,11 @@ from vcm.settings import get_settings
 
 
 @contextmanager
-def _service(args: argparse.Namespace) -> Iterator[MemoryService]:
+def _service(args: argparse.Namespace, *, warm: bool = False) -> Iterator[MemoryService]:
     from vcm.workers.wiring import running_service
 
-    with running_service(get_settings()) as service:
+    # A one-shot command (``warm`` off): the cold path loads the model only if a task needs it.
+    with running_service(get_settings(), warm=warm) as service:
         yield service
 
 

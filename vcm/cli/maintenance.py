@@ -25,7 +25,7 @@ def cmd_maintenance_run(args: argparse.Namespace) -> int:
     from vcm.workers.wiring import running_service
 
     # The in-process worker runs what a sweep re-dispatches; no beat for a one-shot command.
-    with running_service(get_settings(), beat=False) as service:
+    with running_service(get_settings(), beat=False, warm=False) as service:
         for job, outcome in service.run_maintenance(args.job).items():
             print(json.dumps({"job": job, "outcome": outcome}))
     return 0

@@ -46,7 +46,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         from vcm.workers.wiring import running_service
 
-        with running_service(get_settings(), beat=False) as service:
+        with running_service(get_settings(), beat=False, warm=False) as service:
             count = _write(service.export_agent(args.agent, vectors=args.vectors, actor=Actor.CLI), args.out)
     if args.out and args.out != "-":
         print(json.dumps({"agent_id": args.agent, "out": args.out, "lines": count}), file=sys.stderr)
@@ -75,7 +75,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         from vcm.workers.wiring import running_service
 
         # The in-process worker (embedded mode) ingests the documents queued again; wait for them.
-        with running_service(get_settings(), beat=False) as service:
+        with running_service(get_settings(), beat=False, warm=False) as service:
             result = service.import_agent(lines, as_id=args.as_id, actor=Actor.CLI)
             _wait(result, lambda job: _local_job(service, result["agent_id"], job))
     print(json.dumps(result, indent=2))
