@@ -33,6 +33,7 @@ from vcm.facts.working_set import RELEVANCE_HITS
 from vcm.hotpath.context import AssembledContext, layer_tokens
 from vcm.hotpath.timeline import unmarked
 from vcm.prompt import layers as prompt
+from vcm.prompt import room as prompt_room
 from vcm.prompt import skills as skill_files
 from vcm.service.core import Core
 from vcm.service.facts import Facts
@@ -62,6 +63,7 @@ class BuiltContext:
     room: int  # tokens the injected layers could use
     query: str  # what relevant memory and skills were chosen for
     problems: list[dict[str, str]] = field(default_factory=list)  # skill files left out, and why
+    left_out: int = 0  # the FIFO's oldest messages this prompt leaves out to give the layers room
 
     @property
     def total(self) -> int:
@@ -95,13 +97,24 @@ class ContextBuilder:
         """The prompt for the agent's next model call. The facts it shows count as used (their
         lifetimes refreshed) unless ``record_use`` is off: a look at the prompt (GET /context,
         the viewer, ``vcm context --built``) changes nothing."""
-        hot, fifo_ids = self.messages.context_and_fifo(agent_id, token_sha256=token_sha256)
+        hot, fifo = self.messages.context_and_fifo(agent_id, token_sha256=token_sha256)
         info = self.core.agent(agent_id)
         cfg = self.core.settings.context
         # A layer is one more message: its framing tokens count, as the hot path counts its own.
         count = self.core.counter(info.model).message
         window = hot.gauges.window
         room = max(0, window - math.ceil(window * self.core.settings.budget.output_reserve) - hot.gauges.total)
+        # Near the flush line the hot context leaves the per-turn layers no room: this prompt
+        # leaves the FIFO's oldest messages out instead (vcm.prompt.room), at a cache-stable cut.
+        floor = math.floor(window * cfg.turn_room)
+        cut = prompt_room.left_out(
+            [prompt_room.Entry(m.role, m.tokens, m.pinned) for m in fifo], floor - room, max(1, floor // 4)
+        )
+        if cut:
+            hot, freed = _without_oldest(hot, cut)
+            room += freed
+            fifo = fifo[cut:]
+        fifo_ids = [m.id for m in fifo]
         if query is None:
             query = _latest_user_text(hot)
         # A long message is searched for by its first MAX_QUERY_CHARS (the searches' own limit).
@@ -147,7 +160,7 @@ class ContextBuilder:
         built = prompt.assemble(hot.messages, hot.layers, hot.message_tokens, injected)
         return BuiltContext(
             built.messages, hot.tools, built.layers, built.message_tokens, hot.gauges, built.injected, room,
-            query, [{"path": p.path, "reason": p.reason} for p in problems],
+            query, [{"path": p.path, "reason": p.reason} for p in problems], cut,
         )  # fmt: skip
 
     # --- layers -----------------------------------------------------------------------------------
@@ -297,6 +310,19 @@ class _Build:
         """Count the ``facts`` among ``layer``'s sources as used (those that did not fit are not)."""
         kept = {str(s["id"]) for s in (layer.sources if layer else ()) if s.get("kind") == "fact"}
         self.used.extend(f for i, f in facts.items() if i in kept)
+
+
+def _without_oldest(hot: AssembledContext, count: int) -> tuple[AssembledContext, int]:
+    """``hot`` without its FIFO's ``count`` oldest messages, and the tokens they held. The gauges
+    stay the hot state's (what the hot path holds, not what this prompt shows)."""
+    first = hot.layers.index("fifo")
+    freed = sum(hot.message_tokens[first : first + count])
+    keep = [i for i in range(len(hot.messages)) if not first <= i < first + count]
+    trimmed = AssembledContext(
+        [hot.messages[i] for i in keep], hot.tools, hot.gauges, [hot.message_tokens[i] for i in keep],
+        [hot.layers[i] for i in keep],
+    )  # fmt: skip
+    return trimmed, freed
 
 
 def _latest_user_text(hot: AssembledContext) -> str:

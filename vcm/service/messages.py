@@ -22,7 +22,7 @@ from vcm.service.facts import Facts
 from vcm.service.state import StateKeys
 from vcm.store.audit_names import Actor, EventKind, audit_id
 from vcm.store.types import StoredMessage
-from vcm.types import AppendResult, BatchInfo
+from vcm.types import AppendResult, BatchInfo, Message
 
 
 class Messages:
@@ -318,13 +318,15 @@ class Messages:
         own transaction."""
         return self.context_and_fifo(agent_id, token_sha256=token_sha256)[0]
 
-    def context_and_fifo(self, agent_id: str, *, token_sha256: str | None = None) -> tuple[AssembledContext, list[str]]:
-        """:meth:`context` and the ids of its FIFO's messages, oldest first, from one snapshot (the
-        prompt builder needs both: a second snapshot cost ~5 ms a build on the embedded hot state)."""
+    def context_and_fifo(
+        self, agent_id: str, *, token_sha256: str | None = None
+    ) -> tuple[AssembledContext, list[Message]]:
+        """:meth:`context` and its FIFO's messages, oldest first, from one snapshot (the prompt
+        builder needs both: a second snapshot cost ~5 ms a build on the embedded hot state)."""
         snap = self.core.hot_call(agent_id, self.core.hot.snapshot, agent_id, token_sha256=token_sha256)
         assembled = assemble(snap)
         self.core.gauges_seen(agent_id, assembled.gauges)
-        return assembled, [m.id for m in snap.fifo]
+        return assembled, list(snap.fifo)
 
     def fifo_ids(self, agent_id: str) -> list[str]:
         """The ids of the messages in the agent's FIFO, oldest first."""
