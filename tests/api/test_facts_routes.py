@@ -166,6 +166,7 @@ def test_the_built_context_shows_each_layer_with_its_tokens_and_sources(client: 
     memory = next(x for x in built["injected"] if x["name"] == "memory")
     assert memory["sources"][0]["kind"] == "fact" and memory["tokens"] == built["layer_tokens"]["memory"]
     assert sum(x["tokens"] for x in built["injected"]) <= built["room"]
+    assert built["left_out"] == 0 and hot["left_out"] is None  # a short FIFO: nothing left out
     assert "closes at 5" not in str(built["messages"]) and shadow["fact_id"] not in str(built["injected"])
     # A look at the prompt is a GET: the facts it shows are not counted as used.
     facts = client.get("/v1/agents/a1/facts", headers=h).json()["facts"]

@@ -1791,6 +1791,11 @@ export interface components {
              * @description each message's layer: system, working, summary, placeholder or fifo; with built=true also identity, tools_hint, state, sticky, memory and skills
              */
             layers: string[];
+            /**
+             * Left Out
+             * @description with built=true: the FIFO's oldest messages this prompt left out to keep [context] turn_room for the injected layers near the flush line (the hot state still holds them)
+             */
+            left_out?: number | null;
             /** Message Tokens */
             message_tokens: number[];
             /** Messages */

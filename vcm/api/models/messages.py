@@ -74,6 +74,11 @@ class ContextOut(BaseModel):
     room: int | None = Field(None, description="with built=true: tokens the injected layers could use")
     query: str | None = Field(None, description="with built=true: what relevant memory and skills were chosen for")
     problems: list[dict[str, str]] = Field(default_factory=list, description="skill files left out, and why")
+    left_out: int | None = Field(
+        None,
+        description="with built=true: the FIFO's oldest messages this prompt left out to keep [context] turn_room "
+        "for the injected layers near the flush line (the hot state still holds them)",
+    )
 
     @classmethod
     def of(cls, agent_id: str, ctx: AssembledContext) -> ContextOut:
@@ -106,6 +111,7 @@ class ContextOut(BaseModel):
             room=ctx.room,
             query=ctx.query,
             problems=ctx.problems,
+            left_out=ctx.left_out,
         )
 
 
