@@ -105,14 +105,13 @@ class ContextBuilder:
         window = hot.gauges.window
         room = max(0, window - math.ceil(window * self.core.settings.budget.output_reserve) - hot.gauges.total)
         # Near the flush line the hot context leaves the per-turn layers no room: this prompt
-        # leaves the FIFO's oldest messages out instead (vcm.prompt.room). The whole floor at
-        # once: the cut then stays put until the next flush, so the cached prefix breaks once per
-        # eviction cycle (a cut moving with every quarter of the floor cost 19 points of prefix
-        # reuse at 4k, bench_context).
+        # leaves the FIFO's oldest messages out instead (vcm.prompt.room), turn_room / steps at a
+        # time: with one step the cut stays put until the next flush, so the cached prefix breaks
+        # once per eviction cycle (a cut moving with every quarter of the floor cost 19 points of
+        # prefix reuse at 4k, bench_context).
         floor = math.floor(window * cfg.turn_room)
-        cut = prompt_room.left_out(
-            [prompt_room.Entry(m.role, m.tokens, m.pinned) for m in fifo], floor - room, max(1, floor)
-        )
+        entries = [prompt_room.Entry(m.role, m.tokens, m.pinned) for m in fifo]
+        cut = prompt_room.left_out(entries, floor - room, max(1, floor // cfg.turn_room_steps))
         if cut:
             hot, freed = _without_oldest(hot, cut)
             room += freed

@@ -113,6 +113,9 @@ class ContextSettings(BaseModel):
     # hot context leaves. At 0.25, LoCoMo questions asked near the flush line find their answer's
     # words in the prompt 87 % of the time instead of 61 % (docs/benchmarks.md).
     turn_room: float = Field(0.25, ge=0.0, le=0.5)
+    # In how many cuts an eviction cycle may reach that room: each cut frees turn_room / steps
+    # more, so fewer steps break the cached prefix less often and leave more of the room unused.
+    turn_room_steps: int = Field(1, ge=1, le=16)
     # Relevant memory: at most this many facts and recalled messages (hybrid search on the latest
     # user message; messages still in the FIFO and facts already shown are left out).
     memory_facts: int = Field(5, ge=0, le=100)
