@@ -110,8 +110,8 @@ class ContextSettings(BaseModel):
     # The room a prompt keeps for the per-turn layers (state header, relevant memory, skills, ...):
     # when the hot context leaves less (near the flush line), the prompt leaves the FIFO's oldest
     # messages out (vcm.prompt.room; the hot state keeps them). 0 gives the layers only what the
-    # hot context leaves. At 0.25, LoCoMo questions asked near the flush line find their answer's
-    # words in the prompt 87 % of the time instead of 61 % (docs/benchmarks.md).
+    # hot context leaves. At 0.25 the prompt holds 83.6 % of LoCoMo's answer words instead of
+    # 72.0 % (the dev file at a 4k window; docs/benchmarks.md, "Answers in the prompt").
     turn_room: float = Field(0.25, ge=0.0, le=0.5)
     # In how many cuts an eviction cycle may reach that room: each cut frees turn_room / steps
     # more, so fewer steps break the cached prefix less often and leave more of the room unused.
