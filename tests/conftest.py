@@ -8,6 +8,7 @@ tests/hotpath); modules and directories with fixtures of these names keep their 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,16 @@ from vcm.store import open_store
 from vcm.store.port import MemoryStore
 
 MODEL = "vcm-demo-2k"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order in which scripts/test's xdist workers take whole files (``--dist loadfile
+    --no-loadscope-reorder``): files with ``slow`` tests first, then the others by their number of
+    tests, so that no long file is handed out last to keep one worker busy while the other idles.
+    The sort is stable: a file's tests keep their order and stay together."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    tests_in = Counter(item.path for item in items)
+    items.sort(key=lambda item: (item.path not in slow, -tests_in[item.path]))
 
 
 @pytest.fixture(scope="session")

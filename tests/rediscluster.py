@@ -1,5 +1,5 @@
 """A private Redis Cluster for tests: ``masters`` real ``redis-server`` processes in cluster mode on
-loopback ports (7000-7099 by default, cluster bus on port + 10000), joined with
+loopback ports (7000-7099 by default, 100 higher per xdist worker; cluster bus on port + 10000), joined with
 ``redis-cli --cluster create ... --cluster-replicas 0`` so every slot is served."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import redis
+
+from tests.redis_legs import worker_ports
 
 
 class ClusterUnavailable(RuntimeError):
@@ -28,10 +30,10 @@ def _free(port: int) -> bool:
 
 
 class RedisClusterProcesses:
-    def __init__(self, directory: Path, masters: int = 3, ports: range = range(7000, 7100)) -> None:
+    def __init__(self, directory: Path, masters: int = 3, ports: range | None = None) -> None:
         self.directory = directory
         self.masters = masters
-        self.ports = ports
+        self.ports = worker_ports(7000) if ports is None else ports
         self.procs: list[subprocess.Popen[bytes]] = []
         self.node_ports: list[int] = []
 
@@ -105,9 +107,9 @@ class RedisClusterProcesses:
 class RedisServerProcess:
     """One private ``redis-server`` (no persistence) on a free loopback port of ``ports``."""
 
-    def __init__(self, directory: Path, ports: range = range(7000, 7100)) -> None:
+    def __init__(self, directory: Path, ports: range | None = None) -> None:
         self.directory = directory
-        self.ports = ports
+        self.ports = worker_ports(7000) if ports is None else ports
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
 

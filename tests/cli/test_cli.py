@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.redis_legs import CLI_REDIS_URL
 from vcm.cli.commands import render_context
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +123,7 @@ def test_ingest_then_search_archival(tmp_path: Path) -> None:
     from vcm.hotpath.state import HotState
     from vcm.settings import load_settings
 
-    url = "redis://127.0.0.1:6379/9"
+    url = CLI_REDIS_URL
     client = redis.Redis.from_url(url, decode_responses=True)
     try:
         client.flushdb()

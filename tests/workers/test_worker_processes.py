@@ -6,9 +6,10 @@ tests kill it and leave their restarted worker for the next test. Fault rules re
 through ``VCM_TEST_FAULTS`` and apply to agents by id prefix, so every test has its own agents.
 The Redis server is a private ``redis-server`` started for the module (other suites flush their
 databases on the shared server); ``VCM_TEST_BROKER_URL`` points the module at another server, and
-without the binary it falls back to the shared server's database 9. Broker keys carry a per-run
-prefix (``[worker] broker_prefix``) and agents unique ids, so runs sharing a server do not meet.
-Hot-state keys (``vcm:{<agent>}:*``) live in the same database as the prefixed broker keys.
+without the binary it falls back to the shared server's database 9 (8 for xdist worker gw1, ...).
+Broker keys carry a per-run prefix (``[worker] broker_prefix``) and agents unique ids, so runs
+sharing a server do not meet. Hot-state keys (``vcm:{<agent>}:*``) live in the same database as
+the prefixed broker keys.
 
 The SIGKILL tests run again with RabbitMQ as the broker (``VCM_TEST_AMQP_URL``, default the local
 server with guest/guest; skipped, saying why, when none answers): the same workers, settings and
@@ -41,6 +42,7 @@ from prometheus_client import multiprocess as prom_multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.doubles.coldpath import MODEL, create_agent
+from tests.redis_legs import CLI_REDIS_URL
 from tests.workers.traffic import Traffic, all_message_ids, assert_exactly_once, settled, wait_until
 from vcm.hotpath.state import HotState
 from vcm.settings import Settings, load_settings
@@ -57,7 +59,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).with_name("celery"))
-SHARED_REDIS = "redis://127.0.0.1:6379/9"
+SHARED_REDIS = CLI_REDIS_URL
 AMQP_URL = os.environ.get("VCM_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 POINTS = [
     "evict.before_summarize",
