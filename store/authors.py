@@ -85,6 +85,16 @@ def anchored(authors: Collection[str], named: Collection[str], weight: float) ->
     return weight < 1.0 and bool(named) and len(authors) <= MAX_AUTHORS and not set(authors) <= set(named)
 
 
+def named_in(query: str, known: Callable[[], Collection[str]], weight: float) -> frozenset[str] | None:
+    """The agent's authors (``known``, read only when anchoring is on) that ``query`` names, when a
+    hybrid ranking is to be anchored on them at ``weight``; None otherwise."""
+    if weight >= 1.0:
+        return None
+    names = known()
+    found = mentioned(query, names)
+    return found if anchored(names, found, weight) else None
+
+
 def anchor(
     scores: Mapping[K, float], author_of: Mapping[K, str | None], named: Collection[str], weight: float
 ) -> dict[K, float]:

@@ -194,11 +194,7 @@ class RecallOps(RecallVectorOps):
 
     def _named_authors(self, agent_id: str, query: str) -> frozenset[str] | None:
         """The agent's authors ``query`` names when a hybrid ranking is to be anchored on them."""
-        if self.recall_author_weight >= 1.0:
-            return None
-        known = self.message_authors(agent_id)
-        named = authors.mentioned(query, known)
-        return named if authors.anchored(known, named, self.recall_author_weight) else None
+        return authors.named_in(query, lambda: self.message_authors(agent_id), self.recall_author_weight)
 
     def _main_vector_version(self, agent_id: str, dimension: int) -> str | None:
         versions = self._recall_versions(agent_id)
