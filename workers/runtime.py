@@ -72,7 +72,7 @@ def cold_embedder(settings: EmbeddingSettings) -> Embedder:
     return factory(settings) if factory is not None else get_embedder(settings)
 
 
-# Intra-op threads of a serving process's query model (see LazyEmbed.local).
+# Intra-op threads of a serving process's query model on the torch backend (see LazyEmbed.local).
 QUERY_THREADS = 1
 
 
@@ -95,16 +95,20 @@ class LazyEmbed:
         return get_embedder(self._settings) if self._local else cold_embedder(self._settings)
 
     def local(self) -> LazyEmbed:
-        """The same model, always loaded in this process: a serving process's, for queries. With
-        ``threads`` unset it runs on :data:`QUERY_THREADS` intra-op threads: a query is one short
-        text, and torch's default (one thread per core) makes it wait on cores that request
-        threads and the cold path are using (on 2 shared cores: 13 ms p50 on one thread,
-        67 ms p50 / 490 ms p95 on two, ``scripts/bench_context.py``). Not when the cold path's
-        model work runs in this process too (``[embedding] subprocess`` off): torch's threads are
-        the process's, and batches need them."""
+        """The same model, always loaded in this process: a serving process's, for queries. On
+        the torch backend, with ``threads`` unset, it runs on :data:`QUERY_THREADS` intra-op
+        threads: a query is one short text, and torch's default (one thread per core) makes it
+        wait on cores that request threads and the cold path are using (on 2 shared cores:
+        13 ms p50 on one thread, 67 ms p50 / 490 ms p95 on two, ``scripts/bench_context.py``).
+        Not when the cold path's model work runs in this process too (``[embedding] subprocess``
+        off): torch's threads are the process's, and batches need them. The ONNX backends keep
+        ONNX Runtime's default (one thread per core): its idle threads sleep rather than spin,
+        and two threads embed a LoCoMo turn faster than one on a quiet machine (p50 7.8 against
+        9.6 ms) and under load alike (18.5 against 21.4 ms with three busy processes on the 2
+        cores)."""
         found = LazyEmbed.__new__(LazyEmbed)
         settings = self._settings
-        if not settings.threads and settings.subprocess:
+        if not settings.threads and settings.subprocess and settings.backend == "torch":
             settings = settings.model_copy(update={"threads": QUERY_THREADS})
         found._settings, found._local = settings, True
         return found

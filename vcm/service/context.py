@@ -97,6 +97,12 @@ class ContextBuilder:
         """The prompt for the agent's next model call. The facts it shows count as used (their
         lifetimes refreshed) unless ``record_use`` is off: a look at the prompt (GET /context,
         the viewer, ``vcm context --built``) changes nothing."""
+        with self.core.one_agent_read():
+            return self._build(agent_id, query, user, token_sha256, record_use)
+
+    def _build(
+        self, agent_id: str, query: str | None, user: str | None, token_sha256: str | None, record_use: bool
+    ) -> BuiltContext:
         hot, fifo = self.messages.context_and_fifo(agent_id, token_sha256=token_sha256)
         info = self.core.agent(agent_id)
         cfg = self.core.settings.context
@@ -121,6 +127,7 @@ class ContextBuilder:
             query = _latest_user_text(hot)
         # A long message is searched for by its first MAX_QUERY_CHARS (the searches' own limit).
         query = query[:MAX_QUERY_CHARS]
+        self._embed_ahead(agent_id, query)
         caps = {
             "identity": room, "tools_hint": math.floor(window * cfg.tools_hint),
             "state": math.floor(window * cfg.state), "sticky": math.floor(window * cfg.sticky),
@@ -164,6 +171,21 @@ class ContextBuilder:
             built.messages, hot.tools, built.layers, built.message_tokens, hot.gauges, built.injected, room,
             query, [{"path": p.path, "reason": p.reason} for p in problems], cut,
         )  # fmt: skip
+
+    def _embed_ahead(self, agent_id: str, query: str) -> None:
+        """The query vectors this build will ask for, in one model call: the fact search's (the
+        query) and, when relevant memory recalls messages, recall's (the query without the
+        authors' names it mentions, when it names some). A failure here is left to the searches,
+        which meet it again and handle it as they do."""
+        if self.core.embed is None or not query.strip():
+            return
+        texts = [query]
+        if self.core.settings.context.memory_messages and self.core.settings.recall.vectors:
+            texts.append(self.search.vector_text(agent_id, query))
+        try:
+            self.core.vectors_of(texts)
+        except Exception as exc:  # see above: the searches meet it again
+            log.debug("query vectors of %s not embedded ahead: %s", agent_id, exc)
 
     # --- layers -----------------------------------------------------------------------------------
     def _identity(

@@ -11,7 +11,10 @@ hold it and call it with real signatures, so mypy checks every call between them
 * **idempotency claims**, in the hot state's one record format;
 * **audit rows** and **change-feed publishes**, which never fail the write they describe;
 * the **poisoning scan** and the **policy guard** that facts and state writes share;
-* **query vectors**, cached for the few texts one prompt build asks for repeatedly.
+* **query vectors**, cached for the few texts one prompt build asks for repeatedly, and embedded
+  together when a build knows them all up front;
+* **one agent read per build** (:meth:`Core.one_agent_read`): inside it, :meth:`Core.agent`
+  answers from the first read.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
 
 from vcm import poisoning
@@ -48,6 +52,12 @@ Embed = Callable[[Sequence[str]], Any]  # texts -> array of unit vectors (n, dim
 
 # Query vectors a service keeps (see Core.vector_of).
 QUERY_VECTORS = 64
+# Poisoning marks a service keeps, by text: a prompt build scans every recalled message it may
+# show (20 by default), and consecutive builds recall many of the same messages.
+MARKS = 4096
+# Agents read in the current context's Core.one_agent_read scope, by (core, agent id); None
+# outside one. A context variable, so concurrent requests on threads never share a read.
+_AGENT_READS: ContextVar[dict[tuple[int, str], AgentInfo] | None] = ContextVar("vcm_agent_reads", default=None)
 
 
 class Core:
@@ -80,11 +90,34 @@ class Core:
         # Vectors of recent query texts: one prompt build searches facts twice and recall once
         # with the same text, and a model call costs 15-70 ms where the lookup costs nothing.
         self._vectors: OrderedDict[tuple[int, str], list[float]] = OrderedDict()
+        self._marks: OrderedDict[tuple[int, str], dict[str, Any]] = OrderedDict()
 
     # --- agents and their hot state ---------------------------------------------------------------
     def agent(self, agent_id: str) -> AgentInfo:
-        """The agent (NOT_FOUND when neither tier knows it); every part checks it first."""
-        return self.hot_call(agent_id, self.hot.agent, agent_id)
+        """The agent (NOT_FOUND when neither tier knows it); every part checks it first. Inside
+        :meth:`one_agent_read`, the first read's answer."""
+        reads = _AGENT_READS.get()
+        if reads is None:
+            return self.hot_call(agent_id, self.hot.agent, agent_id)
+        key = (id(self), agent_id)
+        found = reads.get(key)
+        if found is None:
+            found = reads[key] = self.hot_call(agent_id, self.hot.agent, agent_id)
+        return found
+
+    @contextmanager
+    def one_agent_read(self) -> Iterator[None]:
+        """A scope in which each agent is read from the hot state once: a prompt build's parts
+        each check the agent (six reads, each a Redis round trip, 1-3 ms of a build in all),
+        and nothing a build reads of it changes within the build."""
+        if _AGENT_READS.get() is not None:  # an enclosing scope's reads hold
+            yield
+            return
+        token = _AGENT_READS.set({})
+        try:
+            yield
+        finally:
+            _AGENT_READS.reset(token)
 
     def hot_call(self, agent_id: str, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """A hot-state call for one agent; when the agent is missing from Redis (restart in
@@ -269,7 +302,15 @@ class Core:
         """``tainted`` / ``taint_reasons`` for retrieved text that reads like instructions to the
         model: the model sees the mark next to the text, and ``put_block`` refuses such text
         without a justification."""
-        return self.taint.scan(text).fields()
+        key = (id(self.taint), text)
+        found = self._marks.get(key)
+        if found is None:
+            found = self._marks[key] = self.taint.scan(text).fields()
+            while len(self._marks) > MARKS:
+                self._marks.popitem(last=False)
+        else:
+            self._marks.move_to_end(key)
+        return {k: list(v) if isinstance(v, list) else v for k, v in found.items()}  # callers may edit theirs
 
     def scan(self, text: str) -> poisoning.Verdict:
         return self.taint.scan(text)
@@ -317,6 +358,19 @@ class Core:
             while len(self._vectors) > QUERY_VECTORS:
                 self._vectors.popitem(last=False)
         return found
+
+    def vectors_of(self, texts: Sequence[str]) -> None:
+        """Embed those of ``texts`` not cached yet in one model call, into the cache
+        :meth:`vector_of` reads: a prompt build knows its texts up front, and two short texts
+        embed in one padded batch in about 60 % of the time of two calls."""
+        assert self.embed is not None
+        missing = list(dict.fromkeys(t for t in texts if (id(self.embed), t) not in self._vectors))
+        if not missing:
+            return
+        for text, vector in zip(missing, self.embed(missing), strict=True):
+            self._vectors[(id(self.embed), text)] = [float(x) for x in vector]
+        while len(self._vectors) > QUERY_VECTORS:
+            self._vectors.popitem(last=False)
 
     def embedding(self, text: str) -> list[float] | None:
         """The text's vector for a memory write, or None without an embedder or when it fails."""

@@ -135,7 +135,7 @@ class Search:
             store_validation.limit("limit", limit)
             fetch = min(store_validation.MAX_LIMIT, limit + len(exclude))
         if mode != "text" and self.core.embed is not None and self.core.settings.recall.vectors:
-            vector = self.core.vector_of(self._vector_text(agent_id, query))
+            vector = self.core.vector_of(self.vector_text(agent_id, query))
             version = self.core.recall_version() if self.core.recall_version is not None else None
             page = self.core.store.search_recall_hybrid(
                 agent_id,
@@ -158,7 +158,7 @@ class Search:
         # Marks only for the hits returned: a scan per hit is most of a small search's cost.
         return RecallResult(page, mode, [self.core.mark(h.message.content) for h in page.items])
 
-    def _vector_text(self, agent_id: str, query: str) -> str:
+    def vector_text(self, agent_id: str, query: str) -> str:
         """What a recall query's vector is embedded from: the query without the names of the
         agent's message authors it mentions (``[recall] query_vector_without_authors``; see
         :mod:`vcm.store.authors`), the query itself otherwise."""
@@ -204,7 +204,7 @@ class Search:
             query = validation.text(query, "query", 10_000)
             if self.core.embed is None:
                 raise ValidationError("archival search needs an embedding model; none is configured", field="query")
-            vector = self.core.vector_of(self._vector_text(agent_id, query))
+            vector = self.core.vector_of(self.vector_text(agent_id, query))
         page = self.core.store.search_archival(agent_id, vector, k, filters=filters, cursor=cursor, n_probe=n_probe)
         metrics.archival_n_probe(n_probe)
         return ArchivalResult(page, [self.core.mark(h.chunk.text) for h in page.items])
