@@ -406,3 +406,24 @@ def test_no_clause_of_a_summary_reads_as_a_fragment_alone() -> None:
     assert any("swimming lessons" in line and "finish soon" in line for line in lines)
     # Without the join, the second sentences alone are fragments by the same measure.
     assert measure("Melanie: Hopefully they finish soon\nCaroline: with mixed results").fragments == 2
+
+
+def test_drift_embeds_at_most_max_candidates_of_each_side() -> None:
+    """A large window's summary holds hundreds of lines: the drift check embeds an even spread of
+    them, as it does of the source, so its model time does not grow with the window."""
+    embedded: list[int] = []
+
+    def recording(texts: Sequence[str]) -> object:
+        embedded.append(len(texts))
+        return word_embed(texts)
+
+    people = ["Priya", "Sam", "Lena", "Marco"]
+    turns = [
+        Turn(people[i % 4], f"I moved box number {i} of {i * 7} books to the shed in Graz on day {i}.")
+        for i in range(400)
+    ]
+    params = Params(max_candidates=16)
+    draft = extractive(Request("", turns, 6000, count, recording), params)
+    assert len(draft.text.splitlines()) > 16 or draft.text.count(";") > 16  # a long summary
+    assert embedded and max(embedded) <= 2 * params.max_candidates
+    assert 0.0 < draft.score <= 1.0
