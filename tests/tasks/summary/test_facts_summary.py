@@ -427,3 +427,66 @@ def test_drift_embeds_at_most_max_candidates_of_each_side() -> None:
     assert len(draft.text.splitlines()) > 16 or draft.text.count(";") > 16  # a long summary
     assert embedded and max(embedded) <= 2 * params.max_candidates
     assert 0.0 < draft.score <= 1.0
+
+
+def _plain_greedy_text(req: Request, params: Params) -> str:
+    """The selection as the plain O(n²) greedy made it (the reference the lazy one must equal)."""
+    from vcm.tasks.summary import recursive as r
+
+    source = r.units_of(req, params)
+    base = req.count("")
+    available = req.cap - base
+    newer: dict[str, list[set[str]]] = {}
+    for unit in source.batch:
+        newer.setdefault(unit.speaker, []).append(set(units.words(unit.body)))
+    pool = [u for u in source.previous if not r._superseded(u, newer)] + source.batch
+    value = units.Coverage(pool, source.speakers)
+    tokens = r._Tokens(req, base)
+    costs = [tokens(f"; {u.body}") if u.speaker else tokens(u.line) + 1 for u in pool]
+    groups = [r._group(u, i) for i, u in enumerate(pool)]
+    header = {g: tokens(f"{g[1]}:") + 1 if g[2] < 0 else 0 for g in set(groups)}
+    opened: set[tuple[bool, str, int]] = set()
+    worth = [i for i in range(len(pool)) if value.worth(i)]
+    picked: list[int] = []
+    spent = 0
+
+    def cost(i: int) -> int:
+        return costs[i] + (0 if groups[i] in opened else header[groups[i]])
+
+    def take(rows: Sequence[int], budget: int) -> None:
+        nonlocal spent
+        left = set(rows) - set(picked)
+        while left:
+            fits = [i for i in left if cost(i) <= budget - spent]
+            if not fits:
+                return
+            best = max(fits, key=lambda i: (value.gain(i) / cost(i) ** 0.9, -i))
+            if value.gain(best) <= 0:
+                return
+            picked.append(best)
+            value.cover(best)
+            spent += cost(best)
+            opened.add(groups[best])
+            left.discard(best)
+
+    take([i for i in worth if pool[i].previous], int(available * params.previous_share))
+    take(worth, available)
+    spent = req.count(r.render(pool, picked)) - base
+    take(worth, available)
+    return r.render(pool, picked)
+
+
+@pytest.mark.parametrize("cap", [60, 300, 2000])
+def test_the_lazy_greedy_picks_what_the_plain_greedy_picks(cap: int) -> None:
+    people = ["Priya", "Sam", "Lena"]
+    things = ["umbrella", "bicycle", "marathon", "Lisbon", "invoice", "piano", "garden", "Graz", "Miso", "Vespa"]
+    turns = [
+        Turn(people[i % 3], f"I took the {things[i % 10]} and the {things[(i * 7) % 10]} to {things[(i * 3) % 10]} "
+                            f"on day {i % 13}; it cost {i * 11 % 97} euros.")
+        for i in range(150)
+    ]  # fmt: skip
+    first = request("", turns[:90], cap)
+    previous = extractive(first, Params()).text
+    second = request(previous, turns[90:], cap)
+    for req in (first, second):
+        assert extractive(req, Params()).text == _plain_greedy_text(req, Params())
