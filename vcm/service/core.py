@@ -19,6 +19,7 @@ hold it and call it with real signatures, so mypy checks every call between them
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -306,10 +307,10 @@ class Core:
         found = self._marks.get(key)
         if found is None:
             found = self._marks[key] = self.taint.scan(text).fields()
-            while len(self._marks) > MARKS:
-                self._marks.popitem(last=False)
+            _trim(self._marks, MARKS)
         else:
-            self._marks.move_to_end(key)
+            with contextlib.suppress(KeyError):  # evicted by another request's thread meanwhile
+                self._marks.move_to_end(key)
         return {k: list(v) if isinstance(v, list) else v for k, v in found.items()}  # callers may edit theirs
 
     def scan(self, text: str) -> poisoning.Verdict:
@@ -355,8 +356,7 @@ class Core:
         if found is None:
             found = [float(x) for x in self.embed([text])[0]]
             self._vectors[key] = found
-            while len(self._vectors) > QUERY_VECTORS:
-                self._vectors.popitem(last=False)
+            _trim(self._vectors, QUERY_VECTORS)
         return found
 
     def vectors_of(self, texts: Sequence[str]) -> None:
@@ -369,8 +369,7 @@ class Core:
             return
         for text, vector in zip(missing, self.embed(missing), strict=True):
             self._vectors[(id(self.embed), text)] = [float(x) for x in vector]
-        while len(self._vectors) > QUERY_VECTORS:
-            self._vectors.popitem(last=False)
+        _trim(self._vectors, QUERY_VECTORS)
 
     def embedding(self, text: str) -> list[float] | None:
         """The text's vector for a memory write, or None without an embedder or when it fails."""
@@ -380,3 +379,13 @@ class Core:
             return self.vector_of(text)
         except Exception:  # an embedder failure must not fail a memory write: text still dedups
             return None
+
+
+def _trim(cache: OrderedDict[Any, Any], limit: int) -> None:
+    """Drop the oldest entries past ``limit``. Request threads share a service's caches: each
+    OrderedDict operation is atomic, but another thread may empty the cache between two."""
+    while len(cache) > limit:
+        try:
+            cache.popitem(last=False)
+        except KeyError:
+            return
