@@ -80,6 +80,15 @@ class Candidate:
     text: str  # see fact_text
     updated_at: float
     vector: Vector | None = None
+    # Or, from an adapter that computes it in the database (ArangoDB): the cosine of the fact's
+    # embedding to the query vector (None when it has none of that length), and whether it has
+    # an embedding at all (one of another length scores 0 on the vector half, as here).
+    cosine: float | None = None
+    embedded: bool = False
+
+    @property
+    def has_vector(self) -> bool:
+        return self.vector is not None or self.embedded
 
 
 def candidate(fact: Fact, vector: Vector | None = None) -> Candidate:
@@ -117,14 +126,15 @@ def _text_scores(wanted: Sequence[str], candidates: Sequence[Candidate]) -> list
 
 def _vector_scores(q: Vector, candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
     dim = q.shape[0]
+    out = [(c.fact_id, min(1.0, max(0.0, c.cosine))) for c in candidates if c.vector is None and c.cosine is not None]
     rows = [c for c in candidates if c.vector is not None and c.vector.shape[0] == dim]
-    if not rows:
-        return []
-    matrix = np.vstack([c.vector for c in rows if c.vector is not None]).astype(np.float32, copy=False)
-    norms = np.linalg.norm(matrix, axis=1)
-    norms[norms == 0] = 1.0
-    sims = np.clip((matrix @ q) / norms, 0.0, 1.0)
-    return sorted(((c.fact_id, float(s)) for c, s in zip(rows, sims, strict=True)), key=lambda kv: -kv[1])
+    if rows:
+        matrix = np.vstack([c.vector for c in rows if c.vector is not None]).astype(np.float32, copy=False)
+        norms = np.linalg.norm(matrix, axis=1)
+        norms[norms == 0] = 1.0
+        sims = np.clip((matrix @ q) / norms, 0.0, 1.0)
+        out += [(c.fact_id, float(s)) for c, s in zip(rows, sims, strict=True)]
+    return sorted(out, key=lambda kv: -kv[1])
 
 
 def order(
@@ -136,12 +146,12 @@ def order(
         return []
     wanted = query_terms(text) if text.strip() else []
     text_scores = _text_scores(wanted, candidates) if wanted else []
-    embedded = vector is not None and any(c.vector is not None for c in candidates)
+    embedded = vector is not None and any(c.has_vector for c in candidates)
     vector_scores = _vector_scores(fusion.unit_vector(vector), candidates) if embedded else []
     if not text_scores and not vector_scores:
         return []
     text_part, vector_part = dict(text_scores), dict(vector_scores)
-    unembedded = {c.fact_id for c in candidates if c.vector is None} if embedded else set(text_part)
+    unembedded = {c.fact_id for c in candidates if not c.has_vector} if embedded else set(text_part)
     w = fusion.TEXT_WEIGHT
     fused = {
         i: text_part.get(i, 0.0) if i in unembedded else w * text_part.get(i, 0.0) + (1.0 - w) * vector_part.get(i, 0.0)

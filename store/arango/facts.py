@@ -141,8 +141,39 @@ class FactOps(ArangoBase):
         n = validation.limit("limit", query.limit)
         if not isinstance(text, str):
             raise ValidationError("query must be a string", field="query")
-        found = self._run(self._ro, _query(agent_id, query, fact_rank.MAX_CANDIDATES, True), "search_facts")
-        return fact_rank.rank(text, vector, [fact_from_doc(d, with_embedding=True) for d in found], n)
+        # Rank on light candidates, the cosine computed in the database; read whole facts for
+        # the hits only (as the embedded adapter does), the filters applied again.
+        q = query
+        holders = [validation.identifier("holder", h) for h in q.holders]
+        candidates_query = aql_facts.fact_candidates(
+            agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.ranges(), fact_rank.MAX_CANDIDATES,
+            None if vector is None else [float(x) for x in vector], unsure=q.unsure, holders=holders,
+        )  # fmt: skip
+        found = self._run(self._ro, candidates_query, "search_facts")
+        candidates = [
+            fact_rank.Candidate(
+                str(d["fact_id"]),
+                fact_rank.document(
+                    str(d["value"]), d.get("key"), list(d.get("tags") or ()), str(d.get("category") or "")
+                ),
+                float(d.get("updated_at") or 0.0),
+                cosine=None if d.get("cosine") is None else float(d["cosine"]),
+                embedded=bool(d.get("embedded")),
+            )
+            for d in found
+        ]
+        ranked = fact_rank.order(text, vector, candidates, n)
+        if not ranked:
+            return []
+        owner = {str(d["fact_id"]): str(d["agent_id"]) for d in found}
+        hit_keys = [fact_key(owner[i], i) for i, _ in ranked]
+        whole_query = aql_facts.query_facts(
+            agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.ranges(), len(hit_keys), False,
+            unsure=q.unsure, holders=holders, keys=hit_keys,
+        )  # fmt: skip
+        whole = {str(d["fact_id"]): fact_from_doc(d) for d in self._run(self._ro, whole_query, "search_facts")}
+        # A hit deleted or changed past the filters between the two reads is left out.
+        return [FactHit(whole[i], s) for i, s in ranked if i in whole]
 
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
         validation.identifier("agent_id", agent_id)

@@ -18,11 +18,48 @@ _RANGE_OPS = frozenset({">=", "<=", "<"})
 def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, key: str | None,
                 statuses: Sequence[str] | None, category: str | None, tags: Sequence[str] | None,
                 ranges: Sequence[tuple[str, str, float]], limit: int, with_embedding: bool,
-                unsure: bool = False, holders: Sequence[str] = ()) -> AqlQuery:  # fmt: skip
+                unsure: bool = False, holders: Sequence[str] = (), keys: Sequence[str] | None = None,
+                ) -> AqlQuery:  # fmt: skip
     """Facts passing the filters, most recently updated first (``embedding`` only when asked).
     ``ranges``: (field, comparison, bound) of :meth:`~vcm.store.types.FactQuery.ranges`.
     ``holders``: the shared memory read with the agent's own (its user's, its domain's holder
-    ids); each is a shard key value of its own, so such a read visits at most three shards."""
+    ids); each is a shard key value of its own, so such a read visits at most three shards.
+    ``keys``: only these documents (a search's hits, read whole after ranking)."""
+    lines, bind = _filtered(agent_id, scope, types, key, statuses, category, tags, ranges, limit, unsure, holders)
+    if keys is not None:
+        lines.insert(2, "  FILTER f._key IN @keys")
+        bind["keys"] = list(keys)
+    lines.append("  RETURN f" if with_embedding else '  RETURN UNSET(f, "embedding")')
+    return AqlQuery("\n".join(lines), bind)
+
+
+def fact_candidates(agent_id: str, scope: str | None, types: Sequence[str] | None, key: str | None,
+                    statuses: Sequence[str] | None, category: str | None, tags: Sequence[str] | None,
+                    ranges: Sequence[tuple[str, str, float]], limit: int, vector: Sequence[float] | None,
+                    unsure: bool = False, holders: Sequence[str] = ()) -> AqlQuery:  # fmt: skip
+    """What ranking a fact search needs of each fact passing the filters (the same filters and
+    order as :func:`query_facts`), without the embedding: its cosine to the query ``vector``,
+    computed in the database (null without a vector, or when the fact has no embedding of the
+    vector's length), and whether it has an embedding at all. A prompt build searches facts on
+    every turn; returning each candidate's embedding would ship about 4 KB of JSON per fact."""
+    lines, bind = _filtered(agent_id, scope, types, key, statuses, category, tags, ranges, limit, unsure, holders)
+    bind["vector"] = None if vector is None else [float(x) for x in vector]
+    bind["dimension"] = 0 if vector is None else len(vector)
+    lines += [
+        "  LET embedded = IS_ARRAY(f.embedding) AND LENGTH(f.embedding) > 0",
+        "  LET cosine = @vector != null AND embedded AND LENGTH(f.embedding) == @dimension"
+        " ? COSINE_SIMILARITY(f.embedding, @vector) : null",
+        "  RETURN { agent_id: f.agent_id, fact_id: f.fact_id, value: f.value, key: f.key, tags: f.tags,"
+        " category: f.category, updated_at: f.updated_at, embedded: embedded, cosine: cosine }",
+    ]
+    return AqlQuery("\n".join(lines), bind)
+
+
+def _filtered(agent_id: str, scope: str | None, types: Sequence[str] | None, key: str | None,
+              statuses: Sequence[str] | None, category: str | None, tags: Sequence[str] | None,
+              ranges: Sequence[tuple[str, str, float]], limit: int, unsure: bool,
+              holders: Sequence[str]) -> tuple[list[str], dict[str, Any]]:  # fmt: skip
+    """The FOR, FILTER, SORT and LIMIT lines of a facts read, and their bind variables."""
     owners = list(dict.fromkeys([agent_id, *holders]))
     if len(owners) == 1:
         lines = [f"FOR f IN {names.FACTS}", "  FILTER f.agent_id == @agent_id"]
@@ -49,8 +86,7 @@ def query_facts(agent_id: str, scope: str | None, types: Sequence[str] | None, k
         lines.append(f"  FILTER f.{field} {op} @range{i}")
         bind[f"range{i}"] = bound
     lines += ["  SORT f.updated_at DESC, f.fact_id ASC", "  LIMIT @limit"]
-    lines.append("  RETURN f" if with_embedding else '  RETURN UNSET(f, "embedding")')
-    return AqlQuery("\n".join(lines), bind)
+    return lines, bind
 
 
 def touch_facts(agent_id: str, keys_: Sequence[str], now: float) -> AqlQuery:
