@@ -37,3 +37,26 @@ def test_a_question_with_a_liking_is_no_preference_fact() -> None:
     values = [c.value for c in extract(messages) if c.type not in ("entity", "relation")]
     assert any("Colosseum" in v for v in values)
     assert not any("?" in v for v in values), values
+
+
+def test_each_sentence_is_made_a_unit_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fact candidates and entity candidates read the same units: each sentence is compressed,
+    dated and scanned once per batch (twice was a third of a 128k window's extraction)."""
+    from vcm.tasks.summary import units
+
+    made: list[str] = []
+    real = units.unit_of
+
+    def counted(speaker: str, sentence: str, *args: object, **kwargs: object) -> units.Unit | None:
+        made.append(sentence)
+        return real(speaker, sentence, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(units, "unit_of", counted)
+    messages = [
+        said(1, "Caroline", "My sister Maya moved to Lund in May. What was your favorite part?"),
+        said(2, "Melanie", "I love pottery with Caroline. We went camping at Lake Tahoe!"),
+    ]
+    found = extract(messages)
+    assert sorted(made) == sorted(set(made)) and len(made) == 4
+    assert {c.type for c in found} >= {"entity", "preference"}
+    assert any(c.value == "Maya" or c.key == "maya" for c in found)
