@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,6 +46,7 @@ from vcm.tasks.spool import backfill_vectors
 from vcm.tasks.summary import drift
 from vcm.tasks.summary.request import Draft, Embed, Params, Request, Turn
 from vcm.tasks.summary.selection import Vectors
+from vcm.tasks.summary.units import Scan
 from vcm.types import Message
 
 log = logging.getLogger(__name__)
@@ -97,12 +98,14 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
         if messages and hot.summary_skipped(agent_id, batch_id, messages[0].id):  # evict_fifo(summarize=false)
             deps = dataclasses.replace(deps, summarizer=keep_summary)
         faults.point("evict.before_summarize")
-        check = summarize(deps, agent_id, previous.text if previous is not None else "", messages)
+        # One scanner for the job: the summary and the fact extraction scan the same sentences.
+        scan = _scanner(deps.settings.poisoning)
+        check = summarize(deps, agent_id, previous.text if previous is not None else "", messages, scan=scan)
         draft = check.draft
         faults.point("evict.after_summarize")
         _record_drift(deps, agent_id, batch_id, check)
         if deps.settings.facts.extract_on_eviction:
-            _extract_facts(deps, agent_id, messages)
+            _extract_facts(deps, agent_id, messages, scan)
         # Keyed messages the spool has not reached yet leave Redis with this batch: their
         # records go to the store first (a record without its message is the lesser fault: a
         # retry replays rather than duplicates, and the batch commits on its own retries).
@@ -162,13 +165,13 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
     return outcome
 
 
-def _extract_facts(deps: Deps, agent_id: str, messages: Sequence[Message]) -> None:
+def _extract_facts(deps: Deps, agent_id: str, messages: Sequence[Message], scan: Scan) -> None:
     """Shadow facts of the batch, with evidence, before it leaves the context. Through the
     façade (guard, dedup: a retried batch matches what its first attempt stored). A failure is
     logged: facts are an index of the batch, the batch itself goes to recall regardless."""
     service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed, clock=deps.clock)
     extract = deps.extractor or fact_extraction.extract
-    for c in extract(messages, _scanner(deps.settings.poisoning)):
+    for c in extract(messages, scan):
         try:
             service.remember(
                 agent_id,
@@ -203,7 +206,9 @@ def _backfill(deps: Deps, agent_id: str, messages: Sequence[Message]) -> None:
         log.info("embedded %d batch messages of %s the spool had not reached", filled, agent_id)
 
 
-def summarize(deps: Deps, agent_id: str, previous: str, messages: Sequence[Message]) -> drift.DriftCheck[Draft]:
+def summarize(
+    deps: Deps, agent_id: str, previous: str, messages: Sequence[Message], *, scan: Scan | None = None
+) -> drift.DriftCheck[Draft]:
     """``messages`` folded into the summary ``previous`` within the agent's summary cap,
     re-summarised once if it drifted (evictions; a forget's replay, :mod:`vcm.workers.summaries`)."""
     settings = deps.settings
@@ -214,7 +219,7 @@ def summarize(deps: Deps, agent_id: str, previous: str, messages: Sequence[Messa
         cap=cap,
         count=lambda text: deps.hot.summary_tokens(agent_id, text),
         embed=_Memo(deps.embed),
-        scan=_scanner(settings.poisoning),
+        scan=scan or _scanner(settings.poisoning),
     )
     params = Params.of(settings.summarizer)
     return drift.check(
@@ -232,10 +237,20 @@ def keep_summary(request: Request, params: Params) -> Draft:
     return Draft(text, request.count(text) if text else 0, 1.0, "skipped", len(text.splitlines()))
 
 
-def _scanner(settings: poisoning.PoisoningSettings) -> Callable[[str], tuple[str, ...]]:
-    """The agent's poisoning patterns over summary inputs: the names of those a text matches."""
+def _scanner(settings: poisoning.PoisoningSettings) -> Scan:
+    """The agent's poisoning patterns over summary inputs: the names of those a text matches,
+    each text scanned once (a job scans ~15 000 sentences and clauses at a 128k window, and the
+    summary and the fact extraction see the same sentences)."""
     taint = poisoning.Filter.of(settings)
-    return lambda text: taint.scan(text).reasons
+    seen: dict[str, tuple[str, ...]] = {}
+
+    def scan(text: str) -> tuple[str, ...]:
+        found = seen.get(text)
+        if found is None:
+            found = seen[text] = taint.scan(text).reasons
+        return found
+
+    return scan
 
 
 def _record_drift(deps: Deps, agent_id: str, batch_id: int, check: drift.DriftCheck[Draft]) -> None:

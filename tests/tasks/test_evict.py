@@ -228,3 +228,22 @@ def test_a_rebuild_resumes_the_evicted_counter_from_the_committed_batches(deps: 
     begun = sum(len(ids) for ids in deps.hot.batch_message_ids(AGENT).values())
     assert after.counter("evicted") == committed + begun
     assert after.counter("appended") == after.counter("evicted") + len(deps.hot.fifo_ids(AGENT))
+
+
+def test_an_eviction_scans_each_text_for_poisoning_once(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary and the fact extraction read the same sentences: one job scans each once."""
+    from collections import Counter
+
+    from vcm import poisoning
+
+    scanned: Counter[str] = Counter()
+    real = poisoning.Filter.scan
+
+    def counted(self: poisoning.Filter, text: str) -> poisoning.Verdict:
+        scanned[text] += 1
+        return real(self, text)
+
+    fill(deps)
+    monkeypatch.setattr(poisoning.Filter, "scan", counted)
+    assert evict.evict_batch(deps, AGENT, 1).outcome == "committed"
+    assert scanned and max(scanned.values()) == 1, scanned.most_common(3)
