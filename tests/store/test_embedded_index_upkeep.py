@@ -226,3 +226,42 @@ def test_a_query_serves_the_loaded_text_searcher_and_the_upkeep_reloads_it(tmp_p
         store._upkeep.run_once()
         assert store._text.loaded() != loaded  # reloaded off the query path
         assert len(store.search_recall(A, "zebra", 10).items) == 3
+
+
+def test_partial_queries_place_their_candidates_from_the_persisted_members(
+    tmp_path: Path, points: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reopened, while the persisted index file is still being read, hybrid recall places its
+    text hits (their conversation positions, for neighbour spreading) from the persisted members,
+    read first, not by a SQLite lookup per hit (about 10 ms a query at 1e6 messages, cold pages)."""
+    with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD, recall_tail_limit=50) as store:
+        _no_upkeep_thread(store)
+        _spool(store, points)
+        store.flush_vector_indexes()
+        assert _kind(store) == "ivf"
+        before = _ids(_search(store, points[5], mode="hybrid"))
+    asked: list[int] = []
+    during: list[Page[RecallHit]] = []
+    original = VectorIndex.read
+
+    def reading(key: Any, path: Path) -> Any:
+        during.append(_search(reopened, points[5], mode="hybrid"))  # the index is not there yet
+        return original(key, path)
+
+    with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD, recall_tail_limit=50) as reopened:
+        _no_upkeep_thread(reopened)
+        real = reopened._positions
+
+        def counted(agent_id: str, ids: Any, version: str | None) -> Any:
+            ids = list(ids)
+            asked.extend(ids)
+            return real(agent_id, ids, version)
+
+        monkeypatch.setattr(reopened, "_positions", counted)
+        monkeypatch.setattr(VectorIndex, "read", staticmethod(reading))
+        reopened.flush_vector_indexes()
+        assert len(during) == 1 and during[0].stats is not None and during[0].stats.partial
+        assert asked == []  # every candidate placed from memory
+        assert _kind(reopened) == "ivf"
+        assert all(s.placed is None for s in reopened._message_vectors._spaces.values())
+        assert _ids(_search(reopened, points[5], mode="hybrid")) == before
