@@ -362,7 +362,7 @@ class Core:
     def vectors_of(self, texts: Sequence[str]) -> None:
         """Embed those of ``texts`` not cached yet in one model call, into the cache
         :meth:`vector_of` reads: a prompt build knows its texts up front, and two short texts
-        embed in one padded batch in about 60 % of the time of two calls."""
+        embed in one padded batch in about 80 % of the time of two calls (MiniLM, ONNX Runtime)."""
         assert self.embed is not None
         missing = list(dict.fromkeys(t for t in texts if (id(self.embed), t) not in self._vectors))
         if not missing:
