@@ -12,11 +12,12 @@ A write is compared with the agent's facts of the same scope and type:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
 
 from vcm.store.types import Fact
 
@@ -62,15 +63,34 @@ def word_set(text: str) -> set[str]:
 
 
 def jaccard(a: str, b: str) -> float:
-    x, y = word_set(a), word_set(b)
+    return _jaccard(word_set(a), word_set(b))
+
+
+def _jaccard(x: set[str], y: set[str]) -> float:
     return len(x & y) / len(x | y) if x and y else 0.0
 
 
 def cosine(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
-    if not a or not b or len(a) != len(b):
-        return 0.0
-    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
-    return sum(x * y for x, y in zip(a, b, strict=True)) / (na * nb) if na and nb else 0.0
+    return cosines(a, [b])[0]
+
+
+def cosines(a: Sequence[float] | None, others: Sequence[Sequence[float] | None]) -> list[float]:
+    """The cosine of ``a`` with each of ``others``; 0.0 where either is missing, empty, of
+    another length or of zero length. One matrix product: a write is compared with up to a
+    thousand facts, and a Python loop over their 384 floats each took about 40 ms at that count."""
+    out = [0.0] * len(others)
+    if not a:
+        return out
+    rows = [i for i, b in enumerate(others) if b and len(b) == len(a)]
+    if not rows:
+        return out
+    q = np.asarray(a, dtype=np.float64)
+    m = np.asarray([others[i] for i in rows], dtype=np.float64)
+    norms = np.linalg.norm(m, axis=1) * float(np.linalg.norm(q))
+    dots = m @ q
+    for i, dot, norm in zip(rows, dots.tolist(), norms.tolist(), strict=True):
+        out[i] = dot / norm if norm else 0.0
+    return out
 
 
 # Types whose key names the thing itself: one key, one fact.
@@ -114,11 +134,11 @@ def decide(
     maybe: tuple[float, Fact | None] = (0.0, None)
     low_overlap = word_overlap if unsure_overlap is None else unsure_overlap
     low_near = embedding_similarity if unsure_similarity is None else unsure_similarity
-    for f in candidates:
-        if key is not None and f.key is not None and f.key != key:
-            continue  # another key: another fact, however alike the words
-        overlap = jaccard(value, f.value)
-        near = cosine(embedding, f.embedding)
+    # Another key: another fact, however alike the words.
+    open_ = [f for f in candidates if key is None or f.key is None or f.key == key]
+    words = word_set(value)
+    for f, near in zip(open_, cosines(embedding, [f.embedding for f in open_]), strict=True):
+        overlap = _jaccard(words, word_set(f.value))
         score = max(overlap, near)
         if overlap >= word_overlap or near >= embedding_similarity:
             if score > best[0]:

@@ -1,0 +1,66 @@
+"""Dedup's cosines, one matrix product over the candidates, against the plain definition."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from vcm.facts import dedup
+from vcm.store.types import Fact
+
+
+def plain_cosine(a: list[float] | None, b: list[float] | None) -> float:
+    if not a or not b or len(a) != len(b):
+        return 0.0
+    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / (na * nb) if na and nb else 0.0
+
+
+def test_cosines_match_the_definition_for_missing_short_and_zero_vectors() -> None:
+    rng = random.Random(7)
+    q = [rng.uniform(-1, 1) for _ in range(16)]
+    others: list[list[float] | None] = [[rng.uniform(-1, 1) for _ in range(16)] for _ in range(30)]
+    others += [None, [], [0.0] * 16, q[:8], [2 * x for x in q], [-x for x in q]]
+    got = dedup.cosines(q, others)
+    assert len(got) == len(others)
+    for g, b in zip(got, others, strict=True):
+        assert math.isclose(g, plain_cosine(q, b), abs_tol=1e-12)
+    assert math.isclose(got[-2], 1.0) and math.isclose(got[-1], -1.0) and got[-6:-2] == [0.0] * 4
+    assert dedup.cosines(None, others) == [0.0] * len(others) and dedup.cosines([], [q]) == [0.0]
+    assert dedup.cosines(q, []) == []
+
+
+def test_decide_picks_what_the_per_candidate_loop_picked() -> None:
+    """Over random facts around a query vector, the best MATCH and UNSURE are the ones a loop of
+    the plain cosine and Jaccard finds, skipping other keys."""
+    rng = random.Random(11)
+    seen: set[str] = set()
+    words = ["river", "sea", "boat", "ann", "likes", "swims", "north", "cold", "lake", "tea"]
+    for trial in range(40):
+        q = [rng.gauss(0, 1) for _ in range(8)]
+        value = " ".join(rng.sample(words, 4))
+        facts = []
+        noise = [0.1, 0.4, 1.5] if trial % 3 else [1.0, 2.0, 3.0]  # every third: mostly NEW
+        for i in range(25):
+            v = [x + rng.gauss(0, rng.choice(noise)) for x in q] if rng.random() < 0.9 else None
+            key = rng.choice([None, None, "k1", "k2"])
+            facts.append(Fact("ann", f"f{i}", "agent", "learned", " ".join(rng.sample(words, 4)), key=key, embedding=v))
+        key = rng.choice([None, "k3"])
+        got = dedup.decide(
+            value, key, q, facts, word_overlap=0.8, embedding_similarity=0.95, unsure_overlap=0.6, unsure_similarity=0.8
+        )
+        best: tuple[float, Fact | None] = (0.0, None)
+        maybe: tuple[float, Fact | None] = (0.0, None)
+        for f in facts:
+            if key is not None and f.key is not None and f.key != key:
+                continue
+            overlap, near = dedup.jaccard(value, f.value), plain_cosine(q, list(f.embedding or []))
+            score = max(overlap, near)
+            if overlap >= 0.8 or near >= 0.95:
+                best = (score, f) if score > best[0] else best
+            elif (overlap >= 0.6 or near >= 0.8) and score > maybe[0]:
+                maybe = (score, f)
+        want = ("MATCH", best[1]) if best[1] else ("UNSURE", maybe[1]) if maybe[1] else ("NEW", None)
+        assert (got.decision, got.target) == want, trial
+        seen.add(got.decision)
+    assert seen == {"MATCH", "UNSURE", "NEW"}
