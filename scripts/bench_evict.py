@@ -24,10 +24,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import fakeredis
+import numpy as np
 import redis
 
 from vcm.dispatch import RecordingDispatcher
@@ -37,6 +39,8 @@ from vcm.hotpath.budget import Budget
 from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
 from vcm.store import open_store
+from vcm.store.port import MemoryStore
+from vcm.store.types import Fact
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
 from vcm.workers.runtime import LazyEmbed, build_summarizer
@@ -98,6 +102,13 @@ def main() -> None:
         "--backends", default="", help="[embedding] backends to compare, comma-separated (default: the configured one)"
     )
     parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")
+    parser.add_argument(
+        "--prior-facts",
+        type=int,
+        default=0,
+        help="facts the agent already holds before its first job (a long-lived agent: each fact a job extracts "
+        "is compared with them)",
+    )
     add_json_flag(parser)
     add_data_flag(parser)
     args = parser.parse_args()
@@ -114,6 +125,23 @@ def main() -> None:
             )
     if args.json:
         write_json(args.json, runs[0] if len(runs) == 1 else {"runs": runs})
+
+
+def hold_prior_facts(store: MemoryStore, agent: str, n: int, dimension: int) -> None:
+    """``n`` facts of the three types fact extraction writes, as a long-lived agent holds them:
+    distinct sentences with unit vectors in random directions (nothing near a new fact, so dedup
+    compares every write with all of them and keeps it)."""
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((n, dimension)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    now = time.time()
+    for i, v in enumerate(vectors):
+        kind = ("learned", "preference", "project")[i % 3]
+        value = f"Speaker {i % 7}: earlier fact number {i} about topic {i * 7919 % 1000}"
+        at = now - n + i
+        evidence = ({"kind": "message", "id": f"old{i}"},)
+        fact = Fact(agent, f"prior{i}", "agent", kind, value, evidence=evidence, created_at=at, updated_at=at)
+        store.put_fact(replace(fact, embedding=[float(x) for x in v]), None)
 
 
 def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any]:
@@ -144,6 +172,7 @@ def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any
     # The store's record too: the job's writes are fenced by the agent's incarnation (issue 28).
     store.put_agent(agent, agent_config(info.model, prompt, ()), incarnation=incarnation)
     budget = Budget.for_window(hot.agent(agent).window, settings.budget)
+    hold_prior_facts(store, agent, args.prior_facts, len(embed(["dimension"])[0]))
     source = turns(args.data)
     jobs: list[dict[str, float]] = []
     try:
@@ -176,6 +205,7 @@ def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any
         "batches": len(measured),
         "messages_per_batch": round(evicted / len(jobs), 1),
         "embedder_load_s": round(load_s, 2),
+        "prior_facts": args.prior_facts,
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
         "summary_drift_mean": round(statistics.mean(e.payload["drift"] for e in evicts), 4),

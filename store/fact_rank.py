@@ -173,6 +173,24 @@ def rank(text: str, vector: Sequence[float] | None, facts: Sequence[Fact], limit
     return out
 
 
+def cosines(vector: Sequence[float] | None, others: Sequence[Sequence[float] | Vector | None]) -> list[float]:
+    """The cosine of ``vector`` with each of ``others``, in float64; 0.0 where either is missing,
+    empty, of another length or of zero length. One matrix product: fact dedup compares a write
+    with up to a thousand facts, where a Python loop over 384 floats each took ~40 ms."""
+    out = [0.0] * len(others)
+    if vector is None or len(vector) == 0:
+        return out
+    rows = [i for i, b in enumerate(others) if b is not None and len(b) == len(vector)]
+    if not rows:
+        return out
+    q = np.asarray(vector, dtype=np.float64)
+    m = np.asarray([others[i] for i in rows], dtype=np.float64)
+    norms = np.linalg.norm(m, axis=1) * float(np.linalg.norm(q))
+    for i, dot, norm in zip(rows, (m @ q).tolist(), norms.tolist(), strict=True):
+        out[i] = dot / norm if norm else 0.0
+    return out
+
+
 def blob_vector(blob: bytes | None) -> Vector | None:
     """A stored little-endian float32 embedding, without copying (None: no embedding)."""
     if not blob:
@@ -186,6 +204,7 @@ __all__ = (
     "Candidate",
     "blob_vector",
     "candidate",
+    "cosines",
     "document",
     "fact_terms",
     "fact_text",

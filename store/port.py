@@ -48,6 +48,7 @@ from vcm.store.types import (
     ContextReset,
     CoreBlock,
     CoreBlockWrite,
+    DedupCandidate,
     Edge,
     EdgeKind,
     EvictionCommit,
@@ -178,7 +179,9 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def put_fact(self, fact: Fact, expected_version: int | None, *, incarnation: str | None = None) -> Fact:
         """Create (``expected_version`` None: the id must be new) or replace (the stored version
-        must equal it; the new one is that plus one). RevConflict otherwise, nothing written."""
+        must equal it; the new one is that plus one). RevConflict otherwise, nothing written. A
+        replacement without an embedding keeps the stored one while the value is unchanged
+        (reads leave embeddings out, so a read-modify-write must not drop the vector)."""
 
     @abc.abstractmethod
     def get_fact(self, agent_id: str, fact_id: str) -> Fact:
@@ -187,6 +190,11 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def query_facts(self, agent_id: str, query: FactQuery) -> list[Fact]:
         """Matching facts, most recently updated first, without embeddings."""
+
+    @abc.abstractmethod
+    def dedup_candidates(self, agent_id: str, query: FactQuery, vector: Sequence[float] | None) -> list[DedupCandidate]:
+        """The facts ``query_facts`` would return (same filters, order and limit), light: text,
+        key, review mark and the cosine of each embedding to ``vector``, computed in the store."""
 
     @abc.abstractmethod
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:

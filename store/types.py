@@ -412,7 +412,7 @@ class FactQuery:
         return tuple((f, op, float(v)) for f, op, v in bounds if v is not None)
 
     limit: int = 100
-    with_embeddings: bool = False  # query_facts: return embeddings too (dedup compares them)
+    with_embeddings: bool = False  # query_facts: return embeddings too
     # Holder ids (vcm.store.principals) read with the agent's own facts: its user's and domain's.
     # Set by the service from the agent's record, never from a request.
     holders: Sequence[str] = ()
@@ -422,6 +422,21 @@ class FactQuery:
 class FactHit:
     fact: Fact
     score: float
+
+
+@dataclass(frozen=True)
+class DedupCandidate:
+    """What dedup (``vcm.facts.dedup``) compares of a live fact: its text, key and review mark,
+    and the cosine of its embedding to the write's (0.0 without either, or of another length),
+    computed where the facts are stored. A write is compared with up to a thousand facts; whole
+    facts with their embeddings cost ~20 ms to read and convert at that count."""
+
+    agent_id: str
+    fact_id: str
+    value: str
+    key: str | None
+    duplicate_of: str | None
+    cosine: float
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,17 @@ from vcm.store.arango.aql import facts as aql_facts
 from vcm.store.arango.base import ArangoBase
 from vcm.store.arango.lifecycle import count_of
 from vcm.store.principals import is_holder
-from vcm.store.types import FACT_EDGE_KINDS, AgentMemory, Edge, Fact, FactHit, FactQuery, StateEntry, fact_node
+from vcm.store.types import (
+    FACT_EDGE_KINDS,
+    AgentMemory,
+    DedupCandidate,
+    Edge,
+    Fact,
+    FactHit,
+    FactQuery,
+    StateEntry,
+    fact_node,
+)
 
 
 def fact_key(agent_id: str, fact_id: str) -> str:
@@ -119,6 +129,10 @@ class FactOps(ArangoBase):
                     None if current_version is None else str(current_version),
                 )
             doc = fact_doc(fact, 1 if expected_version is None else expected_version + 1)
+            if not fact.embedding and current is not None and current.get("value") == fact.value:
+                # Reads leave embeddings out: a fact put back without one keeps its stored vector
+                # while its value is the one that vector was made from.
+                doc["embedding"] = current.get("embedding")
             facts.insert(doc, overwrite_mode="replace")
         return fact_from_doc(doc)
 
@@ -135,6 +149,29 @@ class FactOps(ArangoBase):
         n = validation.limit("limit", query.limit)
         found = self._run(self._ro, _query(agent_id, query, n, query.with_embeddings), "query_facts")
         return [fact_from_doc(d, with_embedding=query.with_embeddings) for d in found]
+
+    def dedup_candidates(self, agent_id: str, query: FactQuery, vector: Sequence[float] | None) -> list[DedupCandidate]:
+        validation.identifier("agent_id", agent_id)
+        n = validation.limit("limit", query.limit)
+        q = query
+        holders = [validation.identifier("holder", h) for h in q.holders]
+        # The search's light candidates, as query_facts filters, orders and limits; the cosine
+        # computed in the database.
+        candidates_query = aql_facts.fact_candidates(
+            agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.ranges(), n,
+            None if vector is None else [float(x) for x in vector], unsure=q.unsure, holders=holders,
+        )  # fmt: skip
+        return [
+            DedupCandidate(
+                str(d["agent_id"]),
+                str(d["fact_id"]),
+                str(d["value"]),
+                d.get("key"),
+                d.get("duplicate_of"),
+                0.0 if d.get("cosine") is None else float(d["cosine"]),
+            )
+            for d in self._run(self._ro, candidates_query, "dedup_candidates")
+        ]
 
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
         validation.identifier("agent_id", agent_id)

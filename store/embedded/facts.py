@@ -21,6 +21,7 @@ from vcm.store.principals import is_holder
 from vcm.store.types import (
     FACT_EDGE_KINDS,
     AgentMemory,
+    DedupCandidate,
     Edge,
     Fact,
     FactHit,
@@ -114,7 +115,8 @@ class FactOps(EmbeddedBase):
             else:
                 fence(conn, (fact.agent_id,), incarnation)
             current = conn.execute(
-                "SELECT version FROM facts WHERE agent_id = ? AND fact_id = ?", (fact.agent_id, fact.fact_id)
+                "SELECT version, value, embedding FROM facts WHERE agent_id = ? AND fact_id = ?",
+                (fact.agent_id, fact.fact_id),
             ).fetchone()
             current_version = None if current is None else int(current[0])
             if current_version != expected_version:
@@ -123,7 +125,10 @@ class FactOps(EmbeddedBase):
                     None if expected_version is None else str(expected_version),
                     None if current_version is None else str(current_version),
                 )
-            _insert_fact(conn, fact, 1 if expected_version is None else expected_version + 1)
+            # Reads leave embeddings out: a fact put back without one keeps its stored vector
+            # while its value is the one that vector was made from.
+            kept = current["embedding"] if current is not None and current["value"] == fact.value else None
+            _insert_fact(conn, fact, 1 if expected_version is None else expected_version + 1, kept=kept)
             row = conn.execute(
                 f"SELECT {_COLUMNS} FROM facts WHERE agent_id = ? AND fact_id = ?", (fact.agent_id, fact.fact_id)
             ).fetchone()
@@ -152,6 +157,25 @@ class FactOps(EmbeddedBase):
         )
         facts = [_fact(r, r["embedding"] if query.with_embeddings else None) for r in found]
         return _tagged(facts, query.tags)[:n]
+
+    def dedup_candidates(self, agent_id: str, query: FactQuery, vector: Sequence[float] | None) -> list[DedupCandidate]:
+        validation.identifier("agent_id", agent_id)
+        n = validation.limit("limit", query.limit)
+        where, params = _where(agent_id, query)
+        fetch = n if not query.tags else fact_rank.MAX_CANDIDATES  # as query_facts: tags after the read
+        found = self._db.query(
+            "dedup candidates",
+            "SELECT agent_id, fact_id, value, key, tags, duplicate_of, embedding FROM facts "
+            f"WHERE {where} ORDER BY updated_at DESC, fact_id LIMIT ?",
+            (*params, fetch),
+        )
+        wanted = set(query.tags or ())
+        kept = [r for r in found if not wanted or wanted <= set(_strings(r["tags"]))][:n]
+        near = fact_rank.cosines(vector, [fact_rank.blob_vector(r["embedding"]) for r in kept])
+        return [
+            DedupCandidate(r["agent_id"], r["fact_id"], r["value"], r["key"], r["duplicate_of"], c)
+            for r, c in zip(kept, near, strict=True)
+        ]
 
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
         validation.identifier("agent_id", agent_id)
@@ -332,8 +356,9 @@ def _state(row: sqlite3.Row) -> StateEntry:
 
 
 # --- helpers (run inside an open write transaction) -------------------------------------------
-def _insert_fact(conn: sqlite3.Connection, fact: Fact, version: int) -> None:
-    embedding = None if not fact.embedding else np.asarray(fact.embedding, dtype="<f4").tobytes()
+def _insert_fact(conn: sqlite3.Connection, fact: Fact, version: int, *, kept: bytes | None = None) -> None:
+    """``kept``: the stored embedding, written when ``fact`` carries none."""
+    embedding = kept if not fact.embedding else np.asarray(fact.embedding, dtype="<f4").tobytes()
     conn.execute(
         f"INSERT OR REPLACE INTO facts ({_COLUMNS}, embedding) VALUES "
         "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

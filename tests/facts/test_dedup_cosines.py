@@ -1,4 +1,5 @@
-"""Dedup's cosines, one matrix product over the candidates, against the plain definition."""
+"""Dedup over light candidates: cosines in one matrix product against the plain definition, and
+the verdicts a per-candidate loop over whole facts reaches."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 import random
 
 from vcm.facts import dedup
+from vcm.store import fact_rank
 from vcm.store.types import Fact
 
 
@@ -21,18 +23,18 @@ def test_cosines_match_the_definition_for_missing_short_and_zero_vectors() -> No
     q = [rng.uniform(-1, 1) for _ in range(16)]
     others: list[list[float] | None] = [[rng.uniform(-1, 1) for _ in range(16)] for _ in range(30)]
     others += [None, [], [0.0] * 16, q[:8], [2 * x for x in q], [-x for x in q]]
-    got = dedup.cosines(q, others)
+    got = fact_rank.cosines(q, others)
     assert len(got) == len(others)
     for g, b in zip(got, others, strict=True):
         assert math.isclose(g, plain_cosine(q, b), abs_tol=1e-12)
     assert math.isclose(got[-2], 1.0) and math.isclose(got[-1], -1.0) and got[-6:-2] == [0.0] * 4
-    assert dedup.cosines(None, others) == [0.0] * len(others) and dedup.cosines([], [q]) == [0.0]
-    assert dedup.cosines(q, []) == []
+    assert fact_rank.cosines(None, others) == [0.0] * len(others) and fact_rank.cosines([], [q]) == [0.0]
+    assert fact_rank.cosines(q, []) == []
 
 
-def test_decide_picks_what_the_per_candidate_loop_picked() -> None:
-    """Over random facts around a query vector, the best MATCH and UNSURE are the ones a loop of
-    the plain cosine and Jaccard finds, skipping other keys."""
+def test_the_verdict_is_the_one_a_loop_over_whole_facts_reaches() -> None:
+    """Over random facts around a query vector, the MATCH and UNSURE targets are the ones a loop
+    of the plain cosine and Jaccard finds, skipping facts of another key."""
     rng = random.Random(11)
     seen: set[str] = set()
     words = ["river", "sea", "boat", "ann", "likes", "swims", "north", "cold", "lake", "tea"]
@@ -46,8 +48,14 @@ def test_decide_picks_what_the_per_candidate_loop_picked() -> None:
             key = rng.choice([None, None, "k1", "k2"])
             facts.append(Fact("ann", f"f{i}", "agent", "learned", " ".join(rng.sample(words, 4)), key=key, embedding=v))
         key = rng.choice([None, "k3"])
-        got = dedup.decide(
-            value, key, q, facts, word_overlap=0.8, embedding_similarity=0.95, unsure_overlap=0.6, unsure_similarity=0.8
+        got = dedup.by_similarity(
+            value,
+            key,
+            dedup.light(facts, q),
+            word_overlap=0.8,
+            embedding_similarity=0.95,
+            unsure_overlap=0.6,
+            unsure_similarity=0.8,
         )
         best: tuple[float, Fact | None] = (0.0, None)
         maybe: tuple[float, Fact | None] = (0.0, None)
@@ -61,6 +69,24 @@ def test_decide_picks_what_the_per_candidate_loop_picked() -> None:
             elif (overlap >= 0.6 or near >= 0.8) and score > maybe[0]:
                 maybe = (score, f)
         want = ("MATCH", best[1]) if best[1] else ("UNSURE", maybe[1]) if maybe[1] else ("NEW", None)
-        assert (got.decision, got.target) == want, trial
+        assert (got.decision, got.target and got.target.fact_id) == (want[0], want[1] and want[1].fact_id), trial
         seen.add(got.decision)
     assert seen == {"MATCH", "UNSURE", "NEW"}
+
+
+def test_a_key_decides_before_similarity() -> None:
+    tea = Fact("ann", "f1", "agent", "preference", "likes green tea", key="drink")
+    assert dedup.by_key("likes coffee", None, [tea]) is None
+    assert dedup.by_key("likes coffee", "food", []) is None
+    same = dedup.by_key("Likes green tea.", "drink", [tea])
+    assert same is not None and same.decision == "MATCH" and same.target == tea
+    other = dedup.by_key("likes coffee", "drink", [tea])
+    assert other is not None and other.decision == "CONFLICT" and other.conflicting == (tea,)
+    entity = dedup.by_key("Ann, a sailor", "ann", [replace_key(tea, "ann")], identity=True)
+    assert entity is not None and entity.decision == "MATCH"
+
+
+def replace_key(f: Fact, key: str) -> Fact:
+    from dataclasses import replace
+
+    return replace(f, key=key)

@@ -272,8 +272,8 @@ def test_dedup_decides_unsure_only_between_the_thresholds() -> None:
 
     def band(value: str, unsure: bool = True) -> str:
         low = (0.7, 0.85) if unsure else (None, None)
-        return dedup.decide(
-            value, None, None, [known], word_overlap=0.8, embedding_similarity=0.92,
+        return dedup.by_similarity(
+            value, None, dedup.light([known], None), word_overlap=0.8, embedding_similarity=0.92,
             unsure_overlap=low[0], unsure_similarity=low[1],
         ).decision  # fmt: skip
 

@@ -58,7 +58,8 @@ class FakeCollection:
         if key in self.docs:
             if overwrite_mode == "ignore":
                 return {"_key": key, "_rev": self.docs[key]["_rev"]}
-            raise server_error(DocumentInsertError, 409, 1210, "unique constraint violated")
+            if overwrite_mode != "replace":  # overwriteMode=replace: the new document replaces it
+                raise server_error(DocumentInsertError, 409, 1210, "unique constraint violated")
         stored = {**copy.deepcopy(doc), "_id": f"{self.name}/{key}", "_rev": f"r{next(_revs)}"}
         self.docs[key] = stored
         return True if silent else {"_key": key, "_rev": stored["_rev"]}

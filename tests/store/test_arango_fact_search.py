@@ -6,6 +6,7 @@ ranking of precomputed cosines equals the ranking of vectors; the generated AQL.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -62,7 +63,8 @@ def _light(f: Fact, vector: list[float] | None) -> dict[str, Any]:
     )
     return {
         "agent_id": f.agent_id, "fact_id": f.fact_id, "value": f.value, "key": f.key, "tags": list(f.tags),
-        "category": f.category, "updated_at": f.updated_at, "embedded": embedded, "cosine": cosine,
+        "category": f.category, "updated_at": f.updated_at, "duplicate_of": f.duplicate_of, "embedded": embedded,
+        "cosine": cosine,
     }  # fmt: skip
 
 
@@ -130,3 +132,45 @@ def test_search_facts_ranks_light_rows_and_reads_only_the_hits_whole(
     assert len(seen) == 2 and seen[1][1]["keys"] == [fact_key("a1", h.fact.fact_id) for h in
                                                       fact_rank.rank("green tea", vector, facts, 5)]  # fmt: skip
     assert names.FACTS in seen[0][0]
+
+
+def test_dedup_candidates_are_the_light_rows_with_their_cosines(world: tuple[ArangoStore, FakeDB, FaultSwitch]) -> None:
+    """Dedup reads the search's light candidates (with ``duplicate_of``), as query_facts filters,
+    orders and limits them; a null cosine (no embedding, another length, a zero vector) is 0.0."""
+    store, _, _ = world
+    facts = _facts()
+    facts[2] = replace(facts[2], status="shadow", duplicate_of="f0", key="k")
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def server(query: str, bind: dict[str, Any]) -> list[Any] | None:
+        seen.append((query, bind))
+        if "COSINE_SIMILARITY" in query:
+            return [_light(f, bind["vector"]) for f in facts[: bind["limit"]]]
+        return None
+
+    cast(FakeDB, store._ro).on_query = server
+    vector = [0.9, -0.2, 0.1, 0.4]
+    got = store.dedup_candidates("a1", FactQuery(types=["learned"], statuses=["active", "shadow"], limit=12), vector)
+    assert [c.fact_id for c in got] == [f.fact_id for f in facts[:12]]
+    for c, f in zip(got, facts, strict=False):
+        want = _light(f, vector)["cosine"]
+        assert c.cosine == pytest.approx(0.0 if want is None else want)
+        assert (c.agent_id, c.value, c.key, c.duplicate_of) == (f.agent_id, f.value, f.key, f.duplicate_of)
+    assert got[2].duplicate_of == "f0" and got[3].cosine == 0.0 and got[8].cosine == 0.0  # none; zero vector
+    [(query, bind)] = seen
+    assert bind["limit"] == 12 and bind["types"] == ["learned"] and "duplicate_of: f.duplicate_of" in query
+
+
+def test_a_fact_put_back_without_its_embedding_keeps_it_while_its_value_holds(
+    world: tuple[ArangoStore, FakeDB, FaultSwitch],
+) -> None:
+    store, db, _ = world
+    store.put_fact(_fact(1, "likes tea", [1.0, 0.0, 0.0, 0.0]), None)
+    read = store.get_fact("a1", "f1")
+    assert read.embedding is None
+    store.put_fact(replace(read, importance=0.9), read.version)
+    doc = db.collection(names.FACTS).get(fact_key("a1", "f1"))
+    assert doc is not None and doc["embedding"] == [1.0, 0.0, 0.0, 0.0] and doc["importance"] == 0.9
+    store.put_fact(replace(read, value="likes coffee", version=2), 2)  # another value: the vector is stale
+    doc = db.collection(names.FACTS).get(fact_key("a1", "f1"))
+    assert doc is not None and doc["embedding"] is None and doc["value"] == "likes coffee"

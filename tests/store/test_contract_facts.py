@@ -86,6 +86,44 @@ def test_search_is_hybrid_text_and_vector(store: MemoryStore) -> None:
     assert both[0].fact.fact_id == "f2" and both[0].fact.embedding is None
 
 
+def test_dedup_candidates_are_query_facts_light_with_their_cosines(store: MemoryStore) -> None:
+    store.put_fact(fact(1, "likes tea", key="drink", embedding=[1.0, 0.0, 0.0]), None)
+    store.put_fact(fact(2, "likes coffee", embedding=[-2.0, 0.0, 0.0]), None)
+    store.put_fact(fact(3, "short vector", embedding=[1.0, 0.0]), None)
+    store.put_fact(fact(4, "no vector", embedding=None, status="shadow", duplicate_of="f1"), None)
+    store.put_fact(fact(5, "a project", type="project", embedding=[0.6, 0.8, 0.0]), None)
+    store.put_fact(fact(6, "archived", status="archived", embedding=[1.0, 0.0, 0.0]), None)
+    live = FactQuery(types=["preference"], statuses=["active", "shadow"])
+    got = store.dedup_candidates("a1", live, [3.0, 0.0, 0.0])
+    assert [c.fact_id for c in got] == [f.fact_id for f in store.query_facts("a1", live)] == ["f4", "f3", "f2", "f1"]
+    by_id = {c.fact_id: c for c in got}
+    assert by_id["f1"].cosine == pytest.approx(1.0) and by_id["f2"].cosine == pytest.approx(-1.0)
+    assert by_id["f3"].cosine == 0.0 and by_id["f4"].cosine == 0.0  # another length; none
+    assert (by_id["f1"].key, by_id["f1"].value, by_id["f1"].agent_id) == ("drink", "likes tea", "a1")
+    assert by_id["f4"].duplicate_of == "f1" and by_id["f1"].duplicate_of is None
+    assert [c.cosine for c in store.dedup_candidates("a1", live, None)] == [0.0] * 4
+    assert [c.fact_id for c in store.dedup_candidates("a1", replace(live, limit=2), [1.0, 0.0, 0.0])] == ["f4", "f3"]
+    project = store.dedup_candidates("a1", FactQuery(types=["project"]), [1.0, 0.0, 0.0])
+    assert [(c.fact_id, round(c.cosine, 6)) for c in project] == [("f5", 0.6)]
+    assert store.dedup_candidates("a1", FactQuery(tags=["nope"]), [1.0, 0.0, 0.0]) == []
+
+
+def test_a_fact_put_back_without_its_embedding_keeps_it_while_its_value_holds(store: MemoryStore) -> None:
+    """Reads leave embeddings out: a read-modify-write must not drop the vector search needs."""
+    store.put_fact(fact(1, "likes tea", embedding=[1.0, 0.0, 0.0]), None)
+    read = store.get_fact("a1", "f1")
+    assert read.embedding is None
+    store.put_fact(replace(read, importance=0.9), read.version)
+    [kept] = store.dedup_candidates("a1", FactQuery(), [1.0, 0.0, 0.0])
+    assert kept.cosine == pytest.approx(1.0) and store.get_fact("a1", "f1").importance == 0.9
+    hits = store.search_facts("a1", "zzz", [1.0, 0.0, 0.0], FactQuery())
+    assert [h.fact.fact_id for h in hits] == ["f1"]  # found by its vector alone
+    changed = store.get_fact("a1", "f1")
+    store.put_fact(replace(changed, value="likes coffee"), changed.version)  # another value: stale vector
+    [gone] = store.dedup_candidates("a1", FactQuery(), [1.0, 0.0, 0.0])
+    assert gone.cosine == 0.0 and gone.value == "likes coffee"
+
+
 def test_delete_touch_and_expiry(store: MemoryStore) -> None:
     store.put_fact(fact(1, "keeps", expires_at=None), None)
     store.put_fact(fact(2, "expires", expires_at=NOW + 10), None)

@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
-from vcm.store.types import Fact
+from vcm.store import fact_rank
+from vcm.store.types import DedupCandidate, Fact
 
 Decision = Literal["MATCH", "NEW", "CONFLICT", "UNSURE"]
 _WORD = re.compile(r"[a-z0-9]+")
@@ -70,29 +69,6 @@ def _jaccard(x: set[str], y: set[str]) -> float:
     return len(x & y) / len(x | y) if x and y else 0.0
 
 
-def cosine(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
-    return cosines(a, [b])[0]
-
-
-def cosines(a: Sequence[float] | None, others: Sequence[Sequence[float] | None]) -> list[float]:
-    """The cosine of ``a`` with each of ``others``; 0.0 where either is missing, empty, of
-    another length or of zero length. One matrix product: a write is compared with up to a
-    thousand facts, and a Python loop over their 384 floats each took about 40 ms at that count."""
-    out = [0.0] * len(others)
-    if not a:
-        return out
-    rows = [i for i, b in enumerate(others) if b and len(b) == len(a)]
-    if not rows:
-        return out
-    q = np.asarray(a, dtype=np.float64)
-    m = np.asarray([others[i] for i in rows], dtype=np.float64)
-    norms = np.linalg.norm(m, axis=1) * float(np.linalg.norm(q))
-    dots = m @ q
-    for i, dot, norm in zip(rows, dots.tolist(), norms.tolist(), strict=True):
-        out[i] = dot / norm if norm else 0.0
-    return out
-
-
 # Types whose key names the thing itself: one key, one fact.
 IDENTITY_TYPES = frozenset({"entity", "relation"})
 
@@ -105,40 +81,57 @@ class Outcome:
     similarity: float = 0.0
 
 
-def decide(
+@dataclass(frozen=True)
+class Near:
+    """:func:`by_similarity`'s verdict: the candidate a MATCH joins or an UNSURE may repeat."""
+
+    decision: Literal["MATCH", "NEW", "UNSURE"]
+    target: DedupCandidate | None = None
+    similarity: float = 0.0
+
+
+def by_key(value: str, key: str | None, keyed: Sequence[Fact], *, identity: bool = False) -> Outcome | None:
+    """The verdict of the write's key over ``keyed``, the live facts of that key (same scope and
+    type): MATCH (``identity``: the key names the thing itself, an entity's name or a relation's
+    triple, so one key is one fact whatever its description says; or the same value), CONFLICT
+    (another value: both are kept), or None when no fact has the key (or the write has none)."""
+    if key is None:
+        return None
+    same_key = [f for f in keyed if f.key == key]
+    if identity and same_key:
+        return Outcome("MATCH", same_key[0], similarity=1.0)
+    same = [f for f in same_key if normalise(f.value) == normalise(value)]
+    if same:
+        return Outcome("MATCH", same[0], similarity=1.0)
+    if same_key:
+        return Outcome("CONFLICT", conflicting=tuple(same_key))
+    return None
+
+
+def by_similarity(
     value: str,
     key: str | None,
-    embedding: Sequence[float] | None,
-    candidates: Sequence[Fact],
+    candidates: Sequence[DedupCandidate],
     *,
     word_overlap: float,
     embedding_similarity: float,
-    identity: bool = False,
     unsure_overlap: float | None = None,
     unsure_similarity: float | None = None,
-) -> Outcome:
-    """``candidates``: the agent's live facts of the write's scope and type. ``identity``: the
-    key names the thing itself (an entity's name, a relation's triple), so one key is one fact
-    whatever its description says: a MATCH, never a CONFLICT. ``unsure_overlap`` and
-    ``unsure_similarity``: the lower bounds of UNSURE (None: no UNSURE band)."""
-    if key is not None:
-        keyed = [f for f in candidates if f.key == key]
-        if identity and keyed:
-            return Outcome("MATCH", keyed[0], similarity=1.0)
-        same = [f for f in keyed if normalise(f.value) == normalise(value)]
-        if same:
-            return Outcome("MATCH", same[0], similarity=1.0)
-        if keyed:
-            return Outcome("CONFLICT", conflicting=tuple(keyed))
-    best: tuple[float, Fact | None] = (0.0, None)
-    maybe: tuple[float, Fact | None] = (0.0, None)
+) -> Near:
+    """The verdict of near-duplicate text over ``candidates``, the live facts of the write's scope
+    and type with their cosines to its embedding (a fact of another key is another fact, however
+    alike the words): MATCH at or above either MATCH threshold (the closest), UNSURE between the
+    thresholds (``unsure_overlap`` and ``unsure_similarity``, the lower bounds; None: no UNSURE
+    band) and never towards a fact that is itself staged as a duplicate, else NEW."""
+    best: tuple[float, DedupCandidate | None] = (0.0, None)
+    maybe: tuple[float, DedupCandidate | None] = (0.0, None)
     low_overlap = word_overlap if unsure_overlap is None else unsure_overlap
     low_near = embedding_similarity if unsure_similarity is None else unsure_similarity
-    # Another key: another fact, however alike the words.
-    open_ = [f for f in candidates if key is None or f.key is None or f.key == key]
     words = word_set(value)
-    for f, near in zip(open_, cosines(embedding, [f.embedding for f in open_]), strict=True):
-        overlap = _jaccard(words, word_set(f.value))
+    for f in candidates:
+        if key is not None and f.key is not None and f.key != key:
+            continue
+        overlap, near = _jaccard(words, word_set(f.value)), f.cosine
         score = max(overlap, near)
         if overlap >= word_overlap or near >= embedding_similarity:
             if score > best[0]:
@@ -146,7 +139,17 @@ def decide(
         elif (overlap >= low_overlap or near >= low_near) and score > maybe[0] and f.duplicate_of is None:
             maybe = (score, f)  # a candidate is never the target of another: targets are settled facts
     if best[1] is not None:
-        return Outcome("MATCH", best[1], similarity=best[0])
+        return Near("MATCH", best[1], best[0])
     if maybe[1] is not None:
-        return Outcome("UNSURE", maybe[1], similarity=maybe[0])
-    return Outcome("NEW")
+        return Near("UNSURE", maybe[1], maybe[0])
+    return Near("NEW")
+
+
+def light(facts: Sequence[Fact], embedding: Sequence[float] | None) -> list[DedupCandidate]:
+    """Whole facts as :func:`by_similarity` compares them (what a store's ``dedup_candidates``
+    returns), their cosines to ``embedding`` computed here."""
+    near = fact_rank.cosines(embedding, [f.embedding for f in facts])
+    return [
+        DedupCandidate(f.agent_id, f.fact_id, f.value, f.key, f.duplicate_of, c)
+        for f, c in zip(facts, near, strict=True)
+    ]

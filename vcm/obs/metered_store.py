@@ -25,6 +25,7 @@ from vcm.store.types import (
     ContextReset,
     CoreBlock,
     CoreBlockWrite,
+    DedupCandidate,
     Edge,
     EdgeKind,
     EvictionCommit,
@@ -128,6 +129,9 @@ class MeteredStore(MemoryStore):
 
     def query_facts(self, agent_id: str, query: FactQuery) -> list[Fact]:
         return self._call("query_facts", self.inner.query_facts, agent_id, query)
+
+    def dedup_candidates(self, agent_id: str, query: FactQuery, vector: Sequence[float] | None) -> list[DedupCandidate]:
+        return self._call("dedup_candidates", self.inner.dedup_candidates, agent_id, query, vector)
 
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
         return self._call("search_facts", self.inner.search_facts, agent_id, text, vector, query)

@@ -38,7 +38,8 @@ def fact_candidates(agent_id: str, scope: str | None, types: Sequence[str] | Non
                     ranges: Sequence[tuple[str, str, float]], limit: int, vector: Sequence[float] | None,
                     unsure: bool = False, holders: Sequence[str] = ()) -> AqlQuery:  # fmt: skip
     """What ranking a fact search needs of each fact passing the filters (the same filters and
-    order as :func:`query_facts`), without the embedding: its cosine to the query ``vector``,
+    order as :func:`query_facts`), and dedup (which reads ``duplicate_of`` too), without the
+    embedding: its cosine to the query ``vector``,
     computed in the database (null without a vector, or when the fact has no embedding of the
     vector's length), and whether it has an embedding at all. A prompt build searches facts on
     every turn; returning each candidate's embedding would ship about 4 KB of JSON per fact."""
@@ -50,7 +51,8 @@ def fact_candidates(agent_id: str, scope: str | None, types: Sequence[str] | Non
         "  LET cosine = @vector != null AND embedded AND LENGTH(f.embedding) == @dimension"
         " ? COSINE_SIMILARITY(f.embedding, @vector) : null",
         "  RETURN { agent_id: f.agent_id, fact_id: f.fact_id, value: f.value, key: f.key, tags: f.tags,"
-        " category: f.category, updated_at: f.updated_at, embedded: embedded, cosine: cosine }",
+        " category: f.category, updated_at: f.updated_at, duplicate_of: f.duplicate_of, embedded: embedded,"
+        " cosine: cosine }",
     ]
     return AqlQuery("\n".join(lines), bind)
 
