@@ -329,3 +329,19 @@ def test_an_agent_fact_without_evidence_lands_shadow_and_the_setting_admits_shad
     admitting = MemoryService(hot, store, RecordingDispatcher(), embed=hash_embed, clock=clock)
     shown = str(admitting.build_context("ann", record_use=False).messages)
     assert "closes at 5" in shown and f"[fact {said_so.fact_id}, learned, shadow" in shown
+
+
+def test_promotion_and_a_join_keep_the_facts_embedding(svc: MemoryService, store: MemoryStore) -> None:
+    """Reads leave embeddings out: consolidation's promotion (read, then put back active) and a
+    MATCH joining evidence once wrote the fact back without its vector, so vector search lost it."""
+    text = "Ann swims in the cold lake every morning"
+    shadow = svc.remember("ann", text, type="learned", evidence=[{"kind": "message", "id": said(svc, text)}],
+                          status="shadow")  # fmt: skip
+    assert shadow.fact.status == "shadow"
+    assert svc.consolidate("ann")["promoted"] == 1
+    again = svc.remember("ann", text + ".", type="learned", evidence=[{"kind": "message", "id": said(svc, text)}])
+    assert again.decision == "MATCH" and again.fact.fact_id == shadow.fact.fact_id
+    held = store.agent_memory("ann", 0.0).facts
+    [fact] = [f for f in held if f.fact_id == shadow.fact.fact_id]
+    assert fact.status == "active" and len(fact.evidence) == 2
+    assert fact.embedding is not None and list(fact.embedding) == pytest.approx(hash_embed([text])[0], abs=1e-6)
