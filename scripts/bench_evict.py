@@ -103,6 +103,13 @@ def main() -> None:
     )
     parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads of the job's model: 1 as each Celery worker process runs it (the default), 0 for "
+        "the backend's own default (one per core), as embedded mode's model process runs it",
+    )
+    parser.add_argument(
         "--prior-facts",
         type=int,
         default=0,
@@ -154,7 +161,7 @@ def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any
     client = redis.Redis.from_url(args.redis, decode_responses=True) if args.redis else None
     hot = HotState(client or fakeredis.FakeRedis(decode_responses=True), settings)
     store = open_store(settings.store_url)
-    embed = LazyEmbed(settings, threads=settings.embedding.threads or 1)
+    embed = LazyEmbed(settings, threads=settings.embedding.threads or args.threads)
     started = time.perf_counter()
     embed.warm()
     load_s = time.perf_counter() - started
@@ -206,13 +213,14 @@ def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any
         "messages_per_batch": round(evicted / len(jobs), 1),
         "embedder_load_s": round(load_s, 2),
         "prior_facts": args.prior_facts,
+        "threads": args.threads,
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
         "summary_drift_mean": round(statistics.mean(e.payload["drift"] for e in evicts), 4),
         "resummarized": sum(1 for e in evicts if e.payload["resummarized"]),
     }
     print(
-        f"evict_batch on {model} with {settings.embedding.backend} (window {budget.window}, summary cap "
+        f"evict_batch on {model} with {settings.embedding.backend} on {args.threads or 'default'} threads (window {budget.window}, summary cap "
         f"{budget.summary_cap} tokens), {figures['messages_per_batch']} messages per batch, {len(measured)} jobs, "
         f"embedder load {load_s:.1f}s, drift {figures['summary_drift_mean']} (re-summarised "
         f"{figures['resummarized']} of {len(evicts)})"
