@@ -220,7 +220,8 @@ def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any
         "resummarized": sum(1 for e in evicts if e.payload["resummarized"]),
     }
     print(
-        f"evict_batch on {model} with {settings.embedding.backend} on {args.threads or 'default'} threads (window {budget.window}, summary cap "
+        f"evict_batch on {model} with {settings.embedding.backend} on {args.threads or 'default'} threads "
+        f"(window {budget.window}, summary cap "
         f"{budget.summary_cap} tokens), {figures['messages_per_batch']} messages per batch, {len(measured)} jobs, "
         f"embedder load {load_s:.1f}s, drift {figures['summary_drift_mean']} (re-summarised "
         f"{figures['resummarized']} of {len(evicts)})"
