@@ -61,6 +61,7 @@ from eval_context import Replay, play, start
 
 from vcm.eval.bench import add_data_flag, add_json_flag, data_path, settings_variant, write_json
 from vcm.eval.conversation import Turn, parse_sample
+from vcm.eval.prior_facts import add_prior_facts_flag, hold_prior_facts
 
 TARGET_MS = 30.0
 TARGET_REUSE = 90.0
@@ -205,6 +206,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         run = start(sample, args.model, "model", getattr(args, "backend", ""))
         if run.service.embed is not None:
             run.service.embed(["warm"])  # the model loaded before anything is timed
+            hold_prior_facts(run.service.store, run.agent, args.prior_facts, len(run.service.embed(["dimension"])[0]))
         if args.torch_threads:  # after the load, which sets the query model's own default
             import torch
 
@@ -369,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         "--variant", dest="variants", action="append", default=[], metavar="KEY=VALUE,...",
         help="also build each turn with these [context] settings (repeatable) and report its prefix reuse",
     )  # fmt: skip
+    add_prior_facts_flag(parser, "the replay (each build's fact search ranks them)")
     args = parser.parse_args(argv)
     args.data = data_path(args.data)
     backends = [b for b in args.backends.split(",") if b] or [""]

@@ -24,23 +24,20 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import fakeredis
-import numpy as np
 import redis
 
 from vcm.dispatch import RecordingDispatcher
 from vcm.durable import agent_config
 from vcm.eval.bench import DATA_ENV, add_data_flag, add_json_flag, data_path, percentile, write_json
+from vcm.eval.prior_facts import add_prior_facts_flag, hold_prior_facts
 from vcm.hotpath.budget import Budget
 from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
 from vcm.store import open_store
-from vcm.store.port import MemoryStore
-from vcm.store.types import Fact
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
 from vcm.workers.runtime import LazyEmbed, build_summarizer
@@ -109,13 +106,7 @@ def main() -> None:
         help="intra-op threads of the job's model: 1 as each Celery worker process runs it (the default), 0 for "
         "the backend's own default (one per core), as embedded mode's model process runs it",
     )
-    parser.add_argument(
-        "--prior-facts",
-        type=int,
-        default=0,
-        help="facts the agent already holds before its first job (a long-lived agent: each fact a job extracts "
-        "is compared with them)",
-    )
+    add_prior_facts_flag(parser, "its first job (each fact a job extracts is compared with them)")
     add_json_flag(parser)
     add_data_flag(parser)
     args = parser.parse_args()
@@ -132,23 +123,6 @@ def main() -> None:
             )
     if args.json:
         write_json(args.json, runs[0] if len(runs) == 1 else {"runs": runs})
-
-
-def hold_prior_facts(store: MemoryStore, agent: str, n: int, dimension: int) -> None:
-    """``n`` facts of the three types fact extraction writes, as a long-lived agent holds them:
-    distinct sentences with unit vectors in random directions (nothing near a new fact, so dedup
-    compares every write with all of them and keeps it)."""
-    rng = np.random.default_rng(7)
-    vectors = rng.standard_normal((n, dimension)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    now = time.time()
-    for i, v in enumerate(vectors):
-        kind = ("learned", "preference", "project")[i % 3]
-        value = f"Speaker {i % 7}: earlier fact number {i} about topic {i * 7919 % 1000}"
-        at = now - n + i
-        evidence = ({"kind": "message", "id": f"old{i}"},)
-        fact = Fact(agent, f"prior{i}", "agent", kind, value, evidence=evidence, created_at=at, updated_at=at)
-        store.put_fact(replace(fact, embedding=[float(x) for x in v]), None)
 
 
 def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any]:

@@ -57,6 +57,7 @@ from vcm.store.embedded.core_memory import CoreMemoryOps
 from vcm.store.embedded.db import Database, meta_add, meta_get, meta_int, meta_set
 from vcm.store.embedded.events import EventOps
 from vcm.store.embedded.facts import FactOps
+from vcm.store.embedded.factvectors import FactVectors
 from vcm.store.embedded.graph import GraphOps
 from vcm.store.embedded.idempotency import IdempotencyOps
 from vcm.store.embedded.indexer import TextIndexer
@@ -190,6 +191,7 @@ class EmbeddedStore(
         self._recall.on_stale = self._upkeep.notify
         self._archival = ArchivalRanker(self._db, self._vectors, clock)
         self._max_results = cursor_max_results
+        self._fact_vectors = FactVectors()
         self.hybrid_depth_factor = hybrid_depth_factor
         self._snapshots = Snapshots(
             self._db, self._secret, ttl_s=cursor_ttl_s, max_results=cursor_max_results, clock=clock

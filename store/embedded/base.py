@@ -16,6 +16,7 @@ from vcm.errors import AgentFenced, VcmError
 from vcm.store import semantics
 from vcm.store.embedded.archival import ArchivalRanker
 from vcm.store.embedded.db import Database, meta_add
+from vcm.store.embedded.factvectors import FactVectors
 from vcm.store.embedded.indexer import TextIndexer
 from vcm.store.embedded.messageindex import MessageVectorIndexes
 from vcm.store.embedded.recall import RecallRanker
@@ -67,6 +68,7 @@ class EmbeddedBase(MemoryStore):
     _max_results: int
     hybrid_depth_factor: int
     _snapshots: Snapshots
+    _fact_vectors: FactVectors
 
     def _fault(self, point: str) -> None:
         semantics.fire_fault(self._fault_hook, point)

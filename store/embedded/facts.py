@@ -150,28 +150,44 @@ class FactOps(EmbeddedBase):
         where, params = _where(agent_id, query)
         # Tags are filtered after the read; read more so the limit still fills.
         fetch = n if not query.tags else fact_rank.MAX_CANDIDATES
+        # The embedding only when asked for: 1.5 KB a fact, most of a listing's read otherwise.
+        columns = f"{_COLUMNS}, embedding" if query.with_embeddings else _COLUMNS
         found = self._db.query(
             "list facts",
-            f"SELECT {_COLUMNS}, embedding FROM facts WHERE {where} ORDER BY updated_at DESC, fact_id LIMIT ?",
+            f"SELECT {columns} FROM facts WHERE {where} ORDER BY updated_at DESC, fact_id LIMIT ?",
             (*params, fetch),
         )
         facts = [_fact(r, r["embedding"] if query.with_embeddings else None) for r in found]
         return _tagged(facts, query.tags)[:n]
+
+    def _light_facts(self, what: str, where: str, params: Sequence[Any], limit: int, order: str) -> list[sqlite3.Row]:
+        """The light columns of the facts matching ``where``, from the covering index alone (see
+        ``facts_light`` in the schema); their vectors come from :class:`FactVectors`."""
+        return self._db.query(
+            what,
+            "SELECT agent_id, fact_id, value, key, tags, category, updated_at, duplicate_of, version "
+            f"FROM facts INDEXED BY facts_light WHERE {where} {order} LIMIT ?",
+            (*params, limit),
+        )
+
+    def _fact_blobs(self, agent_id: str, fact_ids: Sequence[str]) -> list[sqlite3.Row]:
+        return self._db.query(
+            "read fact vectors",
+            "SELECT fact_id, version, updated_at, embedding FROM facts "
+            f"WHERE agent_id = ? AND fact_id IN ({','.join('?' * len(fact_ids))})",
+            (agent_id, *fact_ids),
+        )
 
     def dedup_candidates(self, agent_id: str, query: FactQuery, vector: Sequence[float] | None) -> list[DedupCandidate]:
         validation.identifier("agent_id", agent_id)
         n = validation.limit("limit", query.limit)
         where, params = _where(agent_id, query)
         fetch = n if not query.tags else fact_rank.MAX_CANDIDATES  # as query_facts: tags after the read
-        found = self._db.query(
-            "dedup candidates",
-            "SELECT agent_id, fact_id, value, key, tags, duplicate_of, embedding FROM facts "
-            f"WHERE {where} ORDER BY updated_at DESC, fact_id LIMIT ?",
-            (*params, fetch),
-        )
+        found = self._light_facts("dedup candidates", where, params, fetch, "ORDER BY updated_at DESC, fact_id")
         wanted = set(query.tags or ())
         kept = [r for r in found if not wanted or wanted <= set(_strings(r["tags"]))][:n]
-        near = fact_rank.cosines(vector, [fact_rank.blob_vector(r["embedding"]) for r in kept])
+        vectors = self._fact_vectors.vectors(kept, self._fact_blobs) if vector else [None] * len(kept)
+        near = fact_rank.cosines(vector, vectors)
         return [
             DedupCandidate(r["agent_id"], r["fact_id"], r["value"], r["key"], r["duplicate_of"], c)
             for r, c in zip(kept, near, strict=True)
@@ -184,22 +200,19 @@ class FactOps(EmbeddedBase):
             raise ValidationError("query must be a string", field="query")
         where, params = _where(agent_id, query)
         # Rank on the light columns; read whole facts for the hits only.
-        found = self._db.query(
-            "search facts",
-            "SELECT fact_id, value, key, tags, category, updated_at, embedding FROM facts "
-            f"WHERE {where} ORDER BY updated_at DESC LIMIT ?",
-            (*params, fact_rank.MAX_CANDIDATES),
-        )
+        found = self._light_facts("search facts", where, params, fact_rank.MAX_CANDIDATES, "ORDER BY updated_at DESC")
         wanted = set(query.tags or ())
-        candidates: list[fact_rank.Candidate] = []
-        for r in found:
-            tags = _strings(r["tags"])
-            if wanted and not wanted <= set(tags):
-                continue
-            doc = fact_rank.document(r["value"], r["key"], tags, r["category"])
-            candidates.append(
-                fact_rank.Candidate(r["fact_id"], doc, float(r["updated_at"]), fact_rank.blob_vector(r["embedding"]))
+        kept = [r for r in found if not wanted or wanted <= set(_strings(r["tags"]))]
+        vectors = self._fact_vectors.vectors(kept, self._fact_blobs) if vector is not None else [None] * len(kept)
+        candidates = [
+            fact_rank.Candidate(
+                r["fact_id"],
+                fact_rank.document(r["value"], r["key"], _strings(r["tags"]), r["category"]),
+                float(r["updated_at"]),
+                v,
             )
+            for r, v in zip(kept, vectors, strict=True)
+        ]
         ranked = fact_rank.order(text, vector, candidates, n)
         if not ranked:
             return []

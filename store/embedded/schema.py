@@ -343,6 +343,11 @@ ADDED_INDEXES = (
     "CREATE INDEX IF NOT EXISTS agents_user ON agents (user_id) WHERE user_id IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS agents_domain ON agents (domain) WHERE domain IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at) WHERE expires_at IS NOT NULL",
+    # Every column a fact search or dedup filters on or reads, all but the embedding and the
+    # evidence: their reads of an agent's facts, newest first, never visit the wide rows (1 000
+    # facts: 5.0 -> 1.5 ms); the vectors come from a cache (vcm.store.embedded.factvectors).
+    "CREATE INDEX IF NOT EXISTS facts_light ON facts (agent_id, updated_at, fact_id, scope, type, key, status, "
+    "category, importance, confidence, created_at, duplicate_of, version, value, tags)",
 )
 
 
