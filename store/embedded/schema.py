@@ -348,6 +348,10 @@ ADDED_INDEXES = (
     # facts: 5.0 -> 1.5 ms); the vectors come from a cache (vcm.store.embedded.factvectors).
     "CREATE INDEX IF NOT EXISTS facts_light ON facts (agent_id, updated_at, fact_id, scope, type, key, status, "
     "category, importance, confidence, created_at, duplicate_of, version, value, tags)",
+    # Listings by type (the prompt's working set and sticky facts, on every build) seek their
+    # types instead of filtering all of an agent's facts (1 000 facts, none of those types:
+    # 4 -> 0.1 ms each).
+    "CREATE INDEX IF NOT EXISTS facts_type ON facts (agent_id, type, status, updated_at)",
 )
 
 

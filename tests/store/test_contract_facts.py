@@ -86,6 +86,24 @@ def test_search_is_hybrid_text_and_vector(store: MemoryStore) -> None:
     assert both[0].fact.fact_id == "f2" and both[0].fact.embedding is None
 
 
+def test_a_listing_of_several_types_and_statuses_is_the_newest_of_them_all(store: MemoryStore) -> None:
+    kinds = ["goal", "risk", "preference"]
+    for i in range(12):
+        status = "shadow" if i % 4 == 3 else "active"
+        store.put_fact(fact(i, f"fact {i}", type=kinds[i % 3], status=status, updated_at=NOW + (i * 7) % 12), None)
+    store.put_fact(fact(12, "tie", type="goal", updated_at=NOW + 10), None)  # the time of f10 (a risk): by id
+    listed = store.query_facts("a1", FactQuery(types=["goal", "risk", "goal"], statuses=["active", "shadow"], limit=5))
+    every = [
+        f for f in store.query_facts("a1", FactQuery(statuses=None, limit=100))
+        if f.type in ("goal", "risk") and f.status in ("active", "shadow")
+    ]  # fmt: skip
+    want = sorted(every, key=lambda f: (-f.updated_at, f.fact_id))[:5]
+    assert [f.fact_id for f in listed] == [f.fact_id for f in want] and len(want) == 5
+    assert [f.fact_id for f in listed] == ["f10", "f12", "f3", "f1", "f6"]
+    actives = store.query_facts("a1", FactQuery(types=["goal", "risk"], statuses=["active"], limit=100))
+    assert all(f.status == "active" and f.type in ("goal", "risk") for f in actives) and len(actives) == 7
+
+
 def test_dedup_candidates_are_query_facts_light_with_their_cosines(store: MemoryStore) -> None:
     store.put_fact(fact(1, "likes tea", key="drink", embedding=[1.0, 0.0, 0.0]), None)
     store.put_fact(fact(2, "likes coffee", embedding=[-2.0, 0.0, 0.0]), None)
