@@ -172,16 +172,14 @@ class MemoryStore(abc.ABC):
 
     @abc.abstractmethod
     def tombstones(self, agent_id: str) -> Tombstones:
-        """The ids the agent's forgets named, with the time of each (a snapshot restore drops
-        them from what it puts back)."""
+        """The ids the agent's forgets named, with the time of each (a restore drops them)."""
 
     # --- facts and state ------------------------------------------------------------------------
     @abc.abstractmethod
     def put_fact(self, fact: Fact, expected_version: int | None, *, incarnation: str | None = None) -> Fact:
-        """Create (``expected_version`` None: the id must be new) or replace (the stored version
-        must equal it; the new one is that plus one). RevConflict otherwise, nothing written. A
-        replacement without an embedding keeps the stored one while the value is unchanged
-        (reads leave embeddings out, so a read-modify-write must not drop the vector)."""
+        """Create (``expected_version`` None: a new id) or replace (the stored version must equal
+        it; the new one is that plus one); RevConflict otherwise, nothing written. Without an
+        embedding a replacement keeps the stored one while the value holds (reads leave it out)."""
 
     @abc.abstractmethod
     def get_fact(self, agent_id: str, fact_id: str) -> Fact:
@@ -193,13 +191,11 @@ class MemoryStore(abc.ABC):
 
     @abc.abstractmethod
     def dedup_candidates(self, agent_id: str, query: FactQuery, vector: Sequence[float] | None) -> list[DedupCandidate]:
-        """The facts ``query_facts`` would return (same filters, order and limit), light: text,
-        key, review mark and the cosine of each embedding to ``vector``, computed in the store."""
+        """``query_facts``' facts, light (text, key, review mark), with their cosines to ``vector``."""
 
     @abc.abstractmethod
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
-        """Hybrid search over the facts matching ``query``: BM25 on the value (and key, tags)
-        fused with cosine on the embeddings (``vcm.store.fact_rank``), best first."""
+        """Hybrid search (``vcm.store.fact_rank``) over the facts matching ``query``, best first."""
 
     @abc.abstractmethod
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
@@ -207,8 +203,7 @@ class MemoryStore(abc.ABC):
 
     @abc.abstractmethod
     def fact_counts(self, agent_id: str) -> dict[str, dict[str, int]]:
-        """Counts of the agent's facts ``{"type": {...}, "status": {...}, "scope": {...}}``, and
-        ``{"conflicts": {"live": n}}`` for live facts marked as conflicting."""
+        """``{"type": {...}, "status": {...}, "scope": {...}, "conflicts": {"live": n}}`` counts."""
 
     @abc.abstractmethod
     def touch_facts(self, agent_id: str, fact_ids: Sequence[str], now: float) -> None:

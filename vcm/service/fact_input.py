@@ -13,6 +13,9 @@ from vcm.store.audit_names import Actor
 from vcm.store.types import Fact
 
 SCOPES = ("agent", "user", "domain")
+# The statuses a listing shows when it names none: the facts that are the agent's memory now
+# (expired and archived ones are kept, but no longer recalled or searched).
+LIVE = ("active", "shadow")
 STATUSES = ("shadow", "active", "expired", "archived")
 EVIDENCE_KINDS = ("message", "tool_call", "document")
 MAX_EVIDENCE = 64

@@ -35,22 +35,15 @@ from vcm.errors import NotFound, Unauthorized, ValidationError
 from vcm.facts import dedup, entities, working_set
 from vcm.facts.working_set import WorkingSet
 from vcm.obs import metrics
-from vcm.service import fact_evidence, fact_input, fact_review
+from vcm.service import fact_dedup, fact_evidence, fact_input, fact_review
 from vcm.service.core import Core
-from vcm.service.fact_input import RememberResult
+from vcm.service.fact_input import LIVE, RememberResult
 from vcm.service.principals import Principals
 from vcm.store import validation as store_validation
 from vcm.store.audit_names import Actor, EventKind
 from vcm.store.principals import is_holder
 from vcm.store.types import Edge, Fact, FactHit, FactQuery, fact_node, message_node
 
-# The statuses a listing shows when it names none: the facts that are the agent's memory now
-# (expired and archived ones are kept, but no longer recalled or searched).
-LIVE = ("active", "shadow")
-# A write is compared with its key's live facts (more than one: a conflict) and with the most
-# recently updated live facts of its scope and type.
-DEDUP_KEYED = 100
-DEDUP_CANDIDATES = 1000
 # Facts one archive call looks at, at most (the store's page of a fact query).
 ARCHIVE_LIMIT = 1000
 
@@ -152,11 +145,10 @@ class Facts:
                     return RememberResult("REPLAYED", self.core.store.get_fact(holder, fact_id), replayed=True)
                 except NotFound:
                     pass  # the first attempt died before writing: write it now
-        identity = type in dedup.IDENTITY_TYPES
         # An entity's value is its name: the key dedups it and text search finds it, so the
         # model call an embedding costs buys nothing there.
         embedding = None if type == "entity" else self.core.embedding(value)
-        outcome = self._dedup(holder, value, key, embedding, scope=scope, type=type, identity=identity)
+        outcome = fact_dedup.outcome(self.core, holder, value, key, embedding, scope=scope, type=type)
         if outcome.decision == "MATCH" and outcome.target is not None:
             target = outcome.target
             joined = replace(
@@ -201,53 +193,6 @@ class Facts:
         if marked and type != "question" and "question" in cfg.types:
             self._open_question(agent_id, stored, marked, now)
         return RememberResult(outcome.decision, stored, tuple(marked), replayed=replayed)
-
-    def _dedup(
-        self,
-        holder: str,
-        value: str,
-        key: str | None,
-        embedding: Sequence[float] | None,
-        *,
-        scope: str,
-        type: str,
-        identity: bool,
-    ) -> dedup.Outcome:
-        """Dedup and conflicts, within the scope's own memory: the write's key first (its live
-        facts read whole: a CONFLICT marks them), then near-duplicate text over the type's live
-        facts read light, their cosines computed in the store (an identity type's key is the
-        thing itself: nothing without the key is the same). A target gone between the two reads
-        leaves the write NEW."""
-        cfg = self.core.settings.facts
-        keyed = (
-            []
-            if key is None
-            else self.core.store.query_facts(
-                holder, FactQuery(scope=scope, types=[type], key=key, statuses=LIVE, limit=DEDUP_KEYED)
-            )
-        )
-        verdict = dedup.by_key(value, key, keyed, identity=identity)
-        if verdict is not None or identity:
-            return verdict or dedup.Outcome("NEW")
-        candidates = self.core.store.dedup_candidates(
-            holder, FactQuery(scope=scope, types=[type], statuses=LIVE, limit=DEDUP_CANDIDATES), embedding
-        )
-        near = dedup.by_similarity(
-            value,
-            key,
-            candidates,
-            word_overlap=cfg.word_overlap,
-            embedding_similarity=cfg.embedding_similarity,
-            unsure_overlap=cfg.unsure_word_overlap,
-            unsure_similarity=cfg.unsure_embedding_similarity,
-        )
-        if near.target is None:
-            return dedup.Outcome("NEW")
-        try:
-            target = self.core.store.get_fact(near.target.agent_id, near.target.fact_id)
-        except NotFound:
-            return dedup.Outcome("NEW")
-        return dedup.Outcome(near.decision, target, similarity=near.similarity)
 
     def recall_fact(self, agent_id: str, key: str, *, scope: str | None = None, type: str | None = None) -> list[Fact]:
         """The live facts of a key (more than one: a conflict); their use is recorded."""
