@@ -208,7 +208,8 @@ class FactOps(EmbeddedBase):
         found = self._light_facts("dedup candidates", where, params, fetch, "ORDER BY updated_at DESC, fact_id")
         wanted = set(query.tags or ())
         kept = [r for r in found if not wanted or wanted <= set(_strings(r["tags"]))][:n]
-        vectors = self._fact_vectors.vectors(kept, self._fact_blobs) if vector else [None] * len(kept)
+        asked = vector is not None and len(vector) > 0
+        vectors = self._fact_vectors.vectors(kept, self._fact_blobs) if asked else [None] * len(kept)
         near = fact_rank.cosines(vector, vectors)
         return [
             DedupCandidate(r["agent_id"], r["fact_id"], r["value"], r["key"], r["duplicate_of"], c)
