@@ -8,7 +8,21 @@ import random
 
 from vcm.facts import dedup
 from vcm.store import fact_rank
-from vcm.store.types import Fact
+from vcm.store.types import DedupCandidate, Fact
+
+
+def light(facts: list[Fact], embedding: list[float] | None) -> list[DedupCandidate]:
+    """Whole facts as a store's ``dedup_candidates`` returns them, the cosines taken here."""
+    near = fact_rank.cosines(embedding, [f.embedding for f in facts])
+    return [
+        DedupCandidate(f.agent_id, f.fact_id, f.value, f.key, f.duplicate_of, c)
+        for f, c in zip(facts, near, strict=True)
+    ]
+
+
+def jaccard(a: str, b: str) -> float:
+    x, y = dedup.word_set(a), dedup.word_set(b)
+    return len(x & y) / len(x | y) if x and y else 0.0
 
 
 def plain_cosine(a: list[float] | None, b: list[float] | None) -> float:
@@ -51,7 +65,7 @@ def test_the_verdict_is_the_one_a_loop_over_whole_facts_reaches() -> None:
         got = dedup.by_similarity(
             value,
             key,
-            dedup.light(facts, q),
+            light(facts, q),
             word_overlap=0.8,
             embedding_similarity=0.95,
             unsure_overlap=0.6,
@@ -62,7 +76,7 @@ def test_the_verdict_is_the_one_a_loop_over_whole_facts_reaches() -> None:
         for f in facts:
             if key is not None and f.key is not None and f.key != key:
                 continue
-            overlap, near = dedup.jaccard(value, f.value), plain_cosine(q, list(f.embedding or []))
+            overlap, near = jaccard(value, f.value), plain_cosine(q, list(f.embedding or []))
             score = max(overlap, near)
             if overlap >= 0.8 or near >= 0.95:
                 best = (score, f) if score > best[0] else best

@@ -266,14 +266,13 @@ def test_consolidation_settles_unsure_candidates_by_their_evidence(svc: MemorySe
 
 def test_dedup_decides_unsure_only_between_the_thresholds() -> None:
     from vcm.facts import dedup
-    from vcm.store.types import Fact
-
-    known = Fact("ann", "f1", "agent", "learned", RIVER)
+    from vcm.store.types import DedupCandidate
 
     def band(value: str, unsure: bool = True) -> str:
         low = (0.7, 0.85) if unsure else (None, None)
+        known = [DedupCandidate("ann", "f1", RIVER, None, None, 0.0)]
         return dedup.by_similarity(
-            value, None, dedup.light([known], None), word_overlap=0.8, embedding_similarity=0.92,
+            value, None, known, word_overlap=0.8, embedding_similarity=0.92,
             unsure_overlap=low[0], unsure_similarity=low[1],
         ).decision  # fmt: skip
 

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from vcm.store import fact_rank
 from vcm.store.types import DedupCandidate, Fact
 
 Decision = Literal["MATCH", "NEW", "CONFLICT", "UNSURE"]
@@ -59,10 +58,6 @@ def normalise(text: str) -> str:
 
 def word_set(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
-
-
-def jaccard(a: str, b: str) -> float:
-    return _jaccard(word_set(a), word_set(b))
 
 
 def _jaccard(x: set[str], y: set[str]) -> float:
@@ -143,13 +138,3 @@ def by_similarity(
     if maybe[1] is not None:
         return Near("UNSURE", maybe[1], maybe[0])
     return Near("NEW")
-
-
-def light(facts: Sequence[Fact], embedding: Sequence[float] | None) -> list[DedupCandidate]:
-    """Whole facts as :func:`by_similarity` compares them (what a store's ``dedup_candidates``
-    returns), their cosines to ``embedding`` computed here."""
-    near = fact_rank.cosines(embedding, [f.embedding for f in facts])
-    return [
-        DedupCandidate(f.agent_id, f.fact_id, f.value, f.key, f.duplicate_of, c)
-        for f, c in zip(facts, near, strict=True)
-    ]
