@@ -80,9 +80,17 @@ class Writer:
 
 
 def _write_batches(
-    store: EmbeddedStore, agent: str, text: ZipfText, source: VectorSource, cfg: Config, start_id: int, stop: Any
+    store: EmbeddedStore,
+    agent: str,
+    text: ZipfText,
+    source: VectorSource,
+    cfg: Config,
+    start_id: int,
+    stop: Any,
+    first: Any = None,
 ) -> list[F32]:
-    """The writer's loop: ``writer_batch`` messages with vectors, then ``writer_pause_s``, until ``stop``."""
+    """The writer's loop: ``writer_batch`` messages with vectors, then ``writer_pause_s``, until
+    ``stop``; ``first`` (an event) is set once the first batch is written."""
     rng = np.random.default_rng(77)
     at, written = start_id, []
     while not stop.is_set():
@@ -92,20 +100,27 @@ def _write_batches(
         _spool_with_vectors(store, agent, text, at, v)
         written.append(v)
         at += len(v)
+        if first is not None:
+            first.set()
         stop.wait(cfg.writer_pause_s)
     return written
 
 
-def _writer_main(path: str, agent: str, centres: F32, cfg: Config, start_id: int, stop: Any, out: Any) -> None:
+def _writer_main(
+    path: str, agent: str, centres: F32, cfg: Config, start_id: int, stop: Any, out: Any, first: Any
+) -> None:
     """Entry point of the writer process: its own store on the same files, as a worker has."""
     try:
         with EmbeddedStore(path, train_threshold=cfg.agent_train_threshold) as store:
             source = VectorSource(centres, cfg.spec)
             text = ZipfText(cfg.vocab, cfg.zipf, seed=5)
-            written = _write_batches(store, agent, text, source, cfg, start_id, stop)
+            written = _write_batches(store, agent, text, source, cfg, start_id, stop, first)
         out.put(("ok", np.concatenate(written) if written else np.empty((0, DIM), dtype=np.float32)))
     except BaseException as exc:  # reported by the bench
         out.put(("error", repr(exc)))
+
+
+WRITER_START_S = 120.0  # how long the writer process may take to write its first batch
 
 
 class ProcessWriter:
@@ -118,6 +133,7 @@ class ProcessWriter:
 
         ctx = multiprocessing.get_context("spawn")
         self.stop = ctx.Event()
+        self.first = ctx.Event()
         self.out: Any = ctx.Queue()
         self.args = (path, agent, source.centres, cfg)
         self.ctx = ctx
@@ -127,10 +143,19 @@ class ProcessWriter:
 
     def __enter__(self) -> ProcessWriter:
         self.process = self.ctx.Process(
-            target=_writer_main, args=(*self.args, self.start_id, self.stop, self.out), name="bench-writer"
+            target=_writer_main, args=(*self.args, self.start_id, self.stop, self.out, self.first), name="bench-writer"
         )
         self.process.start()
-        time.sleep(2.0)  # let it open the store and start writing before the timed queries
+        # The timed queries start once it writes: a spawned process's imports and store open take
+        # seconds on a loaded machine, and a fixed wait let fast queries finish before its first batch.
+        deadline = time.monotonic() + WRITER_START_S
+        while not self.first.wait(0.1):
+            if not self.process.is_alive() or time.monotonic() > deadline:
+                self.stop.set()
+                if self.process.is_alive():
+                    self.process.terminate()
+                status, payload = self.out.get(timeout=10) if not self.out.empty() else ("error", "no word")
+                raise RuntimeError(f"the writer process wrote nothing within {WRITER_START_S} s: {status} {payload}")
         return self
 
     def __exit__(self, *exc: object) -> None:
