@@ -41,6 +41,7 @@ from eval_context import CATEGORIES, Replay, play, start
 from eval_summary import content_words, hash_embed
 
 from vcm.eval.bench import add_data_flag, add_json_flag, data_path, settings_variant, share, write_json
+from vcm.eval.prior_facts import add_prior_facts_flag, hold_facts, other_turns
 from vcm.settings import load_settings
 
 LEVELS = ("hot", "built", "retrieval")
@@ -124,10 +125,13 @@ def ask(
             for q in questions:
                 built = service.build_context(agent, query=q["question"], user=run.conv.speakers[0], record_use=False)
                 retrieved, tokens = base.text(q["question"], built.total)
+                facts = [s for layer in built.injected if layer.name == "memory" for s in layer.sources
+                         if s.get("kind") == "fact"]  # fmt: skip
                 rows.append({
                     **q, "hot": present(q["answer"], hot), "built": present(q["answer"], texts(built.messages)),
                     "retrieval": present(q["answer"], retrieved), "built_tokens": built.total,
-                    "retrieval_tokens": tokens, "layers": built.layer_tokens(),
+                    "retrieval_tokens": tokens, "layers": built.layer_tokens(), "memory_facts": len(facts),
+                    "prior_facts_shown": sum(1 for f in facts if str(f["id"]).startswith("prior")),
                 })  # fmt: skip
     finally:
         service.core.settings = settings
@@ -149,14 +153,16 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                 "mean_pct": share(sum(r[level] for r in group), n),
                 "present_pct": share(sum(r[level] >= PRESENT for r in group), n),
             }
-        for key in ("built_tokens", "retrieval_tokens"):
-            entry[key] = round(sum(r[key] for r in group) / n, 1) if n else 0.0
+        means = (("built_tokens", 1), ("retrieval_tokens", 1), ("memory_facts", 2), ("prior_facts_shown", 2))
+        for key, digits in means:
+            entry[key] = round(sum(r.get(key, 0) for r in group) / n, digits) if n else 0.0
         out[name] = entry
     return out
 
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    samples = json.loads(Path(args.data).read_text(encoding="utf-8"))[: args.conversations or None]
+    every = json.loads(Path(args.data).read_text(encoding="utf-8"))
+    samples = every[: args.conversations or None]
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     embed: Any = hash_embed
@@ -169,6 +175,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         run = start(sample, args.model, args.embed)
         try:
             play(run, args.max_turns)
+            if args.prior_facts:  # facts from the other conversations' turns, by the agent's own model
+                values = other_turns(every, run.conv.sample_id, args.prior_facts)
+                hold_facts(run.service.store, run.agent, values, embed(values), run.clock())
             questions = answerable(sample)[: args.questions or None]
             found = ask(run, questions, embed, args.variants)
         finally:
@@ -182,7 +191,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     rows = by_variant[args.variants[0]]
     return {
         "data": str(args.data), "model": args.model, "embed": args.embed, "present_at": PRESENT,
-        "figures": aggregate(rows), "seconds": round(time.perf_counter() - started, 1), "rows": rows,
+        "prior_facts": args.prior_facts, "figures": aggregate(rows), "seconds": round(time.perf_counter() - started, 1),
+        "rows": rows,
         "variants": {spec: {"figures": aggregate(got), "rows": got} for spec, got in by_variant.items()},
     }  # fmt: skip
 
@@ -196,12 +206,12 @@ def print_figures(result: Mapping[str, Any], spec: str, figures: Mapping[str, An
     at = round(100 * result["present_at"])
     print(f"answer words in the prompt ({result['model']}, embed {result['embed']}, [context] "
           f"{spec or 'defaults'}): mean % / >= {at} % present, per category")  # fmt: skip
-    head = f"{'category':<14}{'n':>5}" + "".join(f"{level:>18}" for level in LEVELS) + f"{'tokens':>8}"
+    head = f"{'category':<14}{'n':>5}" + "".join(f"{level:>18}" for level in LEVELS) + f"{'tokens':>8}{'facts':>7}"
     print(head)
     print("-" * len(head))
     for name, f in figures.items():
         cells = "".join(f"{f[level]['mean_pct']:>10} / {f[level]['present_pct']:>5}" for level in LEVELS)
-        print(f"{name:<14}{f['n']:>5}{cells}{f['built_tokens']:>8}")
+        print(f"{name:<14}{f['n']:>5}{cells}{f['built_tokens']:>8}{f['memory_facts']:>7}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="vcm-demo-4k", help="a model of [models]: sets the window")
     parser.add_argument("--embed", choices=["model", "hash"], default="model")
     parser.add_argument("--max-turns", type=int, default=0, help="the first N turns of each conversation only")
+    add_prior_facts_flag(parser, "the questions: turns of the other conversations, a long-lived agent's other life")
     parser.add_argument(
         "--variant", dest="variants", action="append", default=None, metavar="KEY=VALUE,...",
         help="[context] settings to build with, e.g. memory=0.12,memory_messages=8 (repeat to compare "

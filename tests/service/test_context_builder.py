@@ -157,6 +157,34 @@ def test_skill_files_parse_score_and_report_problems(tmp_path: Path) -> None:
     assert [s.slug for s in loaded] == ["refunds"] and "slug" in problems[0].reason
 
 
+def test_facts_unlike_the_question_stay_out_of_relevant_memory(svc: MemoryService) -> None:
+    """A search counts any fact with a word or a little meaning in common as a hit: a long-lived
+    agent's unrelated facts filled relevant memory's fact lines on every turn."""
+    unrelated = [
+        "Zebras grazed near the river project site",
+        "Bought running shoes for the garden project",
+        "The bakery project sells rye bread on Sundays",
+        "Grandma knits scarves as a winter project",
+        "Choir rehearsal moved to the church hall project room",
+        "A cat adopted the neighbours' shed project",
+    ]
+    for text in unrelated:
+        svc.remember("ann", text, type="learned")
+    svc.remember("ann", "The Falcon launch project is due on 12 May", type="learned")
+
+    def memory_facts(floor: float) -> list[str]:
+        context = svc.settings.context.model_copy(update={"memory_fact_min_score": floor})
+        svc.core.settings = svc.settings.model_copy(update={"context": context})
+        built = svc.build_context("ann", query="When is the Falcon launch project due?", record_use=False)
+        memory = next(layer for layer in built.injected if layer.name == "memory")
+        return [line for line in memory.text.splitlines() if ", learned" in line]
+
+    everything = memory_facts(0.0)
+    assert len(everything) == svc.settings.context.memory_facts and "Falcon" in everything[0]
+    assert not any("Falcon" in line for line in everything[1:])  # "project": each of the others is a hit
+    assert [("Falcon" in line) for line in memory_facts(0.3)] == [True]
+
+
 def test_one_fact_search_per_build_and_only_shown_facts_count_as_used(svc: MemoryService) -> None:
     for i in range(12):
         svc.remember("ann", f"Falcon milestone {i} is owned by team {i}", type="learned")
@@ -196,6 +224,9 @@ def test_recall_can_leave_out_ids_and_marks_only_what_it_returns(svc: MemoryServ
 def test_a_long_latest_message_is_searched_by_its_beginning(svc: MemoryService) -> None:
     svc.remember("ann", "The Porto office opens at 9", type="learned")
     svc.append("ann", "user", "When does the Porto office open? " + "Some context follows here. " * 400)
+    # The filler dilutes the match below the relevance floor; this is about the query's length.
+    context = svc.settings.context.model_copy(update={"memory_fact_min_score": 0.0})
+    svc.core.settings = svc.settings.model_copy(update={"context": context})
     built = svc.build_context("ann")  # a 10 000-character message: no error, memory still found
     assert len(built.query) == 4000 and built.query.startswith("When does the Porto office open?")
     assert "opens at 9" in next(layer.text for layer in built.injected if layer.name == "memory")
@@ -257,7 +288,7 @@ def test_a_fact_a_recalled_message_repeats_gives_its_line_to_other_memory(svc: M
     # As the offline extractor keeps a sentence: its words are all in the message below.
     svc.remember("ann", "Priya: The Porto office door code is 4412", type="learned")
     # A fact no shown message holds stays.
-    svc.remember("ann", "Priya: Porto office opens at 9 since 13 November 2023", type="learned")
+    svc.remember("ann", "Priya: The Porto office door code changes monthly since 13 November 2023", type="learned")
     svc.append("ann", "user", "The Porto office door code is 4412 since Monday.", name="Priya")
     chatter = " ".join(["the weather stayed mild and the trains ran on time again"] * 5)
     for i in range(200):
@@ -268,7 +299,9 @@ def test_a_fact_a_recalled_message_repeats_gives_its_line_to_other_memory(svc: M
     memory = next(layer for layer in svc.build_context("ann").injected if layer.name == "memory")
     lines = memory.text.splitlines()
     assert any(line.startswith("- [message ") and "4412 since Monday" in line for line in lines)
-    assert any(line.endswith("] Priya: Porto office opens at 9 since 13 November 2023") for line in lines)
+    assert any(
+        line.endswith("] Priya: The Porto office door code changes monthly since 13 November 2023") for line in lines
+    )
     assert not any(line.endswith("] Priya: The Porto office door code is 4412") for line in lines), lines
     shown = {str(s["id"]) for s in memory.sources if s["kind"] == "fact"}
     repeated = next(f for f in svc.list_facts("ann") if f.value == "Priya: The Porto office door code is 4412")

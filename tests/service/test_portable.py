@@ -159,8 +159,22 @@ def picture(s: Side, agent: str = AGENT) -> dict[str, Any]:
         "chunks": chunks,
         "snapshots": [(r.snapshot_id, r.reason) for r in svc.list_snapshots(agent)],
         "forgotten": sorted(store.tombstones(agent).messages),
-        "context": svc.build_context(agent, record_use=False).messages,
+        "context": _without_recall(svc, agent),
     }
+
+
+def _without_recall(svc: MemoryService, agent: str) -> list[dict[str, Any]]:
+    """The built prompt without recalled messages: message vectors travel only through a
+    re-embedding after the import (it says so), so until then recall ranks by text alone and may
+    pick other messages of the same words; everything else in the prompt must be the same."""
+    settings = svc.core.settings
+    svc.core.settings = settings.model_copy(
+        update={"context": settings.context.model_copy(update={"memory_messages": 0})}
+    )
+    try:
+        return svc.build_context(agent, record_use=False).messages
+    finally:
+        svc.core.settings = settings
 
 
 def test_a_round_trip_embedded_to_redis_and_back_loses_nothing(

@@ -252,6 +252,8 @@ class ContextBuilder:
         if cfg.memory_facts:
             for hit in build.hits():
                 f = hit.fact
+                if hit.score < cfg.memory_fact_min_score:
+                    break  # the hits come best first
                 if f.fact_id in build.shown:
                     continue
                 status = "" if f.status == "active" else f", {f.status}"

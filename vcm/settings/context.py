@@ -121,5 +121,9 @@ class ContextSettings(BaseModel):
     # user message; messages still in the FIFO and facts already shown are left out).
     memory_facts: int = Field(5, ge=0, le=100)
     memory_messages: int = Field(20, ge=0, le=100)
+    # A fact enters relevant memory only from this fused search score (half the share of the
+    # question's words it holds, half its cosine; vcm.store.fact_rank): below it, a fact is as
+    # unlike the question as an unrelated one, and its line would take a recalled message's room.
+    memory_fact_min_score: float = Field(0.3, ge=0.0, le=1.0)
     # A directory of skill files (.md with YAML front matter); "" = none.
     skills_dir: str = ""
