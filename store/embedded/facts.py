@@ -43,6 +43,13 @@ def _strings(column: str) -> tuple[str, ...]:
     return () if column == "[]" else tuple(json.loads(column))
 
 
+def _candidate(row: sqlite3.Row, vector: fact_rank.Vector | None) -> fact_rank.Candidate:
+    """A light row as the fact search ranks it (its vector read whether or not the query has one:
+    the candidate is kept for the next search, which usually has)."""
+    text = fact_rank.document(row["value"], row["key"], _strings(row["tags"]), row["category"])
+    return fact_rank.Candidate(row["fact_id"], text, float(row["updated_at"]), vector)
+
+
 def _fact(row: sqlite3.Row, embedding: bytes | None = None) -> Fact:
     return Fact(
         agent_id=row["agent_id"],
@@ -226,16 +233,7 @@ class FactOps(EmbeddedBase):
         found = self._light_facts("search facts", where, params, fact_rank.MAX_CANDIDATES, "ORDER BY updated_at DESC")
         wanted = set(query.tags or ())
         kept = [r for r in found if not wanted or wanted <= set(_strings(r["tags"]))]
-        vectors = self._fact_vectors.vectors(kept, self._fact_blobs) if vector is not None else [None] * len(kept)
-        candidates = [
-            fact_rank.Candidate(
-                r["fact_id"],
-                fact_rank.document(r["value"], r["key"], _strings(r["tags"]), r["category"]),
-                float(r["updated_at"]),
-                v,
-            )
-            for r, v in zip(kept, vectors, strict=True)
-        ]
+        candidates = self._fact_vectors.candidates(kept, self._fact_blobs, _candidate)
         ranked = fact_rank.order(text, vector, candidates, n)
         if not ranked:
             return []

@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from vcm.store.embedded.db import chunked
-from vcm.store.fact_rank import Vector, blob_vector
+from vcm.store.fact_rank import Candidate, Vector, blob_vector
 
 Stamp = tuple[int, float]  # version, updated_at
 
@@ -26,6 +26,8 @@ class Row(Protocol):
     def __getitem__(self, key: str, /) -> Any: ...
 
 
+R = TypeVar("R", bound=Row)
+
 DEFAULT_CAPACITY = 50_000  # ~75 MB of 384-dimensional vectors
 
 
@@ -33,7 +35,43 @@ class FactVectors:
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
         self._held: OrderedDict[tuple[str, str], tuple[Stamp, Vector | None]] = OrderedDict()
+        # A search's ranking candidates, built once per fact stamp: a prompt build ranks the same
+        # facts turn after turn, and making 1 000 of them (text, tags, vector) took ~2 ms a search.
+        self._made: OrderedDict[tuple[str, str], tuple[Stamp, Candidate]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def candidates(
+        self,
+        rows: Sequence[R],
+        read: Callable[[str, Sequence[str]], Sequence[Row]],
+        make: Callable[[R, Vector | None], Candidate],
+    ) -> list[Candidate]:
+        """The ranking candidate of each light row, ``make(row, its vector)`` for the ones not
+        made at that stamp yet (see :meth:`vectors` for ``read``)."""
+        out: list[Candidate | None] = [None] * len(rows)
+        fresh: list[int] = []
+        with self._lock:
+            for i, r in enumerate(rows):
+                key = (r["agent_id"], r["fact_id"])
+                made = self._made.get(key)
+                if made is not None and made[0] == (int(r["version"]), float(r["updated_at"])):
+                    self._made.move_to_end(key)
+                    out[i] = made[1]
+                else:
+                    fresh.append(i)
+        vectors = self.vectors([rows[i] for i in fresh], read) if fresh else []
+        for i, vector in zip(fresh, vectors, strict=True):
+            r = rows[i]
+            candidate = out[i] = make(r, vector)
+            key, stamp = (r["agent_id"], r["fact_id"]), (int(r["version"]), float(r["updated_at"]))
+            with self._lock:
+                held = self._held.get(key)
+                if held is None or held[0] != stamp:
+                    continue  # written between the reads: made again next time
+                self._made[key] = (stamp, candidate)
+                while len(self._made) > self.capacity:
+                    self._made.popitem(last=False)
+        return [c for c in out if c is not None]
 
     def vectors(self, rows: Sequence[Row], read: Callable[[str, Sequence[str]], Sequence[Row]]) -> list[Vector | None]:
         """The embedding of each light row (``agent_id``, ``fact_id``, ``version``,
