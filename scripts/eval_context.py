@@ -71,7 +71,7 @@ from eval_summary import OVERLAP, content_words, hash_embed
 
 from vcm.dispatch import RecordingDispatcher
 from vcm.eval.bench import add_data_flag, add_json_flag, data_path, share, write_json
-from vcm.eval.conversation import Conversation, FixedClock, Question, Turn, parse_sample, session_time
+from vcm.eval.conversation import Conversation, FixedClock, Question, Turn, parse_sample, session_time, speaker_name
 from vcm.hotpath.state import HotState
 from vcm.obs.metered_store import metered
 from vcm.prompt.layers import INJECTED
@@ -223,11 +223,6 @@ def bag_turns(summary: str, turns: Mapping[str, Turn]) -> frozenset[str]:
     rejected above, kept to show why)."""
     held = content_words(summary)
     return frozenset(d for d, t in turns.items() if (w := content_words(t.text)) and len(w & held) >= OVERLAP * len(w))
-
-
-def speaker_name(speaker: str) -> str:
-    """The speaker as the replay names its messages (and the summary its lines)."""
-    return re.sub(r"[^\w-]", "_", speaker)[:64]
 
 
 def injected_turns(

@@ -89,6 +89,13 @@ def stored_message(agent_id: str, message: Message, *, ttl_s: int = 0) -> Stored
     )
 
 
+def is_notice(stored: StoredMessage) -> bool:
+    """vcm's own notice (a memory-pressure warning), kept in the recall log with the conversation
+    but never part of it: the summary skips it, and relevant memory does not show it."""
+    extra = stored.metadata.get(VCM_METADATA) or {}
+    return isinstance(extra, dict) and extra.get("kind", "message") != "message"
+
+
 def hot_message(stored: StoredMessage) -> Message:
     """The inverse of :func:`stored_message` (actor and idempotency key stay in the audit row)."""
     metadata = dict(stored.metadata)

@@ -29,6 +29,9 @@ def test_vcm_demo_accounts_for_every_message(tmp_path: Path) -> None:
     out = proc.stdout
     assert re.search(r"eviction\s+batch 1: \d+ messages", out)
     assert re.search(r"summary\s+v1 after batch 1", out)
+    # Each turn is appended with its speaker's name: summary lines say who, never "user:".
+    summaries = re.findall(r"summary\s+v\d+ after batch \d+ \(\d+ tokens\): (\w+):", out)
+    assert summaries and not {"user", "assistant"} & set(summaries), summaries
     acct = re.search(r"accounting: (\{.*\})", out)
     assert acct is not None
     numbers = dict(re.findall(r"'(\w+)': (\d+)", acct.group(1)))

@@ -157,6 +157,23 @@ def test_skill_files_parse_score_and_report_problems(tmp_path: Path) -> None:
     assert [s.slug for s in loaded] == ["refunds"] and "slug" in problems[0].reason
 
 
+def test_vcms_own_pressure_notices_are_not_recalled_into_relevant_memory(svc: MemoryService) -> None:
+    notices = []
+    for i in range(200):
+        res = svc.append("ann", "user", f"Note {i}: the context window of the launch memory is over its warning level")
+        notices += [res.pressure_message_id] if res.pressure_message_id else []
+        if res.action == "flush":
+            break
+    assert notices
+    evict_all(svc)
+    assert any(m.message_id in notices for m in svc.store.get_messages("ann", notices))  # in the recall log
+    built = svc.build_context("ann", query="Is the context window over its warning level? Save to memory now")
+    memory = next(layer for layer in built.injected if layer.name == "memory")
+    shown = [str(s["id"]) for s in memory.sources if s["kind"] == "message"]
+    assert shown and not set(shown) & set(notices)
+    assert "Memory pressure" not in memory.text
+
+
 def test_facts_unlike_the_question_stay_out_of_relevant_memory(svc: MemoryService) -> None:
     """A search counts any fact with a word or a little meaning in common as a hit: a long-lived
     agent's unrelated facts filled relevant memory's fact lines on every turn."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -29,8 +30,20 @@ class Turn:
 
     @property
     def content(self) -> str:
-        """The turn as vcm stores it: speaker and text."""
+        """The turn as one line: speaker and text."""
         return f"{self.speaker}: {self.text}"
+
+    @property
+    def name(self) -> str:
+        """The speaker as a message's ``name``: the summary's lines and recall's author anchoring
+        read it (vcm refuses names with other characters than word characters and ``-``)."""
+        return speaker_name(self.speaker)
+
+
+def speaker_name(speaker: str) -> str:
+    """A speaker as a message ``name``: other characters than word characters and ``-`` become
+    ``_``, at most 64."""
+    return re.sub(r"[^\w-]", "_", speaker)[:64]
 
 
 @dataclass(frozen=True)

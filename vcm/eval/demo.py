@@ -75,7 +75,8 @@ def run(
         res = service.append(
             agent_id,
             "user" if turn.speaker == a else "assistant",
-            turn.content,
+            turn.text,
+            name=turn.name,  # who said it: the summary's lines and recall's author anchoring read it
             metadata={"dia_id": turn.dia_id, "session": turn.session, "date_time": turn.date_time},
             idempotency_key=f"{conv.sample_id}:{turn.dia_id}",
             actor=audit.CLI,
