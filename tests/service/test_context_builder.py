@@ -157,7 +157,7 @@ def test_skill_files_parse_score_and_report_problems(tmp_path: Path) -> None:
     assert [s.slug for s in loaded] == ["refunds"] and "slug" in problems[0].reason
 
 
-def test_vcms_own_pressure_notices_are_not_recalled_into_relevant_memory(svc: MemoryService) -> None:
+def test_vcms_own_pressure_notices_are_neither_recalled_nor_in_relevant_memory(svc: MemoryService) -> None:
     notices = []
     for i in range(200):
         res = svc.append("ann", "user", f"Note {i}: the context window of the launch memory is over its warning level")
@@ -172,6 +172,8 @@ def test_vcms_own_pressure_notices_are_not_recalled_into_relevant_memory(svc: Me
     shown = [str(s["id"]) for s in memory.sources if s["kind"] == "message"]
     assert shown and not set(shown) & set(notices)
     assert "Memory pressure" not in memory.text
+    found = svc.search_recall("ann", "Memory pressure: save anything you must keep to core memory now", limit=50)
+    assert found.page.items and not {h.message.message_id for h in found.page.items} & set(notices)
 
 
 def test_facts_unlike_the_question_stay_out_of_relevant_memory(svc: MemoryService) -> None:

@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vcm.durable import is_notice
 from vcm.errors import VcmError
 from vcm.facts.working_set import RELEVANCE_HITS
 from vcm.hotpath.context import AssembledContext, layer_tokens
@@ -273,8 +272,6 @@ class ContextBuilder:
             if found is not None:
                 for recalled, mark in zip(found.page.items, found.marks, strict=True):
                     m = recalled.message
-                    if is_notice(m):  # a memory-pressure warning matched the words, not what was said
-                        continue
                     flag = f", flagged: {', '.join(mark.get('taint_reasons', []))}" if mark.get("tainted") else ""
                     who = m.name or m.role
                     head = f"- [message {m.message_id}, {who}, {prompt.stamp(m.created_at)}{flag}]"

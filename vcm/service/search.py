@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vcm import validation
+from vcm.durable import is_notice
 from vcm.errors import PolicyRefused, StoreUnavailable, ValidationError, VcmError
 from vcm.hotpath.jobs import IngestJob
 from vcm.obs import footprint, metrics
@@ -155,6 +156,10 @@ class Search:
             left_out = set(exclude)
             kept = [h for h in page.items if h.message.message_id not in left_out][:limit]
             page = Page(kept, None, page.stats)
+        if any(is_notice(h.message) for h in page.items):
+            # vcm's own memory-pressure notices are in the recall log, not in the conversation: a
+            # model asked to save its memory "now" by a search result would do so for nothing.
+            page = Page([h for h in page.items if not is_notice(h.message)], page.next_cursor, page.stats)
         # Marks only for the hits returned: a scan per hit is most of a small search's cost.
         return RecallResult(page, mode, [self.core.mark(h.message.content) for h in page.items])
 
