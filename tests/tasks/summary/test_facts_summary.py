@@ -59,6 +59,21 @@ def test_relative_dates_are_anchored_to_the_turn_time() -> None:
     assert units.anchor("Last Fri we met.", MAY_8) == "Last Fri (5 May 2023) we met."
 
 
+@pytest.mark.parametrize(
+    "phrase",
+    ["yesterday", "tomorrow", "today", "tonight", "this morning", "this afternoon", "this evening",
+     "last weekend", "last Wednesday", "last week", "next week", "last month", "next month", "this month",
+     "last year", "next year", "this year", "3 days ago", "a few months ago", "an hour ago maybe, two years ago"],
+)  # fmt: skip
+def test_every_relative_date_rule_anchors_whatever_its_case(phrase: str) -> None:
+    """Anchoring first looks for one of the rules' words and leaves a sentence without any as it
+    is: each rule must still fire, in any case."""
+    for sentence in (f"We met {phrase}.", f"We met {phrase.upper()}."):
+        assert units.anchor(sentence, MAY_8) != sentence
+        assert units.anchor(sentence, MAY_8, compact=True) != sentence
+    assert units.anchor("We met at the lastingham thistle fair.", MAY_8) == "We met at the lastingham thistle fair."
+
+
 def test_compact_dates_replace_the_relative_words() -> None:
     def compact(text: str) -> str:
         return units.anchor(text, MAY_8, compact=True)
