@@ -27,6 +27,7 @@ class Row(Protocol):
 
 
 R = TypeVar("R", bound=Row)
+T = TypeVar("T")
 
 DEFAULT_CAPACITY = 50_000  # ~75 MB of 384-dimensional vectors
 
@@ -48,17 +49,8 @@ class FactVectors:
     ) -> list[Candidate]:
         """The ranking candidate of each light row, ``make(row, its vector)`` for the ones not
         made at that stamp yet (see :meth:`vectors` for ``read``)."""
-        out: list[Candidate | None] = [None] * len(rows)
-        fresh: list[int] = []
-        with self._lock:
-            for i, r in enumerate(rows):
-                key = (r["agent_id"], r["fact_id"])
-                made = self._made.get(key)
-                if made is not None and made[0] == (int(r["version"]), float(r["updated_at"])):
-                    self._made.move_to_end(key)
-                    out[i] = made[1]
-                else:
-                    fresh.append(i)
+        made, fresh = self._found(self._made, rows)
+        out: list[Candidate | None] = [made.get(i) for i in range(len(rows))]
         vectors = self.vectors([rows[i] for i in fresh], read) if fresh else []
         for i, vector in zip(fresh, vectors, strict=True):
             r = rows[i]
@@ -77,17 +69,11 @@ class FactVectors:
         """The embedding of each light row (``agent_id``, ``fact_id``, ``version``,
         ``updated_at``), None where it has none; ``read(agent_id, fact_ids)`` returns the rows
         (those columns and ``embedding``) of the ones not held at that stamp."""
-        out: list[Vector | None] = [None] * len(rows)
+        hits, absent = self._found(self._held, rows)
+        out: list[Vector | None] = [hits.get(i) for i in range(len(rows))]
         missing: dict[str, list[int]] = {}
-        with self._lock:
-            for i, r in enumerate(rows):
-                key = (r["agent_id"], r["fact_id"])
-                held = self._held.get(key)
-                if held is not None and held[0] == (int(r["version"]), float(r["updated_at"])):
-                    self._held.move_to_end(key)
-                    out[i] = held[1]
-                else:
-                    missing.setdefault(r["agent_id"], []).append(i)
+        for i in absent:
+            missing.setdefault(rows[i]["agent_id"], []).append(i)
         for agent_id, positions in missing.items():
             wanted = {rows[i]["fact_id"]: i for i in positions}
             for part in chunked(list(wanted)):
@@ -100,6 +86,24 @@ class FactVectors:
                     out[i] = vector
                     self._hold((agent_id, r["fact_id"]), stamp, vector)
         return out
+
+    def _found(
+        self, cache: OrderedDict[tuple[str, str], tuple[Stamp, T]], rows: Sequence[Row]
+    ) -> tuple[dict[int, T], list[int]]:
+        """What ``cache`` holds for the rows at their stamps, by position, and the positions of
+        the rows it does not."""
+        out: dict[int, T] = {}
+        absent: list[int] = []
+        with self._lock:
+            for i, r in enumerate(rows):
+                key = (r["agent_id"], r["fact_id"])
+                held = cache.get(key)
+                if held is not None and held[0] == (int(r["version"]), float(r["updated_at"])):
+                    cache.move_to_end(key)
+                    out[i] = held[1]
+                else:
+                    absent.append(i)
+        return out, absent
 
     def _hold(self, key: tuple[str, str], stamp: Stamp, vector: Vector | None) -> None:
         with self._lock:
