@@ -196,7 +196,7 @@ def _extract_facts(deps: Deps, agent_id: str, messages: Sequence[Message], scan:
 
 def _embed_ahead(service: MemoryService, candidates: Sequence[fact_extraction.Candidate]) -> None:
     """The vectors ``remember`` will ask for, one model call for the lot: a batch's ~40 facts
-    embedded one by one were a third of an 8k eviction job (bench_evict). An entity is not
+    embedded one call each cost an 8k eviction job ~50 ms more (bench_evict). An entity is not
     embedded (its key dedups it). A failure is left to ``remember``, which meets it again and
     writes the fact without a vector, as it does."""
     if service.core.embed is None:
