@@ -147,8 +147,13 @@ class HotState(HotBlocks):
         idempotency_key: str | None = None,
         actor: str | None = None,
         token_sha256: str | None = None,
+        created_at: float | None = None,
     ) -> AppendResult:
         """Count, admit and append one message; begins an eviction batch when crossing flush.
+
+        ``created_at``: when the message was said, for history imported with its own times (its
+        date marker, the summary's dates and recall's times follow it); default now. Messages
+        stay in the order appended, whatever their times.
 
         ``actor`` and ``idempotency_key`` travel with the stored message so the cold path, which
         spools it, can write its audit row without the hot path paying for a store write.
@@ -169,12 +174,14 @@ class HotState(HotBlocks):
         validation.flag(pinned, "pinned")
         validation.idempotency_key(idempotency_key)
         meta = validation.metadata(metadata)
-        counter = self.counter(self._model(agent_id, token_sha256))
         now = self.clock()
+        said = validation.created_at(created_at, now)
+        counter = self.counter(self._model(agent_id, token_sha256))
+        at = now if said is None else said
         # When it was said (vcm.hotpath.timeline), counted with it: the prompt shows both. Tool
         # results and text-less tool calls carry none (the next message with text does).
         dated = role != "tool" and bool(content)
-        mark = self.timeline.marker(agent_id, now) if dated else ""
+        mark = self.timeline.marker(agent_id, at) if dated else ""
         tokens = counter.message(marked(mark, content), name=name, tool_calls=tool_calls)
         body: dict[str, Any] = {"role": role, "content": content, "tokens": tokens, "pinned": pinned}
         if name:
@@ -188,10 +195,14 @@ class HotState(HotBlocks):
         # Only keyed calls can be replayed, so only they pay for a fingerprint; it holds the count
         # without the marker, so a retry on another day is the same write.
         fp = ""
+        if said is not None:  # a dated write: a retry must give the same time
+            body["created_at"] = round(said, 6)
         if idempotency_key:
             plain = counter.message(content, name=name, tool_calls=tool_calls) if mark else tokens
             fp = fingerprint({"op": "append", **body, "tokens": plain})
-        body["created_at"] = round(now, 6)
+        body["created_at"] = round(at, 6)
+        if said is not None:
+            body["appended_at"] = round(now, 6)
         body["kind"] = "message"
         if mark:
             body["marker"] = mark
@@ -227,7 +238,7 @@ class HotState(HotBlocks):
             raw = self._append_as_agent(keys=[*script_keys, keys.key(agent_id, keys.TOKEN)], args=[*args, token_sha256])
         data, replayed = reply(raw)
         if dated and not replayed:
-            self.timeline.appended(agent_id, now)
+            self.timeline.appended(agent_id, at, dated=said is not None)
         stored = None if replayed else Message.from_json({**body, "id": data["message_id"], "seq": data["seq"]})
         return AppendResult(
             message=stored,

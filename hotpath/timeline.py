@@ -105,11 +105,15 @@ class Timeline:
         with self._lock:
             self._latest[agent_id] = None
 
-    def appended(self, agent_id: str, at: float) -> None:
-        """A message of ``agent_id`` was appended at ``at``."""
+    def appended(self, agent_id: str, at: float, *, dated: bool = False) -> None:
+        """A message of ``agent_id`` was appended at ``at``; ``dated``: at the time its caller
+        gave (history imported with its times), which the next marker follows even when it is
+        earlier, so that the markers read in the FIFO's order tell the story the messages do.
+        Undated appends keep the latest time seen, so two concurrent appends cannot make a marker
+        go missing."""
         with self._lock:
             latest = self._latest.get(agent_id)
-            self._latest[agent_id] = at if latest is None else max(latest, at)
+            self._latest[agent_id] = at if latest is None or dated else max(latest, at)
 
     def forget(self, agent_id: str) -> None:
         """The agent's FIFO was replaced (reset, restore, deletion): read it again next time."""

@@ -122,7 +122,7 @@ def _reconcile_agent(deps: Deps, agent: str, older_than: float) -> int:
     if not fresh:
         return 0
     by_id = {m.id: m for m in deps.hot.get_messages(agent, fresh)}
-    due = [m for m in by_id.values() if m.created_at <= older_than]
+    due = [m for m in by_id.values() if m.appended <= older_than]
     written = 0
     if due:
         stored = {m.message_id for m in deps.store.get_messages(agent, [m.id for m in due])}

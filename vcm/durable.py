@@ -72,6 +72,8 @@ def stored_message(agent_id: str, message: Message, *, ttl_s: int = 0) -> Stored
         extra["tool_calls"] = [dict(c) for c in message.tool_calls]
     if message.marker:  # counted in its tokens: a rebuilt FIFO shows it as the first did
         extra["marker"] = message.marker
+    if message.appended_at is not None:  # dated by its caller: when vcm took it
+        extra["appended_at"] = message.appended_at
     metadata = dict(message.metadata)
     if extra:
         metadata[VCM_METADATA] = extra
@@ -114,6 +116,7 @@ def hot_message(stored: StoredMessage) -> Message:
         metadata=metadata,
         kind=str(extra.get("kind", "message")),
         marker=extra.get("marker") or None,
+        appended_at=None if extra.get("appended_at") is None else float(extra["appended_at"]),
     )
 
 
@@ -133,7 +136,7 @@ def append_event(agent_id: str, message: Message) -> MemoryEvent:
         actor=message.actor or audit.SYSTEM,
         event_id=audit_id(agent_id, "append", message.id),
         idempotency_key=message.idempotency_key,
-        created_at=message.created_at,
+        created_at=message.appended,  # the audit trail's time is vcm's, not the caller's
         details={"message_id": message.id, "seq": message.seq, "kind": message.kind},
     )
 
@@ -151,8 +154,9 @@ def append_records(hot: HotState, agent_id: str, messages: Sequence[Message]) ->
     out: list[IdempotencyRecord] = []
     for m in keyed:
         record = found.get(m.idempotency_key or "")
-        if record is not None and m.created_at + ttl > now:
-            out.append(IdempotencyRecord(agent_id, m.idempotency_key or "", record[0], record[1], m.created_at + ttl))
+        # From when vcm took the message, not when it was said (an imported message's own time).
+        if record is not None and m.appended + ttl > now:
+            out.append(IdempotencyRecord(agent_id, m.idempotency_key or "", record[0], record[1], m.appended + ttl))
     return out
 
 

@@ -37,6 +37,14 @@ class Message:
     idempotency_key: str | None = None
     # When it was said, as the prompt shows it (vcm.hotpath.timeline); counted in ``tokens``.
     marker: str | None = None
+    # When vcm took it, where the caller gave ``created_at`` (history imported with its own
+    # times): idempotency records, audit rows and the write-behind's grace period run on this.
+    appended_at: float | None = None
+
+    @property
+    def appended(self) -> float:
+        """When vcm took the message (its ``created_at`` unless the caller dated it)."""
+        return self.created_at if self.appended_at is None else self.appended_at
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Message:
@@ -56,6 +64,7 @@ class Message:
             actor=data.get("actor"),
             idempotency_key=data.get("idempotency_key"),
             marker=data.get("marker") or None,
+            appended_at=None if data.get("appended_at") is None else float(data["appended_at"]),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -78,6 +87,7 @@ class Message:
             "actor": self.actor,
             "idempotency_key": self.idempotency_key,
             "marker": self.marker,
+            "appended_at": self.appended_at,
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return out

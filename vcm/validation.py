@@ -19,6 +19,8 @@ MAX_IDEMPOTENCY_KEY = 256
 MAX_METADATA_BYTES = 16_384
 MAX_TOOL_CALLS = 128  # tool calls in one assistant message
 MAX_TOOL_CALL_ID = 256
+# How far ahead of the server's clock a caller's ``created_at`` may be (clock skew), in seconds.
+MAX_CREATED_AHEAD_S = 300.0
 
 
 def agent_id(value: Any) -> str:
@@ -166,3 +168,31 @@ def flag(value: Any, field: str) -> bool:
     if not isinstance(value, bool):
         raise ValidationError(f"{field} must be true or false", field=field)
     return value
+
+
+def created_at(value: Any, now: float) -> float | None:
+    """A message's own time (seconds since the epoch, UTC), for history imported with the times
+    it was said; None: now. Not before 1970-01-02, nor more than :data:`MAX_CREATED_AHEAD_S`
+    ahead of ``now``."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value != value
+        or value
+        in (
+            float("inf"),
+            float("-inf"),
+        )
+    ):
+        raise ValidationError("created_at must be a finite number of seconds since the epoch", field="created_at")
+    at = float(value)
+    if at < 86400.0:
+        raise ValidationError("created_at must be after 1970-01-02 (seconds since the epoch)", field="created_at")
+    if at > now + MAX_CREATED_AHEAD_S:
+        raise ValidationError(
+            f"created_at is {at - now:.0f} s ahead of the server's clock (at most {MAX_CREATED_AHEAD_S:.0f} s)",
+            field="created_at",
+        )
+    return at

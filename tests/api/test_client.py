@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -122,6 +123,43 @@ def test_token_budget_errors_carry_the_headroom(live: LiveServer) -> None:
         me.append("small", "user", "word " * 3000)
     assert err.value.details["required_headroom"] > 0
     assert err.value.to_dict()["code"] == "TOKEN_BUDGET_EXCEEDED"
+
+
+def test_history_is_imported_with_the_times_it_was_said(live: LiveServer, service: MemoryService) -> None:
+    """``created_at`` over real HTTP, as a datetime, seconds and a raw ISO 8601 string: the
+    prompt's markers and the stored times are the caller's, the audit trail's vcm's own; a bad
+    time is refused and changes nothing."""
+    with VcmClient(live.url, ADMIN_TOKEN) as admin:
+        token = admin.create_agent("importer", model="vcm-demo-4k")["token"]
+    may8 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    with VcmClient(live.url, token) as me:
+        first = me.append("importer", "user", "I went to a support group yesterday.", name="Caroline", created_at=may8)
+        me.append("importer", "assistant", "How was it?", name="Melanie", created_at=may8.timestamp() + 60)
+        raw = httpx.post(
+            f"{live.url}/v1/agents/importer/messages",
+            json={
+                "role": "user",
+                "content": "We adopted a dog!",
+                "name": "Caroline",
+                "created_at": "2023-05-20T10:00:00",
+            },
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert raw.status_code == 200, raw.text
+        before = me.context("importer")
+        for bad in ("last tuesday", "2999-01-01T00:00:00Z"):
+            with pytest.raises(ValidationError) as refused:
+                me.append("importer", "user", "hello", created_at=bad)  # type: ignore[arg-type]
+            assert refused.value.details["field"] == "created_at", refused.value.details
+        assert me.context("importer") == before
+    assert [m["content"] for m in before["messages"][1:]] == [
+        "I went to a support group yesterday.", "How was it?", "[Sat 20 May 2023, 1 week later] We adopted a dog!",
+    ]  # fmt: skip
+    stored = service.store.get_messages("importer", [first["message_id"]])[0]
+    assert stored.created_at == may8.timestamp()
+    audit_row = next(e for e in service.store.query_events("importer", ["append"], limit=10).items
+                     if e.payload.get("message_id") == first["message_id"])  # fmt: skip
+    assert audit_row.created_at > may8.timestamp() + 365 * 86400  # when vcm took it: now
 
 
 def test_the_async_client(live: LiveServer) -> None:

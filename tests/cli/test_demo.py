@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from vcm.eval.conversation import generate, parse_sample, session_time
+from vcm.store import open_store
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -39,3 +42,17 @@ def test_vcm_demo_accounts_for_every_message(tmp_path: Path) -> None:
     assert int(numbers["in_fifo"]) + int(numbers["committed_to_recall"]) == int(numbers["appended"])
     assert int(numbers["spooled_to_store"]) == int(numbers["appended"])
     assert re.search(r"recall: \d+\.\d% of evidence turns found in the top 10", out)
+    # Each turn is dated by its session (created_at), not by when the demo ran: the prompt's
+    # date markers and the summary's dates are the conversation's.
+    conv = parse_sample(generate(seed=7)[0])
+    store = open_store(f"sqlite:///{tmp_path}/vcm.db")
+    try:
+        (agent,) = [a.agent_id for a in store.list_agents() if a.agent_id.startswith("demo-")]
+        said = {m.metadata.get("dia_id"): m for m in store.list_messages(agent, limit=1000)}
+        for turn in conv.turns[:140]:
+            start = session_time(turn.date_time)
+            assert start is not None and start < said[turn.dia_id].created_at < start + 3600
+        markers = [m.metadata.get("_vcm", {}).get("marker") for m in said.values()]
+        assert "[Wed 17 January 2024, 1 week later]" in markers, sorted({str(m) for m in markers})
+    finally:
+        store.close()

@@ -9,6 +9,7 @@ import redis
 
 from tests.doubles.clock import Clock
 from vcm.durable import hot_message, stored_message
+from vcm.errors import IdempotencyMismatch, ValidationError
 from vcm.hotpath.context import assemble
 from vcm.hotpath.state import HotState
 from vcm.hotpath.timeline import marker, span, unmarked
@@ -122,3 +123,61 @@ def test_a_keyed_retry_on_another_day_is_a_replay(client: redis.Redis) -> None:
     again = hot_with(client, clock).append("a", "user", "same words", idempotency_key="k")
     assert again.replayed and again.message_id == first.message_id
     assert marked(None, "x") == "x" and marked("[Mon 8 May 2023]", "x") == "[Mon 8 May 2023] x"
+
+
+def test_history_imported_with_its_own_times_is_dated_by_them(client: redis.Redis) -> None:
+    """``created_at``: the markers, the message's time and a keyed retry follow the caller's time;
+    vcm's own time (idempotency, audit) is kept apart as ``appended_at``."""
+    clock = Clock(now=MONDAY + 400 * DAY)  # the import runs a year after the conversation
+    hot = hot_with(client, clock)
+    hot.create_agent("a", model="vcm-demo-4k")
+    noon = MONDAY + 12 * 3600
+    said = [
+        hot.append("a", "user", "I went to a support group yesterday.", name="Caroline", created_at=noon),
+        hot.append("a", "assistant", "How was it?", name="Melanie", created_at=noon + 60, idempotency_key="k"),
+        hot.append("a", "user", "We adopted a dog!", name="Caroline", created_at=noon + 12 * DAY),
+    ]
+    now = hot.append("a", "user", "Back again today.", name="Caroline")
+    messages = [r.message for r in [*said, now]]
+    assert all(m is not None for m in messages)
+    assert [m.marker for m in messages if m] == [None, None, "[Sat 20 May 2023, 1 week later]",
+                                                 "[Tue 11 June 2024, 1 year later]"]  # fmt: skip
+    assert [m.created_at for m in messages if m][:3] == [noon, noon + 60, noon + 12 * DAY]
+    assert (
+        all(m.appended_at == clock.now for m in messages[:3] if m) and messages[3] and messages[3].appended_at is None
+    )
+    # The hot state and a rebuild from the store keep both times.
+    held = hot.snapshot("a").fifo
+    assert [(m.created_at, m.appended) for m in held] == [(m.created_at, m.appended) for m in messages if m]
+    back = hot_message(stored_message("a", held[0]))
+    assert (back.created_at, back.appended_at) == (noon, clock.now)
+    # A keyed retry gives the same time: a replay; another time under the same key is refused.
+    again = hot.append("a", "assistant", "How was it?", name="Melanie", created_at=noon + 60, idempotency_key="k")
+    assert again.replayed and again.message_id == said[1].message_id
+    with pytest.raises(IdempotencyMismatch):
+        hot.append("a", "assistant", "How was it?", name="Melanie", created_at=noon + 61, idempotency_key="k")
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (float("nan"), "finite"),
+        (float("inf"), "finite"),
+        (True, "finite"),
+        ("2023-05-08", "finite"),
+        (-1.0, "after 1970"),
+        (MONDAY + 3600, "ahead of the server's clock"),
+    ],
+)
+def test_a_bad_created_at_is_refused_and_changes_nothing(client: redis.Redis, value: object, why: str) -> None:
+    clock = Clock(now=MONDAY)
+    hot = hot_with(client, clock)
+    hot.create_agent("a", model="vcm-demo-4k")
+    before = hot.snapshot("a")
+    with pytest.raises(ValidationError, match=why) as refused:
+        hot.append("a", "user", "hello", created_at=value)  # type: ignore[arg-type]
+    assert refused.value.details["field"] == "created_at"
+    after = hot.snapshot("a")
+    assert (after.fifo, after.counter("fifo")) == (before.fifo, before.counter("fifo"))
+    # Five minutes of clock skew are allowed.
+    assert hot.append("a", "user", "hello", created_at=MONDAY + 299).message is not None

@@ -78,6 +78,22 @@ def test_a_keyed_append_replays_after_the_hot_state_is_lost(client: redis.Redis,
         svc.append("alice", "user", "something else", idempotency_key="k1")
 
 
+def test_an_imported_message_replays_after_the_loss_whatever_its_age(client: redis.Redis, store: MemoryStore) -> None:
+    """A message dated years back (``created_at``) keeps its idempotency record for the TTL from
+    when vcm took it: a retry after Redis is lost is still a replay, not a second copy."""
+    svc = service(client, store)
+    svc.create_agent("alice", model=MODEL)
+    said = time.time() - 3 * 365 * 86400
+    first = svc.append("alice", "user", "Said three years ago.", idempotency_key="old-1", created_at=said)
+    client.flushdb()
+    again = service(client, store).append(
+        "alice", "user", "Said three years ago.", idempotency_key="old-1", created_at=said
+    )
+    assert again.replayed and again.message_id == first.message_id
+    assert stored_contents(store, "alice") == ["Said three years ago."]
+    assert store.get_messages("alice", [first.message_id])[0].created_at == pytest.approx(said)
+
+
 def test_write_behind_flush_replays_spooled_keys_and_never_duplicates(store: MemoryStore) -> None:
     """Production-like wiring on a real Redis: write-behind, the spool writes messages and their
     records; FLUSHDB of the hot-state db under the running service. A spooled key replays; a key

@@ -4,6 +4,7 @@ change feed, recall and archival, tools, events, the report and health."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from vcm.client.replies import R, Sender, clean, idem
@@ -24,7 +25,15 @@ class MemoryOperations(Sender[R]):
         tool_call_id: str | None = None,
         tool_calls: Sequence[Mapping[str, Any]] | None = None,
         idempotency_key: str | None = None,
+        created_at: float | datetime | None = None,
     ) -> R:
+        """Append a message; ``created_at``: when it was said (seconds since the epoch, or a
+        datetime, UTC when naive), for history imported with its own times."""
+        when: float | str | None = (
+            created_at
+            if not isinstance(created_at, datetime)
+            else (created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC)).isoformat()
+        )
         body = clean(
             {
                 "role": role,
@@ -34,6 +43,7 @@ class MemoryOperations(Sender[R]):
                 "metadata": dict(metadata) if metadata is not None else None,
                 "tool_call_id": tool_call_id,
                 "tool_calls": [dict(t) for t in tool_calls] if tool_calls is not None else None,
+                "created_at": when,
             }
         )
         return self._send(

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from vcm.eval.conversation import Conversation
+from vcm.eval.conversation import Conversation, Turn, session_time
 from vcm.obs import audit
 from vcm.service import MemoryService
 
@@ -77,6 +77,7 @@ def run(
             "user" if turn.speaker == a else "assistant",
             turn.text,
             name=turn.name,  # who said it: the summary's lines and recall's author anchoring read it
+            created_at=said_at(turn, i),  # when: the prompt's date markers and the summary's dates
             metadata={"dia_id": turn.dia_id, "session": turn.session, "date_time": turn.date_time},
             idempotency_key=f"{conv.sample_id}:{turn.dia_id}",
             actor=audit.CLI,
@@ -117,6 +118,14 @@ def run(
     report.recall_at_10 = sum(scores) / len(scores) if scores else 1.0
     report.seconds = time.monotonic() - start
     return report
+
+
+def said_at(turn: Turn, index: int) -> float | None:
+    """When a turn was said: its session's start (LoCoMo dates sessions, not turns) plus a second
+    per turn of the conversation, so times keep the turns' order; None when the session has no
+    readable date (the append is then dated now)."""
+    start = session_time(turn.date_time)
+    return None if start is None else start + index
 
 
 def _committed(service: MemoryService, agent_id: str, batch_id: int) -> bool:

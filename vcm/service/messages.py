@@ -48,9 +48,11 @@ class Messages:
         idempotency_key: str | None = None,
         actor: str = Actor.SYSTEM,
         token_sha256: str | None = None,
+        created_at: float | None = None,
     ) -> AppendResult:
         """Append one message. ``token_sha256``: the caller's agent token digest, checked in the
-        append's own Lua call (see :meth:`HotState.append`).
+        append's own Lua call (see :meth:`HotState.append`). ``created_at``: when it was said
+        (seconds since the epoch), for history imported with its own times; default now.
 
         An assistant message's ``[MEMORY:type]`` / ``[STATE:key]`` tags (:mod:`vcm.facts.capture`)
         are kept as facts / state pointing at the message, and the message enters the context
@@ -77,6 +79,7 @@ class Messages:
                 idempotency_key=idempotency_key,
                 actor=actor,
                 token_sha256=token_sha256,
+                created_at=created_at,
             )
         # Before the caller hears of it: the store holds the message (write-through) and the id
         # floor stays ahead of the sequence. A replay writes it too: its first attempt may have

@@ -2476,6 +2476,12 @@ export interface components {
             /** Content */
             content: string;
             /**
+             * Created At
+             * @description When the message was said, for history imported with its own times: an ISO 8601 time (UTC unless it says otherwise) or seconds since the epoch; default now. At most 5 minutes ahead of the server's clock. Messages stay in the order appended.
+             * @example 2023-05-08T13:56:00Z
+             */
+            created_at?: number | string | null;
+            /**
              * Idempotency Key
              * @description Same as the Idempotency-Key header: a retry with the same key returns the first result.
              */

@@ -187,6 +187,17 @@ describe("memory", () => {
     assert.ok(context.gauges.window > 0);
   });
 
+  it("imports history with the times it was said (created_at)", async () => {
+    await me.append(AGENT, { role: "user", content: "We moved to Porto.", created_at: "2023-05-08T13:56:00Z" });
+    await me.append(AGENT, { role: "user", content: "The boxes are unpacked.", created_at: 1683554160 + 7 * 86400 });
+    const said = (await me.context(AGENT)).messages.map((m) => String(m.content));
+    assert.ok(said.includes("[Mon 15 May 2023, 1 week later] The boxes are unpacked."), said.join(" | "));
+    await assert.rejects(
+      me.append(AGENT, { role: "user", content: "x", created_at: "next week" }),
+      (error: unknown) => error instanceof ValidationError && error.details.field === "created_at",
+    );
+  });
+
   it("writes blocks with revisions; a stale revision is a RevConflict carrying the current one", async () => {
     const put = await me.putBlock(AGENT, "persona", { content: "I like tea." });
     assert.ok(put._rev);

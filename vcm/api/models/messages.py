@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from vcm.api.models.common import IDEMPOTENCY_FIELD, BatchOut, RequestBody, Role
 from vcm.hotpath.context import AssembledContext
@@ -21,6 +22,31 @@ class MessageIn(RequestBody):
     tool_call_id: str | None = Field(None, max_length=256)
     tool_calls: list[dict[str, Any]] | None = None
     idempotency_key: str | None = IDEMPOTENCY_FIELD
+    created_at: float | str | None = Field(
+        None,
+        description="When the message was said, for history imported with its own times: an ISO 8601 time "
+        "(UTC unless it says otherwise) or seconds since the epoch; default now. At most 5 minutes ahead of "
+        "the server's clock. Messages stay in the order appended.",
+        examples=["2023-05-08T13:56:00Z"],
+    )
+
+    @field_validator("created_at")
+    @classmethod
+    def _seconds(cls, value: float | str | None) -> float | None:
+        """An ISO 8601 time as seconds since the epoch (the range is the service's to check)."""
+        if not isinstance(value, str):
+            return value
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(
+                "created_at must be an ISO 8601 time (2023-05-08T13:56:00Z) or seconds since the epoch"
+            ) from None
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+    def said_at(self) -> float | None:
+        """``created_at`` as seconds (a string was converted when the body was read)."""
+        return float(self.created_at) if self.created_at is not None else None
 
 
 class AppendOut(BaseModel):

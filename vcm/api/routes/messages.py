@@ -52,6 +52,7 @@ async def append_message(
         idempotency_key=one_key(idem, body.idempotency_key),
         actor=who.principal.actor,
         token_sha256=who.token_sha256,
+        created_at=body.said_at(),
     )
     # A short message is appended on the event loop: counting it and the one Redis call take
     # a fraction of a millisecond, less than handing it to the thread pool and back (two
