@@ -142,3 +142,13 @@ def test_a_fact_repeats_a_message_that_holds_all_its_words() -> None:
     assert not layers.repeats("Priya: Porto door code 4412 since 13 November 2023", said)  # a resolved date
     assert not layers.repeats("Ann: The Porto office door code is 4412", said)  # someone else said it
     assert not layers.repeats("", said) and not layers.repeats("Priya: code 4412", [])
+
+
+def test_a_wording_said_again_is_one_group_in_the_order_of_its_best_rank() -> None:
+    texts = ["Sounds good!", "I moved to Porto.", "sounds   GOOD!", "Sounds good", "I moved to Porto."]
+    assert layers.same_words(texts) == [[0, 2], [1, 4], [3]]
+    assert layers.same_words([]) == []
+    may = 1_683_554_160.0  # 8 May 2023
+    assert layers.also_said([]) == ""
+    assert layers.also_said([may]) == "; the same words 1 more time, 8 May 2023"
+    assert layers.also_said([may + 30 * 86400, may]) == "; the same words 2 more times, 8 May 2023 to 7 June 2023"

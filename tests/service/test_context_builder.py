@@ -176,6 +176,33 @@ def test_vcms_own_pressure_notices_are_neither_recalled_nor_in_relevant_memory(s
     assert found.page.items and not {h.message.message_id for h in found.page.items} & set(notices)
 
 
+def test_words_said_more_than_once_take_one_line_of_relevant_memory(svc: MemoryService) -> None:
+    """A conversation that repeats itself: the memory layer shows each wording once, noting how
+    many more times and when it was said, and the lines it saves go to other messages."""
+    repeated = "I tried the new coffee place near the office; the pastries were great."
+    for i in range(2000):
+        text = repeated if i % 4 == 0 else f"Note {i}: the office coffee machine {i} broke again"
+        if svc.append("ann", "user", text).action == "flush":
+            break
+    assert svc.hot.batch_message_ids("ann")
+    evict_all(svc)
+    built = svc.build_context("ann", query="Which coffee place near the office has great pastries?")
+    memory = next(layer for layer in built.injected if layer.name == "memory")
+    lines = [line for line in memory.text.splitlines() if line.startswith("- [message ")]
+    assert sum(repeated in line for line in lines) == 1, memory.text
+    (line,) = [line for line in lines if repeated in line]
+    (source,) = [s for s in memory.sources if s["kind"] == "message" and s.get("same_words")]
+    assert f"the same words {len(source['same_words'])} more times" in line
+    assert len(source["same_words"]) >= 2 and source["id"] not in source["same_words"]
+    # The room goes to distinct messages: as many lines as the setting asks, each its own words.
+    distinct = [line.split("] ", 1)[1] for line in lines]
+    assert len(distinct) == len(set(distinct)) == svc.settings.context.memory_messages, (
+        memory.dropped,
+        memory.tokens,
+        len(lines),
+    )
+
+
 def test_facts_unlike_the_question_stay_out_of_relevant_memory(svc: MemoryService) -> None:
     """A search counts any fact with a word or a little meaning in common as a hit: a long-lived
     agent's unrelated facts filled relevant memory's fact lines on every turn."""

@@ -146,6 +146,28 @@ def repeats(fact: str, messages: Sequence[str]) -> bool:
     return bool(words) and any(words <= set(_WORD.findall(m.lower())) for m in messages)
 
 
+def same_words(texts: Sequence[str]) -> list[list[int]]:
+    """``texts`` grouped by their words (case and spacing aside), each group the indices of one
+    wording in rank order, the groups in the order of their best-ranked text. Relevant memory
+    shows a wording once: a conversation that repeats itself ("Sounds good!", a pasted line)
+    would otherwise spend a line of the prompt on each time it was said."""
+    groups: dict[str, list[int]] = {}
+    for i, text in enumerate(texts):
+        groups.setdefault(" ".join(text.split()).casefold(), []).append(i)
+    return list(groups.values())
+
+
+def also_said(stamps: Sequence[float]) -> str:
+    """The head note of a wording said more than once: how many more times, and the span of
+    their dates ("; the same words 2 more times, 17 January to 1 April 2024")."""
+    if not stamps:
+        return ""
+    first, last = stamp(min(stamps)), stamp(max(stamps))
+    times = "1 more time" if len(stamps) == 1 else f"{len(stamps)} more times"
+    span = f", {first}" if first == last else f", {first} to {last}"
+    return f"; the same words {times}{span if first else ''}"
+
+
 def stamp(ts: float) -> str:
     """When a recalled message was said or a fact last written, as the FIFO's date markers say it."""
     if ts <= 0:

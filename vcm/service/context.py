@@ -42,7 +42,7 @@ from vcm.service.messages import Messages
 from vcm.service.search import Search
 from vcm.service.state import StateKeys
 from vcm.store.principals import is_holder, principal_of
-from vcm.store.types import Fact, FactHit, FactQuery
+from vcm.store.types import Fact, FactHit, FactQuery, StoredMessage
 from vcm.types import Gauges
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,7 @@ class ContextBuilder:
 
     def _memory(self, build: _Build, budget: int) -> prompt.Layer | None:
         cfg = self.core.settings.context
-        agent_id, query = build.agent_id, build.query
+        query = build.query
         if budget <= 0 or not query.strip():
             return None
         items: list[prompt.Item] = []
@@ -264,21 +264,19 @@ class ContextBuilder:
                 if len(items) >= cfg.memory_facts:
                     break
         if cfg.memory_messages:
-            try:
-                found = self.search.search_recall(agent_id, query, limit=cfg.memory_messages, exclude=build.fifo_ids)
-            except VcmError as exc:  # recall is an index: a failure leaves the facts in place
-                log.warning("relevant memory of %s: recall search failed (%s)", agent_id, exc.code)
-                found = None
-            if found is not None:
-                for recalled, mark in zip(found.page.items, found.marks, strict=True):
-                    m = recalled.message
-                    flag = f", flagged: {', '.join(mark.get('taint_reasons', []))}" if mark.get("tainted") else ""
-                    who = m.name or m.role
-                    head = f"- [message {m.message_id}, {who}, {prompt.stamp(m.created_at)}{flag}]"
-                    line = f"{head} {prompt.quote(m.content)}"
-                    source = {"kind": "message", "id": m.message_id, "tainted": bool(mark.get("tainted"))}
-                    items.append(prompt.Item(line, source))
-                    said[m.message_id] = f"{who}: {m.content}"
+            hits, groups = self._recalled(build, cfg.memory_messages)
+            for group in groups:
+                m, mark = hits[group[0]]
+                others = [hits[i][0] for i in group[1:]]
+                flag = f", flagged: {', '.join(mark.get('taint_reasons', []))}" if mark.get("tainted") else ""
+                who = m.name or m.role
+                again = prompt.also_said([o.created_at for o in others])
+                head = f"- [message {m.message_id}, {who}, {prompt.stamp(m.created_at)}{flag}{again}]"
+                source: dict[str, Any] = {"kind": "message", "id": m.message_id, "tainted": bool(mark.get("tainted"))}
+                if others:
+                    source["same_words"] = [o.message_id for o in others]
+                items.append(prompt.Item(f"{head} {prompt.quote(m.content)}", source))
+                said[m.message_id] = f"{who}: {m.content}"
         layer = prompt.fit("memory", items, budget, build.count)
         # A fact the offline extractor kept as it was said repeats a recalled message the layer
         # shows: the message says it, with its context, and the fact's line goes to other memory.
@@ -289,6 +287,28 @@ class ContextBuilder:
             layer = prompt.fit("memory", items, budget, build.count)
         build.show(layer, facts)
         return layer
+
+    def _recalled(
+        self, build: _Build, wanted: int
+    ) -> tuple[list[tuple[StoredMessage, dict[str, Any]]], list[list[int]]]:
+        """Recall's best messages for the query (with their poisoning marks), grouped by wording
+        (:func:`vcm.prompt.layers.same_words`), at most ``wanted`` groups. A wording said more than
+        once takes one line, and the room it leaves goes to the next distinct message: half as
+        many again are asked for, and in a conversation that repeats itself so much that they
+        hold too few wordings, four times as many once more."""
+        hits: list[tuple[StoredMessage, dict[str, Any]]] = []
+        groups: list[list[int]] = []
+        for limit in (wanted + wanted // 2, 4 * wanted):
+            try:
+                found = self.search.search_recall(build.agent_id, build.query, limit=limit, exclude=build.fifo_ids)
+            except VcmError as exc:  # recall is an index: a failure leaves the facts in place
+                log.warning("relevant memory of %s: recall search failed (%s)", build.agent_id, exc.code)
+                break
+            hits = [(r.message, mark) for r, mark in zip(found.page.items, found.marks, strict=True)]
+            groups = prompt.same_words([m.content for m, _ in hits])
+            if len(groups) >= wanted or len(hits) < limit:
+                break
+        return hits, groups[:wanted]
 
     # --- skills -----------------------------------------------------------------------------------
     def _skills(self) -> tuple[list[skill_files.Skill], list[skill_files.Problem]]:
