@@ -8,7 +8,8 @@ Pure rendering, and the per-process memory of each agent's latest message time i
   (``[Mon 8 May 2023]``), with the gap when it is long (``[Mon 8 May 2023, 3 weeks later]``); within
   a day, a pause of :data:`SAME_DAY_GAP_S` or more gets the time (``[15:40, 5 hours later]``).
   An agent's first message has no previous one and no marker: the identity layer's date places
-  an undated FIFO beginning, and the recalled messages, facts and summary carry their dates.
+  an undated FIFO beginning (with its date when that is not today: the built prompt's identity
+  layer says when the messages begin), and the recalled messages, facts and summary carry their dates.
 * ``message``: every message its date and time (``[8 May 2023 13:56]``), ~8 tokens each.
 
 Dates are written as people (and the summary's resolved relative dates, "on 7 May 2023") write

@@ -152,3 +152,12 @@ def test_a_wording_said_again_is_one_group_in_the_order_of_its_best_rank() -> No
     assert layers.also_said([]) == ""
     assert layers.also_said([may]) == "; the same words 1 more time, 8 May 2023"
     assert layers.also_said([may + 30 * 86400, may]) == "; the same words 2 more times, 8 May 2023 to 7 June 2023"
+
+
+def test_the_identity_says_when_the_messages_begin_only_on_another_day() -> None:
+    now = 1_701_000_000.0  # Sun 26 November 2023, 12:00 UTC
+    assert layers.identity(now, None, "a").endswith("Agent: a.")
+    assert layers.identity(now, "Priya", "a", begins=now - 3600).endswith("You are talking with Priya.")
+    assert layers.identity(now, None, "a", begins=1_683_547_200.0).endswith(
+        "Agent: a. The messages below begin on Mon 8 May 2023."
+    )

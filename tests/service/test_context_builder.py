@@ -203,6 +203,27 @@ def test_words_said_more_than_once_take_one_line_of_relevant_memory(svc: MemoryS
     )
 
 
+def test_the_identity_layer_dates_an_undated_beginning_of_the_messages(svc: MemoryService) -> None:
+    """Only a day change gets a date marker, so the messages before the first marker are placed
+    by the identity layer: history imported with its times, or the oldest left since an eviction."""
+    may8 = 1_683_547_200.0  # Mon 8 May 2023, noon UTC; the fixture's clock is in November 2023
+    for i, text in enumerate(["I moved to Porto.", "How is it?", "Sunny, every day."]):
+        svc.append("ann", "user" if i != 1 else "assistant", text, created_at=may8 + 60 * i)
+    marked = svc.append("ann", "user", "We adopted a dog!", created_at=may8 + 3 * 86400)
+    assert marked.message is not None and marked.message.marker == "[Thu 11 May 2023, 2 days later]"
+
+    def identity() -> str:
+        built = svc.build_context("ann", query="Where did I move?")
+        return next(layer.text for layer in built.injected if layer.name == "identity")
+
+    assert identity().endswith("The messages below begin on Mon 8 May 2023.")
+    # The oldest three leave: the first message now carries its own date, the layer says none.
+    svc.evict("ann", 3)
+    evict_all(svc)
+    assert svc.fifo_ids("ann")[0] == marked.message_id
+    assert "begin on" not in identity()
+
+
 def test_facts_unlike_the_question_stay_out_of_relevant_memory(svc: MemoryService) -> None:
     """A search counts any fact with a word or a little meaning in common as a hit: a long-lived
     agent's unrelated facts filled relevant memory's fact lines on every turn."""

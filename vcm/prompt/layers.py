@@ -104,10 +104,18 @@ def fit(name: str, items: Sequence[Item], budget: int, count: Callable[[str], in
     return None
 
 
-def identity(now: float, user: str | None, agent_id: str) -> str:
+def identity(now: float, user: str | None, agent_id: str, *, begins: float | None = None) -> str:
+    """Today's date, the agent, the user; ``begins``: when the first message the prompt shows was
+    said, where no date marker places it (an undated FIFO beginning on another day than today:
+    the oldest messages since an eviction, or history imported with its own times)."""
     day = datetime.fromtimestamp(now, UTC)
     who = f" You are talking with {user}." if user else ""
-    return f"[vcm] Today is {day:%A, %Y-%m-%d} (UTC). Agent: {agent_id}.{who}"
+    since = ""
+    if begins is not None and begins > 0:
+        first = datetime.fromtimestamp(begins, UTC)
+        if first.date() != day.date():
+            since = f" The messages below begin on {first:%a} {first.day} {first:%B %Y}."
+    return f"[vcm] Today is {day:%A, %Y-%m-%d} (UTC). Agent: {agent_id}.{who}{since}"
 
 
 def tools_hint(tool_names: Sequence[str]) -> str:

@@ -43,7 +43,7 @@ from vcm.service.search import Search
 from vcm.service.state import StateKeys
 from vcm.store.principals import is_holder, principal_of
 from vcm.store.types import Fact, FactHit, FactQuery, StoredMessage
-from vcm.types import Gauges
+from vcm.types import Gauges, Message
 
 log = logging.getLogger(__name__)
 MAX_QUERY_CHARS = 4000
@@ -145,7 +145,9 @@ class ContextBuilder:
             ),
         )
         makers: dict[str, Callable[[int], prompt.Layer | None]] = {
-            "identity": lambda b: self._identity(agent_id, user, b, count) if cfg.identity else None,
+            "identity": lambda b: self._identity(agent_id, user, b, count, _undated_start(fifo, cfg.time))
+            if cfg.identity
+            else None,
             "state": lambda b: self._state(build, b),
             "sticky": lambda b: self._sticky(build, b),
             "memory": lambda b: self._memory(build, b),
@@ -189,9 +191,10 @@ class ContextBuilder:
 
     # --- layers -----------------------------------------------------------------------------------
     def _identity(
-        self, agent_id: str, user: str | None, budget: int, count: Callable[[str], int]
+        self, agent_id: str, user: str | None, budget: int, count: Callable[[str], int], begins: float | None
     ) -> prompt.Layer | None:
-        text = prompt.identity(self.core.clock(), user or self.core.settings.context.user_name or None, agent_id)
+        who = user or self.core.settings.context.user_name or None
+        text = prompt.identity(self.core.clock(), who, agent_id, begins=begins)
         n = count(text)
         return prompt.Layer("identity", text, n) if n <= budget else None
 
@@ -396,3 +399,15 @@ def _json(value: Any) -> str:
 
 
 __all__: Sequence[str] = ("BuiltContext", "ContextBuilder")
+
+
+def _undated_start(fifo: Sequence[Message], mode: str) -> float | None:
+    """When the prompt's first message with words was said, if no date marker says it (``day``
+    mode: a marker only where the day changes, so the run of messages before the first marker
+    shares that message's day); None when its marker places it, or in the other modes."""
+    if mode != "day":
+        return None
+    for m in fifo:
+        if m.kind == "message" and m.role != "tool" and m.content:
+            return None if m.marker else m.created_at
+    return None
