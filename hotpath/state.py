@@ -162,18 +162,11 @@ class HotState(HotBlocks):
         that is still the agent's token, checked inside the same Lua call (UNAUTHORIZED otherwise):
         the HTTP API's auth costs no round trip of its own."""
         validation.agent_id(agent_id)
-        validation.role(role)
-        # An assistant message that only calls tools has no text; it still belongs in the context.
-        content = validation.text(
-            content, "content", self.settings.budget.max_content_chars, allow_empty=bool(tool_calls)
-        )
-        # The whole message is size-checked before its tokens are counted (counting is the cost).
-        tool_calls = validation.tool_calls(tool_calls, self.settings.budget.max_content_chars - len(content))
-        tool_call_id = validation.tool_call_id(role, tool_call_id)
-        validation.name(name)
-        validation.flag(pinned, "pinned")
+        content, tool_calls, tool_call_id, meta = validation.message(
+            role, content, self.settings.budget.max_content_chars, author=name, pinned=pinned, meta=metadata,
+            call_id=tool_call_id, calls=tool_calls,
+        )  # fmt: skip
         validation.idempotency_key(idempotency_key)
-        meta = validation.metadata(metadata)
         now = self.clock()
         said = validation.created_at(created_at, now)
         counter = self.counter(self._model(agent_id, token_sha256))

@@ -164,6 +164,30 @@ def tool_call_id(role_name: str, value: Any) -> str | None:
     return value
 
 
+def message(
+    role_name: Any,
+    content: Any,
+    max_chars: int,
+    *,
+    author: Any = None,
+    pinned: Any = False,
+    meta: Any = None,
+    call_id: Any = None,
+    calls: Any = None,
+) -> tuple[str, list[dict[str, Any]] | None, str | None, dict[str, Any]]:
+    """One message to append, checked whole (``author`` is its ``name``): its content, tool calls,
+    tool call id and metadata as they are kept."""
+    role(role_name)
+    # An assistant message that only calls tools has no text; it still belongs in the context.
+    words = text(content, "content", max_chars, allow_empty=bool(calls))
+    # The whole message is size-checked before its tokens are counted (counting is the cost).
+    checked_calls = tool_calls(calls, max_chars - len(words))
+    checked_id = tool_call_id(role_name, call_id)
+    name(author)
+    flag(pinned, "pinned")
+    return words, checked_calls, checked_id, metadata(meta)
+
+
 def flag(value: Any, field: str) -> bool:
     if not isinstance(value, bool):
         raise ValidationError(f"{field} must be true or false", field=field)

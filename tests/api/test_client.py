@@ -162,6 +162,36 @@ def test_history_is_imported_with_the_times_it_was_said(live: LiveServer, servic
     assert audit_row.created_at > may8.timestamp() + 365 * 86400  # when vcm took it: now
 
 
+def test_a_conversation_is_imported_in_one_call(live: LiveServer, service: MemoryService) -> None:
+    """``append_many`` over real HTTP: in order, with times; bad input appends nothing (the
+    error names the message); the same list under its key again is a replay."""
+    with VcmClient(live.url, ADMIN_TOKEN) as admin:
+        token = admin.create_agent("bulk", model="vcm-demo-4k")["token"]
+    chat = [
+        {
+            "role": "user",
+            "content": "I moved to Porto.",
+            "name": "Ann",
+            "created_at": datetime(2023, 5, 8, 12, tzinfo=UTC),
+        },
+        {"role": "assistant", "content": "How is it?", "created_at": "2023-05-08T12:01:00Z"},
+        {"role": "user", "content": "Sunny, every day.", "name": "Ann", "created_at": 1683806400.0},  # 11 May
+    ]
+    with VcmClient(live.url, token) as me:
+        with pytest.raises(ValidationError) as refused:
+            me.append_many("bulk", [*chat[:2], {**chat[2], "content": ["not", "text"]}])
+        assert refused.value.details["field"] == "messages.2.content"
+        assert me.context("bulk")["messages"][1:] == []
+        done = me.append_many("bulk", chat, idempotency_key="import-1")["results"]
+        assert [r["replayed"] for r in done] == [False] * 3
+        again = me.append_many("bulk", chat, idempotency_key="import-1")["results"]
+        assert [r["message_id"] for r in again] == [r["message_id"] for r in done] and all(r["replayed"] for r in again)
+        said = [m["content"] for m in me.context("bulk")["messages"][1:]]
+    assert said == ["I moved to Porto.", "How is it?", "[Thu 11 May 2023, 2 days later] Sunny, every day."]
+    stored = service.store.get_messages("bulk", [r["message_id"] for r in done])
+    assert sorted(m.created_at for m in stored) == [1683547200.0, 1683547260.0, 1683806400.0]
+
+
 def test_the_async_client(live: LiveServer) -> None:
     async def run() -> None:
         async with AsyncVcmClient(live.url, ADMIN_TOKEN) as admin:

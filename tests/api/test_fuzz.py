@@ -117,5 +117,5 @@ def test_no_input_makes_the_server_fail(fuzz_app: FastAPI, mode: GenerationMode)
         operation = result.ok()
         sent[f"{operation.method.upper()} {operation.path}"] = _fuzz(operation, mode)
     print(f"\nfuzz {mode}: {sum(sent.values())} requests over {sum(1 for n in sent.values() if n)} operations")
-    assert len(sent) == 71  # every operation of the API (portable: export and import; injections; principals)
+    assert len(sent) == 72  # every operation of the API (portable, injections, principals, batch append)
     assert all(sent.values()) if mode is GenerationMode.POSITIVE else sum(1 for n in sent.values() if n) >= 15

@@ -50,6 +50,19 @@ class MemoryOperations(Sender[R]):
             Call("POST", f"/v1/agents/{seg(agent_id)}/messages", json=body, headers=idem(idempotency_key))
         )
 
+    def append_many(
+        self, agent_id: str, messages: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> R:
+        """Append a list of messages in order (``POST .../messages/batch``): each a mapping of
+        ``append``'s fields, ``created_at`` a number or an ISO 8601 string (a datetime is sent as
+        one). Bad input appends nothing; with ``idempotency_key`` a retry replays what went in."""
+        listed = [
+            {k: v.isoformat() if isinstance(v, datetime) else v for k, v in m.items() if v is not None}
+            for m in messages
+        ]
+        body = clean({"messages": listed, "idempotency_key": idempotency_key})
+        return self._send(Call("POST", f"/v1/agents/{seg(agent_id)}/messages/batch", json=body))
+
     def context(self, agent_id: str, *, built: bool = False, query: str | None = None) -> R:
         """The main context; ``built``: the prompt the model sees, with the builder's layers."""
         params = clean({"built": "true" if built else None, "query": query})

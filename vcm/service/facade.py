@@ -128,6 +128,7 @@ class MemoryService:
         self.rotate_token = self.tokens.rotate_token
         # messages and the main context
         self.append = self.messages.append
+        self.append_many = self.messages.append_many
         self.evict = self.messages.evict
         self.write_recall = self.messages.write_recall
         self.write_recall_entries = self.messages.write_recall_entries

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vcm import validation
-from vcm.errors import IdempotencyMismatch, PolicyRefused, ValidationError
+from vcm.errors import IdempotencyMismatch, PolicyRefused, ValidationError, VcmError
 from vcm.facts.capture import Captured, capture
 from vcm.hotpath.budget import Budget, FifoEntry, plan_eviction
 from vcm.hotpath.context import AssembledContext, assemble
@@ -23,6 +23,34 @@ from vcm.service.state import StateKeys
 from vcm.store.audit_names import Actor, EventKind, audit_id
 from vcm.store.types import StoredMessage
 from vcm.types import AppendResult, BatchInfo, Message
+
+# Messages in one append_many call; more go in several.
+MAX_APPEND_MANY = 1000
+LISTED_FIELDS = frozenset({"role", "content", "name", "pinned", "metadata", "tool_call_id", "tool_calls", "created_at"})
+
+
+def _check_listed(i: int, message: Any, max_chars: int, now: float) -> None:
+    """One message of an ``append_many`` list, checked as its append will check it, its errors
+    naming where it is in the list as the API's own checks do (``messages.3.content``)."""
+    where = f"messages.{i}"
+    if not isinstance(message, Mapping):
+        raise ValidationError(f"{where} must be an object", field=where)
+    unknown = sorted(set(message) - LISTED_FIELDS)
+    if unknown:
+        raise ValidationError(f"{where}: unknown field {unknown[0]!r}", field=f"{where}.{unknown[0]}")
+    if "role" not in message or "content" not in message:
+        missing = "role" if "role" not in message else "content"
+        raise ValidationError(f"{where}: {missing} is required", field=f"{where}.{missing}")
+    try:
+        validation.message(
+            message["role"], message["content"], max_chars, author=message.get("name"),
+            pinned=message.get("pinned", False), meta=message.get("metadata"), call_id=message.get("tool_call_id"),
+            calls=message.get("tool_calls"),
+        )  # fmt: skip
+        validation.created_at(message.get("created_at"), now)
+    except ValidationError as exc:
+        field = exc.details.get("field")
+        raise ValidationError(f"{where}: {exc.message}", field=f"{where}.{field}" if field else where) from None
 
 
 class Messages:
@@ -117,6 +145,56 @@ class Messages:
             self.core.batch_begun(agent_id, res.batch, res.total, res.target_unreachable, actor)
             metrics.flush("threshold")
         return res
+
+    def append_many(
+        self,
+        agent_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        actor: str = Actor.SYSTEM,
+        token_sha256: str | None = None,
+    ) -> list[AppendResult]:
+        """Append a list of messages in order (an imported conversation: each may carry its
+        ``created_at``), each as :meth:`append` does it. Every message is checked before the first
+        goes in, so bad input appends nothing. ``idempotency_key`` keys each message as
+        ``<key>:<index>``: a retry of the whole list replays what went in and goes on from there.
+        A refusal past the checks (a message larger than the window, say) leaves the messages
+        before it appended and says so: ``appended`` (how many) and ``message_ids`` in its details."""
+        validation.agent_id(agent_id)
+        if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages:
+            raise ValidationError("messages must be a non-empty list of messages", field="messages")
+        if len(messages) > MAX_APPEND_MANY:
+            raise ValidationError(f"at most {MAX_APPEND_MANY} messages in one call", field="messages")
+        if idempotency_key is not None:
+            validation.idempotency_key(idempotency_key)
+            validation.idempotency_key(f"{idempotency_key}:{len(messages) - 1}")  # the longest derived key
+        now = self.core.clock()
+        for i, m in enumerate(messages):
+            _check_listed(i, m, self.core.settings.budget.max_content_chars, now)
+        results: list[AppendResult] = []
+        for i, m in enumerate(messages):
+            try:
+                results.append(
+                    self.append(
+                        agent_id,
+                        m["role"],
+                        m["content"],
+                        name=m.get("name"),
+                        pinned=m.get("pinned", False),
+                        metadata=m.get("metadata"),
+                        tool_call_id=m.get("tool_call_id"),
+                        tool_calls=m.get("tool_calls"),
+                        idempotency_key=None if idempotency_key is None else f"{idempotency_key}:{i}",
+                        actor=actor,
+                        token_sha256=token_sha256,
+                        created_at=m.get("created_at"),
+                    )
+                )
+            except VcmError as exc:
+                exc.details.update(index=i, appended=len(results), message_ids=[r.message_id for r in results])
+                raise
+        return results
 
     def evict(
         self,

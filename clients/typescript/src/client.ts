@@ -197,6 +197,18 @@ export class VcmClient {
     return this.request("post", `${agentPath(agentId)}/messages`, { json: message, headers: idem(options) });
   }
 
+  /**
+   * Append a list of messages in order (an imported conversation, each with its `created_at`): bad
+   * input appends nothing; with an idempotency key a retry of the list replays what went in.
+   */
+  appendMany(
+    agentId: string,
+    body: Body<"/v1/agents/{agent_id}/messages/batch", "post">,
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/messages/batch", "post">> {
+    return this.request("post", `${agentPath(agentId)}/messages/batch`, { json: body, headers: idem(options) });
+  }
+
   /** Forget a message wherever it is, and the facts derived from it; `checkForget` re-checks its receipt. */
   forgetMessage(agentId: string, messageId: string): Promise<Reply<"/v1/agents/{agent_id}/messages/{message_id}", "delete">> {
     return this.request("delete", `${agentPath(agentId)}/messages/${seg(messageId)}`);

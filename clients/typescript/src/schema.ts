@@ -638,6 +638,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{agent_id}/messages/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Append Messages
+         * @description Append a list of messages in order, each as ``POST .../messages`` does (an imported
+         *     conversation, each with its ``created_at``). Every message is checked first: bad input appends
+         *     nothing. With an idempotency key, message *i* is keyed ``<key>:<i>``, so a retry of the whole
+         *     list replays what went in and goes on. A refusal past the checks (a message larger than the
+         *     window) leaves those before it appended: its error says ``index``, ``appended`` and
+         *     ``message_ids``.
+         */
+        post: operations["append_messages_v1_agents__agent_id__messages_batch_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{agent_id}/messages/{message_id}": {
         parameters: {
             query?: never;
@@ -1313,6 +1338,11 @@ export interface components {
             domain: string | null;
             /** User Id */
             user_id: string | null;
+        };
+        /** AppendManyOut */
+        AppendManyOut: {
+            /** Results */
+            results: components["schemas"]["AppendOut"][];
         };
         /** AppendOut */
         AppendOut: {
@@ -2421,6 +2451,42 @@ export interface components {
              */
             syncs?: number;
         };
+        /**
+         * ListedMessage
+         * @description One message: appended alone (:class:`MessageIn`) or in a list (:class:`MessagesIn`).
+         */
+        ListedMessage: {
+            /** Content */
+            content: string;
+            /**
+             * Created At
+             * @description When the message was said, for history imported with its own times: an ISO 8601 time (UTC unless it says otherwise) or seconds since the epoch; default now. At most 5 minutes ahead of the server's clock. Messages stay in the order appended.
+             * @example 2023-05-08T13:56:00Z
+             */
+            created_at?: number | string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Name */
+            name?: string | null;
+            /**
+             * Pinned
+             * @default false
+             */
+            pinned?: boolean;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "system" | "user" | "assistant" | "tool";
+            /** Tool Call Id */
+            tool_call_id?: string | null;
+            /** Tool Calls */
+            tool_calls?: {
+                [key: string]: unknown;
+            }[] | null;
+        };
         /** LocalVersion */
         LocalVersion: {
             /**
@@ -2508,36 +2574,6 @@ export interface components {
             tool_calls?: {
                 [key: string]: unknown;
             }[] | null;
-        };
-        /**
-         * MessagesIn
-         * @description A Messages API request; every field vcm does not use is passed through.
-         */
-        MessagesIn: {
-            /** Messages */
-            messages: {
-                [key: string]: unknown;
-            }[];
-            /** Model */
-            model: string;
-            /**
-             * Stream
-             * @default false
-             */
-            stream?: boolean;
-            /**
-             * System
-             * @description left out, as an OpenAI client's system messages are: the agent's own prompt rules
-             */
-            system?: string | {
-                [key: string]: unknown;
-            }[] | null;
-            /** Tools */
-            tools?: {
-                [key: string]: unknown;
-            }[] | null;
-        } & {
-            [key: string]: unknown;
         };
         /** PrincipalList */
         PrincipalList: {
@@ -2974,6 +3010,19 @@ export interface components {
                 [key: string]: components["schemas"]["WorkingSetItemOut"][];
             };
         };
+        /**
+         * MessagesIn
+         * @description A conversation appended in one call, in order (history imported with its times).
+         */
+        vcm__api__models__messages__MessagesIn: {
+            /**
+             * Idempotency Key
+             * @description Keys each message as <key>:<index>: a retry of the whole list replays what went in and goes on from there (the Idempotency-Key header does the same).
+             */
+            idempotency_key?: string | null;
+            /** Messages */
+            messages: components["schemas"]["ListedMessage"][];
+        };
         /** MessageOut */
         vcm__api__models__recall__MessageOut: {
             /** Content */
@@ -3020,6 +3069,36 @@ export interface components {
              * @default message
              */
             type?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * MessagesIn
+         * @description A Messages API request; every field vcm does not use is passed through.
+         */
+        vcm__api__routes__anthropic__MessagesIn: {
+            /** Messages */
+            messages: {
+                [key: string]: unknown;
+            }[];
+            /** Model */
+            model: string;
+            /**
+             * Stream
+             * @default false
+             */
+            stream?: boolean;
+            /**
+             * System
+             * @description left out, as an OpenAI client's system messages are: the agent's own prompt rules
+             */
+            system?: string | {
+                [key: string]: unknown;
+            }[] | null;
+            /** Tools */
+            tools?: {
+                [key: string]: unknown;
+            }[] | null;
         } & {
             [key: string]: unknown;
         };
@@ -5815,6 +5894,99 @@ export interface operations {
             };
         };
     };
+    append_messages_v1_agents__agent_id__messages_batch_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description a retry with the same key returns the first result */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @description the agent's id */
+                agent_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["vcm__api__models__messages__MessagesIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppendManyOut"];
+                };
+            };
+            /** @description UNAUTHORIZED: missing or invalid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NOT_FOUND: no such agent (or not yours), block or route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description REV_CONFLICT or CONFLICT */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description REV_CONFLICT: If-Match does not name the current _rev */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description VALIDATION_ERROR, TOKEN_BUDGET_EXCEEDED, PIN_LIMIT_EXCEEDED, IDEMPOTENCY_MISMATCH */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description INTERNAL_ERROR (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description STORE_UNAVAILABLE */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
     forget_message_v1_agents__agent_id__messages__message_id__delete: {
         parameters: {
             query?: never;
@@ -8070,7 +8242,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["MessagesIn"];
+                "application/json": components["schemas"]["vcm__api__routes__anthropic__MessagesIn"];
             };
         };
         responses: {

@@ -196,6 +196,14 @@ describe("memory", () => {
       me.append(AGENT, { role: "user", content: "x", created_at: "next week" }),
       (error: unknown) => error instanceof ValidationError && error.details.field === "created_at",
     );
+    const listed = [
+      { role: "user" as const, content: "The movers came.", created_at: "2023-05-16T09:00:00Z" },
+      { role: "user" as const, content: "All unpacked now.", created_at: "2023-05-16T18:00:00Z" },
+    ];
+    const done = await me.appendMany(AGENT, { messages: listed }, { idempotencyKey: "import-1" });
+    const again = await me.appendMany(AGENT, { messages: listed }, { idempotencyKey: "import-1" });
+    assert.deepEqual(again.results.map((r) => r.message_id), done.results.map((r) => r.message_id));
+    assert.ok(again.results.every((r) => r.replayed));
   });
 
   it("writes blocks with revisions; a stale revision is a RevConflict carrying the current one", async () => {

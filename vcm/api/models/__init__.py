@@ -57,7 +57,17 @@ from vcm.api.models.lifecycle import (
     SummaryVersionList,
     SummaryVersionOut,
 )
-from vcm.api.models.messages import AppendOut, ContextOut, EvictIn, EvictOut, Gauges, InjectedLayerOut, MessageIn
+from vcm.api.models.messages import (
+    AppendManyOut,
+    AppendOut,
+    ContextOut,
+    EvictIn,
+    EvictOut,
+    Gauges,
+    InjectedLayerOut,
+    MessageIn,
+    MessagesIn,
+)
 from vcm.api.models.probes import ComponentHealth, HealthOut
 from vcm.api.models.recall import MessageOut, RecallHitOut, RecallNote, RecallPage
 from vcm.api.models.state import StateIn, StateList, StateOut
@@ -74,6 +84,7 @@ __all__ = [
     "AgentId",
     "AgentList",
     "AgentOut",
+    "AppendManyOut",
     "AppendOut",
     "ArchivalHitOut",
     "ArchivalIngest",
@@ -115,6 +126,7 @@ __all__ = [
     "InjectionPage",
     "MessageIn",
     "MessageOut",
+    "MessagesIn",
     "RecallHitOut",
     "RecallNote",
     "RecallPage",

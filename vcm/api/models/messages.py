@@ -11,9 +11,12 @@ from pydantic import BaseModel, Field, field_validator
 from vcm.api.models.common import IDEMPOTENCY_FIELD, BatchOut, RequestBody, Role
 from vcm.hotpath.context import AssembledContext
 from vcm.service import BuiltContext
+from vcm.types import AppendResult
 
 
-class MessageIn(RequestBody):
+class ListedMessage(RequestBody):
+    """One message: appended alone (:class:`MessageIn`) or in a list (:class:`MessagesIn`)."""
+
     role: Role
     content: str
     name: str | None = None
@@ -21,7 +24,6 @@ class MessageIn(RequestBody):
     metadata: dict[str, Any] | None = None
     tool_call_id: str | None = Field(None, max_length=256)
     tool_calls: list[dict[str, Any]] | None = None
-    idempotency_key: str | None = IDEMPOTENCY_FIELD
     created_at: float | str | None = Field(
         None,
         description="When the message was said, for history imported with its own times: an ISO 8601 time "
@@ -48,6 +50,29 @@ class MessageIn(RequestBody):
         """``created_at`` as seconds (a string was converted when the body was read)."""
         return float(self.created_at) if self.created_at is not None else None
 
+    def fields(self) -> dict[str, Any]:
+        """The message as ``MemoryService.append_many`` takes it."""
+        out = {"role": self.role, "content": self.content, "name": self.name, "pinned": self.pinned,
+               "metadata": self.metadata, "tool_call_id": self.tool_call_id, "tool_calls": self.tool_calls,
+               "created_at": self.said_at()}  # fmt: skip
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class MessageIn(ListedMessage):
+    idempotency_key: str | None = IDEMPOTENCY_FIELD
+
+
+class MessagesIn(RequestBody):
+    """A conversation appended in one call, in order (history imported with its times)."""
+
+    messages: list[ListedMessage] = Field(min_length=1, max_length=1000)
+    idempotency_key: str | None = Field(
+        None,
+        max_length=240,
+        description="Keys each message as <key>:<index>: a retry of the whole list replays what went in and "
+        "goes on from there (the Idempotency-Key header does the same).",
+    )
+
 
 class AppendOut(BaseModel):
     message_id: str
@@ -59,6 +84,24 @@ class AppendOut(BaseModel):
     pressure_message_id: str | None
     target_unreachable: bool
     replayed: bool
+
+    @classmethod
+    def of(cls, res: AppendResult) -> AppendOut:
+        return cls(
+            message_id=res.message_id,
+            seq=res.seq,
+            tokens=res.tokens,
+            total=res.total,
+            action=res.action,
+            batch=BatchOut.of(res.batch),
+            pressure_message_id=res.pressure_message_id,
+            target_unreachable=res.target_unreachable,
+            replayed=res.replayed,
+        )
+
+
+class AppendManyOut(BaseModel):
+    results: list[AppendOut]
 
 
 class Gauges(BaseModel):

@@ -17,12 +17,14 @@ from vcm.api.models import (
     ERROR_RESPONSES,
     WRITE_ERROR_RESPONSES,
     AgentId,
+    AppendManyOut,
     AppendOut,
     BatchOut,
     ContextOut,
     EvictIn,
     EvictOut,
     MessageIn,
+    MessagesIn,
 )
 
 router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["memory"])
@@ -61,17 +63,27 @@ async def append_message(
     # so it cannot hold up the other requests of this process.
     inline = len(body.content) <= INLINE_APPEND_CHARS and not body.tool_calls
     res = append() if inline else await run_in_threadpool(append)
-    return AppendOut(
-        message_id=res.message_id,
-        seq=res.seq,
-        tokens=res.tokens,
-        total=res.total,
-        action=res.action,
-        batch=BatchOut.of(res.batch),
-        pressure_message_id=res.pressure_message_id,
-        target_unreachable=res.target_unreachable,
-        replayed=res.replayed,
+    return AppendOut.of(res)
+
+
+@router.post("/messages/batch", response_model=AppendManyOut, responses=WRITE_ERROR_RESPONSES)
+def append_messages(
+    agent_id: AgentId, body: MessagesIn, who: TokenChecked, service: ServiceDep, idem: IdemHeader = None
+) -> AppendManyOut:
+    """Append a list of messages in order, each as ``POST .../messages`` does (an imported
+    conversation, each with its ``created_at``). Every message is checked first: bad input appends
+    nothing. With an idempotency key, message *i* is keyed ``<key>:<i>``, so a retry of the whole
+    list replays what went in and goes on. A refusal past the checks (a message larger than the
+    window) leaves those before it appended: its error says ``index``, ``appended`` and
+    ``message_ids``."""
+    results = service.append_many(
+        agent_id,
+        [m.fields() for m in body.messages],
+        idempotency_key=one_key(idem, body.idempotency_key),
+        actor=who.principal.actor,
+        token_sha256=who.token_sha256,
     )
+    return AppendManyOut(results=[AppendOut.of(r) for r in results])
 
 
 @router.get("/context", response_model=ContextOut, responses=ERROR_RESPONSES)
