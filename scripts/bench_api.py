@@ -38,7 +38,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -54,7 +53,7 @@ import httpx
 import redis
 
 from vcm.eval.bench import add_json_flag, percentile, write_json
-from vcm.eval.serving import free_port, wait_healthy
+from vcm.eval.serving import vcm_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jolly vexing bards".split()  # noqa: SIM905
@@ -104,41 +103,16 @@ class Server:
 
 @contextmanager
 def serve(mode: str, redis_url: str, workdir: Path) -> Iterator[Server]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VCM_")}
-    env.update(
-        {
-            "VCM_API__ADMIN_TOKEN": ADMIN_TOKEN,
-            "VCM_STORE_URL": f"sqlite:///{workdir / mode / 'vcm.db'}",
-            "VCM_LOG_LEVEL": "WARNING",
-            "HF_HUB_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-    )
-    (workdir / mode).mkdir(parents=True, exist_ok=True)
     if mode == "production":
-        env.update({"VCM_REDIS_URL": redis_url, "VCM_BROKER_URL": redis_url, "VCM_WORKER__BROKER_PREFIX": "bench:"})
+        env = {"VCM_REDIS_URL": redis_url, "VCM_BROKER_URL": redis_url, "VCM_WORKER__BROKER_PREFIX": "bench:"}
     else:
-        env.update({"VCM_REDIS_URL": "", "VCM_BROKER_URL": "memory://"})
+        env = {"VCM_REDIS_URL": "", "VCM_BROKER_URL": "memory://"}
     if mode == "embedded-inproc":  # the model in the serving process, as before the child process
         env["VCM_EMBEDDING__SUBPROCESS"] = "false"
     log = workdir / f"serve-{mode}.log"
-    vcm = str(ROOT / ".venv" / "bin" / "vcm")
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [vcm, "serve", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=out, stderr=out, cwd=workdir
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(proc, url, log=log)
+    vcm = ROOT / ".venv" / "bin" / "vcm"
+    with vcm_serve(vcm, workdir / mode, admin_token=ADMIN_TOKEN, env=env, log=log, cwd=workdir) as (proc, url):
         yield Server(url, proc, log)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -98,3 +98,25 @@ def test_a_refusal_past_the_checks_says_how_far_it_got_and_a_keyed_retry_goes_on
     assert [r.replayed for r in done] == [True, True, False]
     assert [r.message_id for r in done[:2]] == details["message_ids"]
     assert [c for c, _ in fifo(svc)] == ["I moved to Porto.", "How is it?", "Sunny, every day."]
+
+
+def test_every_message_is_in_the_store_before_the_call_returns_and_the_id_floor_stays_ahead(tmp_path: Path) -> None:
+    """The write-throughs of a list go to the store together (a transaction per few dozen
+    messages), all before the caller hears of any; with a small id reserve the floor a rebuilt
+    hot state hands ids out from still stays ahead of every id given."""
+    settings = load_settings({"durability": {"messages": "write_through", "id_reserve": 64}}, environ={})
+    clock = Clock(now=MAY8 + 400 * DAY, step=0.01)
+    store = open_store(f"sqlite:///{tmp_path / 'vcm.db'}", text_index_lag_ok=False)
+    try:
+        svc = MemoryService(HotState(fakeredis.FakeRedis(decode_responses=True), settings, clock=clock), store,
+                            RecordingDispatcher(), clock=clock)  # fmt: skip
+        svc.create_agent("ann", model="gpt-4o")
+        listed = [{"role": "user", "content": f"line {i}", "created_at": MAY8 + i} for i in range(300)]
+        results = svc.append_many("ann", listed)
+        stored = store.get_messages("ann", [r.message_id for r in results])
+        assert len(stored) == 300  # the dispatcher ran no spool: this is the write-through
+        assert store.get_agent("ann").id_floor > max(r.seq for r in results)
+        events = store.query_events("ann", ["append"], limit=1000).items
+        assert {e.payload["message_id"] for e in events} >= {r.message_id for r in results}
+    finally:
+        store.close()

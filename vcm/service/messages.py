@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,8 @@ from vcm.types import AppendResult, BatchInfo, Message
 
 # Messages in one append_many call; more go in several.
 MAX_APPEND_MANY = 1000
+# Messages of an append_many list written through to the store in one transaction.
+WRITE_TOGETHER = 100
 LISTED_FIELDS = frozenset({"role", "content", "name", "pinned", "metadata", "tool_call_id", "tool_calls", "created_at"})
 
 
@@ -61,6 +64,8 @@ class Messages:
         # A reply's [MEMORY:type] / [STATE:key] tags become facts and state keys.
         self.facts = facts
         self.state = state
+        # The write-throughs an append_many on this thread holds back (see append_many).
+        self._listing = threading.local()
 
     def append(
         self,
@@ -113,7 +118,11 @@ class Messages:
         # floor stays ahead of the sequence. A replay writes it too: its first attempt may have
         # died before doing so.
         ids = [res.message_id] + ([res.pressure_message_id] if res.pressure_message_id else [])
-        self.core.durable.appended(agent_id, ids, res.seq, known=[res.message] if res.message else ())
+        deferred = getattr(self._listing, "pending", None)
+        if deferred is None:
+            self.core.durable.appended(agent_id, ids, res.seq, known=[res.message] if res.message else ())
+        else:  # append_many writes its messages through together, before its caller hears of any
+            deferred.append((ids, res.seq, res.message))
         if res.backlog is not None and self.core.behind is not None:
             # Write-behind: past its bound, the backlog is written through before the answer.
             self.core.behind.after_append(agent_id, res.backlog)
@@ -173,28 +182,58 @@ class Messages:
         for i, m in enumerate(messages):
             _check_listed(i, m, self.core.settings.budget.max_content_chars, now)
         results: list[AppendResult] = []
-        for i, m in enumerate(messages):
-            try:
-                results.append(
-                    self.append(
-                        agent_id,
-                        m["role"],
-                        m["content"],
-                        name=m.get("name"),
-                        pinned=m.get("pinned", False),
-                        metadata=m.get("metadata"),
-                        tool_call_id=m.get("tool_call_id"),
-                        tool_calls=m.get("tool_calls"),
-                        idempotency_key=None if idempotency_key is None else f"{idempotency_key}:{i}",
-                        actor=actor,
-                        token_sha256=token_sha256,
-                        created_at=m.get("created_at"),
-                    )
-                )
-            except VcmError as exc:
-                exc.details.update(index=i, appended=len(results), message_ids=[r.message_id for r in results])
-                raise
+        # The write-through of each append, kept for one store transaction per WRITE_TOGETHER
+        # messages (one each cost ~1 ms a message on the embedded store): the rows are the ones
+        # the spool and an eviction's commit write too, so it does not matter who writes first.
+        # Well within the id reserve's half that the floor is raised from, so the floor stays ahead.
+        together = max(1, min(WRITE_TOGETHER, self.core.durable.reserve // 4))
+        pending: list[tuple[list[str], int, Message | None]] = []
+        self._listing.pending = pending
+        try:
+            for i, m in enumerate(messages):
+                try:
+                    results.append(self._listed(agent_id, m, i, idempotency_key, actor, token_sha256))
+                except VcmError as exc:
+                    exc.details.update(index=i, appended=len(results), message_ids=[r.message_id for r in results])
+                    raise
+                if len(pending) >= together:
+                    self._write_pending(agent_id, pending)
+        finally:
+            self._listing.pending = None
+            self._write_pending(agent_id, pending)
         return results
+
+    def _listed(
+        self,
+        agent_id: str,
+        m: Mapping[str, Any],
+        i: int,
+        idempotency_key: str | None,
+        actor: str,
+        token_sha256: str | None,
+    ) -> AppendResult:
+        return self.append(
+            agent_id,
+            m["role"],
+            m["content"],
+            name=m.get("name"),
+            pinned=m.get("pinned", False),
+            metadata=m.get("metadata"),
+            tool_call_id=m.get("tool_call_id"),
+            tool_calls=m.get("tool_calls"),
+            idempotency_key=None if idempotency_key is None else f"{idempotency_key}:{i}",
+            actor=actor,
+            token_sha256=token_sha256,
+            created_at=m.get("created_at"),
+        )
+
+    def _write_pending(self, agent_id: str, pending: list[tuple[list[str], int, Message | None]]) -> None:
+        if not pending:
+            return
+        ids = [i for group, _, _ in pending for i in group]
+        known = [m for _, _, m in pending if m is not None]
+        self.core.durable.appended(agent_id, ids, max(seq for _, seq, _ in pending), known=known)
+        pending.clear()
 
     def evict(
         self,
