@@ -268,3 +268,59 @@ def test_an_unreachable_api_is_a_coded_error_not_a_traceback(tmp_path: Path) -> 
     assert out.returncode == 2
     assert out.stderr.startswith("error STORE_UNAVAILABLE: cannot reach " + url), out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _chat_file(path: Path, n: int, *, start: float = 1_683_547_200.0) -> Path:
+    """``n`` dated messages, one JSON object a line, a new day every 10 (Mon 8 May 2023 on)."""
+    lines = [
+        json.dumps(
+            {
+                "role": "user" if i % 2 == 0 else "assistant",
+                "name": "Ann" if i % 2 == 0 else "Bo",
+                "content": f"Line {i}: we talked about the Porto trip and the greyhound Pepper again.",
+                "created_at": start + (i // 10) * 86_400 + (i % 10) * 60,
+            }
+        )
+        for i in range(n)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_append_a_conversation_file_through_the_api_and_again(tmp_path: Path, server: str) -> None:
+    created = httpx.post(f"{server}/v1/agents", json={"agent_id": "cli2", "model": "gpt-4o"},
+                         headers={"Authorization": f"Bearer {ADMIN}"})  # fmt: skip
+    token = created.json()["token"]
+    chat = _chat_file(tmp_path / "chat.jsonl", 25)
+    api = ("--api", server, "--token", token)
+    first = _vcm(tmp_path, "append", str(chat), "--agent", "cli2", "--batch", "10", *api)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) | {"seconds": 0} == {"agent": "cli2", "messages": 25, "replayed": 0, "calls": 3,
+                                                          "evictions": 0, "seconds": 0}  # fmt: skip
+    again = _vcm(tmp_path, "append", str(chat), "--agent", "cli2", "--batch", "10", *api)
+    assert json.loads(again.stdout)["replayed"] == 25  # the same file: nothing twice
+    said = httpx.get(f"{server}/v1/agents/cli2/context", headers={"Authorization": f"Bearer {token}"}).json()
+    contents = [m["content"] for m in said["messages"][1:]]
+    assert len(contents) == 25 and contents[10].startswith("[Tue 9 May 2023] Line 10:")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(chat.read_text().splitlines()[0] + "\n{not json\n")
+    refused = _vcm(tmp_path, "append", str(bad), "--agent", "cli2", *api)
+    assert refused.returncode == 2 and "VALIDATION_ERROR" in refused.stderr and "line 2" in refused.stderr
+    after = httpx.get(f"{server}/v1/agents/cli2/context", headers={"Authorization": f"Bearer {token}"}).json()
+    assert len(after["messages"]) == len(said["messages"])
+
+
+@pytest.mark.slow
+def test_append_a_conversation_file_into_the_data_directory(tmp_path: Path) -> None:
+    """Embedded: the command's own process runs the cold path and waits for the evictions its
+    messages began; a later process rebuilds the agent from the store with its summary."""
+    assert _vcm(tmp_path, "agents", "create", "emb1", "--model", "vcm-demo-2k").returncode == 0
+    done = _vcm(tmp_path, "append", str(_chat_file(tmp_path / "chat.jsonl", 120)), "--agent", "emb1")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["messages"] == 120 and report["evictions"] >= 1
+    ctx = _vcm(tmp_path, "context", "--agent", "emb1", "--json")
+    assert ctx.returncode == 0, ctx.stderr
+    data = json.loads(ctx.stdout)
+    assert "summary" in data["layers"] and data["gauges"]["summary"] > 0
+    assert "May 2023" in json.dumps(data["messages"])

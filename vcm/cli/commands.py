@@ -300,6 +300,7 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--token", help="bearer token for --api (or VCM_TOKEN)")
 
     from vcm.cli.agents import add_agent_commands
+    from vcm.cli.appending import add_append_command
     from vcm.cli.chat import add_chat_command
     from vcm.cli.instances import add_instances_command
     from vcm.cli.maintenance import add_maintenance_command
@@ -307,6 +308,7 @@ def add_commands(sub: Any) -> None:
     from vcm.cli.principals import add_principal_commands
 
     add_agent_commands(sub, api_opts)
+    add_append_command(sub, api_opts)
     add_chat_command(sub, api_opts)
     add_instances_command(sub, api_opts)
     add_maintenance_command(sub, api_opts)

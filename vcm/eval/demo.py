@@ -97,7 +97,7 @@ def run(
             )
             if pace:
                 # Let the cold path commit this batch before going on, so the summary's evolution shows.
-                _wait_for(partial(_committed, service, agent_id, res.batch.id), 60.0)
+                wait_for(partial(_committed, service, agent_id, res.batch.id), 60.0)
         text, tokens, rev, batch_id = service.hot.summary(agent_id)
         if rev != last_rev:
             last_rev = rev
@@ -132,7 +132,7 @@ def _committed(service: MemoryService, agent_id: str, batch_id: int) -> bool:
     return batch_id not in service.hot.pending_batches(agent_id)
 
 
-def _wait_for(done: Callable[[], bool], timeout_s: float) -> bool:
+def wait_for(done: Callable[[], bool], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if done():
@@ -142,7 +142,7 @@ def _wait_for(done: Callable[[], bool], timeout_s: float) -> bool:
 
 
 def _settle(service: MemoryService, agent_id: str, appended: int, timeout_s: float) -> None:
-    _wait_for(
+    wait_for(
         lambda: not service.hot.pending_batches(agent_id) and service.store.count_messages(agent_id) >= appended,
         timeout_s,
     )
