@@ -224,6 +224,22 @@ def test_the_identity_layer_dates_an_undated_beginning_of_the_messages(svc: Memo
     assert "begin on" not in identity()
 
 
+def test_a_fact_is_dated_when_it_was_said_not_when_it_was_written(svc: MemoryService) -> None:
+    """The memory layer dates a fact by its newest message evidence (an imported conversation's
+    facts, or any extracted or promoted after the words were said); without one, by its write."""
+    said = svc.append("ann", "user", "I moved to Porto with my sister.", name="Ann", created_at=1_683_547_200.0)
+    dated = svc.remember("ann", "Ann moved to Porto with her sister", type="learned",
+                         evidence=[{"kind": "message", "id": said.message_id}])  # fmt: skip
+    plain = svc.remember("ann", "Ann keeps her Porto bike in the garage", type="learned", source="the user said so")
+    assert dated.fact is not None and plain.fact is not None
+    built = svc.build_context("ann", query="Ann moved to Porto with her sister and her bike")
+    memory = next(layer for layer in built.injected if layer.name == "memory")
+    line_of = {fid: next(line for line in memory.text.splitlines() if f"fact {fid}" in line)
+               for fid in (dated.fact.fact_id, plain.fact.fact_id)}  # fmt: skip
+    assert "8 May 2023" in line_of[dated.fact.fact_id]
+    assert "14 November 2023" in line_of[plain.fact.fact_id]  # the fixture's clock: when it was written
+
+
 def test_facts_unlike_the_question_stay_out_of_relevant_memory(svc: MemoryService) -> None:
     """A search counts any fact with a word or a little meaning in common as a hit: a long-lived
     agent's unrelated facts filled relevant memory's fact lines on every turn."""

@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,13 +259,17 @@ class ContextBuilder:
                     break  # the hits come best first
                 if f.fact_id in build.shown:
                     continue
-                status = "" if f.status == "active" else f", {f.status}"
-                # When it was last written or confirmed, as recalled messages say when they were said.
-                when = f", {prompt.stamp(f.updated_at)}" if f.updated_at > 0 else ""
-                items.append(prompt.Item(f"- [{_ref(f)}, {f.type}{status}{when}] {f.value}", _fact_source(f)))
                 facts[f.fact_id] = f
-                if len(items) >= cfg.memory_facts:
+                if len(facts) >= cfg.memory_facts:
                     break
+            said_at = self._said_at(build.agent_id, facts.values())
+            for f in facts.values():
+                status = "" if f.status == "active" else f", {f.status}"
+                # When it was last said (its newest message evidence), as recalled messages say
+                # when they were said; else when it was last written or confirmed.
+                at = said_at.get(f.fact_id) or f.updated_at
+                when = f", {prompt.stamp(at)}" if at > 0 else ""
+                items.append(prompt.Item(f"- [{_ref(f)}, {f.type}{status}{when}] {f.value}", _fact_source(f)))
         if cfg.memory_messages:
             hits, groups = self._recalled(build, cfg.memory_messages)
             for group in groups:
@@ -290,6 +294,23 @@ class ContextBuilder:
             layer = prompt.fit("memory", items, budget, build.count)
         build.show(layer, facts)
         return layer
+
+    def _said_at(self, agent_id: str, facts: Iterable[Fact]) -> dict[str, float]:
+        """When each of the agent's own ``facts`` was last said: the newest time of the messages
+        its evidence points at (one store read for all). A fact extracted or promoted later, or
+        from history imported with its times, is placed when it was said, not when vcm wrote it."""
+        cited = {f.fact_id: [str(e["id"]) for e in f.evidence if e.get("kind") == "message"]
+                 for f in facts if f.agent_id == agent_id}  # fmt: skip
+        ids = list(dict.fromkeys(i for found in cited.values() for i in found))
+        if not ids:
+            return {}
+        try:
+            times = {m.message_id: m.created_at for m in self.core.store.get_messages(agent_id, ids)}
+        except VcmError as exc:  # a date is a nicety: the fact's own time stands in
+            log.warning("relevant memory of %s: evidence times unread (%s)", agent_id, exc.code)
+            return {}
+        return {fid: max(times[i] for i in found if i in times) for fid, found in cited.items()
+                if any(i in times for i in found)}  # fmt: skip
 
     def _recalled(
         self, build: _Build, wanted: int
