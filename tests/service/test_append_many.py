@@ -55,6 +55,7 @@ def test_a_list_goes_in_in_order_with_its_times(svc: MemoryService) -> None:
                          ("Sunny, every day.", "[Thu 11 May 2023, 2 days later]")]  # fmt: skip
     stored = svc.store.get_messages("ann", [r.message_id for r in results])
     assert sorted(m.created_at for m in stored) == [MAY8, MAY8 + 60, MAY8 + 3 * DAY]
+    assert svc.agent_stats("ann")["last_activity"] >= MAY8 + 400 * DAY  # the import is activity now
     # The whole list again under its key: a replay of every message, nothing twice.
     again = svc.append_many("ann", chat(), idempotency_key="import-1")
     assert [r.message_id for r in again] == [r.message_id for r in results] and all(r.replayed for r in again)

@@ -76,7 +76,7 @@ class Agents:
         ctx = assemble(snap)
         layers = ctx.layer_tokens()
         counts = self.core.store.stats(agent_id)
-        last = max((m.created_at for m in snap.fifo), default=None)
+        last = max((m.appended for m in snap.fifo), default=None)  # when vcm took it (an import is activity now)
         return {
             "agent_id": agent_id,
             "model": self.core.agent(agent_id).model,
