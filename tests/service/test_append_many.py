@@ -56,6 +56,11 @@ def test_a_list_goes_in_in_order_with_its_times(svc: MemoryService) -> None:
     stored = svc.store.get_messages("ann", [r.message_id for r in results])
     assert sorted(m.created_at for m in stored) == [MAY8, MAY8 + 60, MAY8 + 3 * DAY]
     assert svc.agent_stats("ann")["last_activity"] >= MAY8 + 400 * DAY  # the import is activity now
+    # Recall's time filters read when the words were said.
+    early = svc.search_recall("ann", "Porto sunny", mode="text", until=MAY8 + DAY).page.items
+    late = svc.search_recall("ann", "Porto sunny", mode="text", since=MAY8 + DAY).page.items
+    assert [h.message.content for h in early] == ["I moved to Porto."]
+    assert [h.message.content for h in late] == ["Sunny, every day."]
     # The whole list again under its key: a replay of every message, nothing twice.
     again = svc.append_many("ann", chat(), idempotency_key="import-1")
     assert [r.message_id for r in again] == [r.message_id for r in results] and all(r.replayed for r in again)
