@@ -42,6 +42,10 @@ def test_vcm_demo_accounts_for_every_message(tmp_path: Path) -> None:
     assert int(numbers["in_fifo"]) + int(numbers["committed_to_recall"]) == int(numbers["appended"])
     assert int(numbers["spooled_to_store"]) == int(numbers["appended"])
     assert re.search(r"recall: \d+\.\d% of evidence turns found in the top 10", out)
+    # The product: the prompt built for one of the questions, its layers and relevant memory, dated.
+    assert re.search(r"the prompt the model sees for \".+\" \(\d+ tokens\):", out)
+    assert re.search(r"\n  summary +\d+ tokens: \w+:", out)
+    assert re.search(r"\n  memory +\d+ tokens, \d+ lines:\n      - \[message m\d+, \w+, \d+ \w+ 2024", out), out[-2500:]
     # Each turn is dated by its session (created_at), not by when the demo ran: the prompt's
     # date markers and the summary's dates are the conversation's.
     conv = parse_sample(generate(seed=7)[0])

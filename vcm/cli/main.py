@@ -45,6 +45,9 @@ def _demo(args: argparse.Namespace) -> int:
         report = demo.run(service, conv, model=args.model, recall_at_k=recall_at_k, limit=args.limit)
         gauges = service.context(report.agent_id).gauges.as_dict()
         conveyance = build_report(service, [report.agent_id])
+        # The product: the prompt built for one of the conversation's questions.
+        asked = conv.questions[0].question if conv.questions else None
+        view = demo.prompt_view(service.build_context(report.agent_id, query=asked, record_use=False))
     print(
         f"\n{len(report.appended)} messages appended, {report.warnings} pressure warnings, "
         f"{report.evictions} evictions, {report.summary_versions} summary versions"
@@ -54,6 +57,8 @@ def _demo(args: argparse.Namespace) -> int:
         f"recall: {report.recall_at_10:.1%} of evidence turns found in the top 10 over {report.questions} "
         f"questions (search_recall)"
     )
+    print("\n".join(view))
+    print("(the whole prompt: run the demo with --keep, then vcm context --built --agent AGENT --query '...')")
     print(f"done in {report.seconds:.0f} s\n")
     print(render_report(conveyance))
     acct = report.accounting

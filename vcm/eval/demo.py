@@ -9,6 +9,7 @@ questions is asked through ``search_recall`` and the share of evidence turns fou
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from functools import partial
 
 from vcm.eval.conversation import Conversation, Turn, session_time
 from vcm.obs import audit
-from vcm.service import MemoryService
+from vcm.service import BuiltContext, MemoryService
 
 Printer = Callable[[str], None]
 RecallAtK = Callable[[Sequence[str], Sequence[frozenset[str]], int], float]
@@ -118,6 +119,35 @@ def run(
     report.recall_at_10 = sum(scores) / len(scores) if scores else 1.0
     report.seconds = time.monotonic() - start
     return report
+
+
+def prompt_view(built: BuiltContext, *, lines: int = 4, width: int = 110) -> list[str]:
+    """The prompt the model would see, one line a layer (its tokens, messages and first words),
+    and the first ``lines`` lines of relevant memory: what ``vcm context --built`` shows whole."""
+    out = [f'the prompt the model sees for "{_excerpt(built.query, 80)}" ({built.total} tokens):']
+    order: list[str] = []
+    for layer in built.layers:
+        if layer not in order:
+            order.append(layer)
+    tokens = built.layer_tokens()
+    for layer in order:
+        held = [m for m, name in zip(built.messages, built.layers, strict=True) if name == layer]
+        head = f"  {layer:<9}{tokens.get(layer, 0):>6} tokens"
+        if layer == "memory":  # its lines, the best first
+            shown = [line for m in held for line in str(m.get("content", "")).splitlines() if line.startswith("- [")]
+            out.append(f"{head}, {len(shown)} lines:")
+            out += [f"      {_excerpt(line, width)}" for line in shown[:lines]]
+            continue
+        count = f", {len(held)} messages" if len(held) > 1 else ""
+        out.append(f"{head}{count}: {_excerpt(_gist(str(held[0].get('content', ''))), width)}")
+    return out
+
+
+def _gist(content: str) -> str:
+    """A layer's first words past its header (``[vcm] ...:``) and its opening tag (``<summary>``)."""
+    lines = [line for line in content.splitlines() if line.strip()]
+    body = [line for line in lines if not line.startswith("[vcm] ") and not re.fullmatch(r"<\w+>", line.strip())]
+    return " ".join((body or lines or [""])[0].split())
 
 
 def said_at(turn: Turn, index: int) -> float | None:
