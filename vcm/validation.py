@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -200,16 +201,7 @@ def created_at(value: Any, now: float) -> float | None:
     ahead of ``now``."""
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or value != value
-        or value
-        in (
-            float("inf"),
-            float("-inf"),
-        )
-    ):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValidationError("created_at must be a finite number of seconds since the epoch", field="created_at")
     at = float(value)
     if at < 86400.0:
