@@ -130,7 +130,7 @@ def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any
     tmp = Path(tempfile.mkdtemp(prefix="vcm-bench-evict-"))
     overrides: dict[str, Any] = {"store_url": f"sqlite:///{tmp / 'vcm.db'}"}
     if backend:
-        overrides["embedding"] = {"backend": backend}
+        overrides["embedding"] = {"backend": backend, "batch_backend": "same"}  # the named one runs the job
     settings = load_settings(overrides=overrides)
     client = redis.Redis.from_url(args.redis, decode_responses=True) if args.redis else None
     hot = HotState(client or fakeredis.FakeRedis(decode_responses=True), settings)

@@ -133,7 +133,8 @@ def _start(sample: Mapping[str, Any], model: str, embed_kind: str, tmp: Path, ba
     base = base_settings()
     update: dict[str, Any] = {"store_url": f"sqlite:///{tmp / 'vcm.db'}"}
     if backend:
-        update["embedding"] = base.embedding.model_copy(update={"backend": backend})
+        # The named backend runs the batches too, so a comparison compares backends.
+        update["embedding"] = base.embedding.model_copy(update={"backend": backend, "batch_backend": "same"})
     settings = base.model_copy(update=update)
     clock = FixedClock()
     hot = HotState(fakeredis.FakeRedis(decode_responses=True), settings, clock=clock)

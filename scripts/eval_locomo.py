@@ -54,7 +54,6 @@ from vcm.store.embedded import EmbeddedStore
 from vcm.store.port import MemoryStore
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
-from vcm.tasks.embedding import get_embedder
 from vcm.tasks.ingest.late_chunking import LateChunker
 from vcm.tasks.recall.evaluation import (
     aggregate,
@@ -136,7 +135,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         samples = [s for s in samples if s["sample_id"] in set(args.conversations)]
     corpora = load_locomo(samples)
     tmp = Path(tempfile.mkdtemp(prefix="vcm-eval-locomo-"))
-    embedding = {"embedding": {"backend": args.backend}} if getattr(args, "backend", None) else {}
+    # A named backend runs the batches too (the message vectors), so backends are compared whole.
+    backend = getattr(args, "backend", None)
+    embedding = {"embedding": {"backend": backend, "batch_backend": "same"}} if backend else {}
     settings = load_settings(environ={}, overrides={"store_url": f"sqlite:///{tmp / 'vcm.db'}", **embedding})
     client = redis.Redis.from_url(args.redis, decode_responses=True) if args.redis else None
     hot = HotState(client or fakeredis.FakeRedis(decode_responses=True), settings)
@@ -147,7 +148,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     )
     store = open_store(settings.store_url, recall_diversity=spread, other_author_weight=recall.other_author_weight)
     embed = LazyEmbed(settings)
-    chunker = LateChunker(get_embedder(settings.embedding))
+    # As a deployment runs them: message vectors by the cold path's embedder, queries by the
+    # serving process's own.
+    chunker = LateChunker(embed.embedder())
     vectorizer = MessageVectorizer(
         chunker,
         mode=args.context_mode or recall.context_mode,
@@ -158,7 +161,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     deps = Deps(settings, hot, store, None, embed, build_summarizer(settings))  # type: ignore[arg-type]
     workers = InlineWorkers(deps, vectorizer, args.spool_batch)
     deps.dispatcher = workers
-    service = MemoryService(hot, store, workers, embed=embed, recall_version=lambda: vectorizer.version)
+    service = MemoryService(hot, store, workers, embed=embed.local(), recall_version=lambda: vectorizer.version)
 
     ks = sorted(args.k)
     modes = ["text", "vector", "hybrid"] + (["vector-single", "hybrid-single"] if args.compare_single else [])

@@ -111,7 +111,7 @@ def cache_key(settings: EmbeddingSettings) -> tuple[str, ...]:
     """Embedders that may be shared: torch's threads are the process's whatever the setting, an
     ONNX Runtime session's are its own (a serving process's query session runs on one thread,
     the cold path's batches on more)."""
-    threads = str(settings.threads) if settings.backend != "torch" else ""
+    threads = str(settings.threads) if settings.backend.startswith("onnx") else ""
     return (settings.backend, settings.model, settings.device, threads)
 
 
@@ -122,6 +122,10 @@ def get_embedder(settings: EmbeddingSettings) -> Embedder:
         if key not in _cache:
             if settings.backend == "torch":
                 _cache[key] = Embedder(settings.model, settings.device, settings.batch_size, settings.threads)
+            elif settings.backend == "torch-bf16":
+                from vcm.tasks.embedding_bf16 import Bf16Embedder
+
+                _cache[key] = Bf16Embedder(settings.model, settings.device, settings.batch_size, settings.threads)
             else:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 from vcm.tasks.embedding_onnx import OnnxEmbedder

@@ -110,6 +110,7 @@ class EmbedderProcess(Embedder):
         if status != "ready":
             process.join(5)
             raise RuntimeError(f"the embedding process could not load the model: {meta}")
+        self.backend = str(meta["backend"])  # batch_backend's choice, made in the child
         self.model_id = str(meta["model_id"])
         self.base_model_id = str(meta["base_model_id"])
         self.dimension = int(meta["dimension"])
@@ -197,11 +198,12 @@ def serve(conn: Connection, settings: dict[str, Any], nice: int) -> None:
     """The child's loop: load the model, say so, then answer requests until the pipe closes."""
     with contextlib.suppress(OSError):  # not permitted here: run at the parent's priority
         os.nice(nice)
-    from vcm.tasks.embedding import get_embedder
+    from vcm.tasks.embedding_bf16 import batch_embedder
 
     try:
-        embedder = get_embedder(EmbeddingSettings.model_validate(settings))
+        embedder = batch_embedder(EmbeddingSettings.model_validate(settings))
         meta = {
+            "backend": embedder.backend,
             "model_id": embedder.model_id,
             "base_model_id": embedder.base_model_id,
             "dimension": embedder.dimension,

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from vcm.settings.memory import ChunkingSettings, EmbeddingSettings
-from vcm.tasks.embedding import Embedder, get_embedder
+from vcm.tasks.embedding import Embedder
+from vcm.tasks.embedding_bf16 import batch_embedder
 from vcm.tasks.ingest.late_chunking import LateChunker
 from vcm.workers.embedder_process import NICE, EmbedderProcess
 
@@ -31,7 +32,8 @@ DOCUMENT = " ".join(f"Sentence {i} tells of the harbour, the boats and who saile
 
 @pytest.fixture(scope="module")
 def local() -> Embedder:
-    return get_embedder(EmbeddingSettings())
+    # What the cold path would run in this process: the child chooses by batch_backend as well.
+    return batch_embedder(EmbeddingSettings())
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,8 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
 
 
 def test_the_child_gives_the_vectors_of_the_model_in_process(local: Embedder, remote: EmbedderProcess) -> None:
-    assert (remote.model_id, remote.dimension, remote.max_tokens, remote.batch_size) == (
+    assert (remote.backend, remote.model_id, remote.dimension, remote.max_tokens, remote.batch_size) == (
+        local.backend,
         local.model_id,
         local.dimension,
         local.max_tokens,

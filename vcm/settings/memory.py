@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vcm.settings.secrecy import check_url
 
-EmbeddingBackend = Literal["torch", "onnx", "onnx-int8"]
+EmbeddingBackend = Literal["torch", "onnx", "onnx-int8", "torch-bf16"]
+BatchBackend = Literal["auto", "same", "torch-bf16"]
 
 
 class EmbeddingSettings(BaseModel):
@@ -21,8 +22,14 @@ class EmbeddingSettings(BaseModel):
     # What runs the model (vcm.tasks.embedding_onnx): "torch" (sentence-transformers), "onnx"
     # (the model exported once with torch.onnx, run by ONNX Runtime; its vectors match torch's to
     # cosine 1.0000, so they share torch's embedding version) or "onnx-int8" (the export with
-    # dynamically quantized int8 weights: fastest, but its vectors are a version of their own).
+    # dynamically quantized int8 weights: fastest, but its vectors are a version of their own)
+    # or "torch-bf16" (vcm.tasks.embedding_bf16: the transformer in bfloat16, for CPUs with AMX or
+    # AVX-512 BF16; its vectors match float32 to cosine 0.9999 on MiniLM, so they share the version).
     backend: EmbeddingBackend = "onnx"
+    # What runs the cold path's batches (messages spooled, archival ingestion, an eviction's
+    # summary and facts; queries keep `backend`): "auto" = "torch-bf16" where the CPU multiplies
+    # bfloat16 natively and its vectors share the model's version, else `backend`; "same" = `backend`.
+    batch_backend: BatchBackend = "auto"
     # Where ONNX exports are cached ("" = $XDG_CACHE_HOME/vcm/onnx, else ~/.cache/vcm/onnx): the
     # model's own folder may be read-only (an installed package).
     onnx_cache_dir: str = ""
@@ -36,7 +43,7 @@ class EmbeddingSettings(BaseModel):
     @model_validator(mode="after")
     def _onnx_on_cpu(self) -> Self:
         # vcm installs ONNX Runtime's CPU build; an accelerator needs the torch backend.
-        if self.backend != "torch" and self.device != "cpu":
+        if self.backend.startswith("onnx") and self.device != "cpu":
             raise ValueError(
                 f'backend {self.backend!r} runs on the CPU only; use backend "torch" for device {self.device!r}'
             )

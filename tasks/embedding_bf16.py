@@ -1,0 +1,103 @@
+"""The ``torch-bf16`` backend: the model's transformer in bfloat16, on CPUs that multiply bfloat16
+in hardware (Intel AMX, AVX-512 BF16), and the cold path's choice of backend for its batches.
+
+Why: the model's work is matrix products, which fp32 runs at the vector units' rate; AMX tiles run
+bfloat16 products about 8x faster on the same core (``scripts/bench_ingest.py``: late-chunked
+archival ingestion 3.7x the chunks/s of fp32 on one thread, docs/benchmarks.md). A short query
+gains nothing (there the cost is per operator, where ONNX Runtime is quickest), so the serving
+process's query model keeps ``[embedding] backend`` and only batches run here
+(``[embedding] batch_backend``).
+
+The transformer's weights and activations are bfloat16; its token states are turned back into
+float32 before pooling and normalisation, so late chunking's pooled token states and the
+sentence vectors are pooled in float32. On load the vectors of
+:data:`~vcm.tasks.onnx_export.PROBE_TEXTS` are compared with the same model's in float32: at a
+smallest cosine of :data:`~vcm.tasks.embedding_onnx.PARITY_COSINE` or more (MiniLM: 0.9999) they
+share the model's embedding version, so the batches' vectors and the queries' are one space;
+below it they are a version of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from vcm.errors import ConfigError
+from vcm.settings.memory import EmbeddingSettings
+from vcm.tasks.embedding import Embedder, get_embedder
+from vcm.tasks.embedding_onnx import PARITY_COSINE
+from vcm.tasks.onnx_export import PROBE_TEXTS
+
+log = logging.getLogger(__name__)
+
+BACKEND = "torch-bf16"
+# Backends whose vectors are the model's own float32 ones (the model's embedding version).
+FP32_BACKENDS = ("torch", "onnx")
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware. Elsewhere bfloat16 is emulated, several
+    times slower than float32, so ``batch_backend = "auto"`` does not pick it."""
+    import torch
+
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
+class Bf16Embedder(Embedder):
+    """An :class:`~vcm.tasks.embedding.Embedder` whose transformer runs in bfloat16 (see the
+    module docstring); ``parity`` is the smallest probe cosine to float32."""
+
+    backend = BACKEND
+
+    def __init__(self, model: str = "", device: str = "cpu", batch_size: int = 32, threads: int = 0) -> None:
+        import torch
+
+        super().__init__(model, device, batch_size, threads)
+        reference = super().encode(PROBE_TEXTS)
+        transformer: Any = self.model[0]
+        transformer.auto_model.to(torch.bfloat16)
+        # Pooling and normalisation read the token states in float32 (module docstring).
+        transformer.register_forward_hook(_states_in_fp32)
+        ours = self.encode(PROBE_TEXTS)
+        self.parity = float(np.min(np.sum(reference * ours, axis=1)))
+        if self.parity < PARITY_COSINE:
+            self.model_id = f"{self.base_model_id}+{BACKEND}"
+        log.info("%s runs in bfloat16: smallest probe cosine to float32 %.5f", self.base_model_id, self.parity)
+
+
+def _states_in_fp32(module: Any, args: Any, features: dict[str, Any]) -> dict[str, Any]:
+    features["token_embeddings"] = features["token_embeddings"].float()
+    return features
+
+
+def batch_embedder(settings: EmbeddingSettings) -> Embedder:
+    """The embedder of the cold path's batches, by ``[embedding] batch_backend``: ``"same"`` is
+    ``backend``'s; ``"torch-bf16"`` is :class:`Bf16Embedder`, refused when its vectors would not
+    share the queries' version (recall would find none of them); ``"auto"`` is
+    :class:`Bf16Embedder` where the CPU runs bfloat16 natively and its vectors share the version,
+    else ``backend``'s. Only under a float32 ``backend`` (:data:`FP32_BACKENDS`), whose queries
+    read the model's own version."""
+    choice = settings.batch_backend
+    if choice == "same" or settings.backend == BACKEND:
+        return get_embedder(settings)
+    if settings.backend not in FP32_BACKENDS:
+        # onnx-int8's vectors are a version of their own: float32 batches would not be found by its queries.
+        if choice == BACKEND:
+            raise ConfigError(f"[embedding] batch_backend = {BACKEND!r} needs backend \"torch\" or \"onnx\"")
+        return get_embedder(settings)
+    if choice == "auto" and (settings.device != "cpu" or not native_bf16()):
+        return get_embedder(settings)
+    bf16 = get_embedder(settings.model_copy(update={"backend": BACKEND}))
+    if bf16.model_id == bf16.base_model_id:
+        return bf16
+    parity = getattr(bf16, "parity", 0.0)
+    if choice == BACKEND:
+        raise ConfigError(
+            f"[embedding] batch_backend = {BACKEND!r}: this model's bfloat16 vectors match float32 to cosine "
+            f"{parity:.4f} (below {PARITY_COSINE}), so recall queries could not find them; use \"same\""
+        )
+    log.warning("bfloat16 batches of %s not used: cosine %.4f to float32", bf16.base_model_id, parity)
+    return get_embedder(settings)
