@@ -24,13 +24,13 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.settings import load_settings
-from vcm.settings.memory import ChunkingSettings
+from vcm.settings.memory import ChunkingSettings, EmbeddingBackend
 from vcm.tasks.embedding import get_embedder
 from vcm.tasks.ingest.late_chunking import MODES, LateChunker
 from vcm.tasks.recall.evaluation import chunk_turns, load_locomo, mean, recall_at_k, top_k
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--conversations", nargs="*", help="only these sample ids (e.g. conv-26)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="embedding modes to compare")
-    parser.add_argument("--backend", choices=["torch", "onnx", "onnx-int8"], help="default: [embedding] backend")
+    parser.add_argument("--backend", choices=get_args(EmbeddingBackend), help="default: [embedding] backend")
     args = parser.parse_args(argv)
     args.data = data_path(args.data)
     result = evaluate(args)

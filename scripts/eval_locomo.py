@@ -39,7 +39,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import fakeredis
 import redis
@@ -48,6 +48,7 @@ from vcm.eval.bench import add_data_flag, add_json_flag, data_path, write_json
 from vcm.hotpath.state import HotState
 from vcm.service import MemoryService
 from vcm.settings import load_settings
+from vcm.settings.memory import EmbeddingBackend
 from vcm.store import authors, open_store
 from vcm.store.diversity import Diversity
 from vcm.store.embedded import EmbeddedStore
@@ -339,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--conversations", nargs="*", help="sample_ids to keep (default: all)")
     parser.add_argument("--redis", default="", help="scratch Redis URL (default: in-process fakeredis)")
-    parser.add_argument("--backend", choices=["torch", "onnx", "onnx-int8"], help="default: [embedding] backend")
+    parser.add_argument("--backend", choices=get_args(EmbeddingBackend), help="default: [embedding] backend")
     args = parser.parse_args(argv)
     args.data = data_path(args.data)
     result = evaluate(args)

@@ -86,7 +86,7 @@ def batch_embedder(settings: EmbeddingSettings) -> Embedder:
     if settings.backend not in FP32_BACKENDS:
         # onnx-int8's vectors are a version of their own: float32 batches would not be found by its queries.
         if choice == BACKEND:
-            raise ConfigError(f"[embedding] batch_backend = {BACKEND!r} needs backend \"torch\" or \"onnx\"")
+            raise ConfigError(f'[embedding] batch_backend = {BACKEND!r} needs backend "torch" or "onnx"')
         return get_embedder(settings)
     if choice == "auto" and (settings.device != "cpu" or not native_bf16()):
         return get_embedder(settings)
@@ -97,7 +97,7 @@ def batch_embedder(settings: EmbeddingSettings) -> Embedder:
     if choice == BACKEND:
         raise ConfigError(
             f"[embedding] batch_backend = {BACKEND!r}: this model's bfloat16 vectors match float32 to cosine "
-            f"{parity:.4f} (below {PARITY_COSINE}), so recall queries could not find them; use \"same\""
+            f'{parity:.4f} (below {PARITY_COSINE}), so recall queries could not find them; use "same"'
         )
     log.warning("bfloat16 batches of %s not used: cosine %.4f to float32", bf16.base_model_id, parity)
     return get_embedder(settings)

@@ -56,6 +56,9 @@ def test_bf16_token_states_serve_late_chunking(bf16: Embedder, torch_embedder: E
     rows = [[101, 2023, 2003, 1037, 3231, 102], [101, 7592, 102]]
     ours, theirs = bf16.hidden_states(rows, 0), torch_embedder.hidden_states(rows, 0)
     assert [s.shape for s in ours] == [(6, 384), (3, 384)] and all(s.dtype == np.float32 for s in ours)
+    for a, b in zip(ours, theirs, strict=True):  # each token's state points where float32's does
+        cosines = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        assert cosines.min() > PARITY_COSINE
     text = "Alice moved to Lisbon. She loves the trams there. Bob visited her in March."
     settings = load_settings(environ={}).chunking
     plan_b, plan_t = LateChunker(bf16).plan(text, settings), LateChunker(torch_embedder).plan(text, settings)
