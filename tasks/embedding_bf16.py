@@ -19,6 +19,7 @@ below it they are a version of their own.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -37,9 +38,11 @@ BACKEND = "torch-bf16"
 FP32_BACKENDS = ("torch", "onnx")
 
 
+@functools.cache
 def native_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware. Elsewhere bfloat16 is emulated, several
-    times slower than float32, so ``batch_backend = "auto"`` does not pick it."""
+    times slower than float32, so ``batch_backend = "auto"`` does not pick it. Asked once per
+    process: torch's answer takes ~0.1 s, and the cold path asks on every model call."""
     import torch
 
     checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
