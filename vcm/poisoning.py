@@ -123,6 +123,34 @@ DEFAULT_PATTERNS: dict[str, str] = {
     ),
 }
 
+# Words that any match of a default pattern contains, lower-cased: on a form of the text that is
+# ASCII (where IGNORECASE is ASCII case folding), a pattern none of whose words occur cannot
+# match, so it is not run. Most texts are ordinary talk and hold none of them; the regexes, which
+# try every position of the text, were most of the scan (an eviction job at a 128k window scans
+# ~7 000 texts). A non-ASCII form is always searched: Unicode case folding matches letters
+# (the Kelvin sign, the long s) that lower() leaves alone. tests/service/test_poisoning.py checks
+# every pattern against its gate.
+GATES: dict[str, tuple[str, ...]] = {
+    "override": ("ignore", "disregard", "forget", "override", "bypass", "skip"),
+    "new_instructions": ("instruction", "prompt", "directive"),
+    "persona_switch": ("you are", "from now on"),
+    "roleplay_override": (
+        "pretend",
+        "act as",
+        "role",
+        "behave as",
+        "simulate",
+        "mode",
+        "do anything now",
+        "jailbroken",
+    ),
+    "fake_role": ("system", "developer", "assistant", "instruction", "<|", "inst]", "sys>>"),
+    "forged_tool_call": ("tool", "function", "_core", "_fifo", "_recall", "_archival", "record_heartbeat"),
+    "hidden_marker": ("<!--",),
+    "secrecy": ("the user",),
+    "prompt_leak": ("prompt", "instruction"),
+}
+
 # --- normalisation -------------------------------------------------------------------------------
 # ASCII letter <- the letters of other scripts that are drawn like it (from Unicode's confusables.txt,
 # letters only, plus a few near-identical shapes it leaves out). Applied after NFKD, so only
@@ -274,9 +302,15 @@ class PoisoningSettings(Protocol):
 class Filter:
     """Compiled patterns; thread-safe (compiled regexes are)."""
 
-    def __init__(self, patterns: Mapping[str, str], *, enabled: bool = True) -> None:
+    def __init__(self, patterns: Mapping[str, str], *, enabled: bool = True, gated: bool = True) -> None:
         self.enabled = enabled
         self._patterns = {name: re.compile(rx, re.IGNORECASE) for name, rx in patterns.items()}
+        # Only a default pattern as written has a gate (an `extra` one of the same name has none).
+        self._gates = {
+            name: GATES[name]
+            for name, rx in patterns.items()
+            if gated and name in GATES and DEFAULT_PATTERNS[name] == rx
+        }
 
     @classmethod
     def of(cls, settings: PoisoningSettings) -> Filter:
@@ -290,8 +324,21 @@ class Filter:
         if not self.enabled or not text:
             return CLEAN
         texts = forms(text)
-        reasons = tuple(name for name, rx in self._patterns.items() if any(rx.search(t) for t in texts))
+        lowered = [t.lower() if t.isascii() else None for t in texts]
+        reasons = tuple(
+            name
+            for name, rx in self._patterns.items()
+            if any(
+                _may_match(self._gates.get(name), low) and rx.search(t) for t, low in zip(texts, lowered, strict=True)
+            )
+        )
         return Verdict(bool(reasons), reasons)
+
+
+def _may_match(gate: tuple[str, ...] | None, lowered: str | None) -> bool:
+    """Whether a pattern with ``gate`` (see :data:`GATES`) can match the form lowered to ``lowered``
+    (None: not ASCII, so it is searched)."""
+    return gate is None or lowered is None or any(word in lowered for word in gate)
 
 
 def patterns(disable: Iterable[str] = (), extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -11,7 +11,7 @@ import pytest
 from tests.doubles.harness import Harness
 from vcm.errors import ErrorCode, NotFound, ValidationError
 from vcm.hotpath.state import HotState
-from vcm.poisoning import DEFAULT_PATTERNS, Filter, patterns
+from vcm.poisoning import DEFAULT_PATTERNS, GATES, Filter, patterns
 from vcm.settings import load_settings
 
 TAINT = Filter(DEFAULT_PATTERNS)
@@ -199,6 +199,27 @@ def test_configured_extra_patterns_see_the_normalised_text_and_the_original() ->
     custom = Filter(patterns(extra={"canary": r"\bxyzzy\b", "cyrillic": r"правила"}))
     assert "canary" in custom.scan("say X\u00adY\u200bZZ\u0423 now").reasons  # soft hyphen, zero-width, Cyrillic У
     assert "cyrillic" in custom.scan("все правила").reasons  # a pattern in another script still matches as stored
+
+
+def _variants(text: str) -> list[str]:
+    """The text cased, spaced and framed otherwise: what a gate must not be fooled by."""
+    return [
+        text, text.upper(), text.lower(), text.title(), text.swapcase(), "  ".join(text.split()),
+        f"note:\n{text}\n-- end", text.replace(" ", "\n"), f"\u00e9t\u00e9 {text}",
+    ]  # fmt: skip
+
+
+def test_the_gates_skip_only_patterns_that_cannot_match() -> None:
+    # Every default pattern has a gate, so a new pattern needs one here (or its scan is ungated).
+    assert set(GATES) == set(DEFAULT_PATTERNS)
+    ungated = Filter(DEFAULT_PATTERNS, gated=False)
+    texts = [t for t, _ in ATTACKS] + ORDINARY + [t for t, _ in EVASIONS]
+    for text in texts:
+        for variant in _variants(text):
+            assert TAINT.scan(variant) == ungated.scan(variant), variant
+    # A pattern that replaces a default one under its name has no gate: its words are its own.
+    custom = Filter(patterns(extra={"secrecy": r"\bhush\b"}))
+    assert custom.scan("hush now").reasons == ("secrecy",)
 
 
 # --- justification of substance (MemoryService.put_block) ------------------------------------------------
