@@ -27,7 +27,7 @@ import numpy as np
 
 from vcm.errors import ConfigError
 from vcm.settings.memory import EmbeddingSettings
-from vcm.tasks.embedding import Embedder, get_embedder
+from vcm.tasks.embedding import Embedder, cache_key, get_embedder
 from vcm.tasks.embedding_onnx import PARITY_COSINE
 from vcm.tasks.onnx_export import PROBE_TEXTS
 
@@ -76,7 +76,21 @@ def _states_in_fp32(module: Any, args: Any, features: dict[str, Any]) -> dict[st
     return features
 
 
+# batch_embedder's choice per settings: the cold path asks on every model call, and a fallback
+# would otherwise be re-decided (and logged) each time.
+_chosen: dict[tuple[str, ...], Embedder] = {}
+
+
 def batch_embedder(settings: EmbeddingSettings) -> Embedder:
+    """The embedder of the cold path's batches (:func:`_choose`), chosen once per settings."""
+    key = (*cache_key(settings), settings.batch_backend)
+    found = _chosen.get(key)
+    if found is None:
+        found = _chosen[key] = _choose(settings)
+    return found
+
+
+def _choose(settings: EmbeddingSettings) -> Embedder:
     """The embedder of the cold path's batches, by ``[embedding] batch_backend``: ``"same"`` is
     ``backend``'s; ``"torch-bf16"`` is :class:`Bf16Embedder`, refused when its vectors would not
     share the queries' version (recall would find none of them); ``"auto"`` is

@@ -77,9 +77,10 @@ class _Made:
 
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """batch_embedder's loads, recorded: a bf16 embedder at parity ``made_parity`` (its version
-    of its own below the tolerance), any other the model's version."""
+    """batch_embedder's loads, recorded: a bf16 embedder at parity ``_PARITY["value"]`` (its
+    version of its own below the tolerance), any other the model's version; no earlier choice."""
     calls: list[str] = []
+    monkeypatch.setattr(embedding_bf16, "_chosen", {})
 
     def fake(settings: EmbeddingSettings) -> _Made:
         calls.append(settings.backend)
@@ -123,6 +124,8 @@ def test_bf16_batches_whose_vectors_would_not_be_found_are_not_used(
     # auto: falls back to the queries' backend, so recall still finds every vector.
     got = batch_embedder(EmbeddingSettings(backend="onnx", batch_backend="auto"))
     assert got.backend == "onnx" and made == [BACKEND, "onnx"]
+    # Decided once: the cold path asks on every model call.
+    assert batch_embedder(EmbeddingSettings(backend="onnx", batch_backend="auto")) is got and len(made) == 2
     # Asked for by name: refused at load, naming the setting.
     with pytest.raises(ConfigError, match="batch_backend"):
         batch_embedder(EmbeddingSettings(backend="onnx", batch_backend=BACKEND))
