@@ -3,15 +3,19 @@ and a tainted text needs a justification of substance to enter a working block (
 
 from __future__ import annotations
 
+import random
+import re
+import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.doubles.harness import Harness
+from vcm import poisoning
 from vcm.errors import ErrorCode, NotFound, ValidationError
 from vcm.hotpath.state import HotState
-from vcm.poisoning import DEFAULT_PATTERNS, GATES, Filter, patterns
+from vcm.poisoning import DEFAULT_PATTERNS, GATES, Filter, forms, patterns
 from vcm.settings import load_settings
 
 TAINT = Filter(DEFAULT_PATTERNS)
@@ -220,6 +224,38 @@ def test_the_gates_skip_only_patterns_that_cannot_match() -> None:
     # A pattern that replaces a default one under its name has no gate: its words are its own.
     custom = Filter(patterns(extra={"secrecy": r"\bhush\b"}))
     assert custom.scan("hush now").reasons == ("secrecy",)
+
+
+def _forms_unskipped(text: str) -> list[str]:
+    """forms() with every step applied, as it was written before its skips."""
+    folded = (text if text.isascii() else unicodedata.normalize("NFKD", text)).translate(poisoning._FOLD)
+    lines = re.sub(r"[^\S\n]+", " ", folded)
+    readings = [lines]
+    if poisoning._STROKE in lines:
+        stroke = poisoning._STROKE
+        readings = [
+            poisoning._STROKE_WORD.sub(poisoning._read_strokes, lines),
+            lines.replace(stroke, "i"),
+            lines.replace(stroke, "l"),
+        ]
+    out = [text]
+    for reading in readings:
+        for candidate in (reading, re.sub(r"\s+", " ", reading)):
+            if candidate not in out:
+                out.append(candidate)
+    return out
+
+
+def test_forms_skip_only_steps_that_change_nothing() -> None:
+    # Blanks, controls, look-alikes and strokes, alone, in runs and around words: forms() skips a
+    # step only where it would leave the text as it is.
+    alphabet = [" ", "  ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x00", "\x7f", "\u00a0", "\u2028",
+                "\u3000", "\u200b", "\u0406", "\u0430", "e", "\u00e9", "ignore", "\n\n", " \n "]  # fmt: skip
+    rng = random.Random(7)
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10))) for _ in range(20_000)]
+    texts += [t for t, _ in ATTACKS] + ORDINARY + [t for t, _ in EVASIONS]
+    for text in texts:
+        assert forms(text) == _forms_unskipped(text), repr(text)
 
 
 # --- justification of substance (MemoryService.put_block) ------------------------------------------------
