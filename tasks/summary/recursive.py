@@ -55,6 +55,7 @@ in :mod:`vcm.tasks.summary.centrality`.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
@@ -145,15 +146,28 @@ def _clauses(unit: units.Unit | None) -> list[units.Unit | None]:
     return [replace(unit, body=b) for b in telegraph.split(unit.body, units.words)]
 
 
-def _superseded(old: units.Unit, newer: Mapping[str, list[set[str]]], cover: float = 0.7) -> bool:
-    """A newer unit of the same speaker (``newer``: their content words by speaker) holds most of
-    ``old``'s content words: it replaces it."""
+def _superseded(old: units.Unit, newer: Mapping[str, Mapping[str, list[int]]], cover: float = 0.7) -> bool:
+    """A newer unit of the same speaker holds most of ``old``'s content words: it replaces it.
+    ``newer``: by speaker, the rows of the units holding each content word (an index: comparing
+    each old unit with each newer one was 1.2 million set intersections at a 128k window)."""
     if old.flagged or not old.speaker:
         return False
     content = set(units.words(old.body))
-    if not content:
+    postings = newer.get(old.speaker)
+    if not content or not postings:
         return False
-    return any(len(content & held) / len(content) >= cover for held in newer.get(old.speaker, ()))
+    shared = Counter(row for word in content for row in postings.get(word, ()))
+    return any(n / len(content) >= cover for n in shared.values())
+
+
+def _newer(batch: Sequence[units.Unit]) -> dict[str, dict[str, list[int]]]:
+    """The index :func:`_superseded` reads: speaker -> content word -> rows of ``batch``."""
+    index: dict[str, dict[str, list[int]]] = {}
+    for row, unit in enumerate(batch):
+        words = index.setdefault(unit.speaker, {})
+        for word in set(units.words(unit.body)):
+            words.setdefault(word, []).append(row)
+    return index
 
 
 Group = tuple[bool, str, int]  # (in the previous block, speaker, own row or -1)
@@ -253,9 +267,7 @@ def _select(request: Request, params: Params, source: Units, batch_floor: float)
     previous summary's share, the batch takes ``batch_floor`` of the cap before the rest is open."""
     base = request.count("")
     available = request.cap - base
-    newer: dict[str, list[set[str]]] = {}
-    for unit in source.batch:
-        newer.setdefault(unit.speaker, []).append(set(units.words(unit.body)))
+    newer = _newer(source.batch)
     kept_previous = [u for u in source.previous if not _superseded(u, newer)]
     pool = kept_previous + source.batch
     value = units.Coverage(pool, source.speakers)

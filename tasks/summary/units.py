@@ -186,6 +186,9 @@ def entities(body: str, speakers: frozenset[str]) -> list[str]:
     ]
 
 
+# Cached, as the words are: a 128k eviction asks about each of ~5 000 units three or four times
+# (the summary's room and loss score, coverage, fact extraction twice).
+@functools.lru_cache(maxsize=32768)
 def is_filler(unit: Unit, speakers: frozenset[str]) -> bool:
     """Fewer than two content words and no number, or a pleasantry ("Take care and enjoy your
     day", "Sorry to hear about the job") that names or counts nothing."""
@@ -197,6 +200,7 @@ def is_filler(unit: Unit, speakers: frozenset[str]) -> bool:
     return bool(PLEASANTRY.match(unit.body)) and not entities(unit.body, speakers) and not NUMBER.search(unit.body)
 
 
+@functools.lru_cache(maxsize=32768)
 def salient(unit: Unit, speakers: frozenset[str]) -> bool:
     """A unit a later question may well ask about: it names something, counts or dates something,
     or states a preference or decision (the units the loss score counts)."""

@@ -454,7 +454,14 @@ def _plain_greedy_text(req: Request, params: Params) -> str:
     newer: dict[str, list[set[str]]] = {}
     for unit in source.batch:
         newer.setdefault(unit.speaker, []).append(set(units.words(unit.body)))
-    pool = [u for u in source.previous if not r._superseded(u, newer)] + source.batch
+
+    def superseded(old: units.Unit) -> bool:  # each old unit against each newer one
+        content = set(units.words(old.body))
+        if old.flagged or not old.speaker or not content:
+            return False
+        return any(len(content & held) / len(content) >= 0.7 for held in newer.get(old.speaker, ()))
+
+    pool = [u for u in source.previous if not superseded(u)] + source.batch
     value = units.Coverage(pool, source.speakers)
     tokens = r._Tokens(req, base)
     costs = [tokens(f"; {u.body}") if u.speaker else tokens(u.line) + 1 for u in pool]
