@@ -26,6 +26,10 @@ from vcm.hotpath.context import assemble
 from vcm.hotpath.state import HotState
 from vcm.settings import load_settings
 
+# Slow (about 100 s for both legs): marked so that scripts/test starts this file first, rather
+# than leaving one worker on it after the other has finished.
+pytestmark = pytest.mark.slow
+
 AGENT = "prop"
 SETTINGS = load_settings(environ={})
 
