@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -237,11 +237,26 @@ def test_the_same_file_imports_once_and_an_existing_agent_is_never_merged(embedd
 
 def test_without_vectors_facts_are_embedded_again_and_documents_ingested_again(embedded: Side, tmp_path: Path) -> None:
     populate(embedded)
+    # Knowing the embedding version loads the model: a file without vectors never asks for it.
+    asked: list[str] = []
+
+    def version(side: str) -> Callable[[], str]:
+        def ask() -> str:
+            asked.append(side)
+            return "v-test"
+
+        return ask
+
+    embedded.svc.recall_version = version("export")
+    assert json.loads(export(embedded)[0])["embedding"]["version"] == "v-test" and asked == ["export"]
     lines = export(embedded, vectors=False)
+    assert json.loads(lines[0])["embedding"]["version"] is None and asked == ["export"]
     assert all(json.loads(x).get("embedding") is None for x in lines if '"kind":"fact"' in x)
     other = side(tmp_path / "other", fakeredis.FakeRedis(decode_responses=True))
+    other.svc.recall_version = version("import")
     try:
         result = other.svc.import_agent(lines)
+        assert asked == ["export"]
         assert len(result["ingest_jobs"]) == 1
         assert picture(other)["chunks"] == picture(embedded)["chunks"]
         memory = other.deps.store.agent_memory(AGENT, other.svc.clock())

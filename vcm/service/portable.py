@@ -84,7 +84,9 @@ class Portable:
     def _lines(self, agent_id: str, model: str, vectors: bool, actor: str) -> Iterator[str]:
         store, now = self.core.store, self.core.clock()
         export_id = uuid.uuid4().hex
-        version = self.core.recall_version() if self.core.recall_version else None
+        # The version of the file's vectors: none without them. Asking loads the embedding model
+        # (in embedded mode its process), seconds of start-up an export without vectors skips.
+        version = self.core.recall_version() if vectors and self.core.recall_version else None
         records = [
             fmt.header(
                 export_id, agent_id, vcm_version=_vcm_version(), embedding_version=version, vectors=vectors, now=now
@@ -228,10 +230,16 @@ class _Writer:
     def __init__(self, part: Portable, bundle: fmt.Bundle, agent_id: str, actor: str) -> None:
         self.part, self.core, self.b = part, part.core, bundle
         self.agent_id, self.actor = agent_id, actor
-        local = self.core.recall_version() if self.core.recall_version else None
-        theirs = bundle.header["embedding"].get("version")
-        # Vectors are kept when this process embeds with the file's model (or embeds nothing).
-        self.same_model = local is None or local == theirs
+        self._same_model: bool | None = None
+
+    @property
+    def same_model(self) -> bool:
+        """Vectors are kept when this process embeds with the file's model (or embeds nothing).
+        Asked only when a record carries a vector: the answer loads the embedding model."""
+        if self._same_model is None:
+            local = self.core.recall_version() if self.core.recall_version else None
+            self._same_model = local is None or local == self.b.header["embedding"].get("version")
+        return self._same_model
 
     def write(self) -> dict[str, Any]:
         b, store, agent = self.b, self.core.store, self.agent_id
