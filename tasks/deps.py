@@ -18,6 +18,7 @@ from vcm.tasks.facts.extraction import Candidate
 from vcm.tasks.faults import NO_FAULTS, Faults
 from vcm.tasks.ingest.jobs import Ingest
 from vcm.tasks.recall.vectors import Vectorizer
+from vcm.tasks.summary.memo import RecentVectors
 from vcm.tasks.summary.request import Draft, Embed, Params, Request
 from vcm.tasks.summary.units import Scan
 from vcm.types import Message
@@ -50,3 +51,5 @@ class Deps:
     # Chunks, embeds and stores archival documents (ingestion jobs); None: built from `embed`'s
     # model on the first job (vcm.workers.runtime.ingester).
     ingest: Ingest | None = None
+    # The drift texts' vectors of this process's recent eviction jobs (by embedder and text).
+    recent_vectors: RecentVectors = field(default_factory=RecentVectors)

@@ -29,8 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
-
 from vcm import poisoning
 from vcm.durable import append_event, append_records, stored_message
 from vcm.errors import AgentFenced, NotFound, VcmError
@@ -44,8 +42,8 @@ from vcm.tasks.facts import extraction as fact_extraction
 from vcm.tasks.fence import fenced, incarnation_of, note_fenced, read_fenced
 from vcm.tasks.spool import backfill_vectors
 from vcm.tasks.summary import drift
-from vcm.tasks.summary.request import Draft, Embed, Params, Request, Turn
-from vcm.tasks.summary.selection import Vectors
+from vcm.tasks.summary.memo import JobVectors
+from vcm.tasks.summary.request import Draft, Params, Request, Turn
 from vcm.tasks.summary.units import Scan
 from vcm.types import Message
 
@@ -235,7 +233,7 @@ def summarize(
         turns=[t for t in (Turn.of(m, settings.context.user_name or None) for m in messages) if t is not None],
         cap=cap,
         count=lambda text: deps.hot.summary_tokens(agent_id, text),
-        embed=_Memo(deps.embed),
+        embed=JobVectors(deps.embed, deps.recent_vectors),
         scan=scan or _scanner(settings.poisoning),
     )
     params = Params.of(settings.summarizer)
@@ -358,20 +356,3 @@ def dead_letter(deps: Deps, agent_id: str, batch_id: int, *, reason: str, attemp
     )
     log.error("eviction batch %s of %s dead-lettered after %s attempts: %s", batch_id, agent_id, attempts, reason)
     return EvictOutcome("dead_lettered", agent_id, batch_id)
-
-
-class _Memo:
-    """Embeds each distinct text once per job (a drift retry re-reads the same sentences)."""
-
-    def __init__(self, embed: Embed) -> None:
-        self._embed = embed
-        self._rows: dict[str, Vectors] = {}
-
-    def __call__(self, texts: Sequence[str]) -> Vectors:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._rows]
-        if missing:
-            for text, row in zip(missing, self._embed(missing), strict=True):
-                self._rows[text] = row
-        if not texts:
-            return np.zeros((0, 0), dtype=np.float32)
-        return np.stack([self._rows[t] for t in texts]).astype(np.float32)

@@ -1,0 +1,1 @@
+vcm: installed into .venv
