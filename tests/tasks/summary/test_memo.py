@@ -1,1 +1,51 @@
-vcm: installed into .venv
+"""Drift texts are embedded once per job, and once across the jobs of one process while the
+process's recent vectors hold them: never from another embedder's vectors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from vcm.tasks.summary.memo import JobVectors, RecentVectors
+from vcm.tasks.summary.selection import Vectors
+
+
+class Counting:
+    """An embedder that records the texts it was asked for; ``shift`` tells two apart."""
+
+    def __init__(self, shift: float = 0.0) -> None:
+        self.asked: list[str] = []
+        self.shift = shift
+
+    def __call__(self, texts: Sequence[str]) -> Vectors:
+        self.asked += texts
+        return np.array([[len(t) + self.shift, 1.0] for t in texts], dtype=np.float32)
+
+
+def test_a_job_embeds_each_text_once_and_the_next_job_only_what_is_new() -> None:
+    embed, recent = Counting(), RecentVectors()
+    first = JobVectors(embed, recent)
+    assert first(["a", "bb", "a"]).tolist() == [[1.0, 1.0], [2.0, 1.0], [1.0, 1.0]]
+    first(["bb", "ccc"])
+    assert embed.asked == ["a", "bb", "ccc"]
+    second = JobVectors(embed, recent)  # the agent's next job: its previous summary's clauses again
+    assert second(["ccc", "dddd", "a"]).tolist() == [[3.0, 1.0], [4.0, 1.0], [1.0, 1.0]]
+    assert embed.asked == ["a", "bb", "ccc", "dddd"]
+    assert JobVectors(embed)(["a"]).tolist() == [[1.0, 1.0]] and embed.asked[-1] == "a"  # no recent: asks
+    assert JobVectors(embed, recent)([]).shape == (0, 0)
+
+
+def test_another_embedder_is_never_answered_from_the_first_ones_vectors() -> None:
+    old, new, recent = Counting(), Counting(shift=10.0), RecentVectors()
+    JobVectors(old, recent)(["a"])
+    assert JobVectors(new, recent)(["a"]).tolist() == [[11.0, 1.0]] and new.asked == ["a"]
+
+
+def test_the_recent_vectors_keep_the_last_ones_used() -> None:
+    embed, recent = Counting(), RecentVectors(size=2)
+    JobVectors(embed, recent)(["a", "bb"])
+    JobVectors(embed, recent)(["a"])  # used again: now the newest
+    JobVectors(embed, recent)(["ccc"])  # "bb" leaves
+    JobVectors(embed, recent)(["a", "bb", "ccc"])
+    assert embed.asked == ["a", "bb", "ccc", "bb"]
