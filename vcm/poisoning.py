@@ -244,8 +244,9 @@ for _ascii, _similar in LOOK_ALIKES.items():
     _FOLD.update({ord(c): _ascii for c in _similar})
 _FOLD.update({ord(c): _STROKE for c in _STROKES})
 _FOLD.update({ord(c): " " for c in _BLANKS})
-# The ASCII characters _FOLD changes: the controls it drops, the line breaks it makes "\n".
-_ASCII_FOLDED = re.compile(r"[\x00-\x08\x0b-\x1e\x7f]")
+# The ASCII characters _FOLD changes (the controls it drops, the line breaks it makes "\n"), read
+# from the table itself.
+_ASCII_FOLDED = re.compile("[" + "".join(re.escape(chr(c)) for c in range(128) if _FOLD[c] != c) + "]")
 _SPACES = re.compile(r"[^\S\n]+")
 _WHITESPACE = re.compile(r"\s+")
 # Where those two change a text: a blank other than a single space (a run, or another blank).

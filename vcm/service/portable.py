@@ -29,6 +29,7 @@ bulk jobs wired (the CLI, ``vcm serve``); otherwise the answer says so and ``vcm
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import Iterable, Iterator
@@ -230,16 +231,13 @@ class _Writer:
     def __init__(self, part: Portable, bundle: fmt.Bundle, agent_id: str, actor: str) -> None:
         self.part, self.core, self.b = part, part.core, bundle
         self.agent_id, self.actor = agent_id, actor
-        self._same_model: bool | None = None
 
-    @property
+    @functools.cached_property
     def same_model(self) -> bool:
         """Vectors are kept when this process embeds with the file's model (or embeds nothing).
         Asked only when a record carries a vector: the answer loads the embedding model."""
-        if self._same_model is None:
-            local = self.core.recall_version() if self.core.recall_version else None
-            self._same_model = local is None or local == self.b.header["embedding"].get("version")
-        return self._same_model
+        local = self.core.recall_version() if self.core.recall_version else None
+        return local is None or local == self.b.header["embedding"].get("version")
 
     def write(self) -> dict[str, Any]:
         b, store, agent = self.b, self.core.store, self.agent_id
