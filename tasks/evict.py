@@ -13,7 +13,9 @@ Order of work, each step safe to repeat:
 3. Read the previous summary from the store; its ``rev`` is the expected rev of the commit. If
    the store already holds this batch (an earlier delivery committed it and died before
    finishing), skip to step 6 with the store's summary.
-4. Summarise and score drift (re-summarising below the threshold) before any transaction.
+4. Summarise and score drift (re-summarising below the threshold) before any transaction; the
+   batch's fact candidates are extracted first, their vectors embedded on a thread meanwhile, and
+   written through the façade once the summary is drafted.
 5. ``commit_eviction``: recall append + summary replace + ``evict`` event, atomic and replay-safe.
 6. ``finish_eviction`` in Redis (idempotent by batch id), then dispatch the next pending batch.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -98,12 +101,13 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
         faults.point("evict.before_summarize")
         # One scanner for the job: the summary and the fact extraction scan the same sentences.
         scan = _scanner(deps.settings.poisoning)
+        facts = _begin_facts(deps, messages, scan) if deps.settings.facts.extract_on_eviction else None
         check = summarize(deps, agent_id, previous.text if previous is not None else "", messages, scan=scan)
         draft = check.draft
         faults.point("evict.after_summarize")
         _record_drift(deps, agent_id, batch_id, check)
-        if deps.settings.facts.extract_on_eviction:
-            _extract_facts(deps, agent_id, messages, scan)
+        if facts is not None:
+            _remember_facts(agent_id, facts)
         # Keyed messages the spool has not reached yet leave Redis with this batch: their
         # records go to the store first (a record without its message is the lesser fault: a
         # retry replays rather than duplicates, and the batch commits on its own retries).
@@ -163,15 +167,41 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
     return outcome
 
 
-def _extract_facts(deps: Deps, agent_id: str, messages: Sequence[Message], scan: Scan) -> None:
-    """Shadow facts of the batch, with evidence, before it leaves the context. Through the
-    façade (guard, dedup: a retried batch matches what its first attempt stored). A failure is
-    logged: facts are an index of the batch, the batch itself goes to recall regardless."""
+@dataclass
+class _BatchFacts:
+    """The batch's fact candidates, and the thread embedding their first vectors (or None)."""
+
+    service: MemoryService
+    candidates: list[fact_extraction.Candidate]
+    ahead: threading.Thread | None
+
+
+def _begin_facts(deps: Deps, messages: Sequence[Message], scan: Scan) -> _BatchFacts:
+    """The batch's shadow fact candidates, with the embedding of their vectors started in a
+    thread of its own: the model works while this thread summarises. The model call releases the
+    GIL (ONNX Runtime, torch, or the wait on embedded mode's model process), and was a sixth of a
+    128k job (bench_evict) spent before the facts could be written."""
     service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed, clock=deps.clock)
     extract = deps.extractor or fact_extraction.extract
     candidates = list(extract(messages, scan))
+    ahead = None
+    if service.core.embed is not None and candidates:
+        first = candidates[:QUERY_VECTORS]
+        ahead = threading.Thread(target=_embed_ahead, args=(service, first), name="vcm-fact-vectors", daemon=True)
+        ahead.start()
+    return _BatchFacts(service, candidates, ahead)
+
+
+def _remember_facts(agent_id: str, facts: _BatchFacts) -> None:
+    """Shadow facts of the batch, with evidence, before it leaves the context. Through the
+    façade (guard, dedup: a retried batch matches what its first attempt stored). A refused or
+    invalid candidate is logged: facts are an index of the batch, the batch itself goes to
+    recall regardless."""
+    if facts.ahead is not None:
+        facts.ahead.join()
+    service, candidates = facts.service, facts.candidates
     for i, c in enumerate(candidates):
-        if i % QUERY_VECTORS == 0:
+        if i and i % QUERY_VECTORS == 0:  # the first QUERY_VECTORS were embedded ahead
             _embed_ahead(service, candidates[i : i + QUERY_VECTORS])
         try:
             service.remember(

@@ -4,6 +4,8 @@ store, with the real eviction task."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from tests.doubles.clock import Clock
@@ -190,6 +192,31 @@ def test_an_eviction_embeds_its_facts_in_one_model_call(svc: MemoryService, stor
     assert len([c for c in calls if values & set(c)]) <= len(batches)  # a call per batch, not per fact
     for f in held:
         assert f.embedding is not None and list(f.embedding) == pytest.approx(hash_embed([f.value])[0], abs=1e-6)
+
+
+def test_an_evictions_fact_vectors_are_embedded_while_it_summarises(svc: MemoryService, store: MemoryStore) -> None:
+    """The facts' model call runs beside the summary's text work, not after it: here it is held
+    until the job's own thread asks the model (the drift check), which a job that embedded its
+    facts after summarising, or on its own thread, would never do while it waits."""
+    asked = threading.Event()
+    overlapped: list[bool] = []
+
+    def embedding(texts: list[str]) -> list[list[float]]:
+        if threading.current_thread() is threading.main_thread():
+            asked.set()
+        else:
+            overlapped.append(asked.wait(10))
+        return hash_embed(texts)
+
+    for i in range(120):
+        svc.append("ann", "user", f"Ann decided to move the launch of rocket {i} to pad {i % 13} in May.", name="Ann")
+    deps = Deps(settings=svc.settings, hot=svc.hot, store=store, dispatcher=svc.dispatcher, embed=embedding,
+                summarizer=extractive)  # fmt: skip
+    batch = min(svc.hot.batch_message_ids("ann"))
+    assert evict_batch(deps, "ann", batch).outcome == "committed"
+    assert overlapped == [True]
+    held = [f for f in store.agent_memory("ann", 0.0).facts if f.type != "entity"]
+    assert held and all(f.embedding is not None for f in held)
 
 
 def test_state_keys_expire_and_keep_revisions(svc: MemoryService, clock: Clock) -> None:
