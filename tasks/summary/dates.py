@@ -48,30 +48,41 @@ def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
         return put(match, str(day.year - n))
 
     before = f"before {_day(day)}"
-    rules: list[tuple[str, Callable[[re.Match[str]], str]]] = [
-        (r"\byesterday\b", lambda m: put(m, _day(day - timedelta(days=1)))),
-        (r"\btomorrow\b", lambda m: put(m, _day(day + timedelta(days=1)))),
-        (r"\b(?:today|tonight|this morning|this afternoon|this evening)\b", lambda m: put(m, _day(day))),
-        (r"\blast weekend\b", lambda m: put(m, before, f"weekend {before}")),
-        (rf"(?<!the )\blast ({_WEEKDAY})\b", lambda m: put(m, _day(_last(day, m.group(1))))),
-        (r"\blast week\b", lambda m: put(m, f"week of {_day(day - timedelta(weeks=1))}")),
-        (r"\bnext week\b", lambda m: put(m, f"week of {_day(day + timedelta(weeks=1))}")),
-        (r"\blast month\b", lambda m: put(m, month(day, -1))),
-        (r"\bnext month\b", lambda m: put(m, month(day, 1))),
-        (r"\bthis month\b", lambda m: put(m, month(day, 0))),
-        (r"\blast year\b", lambda m: put(m, str(day.year - 1))),
-        (r"\bnext year\b", lambda m: put(m, str(day.year + 1))),
-        (r"\bthis year\b", lambda m: put(m, str(day.year))),
-        (r"\b(\d+|a|an|one|two|three|four|five|six|a few|few) (days?|weeks?|months?|years?) ago\b", ago),
+    # Each rule with the relative words it holds: a rule runs only when one of them is in the
+    # text (a sentence with "this" runs three rules, not fourteen). No replacement writes any of
+    # these words, so the words found before the first rule stand for every later one.
+    rules: list[tuple[tuple[str, ...], str, Callable[[re.Match[str]], str]]] = [
+        (("yesterday",), r"\byesterday\b", lambda m: put(m, _day(day - timedelta(days=1)))),
+        (("tomorrow",), r"\btomorrow\b", lambda m: put(m, _day(day + timedelta(days=1)))),
+        (
+            ("today", "tonight", "this"),
+            r"\b(?:today|tonight|this morning|this afternoon|this evening)\b",
+            lambda m: put(m, _day(day)),
+        ),
+        (("last",), r"\blast weekend\b", lambda m: put(m, before, f"weekend {before}")),
+        (("last",), rf"(?<!the )\blast ({_WEEKDAY})\b", lambda m: put(m, _day(_last(day, m.group(1))))),
+        (("last",), r"\blast week\b", lambda m: put(m, f"week of {_day(day - timedelta(weeks=1))}")),
+        (("next",), r"\bnext week\b", lambda m: put(m, f"week of {_day(day + timedelta(weeks=1))}")),
+        (("last",), r"\blast month\b", lambda m: put(m, month(day, -1))),
+        (("next",), r"\bnext month\b", lambda m: put(m, month(day, 1))),
+        (("this",), r"\bthis month\b", lambda m: put(m, month(day, 0))),
+        (("last",), r"\blast year\b", lambda m: put(m, str(day.year - 1))),
+        (("next",), r"\bnext year\b", lambda m: put(m, str(day.year + 1))),
+        (("this",), r"\bthis year\b", lambda m: put(m, str(day.year))),
+        (("ago",), r"\b(\d+|a|an|one|two|three|four|five|six|a few|few) (days?|weeks?|months?|years?) ago\b", ago),
     ]
-    for pattern, replace in rules:
-        text = re.sub(pattern, replace, text, flags=re.IGNORECASE)
+    found = {m.lastgroup for m in _RELATIVE.finditer(text)}
+    for words, pattern, replace in rules:
+        if not found.isdisjoint(words):
+            text = re.sub(pattern, replace, text, flags=re.IGNORECASE)
     return text
 
 
 # Every rule below holds one of these words: a sentence with none of them has nothing to anchor
-# (most have none; a 128k eviction anchors ~8 000 sentences, each through 14 substitutions).
-_RELATIVE = re.compile(r"\b(?:yesterday|tomorrow|today|tonight|this|last|next|ago)\b", re.IGNORECASE)
+# (most have none; a 128k eviction anchors ~8 000 sentences). A group per word, so the words a
+# text holds are named as the rules' own case-insensitive matching reads them ("ſ" is an "s").
+_WORDS = ("yesterday", "tomorrow", "today", "tonight", "this", "last", "next", "ago")
+_RELATIVE = re.compile(r"\b(?:" + "|".join(f"(?P<{w}>{w})" for w in _WORDS) + r")\b", re.IGNORECASE)
 
 _PREPOSITIONS = frozenset(
     [
@@ -104,9 +115,17 @@ _WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _WEEKDAY = r"(?:mon|tues?|wed(?:nes)?|thu(?:rs?)?|fri|sat(?:ur)?|sun)(?:day)?"
 
 
+# The weekday a name the rule matched begins with, read with the rule's own case-insensitive
+# matching: "ſunday" and "Frİday" match the rule, and str.lower() would not give "sun" and "fri"
+# (it raised, failing the eviction job of any batch that said "laſt ſunday").
+_WEEKDAY_START = re.compile("|".join(f"(?P<{d}>{d})" for d in _WEEKDAYS), re.IGNORECASE)
+
+
 def _last(day: datetime, name: str) -> datetime:
     """The latest such weekday before ``day`` ("last Friday" said on a Friday: a week before)."""
-    back = (day.weekday() - _WEEKDAYS.index(name[:3].lower())) % 7 or 7
+    start = _WEEKDAY_START.match(name)
+    assert start is not None and start.lastgroup is not None  # the rule matched a weekday name
+    back = (day.weekday() - _WEEKDAYS.index(start.lastgroup)) % 7 or 7
     return day - timedelta(days=back)
 
 

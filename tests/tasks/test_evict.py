@@ -67,6 +67,16 @@ def test_commit_moves_the_batch_to_the_store_and_installs_the_summary(deps: Deps
     assert_committed_once(deps, AGENT, [1])
 
 
+def test_a_weekday_spelled_with_look_alike_letters_commits_with_its_date(deps: Deps) -> None:
+    """The relative-date rule matches "laſt ſunday" case-insensitively; reading its weekday failed
+    the job, and every retry of it, so the agent's summaries stopped at that batch."""
+    deps.hot.append(AGENT, "user", "I saw Maya laſt ſunday at the Porto marathon expo.", name="Priya")
+    fill(deps)
+    assert evict.evict_batch(deps, AGENT, 1).outcome == "committed"
+    stored = deps.store.get_summary(AGENT)
+    assert stored is not None and "Maya" in stored.text
+
+
 def test_batches_commit_in_order_and_the_finisher_dispatches_the_next(deps: Deps) -> None:
     fill(deps, batches=2)
     assert deps.hot.pending_batches(AGENT)[:2] == [1, 2]

@@ -74,6 +74,21 @@ def test_every_relative_date_rule_anchors_whatever_its_case(phrase: str) -> None
     assert units.anchor("We met at the lastingham thistle fair.", MAY_8) == "We met at the lastingham thistle fair."
 
 
+def test_rules_run_only_for_their_words_and_weekdays_read_as_the_rules_match_them() -> None:
+    """Each rule runs when one of its words is in the sentence, with several in one sentence; and
+    a weekday the rule matched case-insensitively ("ſ" is an "s", "İ" and "ı" an "i") is read the
+    same way: "laſt ſunday" failed the whole eviction job, every retry of it."""
+    said = "This morning, two weeks ago, last Fri and next month, THIS YEAR and yesterday"
+    assert units.anchor(said, MAY_8, compact=True) == (
+        "on 8 May 2023, week of 24 April 2023, on 5 May 2023 and in June 2023, in 2023 and on 7 May 2023"
+    )
+    assert units.anchor("I saw her laſt ſunday.", MAY_8) == "I saw her laſt ſunday (7 May 2023)."
+    assert units.anchor("We met last Frİday.", MAY_8) == "We met last Frİday (5 May 2023)."
+    assert units.anchor("We met LAST FRıDAY, thıs year.", MAY_8, compact=True) == "We met on 5 May 2023, in 2023."
+    made = units.unit_of("Ann", "I saw her laſt ſunday.", MAY_8, default_scan, telegraphic=True)
+    assert made is not None and "7 May 2023" in made.body
+
+
 def test_compact_dates_replace_the_relative_words() -> None:
     def compact(text: str) -> str:
         return units.anchor(text, MAY_8, compact=True)
