@@ -272,12 +272,14 @@ def _select(request: Request, params: Params, source: Units, batch_floor: float)
     pool = kept_previous + source.batch
     value = units.Coverage(pool, source.speakers)
     tokens = _Tokens(request, base)
-    # A clause follows "; " (or its speaker's ": "), a line of its own a line break.
-    costs = [tokens(f"; {u.body}") if u.speaker else tokens(u.line) + 1 for u in pool]
+    worth = [i for i in range(len(pool)) if value.worth(i)]
+    # A clause follows "; " (or its speaker's ": "), a line of its own a line break. Only a unit
+    # worth something is ever picked, so only those are counted: each count is a tokenizer call,
+    # and a fifth of a LoCoMo batch's units are worth nothing.
+    costs = {i: tokens(f"; {pool[i].body}") if pool[i].speaker else tokens(pool[i].line) + 1 for i in worth}
     groups = [_group(u, i) for i, u in enumerate(pool)]
     header = {g: tokens(f"{g[1]}:") + 1 if g[2] < 0 else 0 for g in set(groups)}  # +1: the line break
     opened: set[Group] = set()
-    worth = [i for i in range(len(pool)) if value.worth(i)]
     picked: list[int] = []
     spent = 0
 
