@@ -167,7 +167,7 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
     return outcome
 
 
-@dataclass
+@dataclass(frozen=True)
 class _BatchFacts:
     """The batch's fact candidates, and the thread embedding their first vectors (or None)."""
 
@@ -178,9 +178,9 @@ class _BatchFacts:
 
 def _begin_facts(deps: Deps, messages: Sequence[Message], scan: Scan) -> _BatchFacts:
     """The batch's shadow fact candidates, with the embedding of their vectors started in a
-    thread of its own: the model works while this thread summarises. The model call releases the
-    GIL (ONNX Runtime, torch, or the wait on embedded mode's model process), and was a sixth of a
-    128k job (bench_evict) spent before the facts could be written."""
+    thread of its own: the model works while this thread summarises. The model's work runs without
+    the GIL (ONNX Runtime's run, torch's operators, or the wait on embedded mode's model process);
+    after the summary it was a sixth of a 128k job and over a quarter of an 8k one (bench_evict)."""
     service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed, clock=deps.clock)
     extract = deps.extractor or fact_extraction.extract
     candidates = list(extract(messages, scan))
