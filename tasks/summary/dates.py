@@ -17,7 +17,10 @@ def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
     (seconds since the epoch, UTC); unchanged when ``at`` is unknown. ``compact``: the date
     replaces the relative words ("yesterday" -> "on 7 May 2023", "last week" -> "week of 1 May
     2023"), the form of a telegraphic summary line."""
-    if at is None or at <= 0 or not _RELATIVE.search(text):
+    if at is None or at <= 0:
+        return text
+    found = {m.lastgroup for m in _RELATIVE.finditer(text)}
+    if not found:
         return text
     day = datetime.fromtimestamp(at, tz=UTC)
 
@@ -71,7 +74,6 @@ def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
         (("this",), r"\bthis year\b", lambda m: put(m, str(day.year))),
         (("ago",), r"\b(\d+|a|an|one|two|three|four|five|six|a few|few) (days?|weeks?|months?|years?) ago\b", ago),
     ]
-    found = {m.lastgroup for m in _RELATIVE.finditer(text)}
     for words, pattern, replace in rules:
         if not found.isdisjoint(words):
             text = re.sub(pattern, replace, text, flags=re.IGNORECASE)
@@ -81,8 +83,13 @@ def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
 # Every rule below holds one of these words: a sentence with none of them has nothing to anchor
 # (most have none; a 128k eviction anchors ~8 000 sentences). A group per word, so the words a
 # text holds are named as the rules' own case-insensitive matching reads them ("ſ" is an "s").
+def _named(words: tuple[str, ...]) -> str:
+    """An alternation of ``words``, each in a group named after itself (a match's ``lastgroup``)."""
+    return "|".join(f"(?P<{w}>{w})" for w in words)
+
+
 _WORDS = ("yesterday", "tomorrow", "today", "tonight", "this", "last", "next", "ago")
-_RELATIVE = re.compile(r"\b(?:" + "|".join(f"(?P<{w}>{w})" for w in _WORDS) + r")\b", re.IGNORECASE)
+_RELATIVE = re.compile(rf"\b(?:{_named(_WORDS)})\b", re.IGNORECASE)
 
 _PREPOSITIONS = frozenset(
     [
@@ -118,7 +125,7 @@ _WEEKDAY = r"(?:mon|tues?|wed(?:nes)?|thu(?:rs?)?|fri|sat(?:ur)?|sun)(?:day)?"
 # The weekday a name the rule matched begins with, read with the rule's own case-insensitive
 # matching: "ſunday" and "Frİday" match the rule, and str.lower() would not give "sun" and "fri"
 # (it raised, failing the eviction job of any batch that said "laſt ſunday").
-_WEEKDAY_START = re.compile("|".join(f"(?P<{d}>{d})" for d in _WEEKDAYS), re.IGNORECASE)
+_WEEKDAY_START = re.compile(_named(_WEEKDAYS), re.IGNORECASE)
 
 
 def _last(day: datetime, name: str) -> datetime:
