@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import MAXYEAR, MINYEAR, UTC, datetime, timedelta
 
 
 def _day(d: datetime) -> str:
@@ -22,7 +22,10 @@ def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
     found = {m.lastgroup for m in _RELATIVE.finditer(text)}
     if not found:
         return text
-    day = datetime.fromtimestamp(at, tz=UTC)
+    try:
+        day = datetime.fromtimestamp(at, tz=UTC)
+    except (OverflowError, ValueError, OSError):  # a time past the calendar's range anchors nothing
+        return text
 
     def month(d: datetime, delta: int) -> str:
         m = d.month - 1 + delta
@@ -39,16 +42,22 @@ def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
             return date
         return f"{'on' if date[0].isdigit() and ' ' in date else 'in'} {date}"
 
+    def year(delta: int) -> str:
+        if not MINYEAR <= day.year + delta <= MAXYEAR:
+            raise ValueError(f"year {day.year + delta} is out of range")
+        return str(day.year + delta)
+
     def ago(match: re.Match[str]) -> str:
-        n = int(match.group(1)) if match.group(1).isdigit() else _SMALL.get(match.group(1).lower(), 1)
-        unit = match.group(2).lower().rstrip("s")
+        # casefold, not lower: the rule matches "ſix" case-insensitively, and "ſ" folds to "s".
+        n = int(match.group(1)) if match.group(1).isdigit() else _SMALL.get(match.group(1).casefold(), 1)
+        unit = match.group(2).casefold().rstrip("s")
         if unit == "day":
             return put(match, _day(day - timedelta(days=n)))
         if unit == "week":
             return put(match, f"week of {_day(day - timedelta(weeks=n))}")
         if unit == "month":
             return put(match, month(day, -n))
-        return put(match, str(day.year - n))
+        return put(match, year(-n))
 
     before = f"before {_day(day)}"
     # Each rule with the relative words it holds: a rule runs only when one of them is in the
@@ -69,15 +78,29 @@ def anchor(text: str, at: float | None, *, compact: bool = False) -> str:
         (("last",), r"\blast month\b", lambda m: put(m, month(day, -1))),
         (("next",), r"\bnext month\b", lambda m: put(m, month(day, 1))),
         (("this",), r"\bthis month\b", lambda m: put(m, month(day, 0))),
-        (("last",), r"\blast year\b", lambda m: put(m, str(day.year - 1))),
-        (("next",), r"\bnext year\b", lambda m: put(m, str(day.year + 1))),
-        (("this",), r"\bthis year\b", lambda m: put(m, str(day.year))),
+        (("last",), r"\blast year\b", lambda m: put(m, year(-1))),
+        (("next",), r"\bnext year\b", lambda m: put(m, year(1))),
+        (("this",), r"\bthis year\b", lambda m: put(m, year(0))),
         (("ago",), r"\b(\d+|a|an|one|two|three|four|five|six|a few|few) (days?|weeks?|months?|years?) ago\b", ago),
     ]
     for words, pattern, replace in rules:
         if not found.isdisjoint(words):
-            text = re.sub(pattern, replace, text, flags=re.IGNORECASE)
+            text = re.sub(pattern, _as_said(replace), text, flags=re.IGNORECASE)
     return text
+
+
+def _as_said(replace: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
+    """``replace``, leaving a relative date whose date is past the calendar's range (years 1 to
+    9999) as it was said: "1000000 days ago" raised, and failed the eviction job of the batch
+    that said it on every retry."""
+
+    def anchored(match: re.Match[str]) -> str:
+        try:
+            return replace(match)
+        except (OverflowError, ValueError):
+            return match.group(0)
+
+    return anchored
 
 
 # Every rule below holds one of these words: a sentence with none of them has nothing to anchor

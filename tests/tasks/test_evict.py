@@ -77,6 +77,16 @@ def test_a_weekday_spelled_with_look_alike_letters_commits_with_its_date(deps: D
     assert stored is not None and "Maya" in stored.text
 
 
+def test_a_relative_date_past_the_calendar_commits_as_it_was_said(deps: Deps) -> None:
+    """A relative date with no calendar date ("1000000 days ago" is before year 1): anchoring it
+    raised, failing the job of its batch on every retry."""
+    deps.hot.append(AGENT, "user", "Maya ran the Porto marathon 1000000 days ago, she says.", name="Priya")
+    fill(deps)
+    assert evict.evict_batch(deps, AGENT, 1).outcome == "committed"
+    stored = deps.store.get_summary(AGENT)
+    assert stored is not None and "1000000 days ago" in stored.text
+
+
 def test_batches_commit_in_order_and_the_finisher_dispatches_the_next(deps: Deps) -> None:
     fill(deps, batches=2)
     assert deps.hot.pending_batches(AGENT)[:2] == [1, 2]

@@ -89,6 +89,25 @@ def test_rules_run_only_for_their_words_and_weekdays_read_as_the_rules_match_the
     assert made is not None and "7 May 2023" in made.body
 
 
+@pytest.mark.parametrize(
+    "said",
+    ["It was 1000000 days ago.", "Like 999999 weeks ago.", "99999 months ago, honestly.", "5000 years ago.",
+     "The Big Bang was 13800000000 years ago.", "Call it " + "9" * 5000 + " days ago."],
+)  # fmt: skip
+def test_a_relative_date_past_the_calendar_stays_as_it_was_said(said: str) -> None:
+    """A date before year 1 (or past 9999) has no calendar date: the words stay, the rest of the
+    sentence is still anchored, and nothing raises ("1000000 days ago" failed the eviction job of
+    the batch that said it, every retry of it)."""
+    for compact in (False, True):
+        assert units.anchor(said, MAY_8, compact=compact) == said
+        assert units.anchor(f"{said} Yesterday too.", MAY_8, compact=compact) != f"{said} Yesterday too."
+    assert units.anchor("ſix days ago", MAY_8) == "ſix days ago (2 May 2023)"  # "ſix" read as "six", not as one
+    end_of_time = datetime(9999, 12, 31, 12, tzinfo=UTC).timestamp()
+    assert units.anchor("See you tomorrow, next year.", end_of_time) == "See you tomorrow, next year."
+    assert units.anchor("Yesterday, last year.", end_of_time, compact=True) == "on 30 December 9999, in 9998."
+    assert units.anchor("Yesterday.", 1e20) == "Yesterday."
+
+
 def test_compact_dates_replace_the_relative_words() -> None:
     def compact(text: str) -> str:
         return units.anchor(text, MAY_8, compact=True)
