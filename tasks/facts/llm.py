@@ -22,6 +22,7 @@ from vcm.errors import ValidationError
 from vcm.facts import entities
 from vcm.llm import ChatClient, ChatError
 from vcm.settings.memory import FactSettings
+from vcm.store.validation import MAX_ID_CHARS
 from vcm.tasks.facts import extraction as fact_extraction
 from vcm.tasks.facts.extraction import Candidate
 from vcm.tasks.summary.units import Scan
@@ -87,7 +88,10 @@ def transcript(turns: Sequence[Message]) -> str:
 
 def parse(answer: str, turn_ids: set[str], scan: Scan | None) -> list[Candidate]:
     """The model's answer as candidates; ValueError when it is not the JSON object asked for."""
-    data = json.loads(_unfenced(answer))
+    try:
+        data = json.loads(_unfenced(answer))
+    except RecursionError:  # "[[[[…": json's decoder recurses once per level
+        raise ValueError("the answer nests deeper than Python's recursion limit") from None
     if not isinstance(data, dict):
         raise ValueError("the answer is not a JSON object")
     out: list[Candidate] = []
@@ -96,7 +100,7 @@ def parse(answer: str, turn_ids: set[str], scan: Scan | None) -> list[Candidate]
         if value is None or not cited or _flagged(value, scan):
             continue
         type_ = item.get("type") if item.get("type") in FACT_TYPES else "learned"
-        key = item.get("key") if isinstance(item.get("key"), str) and item["key"].strip() else None
+        key = _key(item.get("key"))
         out.append(Candidate(str(type_), value, cited[0], _importance(item.get("importance")), key, cited[1:]))
     for item in _items(data, "entities"):
         name, cited = _text(item.get("name")), _cited(item, turn_ids)
@@ -106,8 +110,8 @@ def parse(answer: str, turn_ids: set[str], scan: Scan | None) -> list[Candidate]
             key = entities.canonical(name)
         except ValidationError:
             continue
-        aliases = tuple(a.strip()[:64] for a in item.get("aliases") or () if isinstance(a, str) and a.strip())
-        out.append(Candidate("entity", name, cited[0], 0.5, key, cited[1:], aliases[:8]))
+        aliases = _aliases(item.get("aliases"))
+        out.append(Candidate("entity", name, cited[0], 0.5, key, cited[1:], aliases))
     for item in _items(data, "relations"):
         parts = [_text(item.get(k)) for k in ("source", "relation", "target")]
         cited = _cited(item, turn_ids)
@@ -143,6 +147,21 @@ def _text(value: Any) -> str | None:
     if not isinstance(value, str) or not value.strip():
         return None
     return value.strip()[:MAX_VALUE_CHARS]
+
+
+def _key(value: Any) -> str | None:
+    """The fact's key, or none where the model gave no usable one: the fact stands without it
+    (a key the store refuses would lose the fact)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_CHARS:
+        return None
+    return value
+
+
+def _aliases(value: Any) -> tuple[str, ...]:
+    """At most 8 aliases of 64 characters; one given as a string is one alias (iterated, it was
+    one per letter), and anything else none (an int raised, failing the eviction job)."""
+    given = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return tuple(a.strip()[:64] for a in given if isinstance(a, str) and a.strip())[:8]
 
 
 def _cited(item: dict[str, Any], turn_ids: set[str]) -> tuple[str, ...]:

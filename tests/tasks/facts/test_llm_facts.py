@@ -86,6 +86,39 @@ def test_an_answer_that_is_not_the_object_asked_for_is_refused(text: str) -> Non
         parse(text, IDS, None)
 
 
+def test_an_odd_shape_inside_the_answer_costs_only_that_field() -> None:
+    """The answer is untrusted data: aliases given as an int raised TypeError (an eviction job
+    failed with it, and a temperature-0 model answers the same on the retry), aliases given as a
+    string were kept one per letter, and a key the store refuses lost the whole fact."""
+    found = parse(
+        json.dumps(
+            {
+                "facts": [{"type": "goal", "value": "Run Berlin in 2025", "turns": ["m2"], "key": "k" * 5000}],
+                "entities": [
+                    {"name": "Maya", "aliases": 5, "turns": ["m1"]},
+                    {"name": "Priya", "aliases": "Pri", "turns": ["m1"]},
+                    {"name": "Lena", "aliases": {"L": 1}, "turns": ["m1"]},
+                    {"name": "Porto", "aliases": [f"P{i}" for i in range(12)] + [3, " "], "turns": ["m1"]},
+                ],
+            }
+        ),
+        IDS,
+        None,
+    )
+    assert [(c.type, c.value, c.key, c.aliases) for c in found] == [
+        ("goal", "Run Berlin in 2025", None, ()),
+        ("entity", "Maya", "maya", ()),
+        ("entity", "Priya", "priya", ("Pri",)),
+        ("entity", "Lena", "lena", ()),
+        ("entity", "Porto", "porto", tuple(f"P{i}" for i in range(8))),
+    ]
+
+
+def test_an_answer_nested_past_the_recursion_limit_is_refused_as_not_json() -> None:
+    with pytest.raises(ValueError):
+        parse("[" * 100_000, IDS, None)
+
+
 def test_a_fenced_answer_is_read() -> None:
     fenced = '```json\n{"facts": [{"type": "goal", "value": "Run Berlin in 2025", "turns": ["m2"]}]}\n```'
     assert [(c.type, c.value) for c in parse(fenced, IDS, None)] == [("goal", "Run Berlin in 2025")]
