@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from vcm.errors import ValidationError
@@ -84,22 +84,30 @@ def decode_document(name: str, data: bytes) -> str:
 
 
 def json_text(name: str, text: str) -> str:
-    """The string values of a JSON document, one per line, in document order."""
+    """The string values of a JSON document, one per line, in document order. A document nested
+    deeper than Python's recursion limit (about a thousand levels) is refused like invalid JSON:
+    the decoder raised RecursionError, which failed the whole batch it was in."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(f"{name} is not valid JSON: {exc}", path=name) from None
+    except RecursionError:
+        raise ValidationError(f"{name} nests too deeply to read (about 1000 levels at most)", path=name) from None
     out: list[str] = []
-
-    def walk(node: object) -> None:
-        if isinstance(node, str):
+    # Depth-first with a stack of iterators, not recursion: a document the decoder read may still
+    # be deeper than the frames left to a walk called from a worker's deep stack.
+    stack: list[Iterator[object]] = [iter((value,))]
+    while stack:
+        node = next(stack[-1], _END)
+        if node is _END:
+            stack.pop()
+        elif isinstance(node, str):
             out.append(node)
         elif isinstance(node, Mapping):
-            for v in node.values():
-                walk(v)
+            stack.append(iter(node.values()))
         elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(value)
+            stack.append(iter(node))
     return "\n".join(out)
+
+
+_END = object()

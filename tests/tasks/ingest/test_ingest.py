@@ -297,6 +297,24 @@ def test_json_files_contribute_their_string_values(
     assert chunks[0].text.startswith("Who founded it?") and chunks[0].metadata["format"] == "json"
 
 
+def test_a_json_file_nested_too_deep_fails_alone(
+    tmp_path: Path, store: MemoryStore, embedder: Embedder, cfg: Settings
+) -> None:
+    """json's decoder raised RecursionError past about a thousand levels: not a coded error, so
+    the whole batch failed and the files beside it went unreported."""
+    (tmp_path / "deep.json").write_text("[" * 5000 + '"x"' + "]" * 5000, encoding="utf-8")
+    (tmp_path / "nested.json").write_text("[" * 900 + json.dumps({"a": GARDEN}) + "]" * 900, encoding="utf-8")
+    (tmp_path / "notes.txt").write_text(GARDEN, encoding="utf-8")
+    files = [tmp_path / n for n in ("deep.json", "nested.json", "notes.txt")]
+    report = ingest_paths(store, embedder, AGENT, files, settings=cfg)
+    by_name = {Path(o.path).name: o for o in report.outcomes}
+    assert {n: o.status for n, o in by_name.items()} == {
+        "deep.json": "failed", "nested.json": "ingested", "notes.txt": "ingested"
+    }  # fmt: skip
+    error = by_name["deep.json"].error
+    assert error is not None and error["code"] == "VALIDATION_ERROR" and "nests too deeply" in error["message"]
+
+
 # --- pure helpers ---------------------------------------------------------------------------
 
 
