@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from vcm import jsontext
+
 R = TypeVar("R")
 Y = TypeVar("Y")
 # Called after a failed attempt: raises the error on the last attempt, else sleeps its backoff.
@@ -359,7 +361,7 @@ class ChatClient:
                 if line == "[DONE]":
                     break
                 try:
-                    chunk = json.loads(line)
+                    chunk = jsontext.loads(line)
                 except ValueError:
                     raise ChatError("a stream chunk is not JSON") from None
                 if not isinstance(chunk, Mapping):

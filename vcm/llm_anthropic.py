@@ -10,7 +10,6 @@ connection failures; a stream only until its first byte); any other refusal rais
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -18,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from vcm import jsontext
 from vcm.llm import ChatError, backoff_s, post_retrying, stream_retrying
 
 
@@ -91,7 +91,7 @@ class MessagesClient:
         try:
             for name, data in events(response.iter_lines()):
                 try:
-                    parsed = json.loads(data)
+                    parsed = jsontext.loads(data)
                 except ValueError:
                     raise ChatError("a stream event is not JSON") from None
                 if not isinstance(parsed, dict):

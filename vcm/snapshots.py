@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from vcm import jsontext
 from vcm.errors import SnapshotCorrupt
 from vcm.store.types import AgentMemory, Edge, Fact, NodeRef, StateEntry
 
@@ -39,7 +40,7 @@ def decode(payload: bytes, sha256: str) -> dict[str, Any]:
     if hashlib.sha256(payload).hexdigest() != sha256:
         raise SnapshotCorrupt("the snapshot does not match its SHA-256 checksum; nothing was restored")
     try:
-        state = json.loads(zlib.decompress(payload))
+        state = jsontext.loads(zlib.decompress(payload))
     except (zlib.error, ValueError) as exc:
         raise SnapshotCorrupt(f"the snapshot cannot be read ({exc}); nothing was restored") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:

@@ -12,12 +12,12 @@ retry, the configured timeout, then the extractive path.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from vcm import jsontext
 from vcm.errors import ValidationError
 from vcm.facts import entities
 from vcm.llm import ChatClient, ChatError
@@ -88,10 +88,7 @@ def transcript(turns: Sequence[Message]) -> str:
 
 def parse(answer: str, turn_ids: set[str], scan: Scan | None) -> list[Candidate]:
     """The model's answer as candidates; ValueError when it is not the JSON object asked for."""
-    try:
-        data = json.loads(_unfenced(answer))
-    except RecursionError:  # "[[[[…": json's decoder recurses once per level
-        raise ValueError("the answer nests deeper than Python's recursion limit") from None
+    data = jsontext.loads(_unfenced(answer))
     if not isinstance(data, dict):
         raise ValueError("the answer is not a JSON object")
     out: list[Candidate] = []

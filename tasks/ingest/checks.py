@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from vcm import jsontext
 from vcm.errors import ValidationError
 
 MAX_ID_CHARS = 512  # the store's limit on identifiers
@@ -85,14 +86,12 @@ def decode_document(name: str, data: bytes) -> str:
 
 def json_text(name: str, text: str) -> str:
     """The string values of a JSON document, one per line, in document order. A document nested
-    deeper than Python's recursion limit (about a thousand levels) is refused like invalid JSON:
-    the decoder raised RecursionError, which failed the whole batch it was in."""
+    deeper than Python's recursion limit (about a thousand levels) is refused like invalid JSON
+    (:mod:`vcm.jsontext`): the decoder's RecursionError failed the whole batch it was in."""
     try:
-        value = json.loads(text)
+        value = jsontext.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(f"{name} is not valid JSON: {exc}", path=name) from None
-    except RecursionError:
-        raise ValidationError(f"{name} nests too deeply to read (about 1000 levels at most)", path=name) from None
     out: list[str] = []
     # Depth-first with a stack of iterators, not recursion: a document the decoder read may still
     # be deeper than the frames left to a walk called from a worker's deep stack.

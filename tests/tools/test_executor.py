@@ -146,6 +146,9 @@ BAD: list[tuple[str, Mapping[str, Any] | str, str]] = [
     ("no_such_tool", {}, "name"),
     ("store_core", '{"block_id": "b", ', "arguments"),
     ("store_core", "[1, 2]", "arguments"),
+    # Past the JSON decoder's recursion limit, and an integer over 4 300 digits: once uncoded errors.
+    ("store_core", "[" * 5000 + "]" * 5000, "arguments"),
+    ("store_core", '{"block_id": "b", "content": ' + "1" * 5000 + "}", "arguments"),
     ("store_core", {"content": "x", "idempotency_key": "k"}, "block_id"),
     ("store_core", {"block_id": "b", "content": "x", "idempotency_key": "k", "colour": "red"}, "colour"),
     ("store_core", {"block_id": "bad id", "content": "x", "idempotency_key": "k"}, "block_id"),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from vcm import jsontext
 from vcm.errors import ValidationError
 from vcm.service import MemoryService
 from vcm.settings import get_settings
@@ -201,7 +202,7 @@ def _json_value(text: str | None) -> Any:
     if text is None:
         raise ValidationError("`vcm state set` needs a value", field="value")
     try:
-        return json.loads(text)
+        return jsontext.loads(text)
     except ValueError:
         return text  # plain text is a string value
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vcm import jsontext
 from vcm.errors import ValidationError
 from vcm.eval.demo import wait_for
 from vcm.settings import get_settings
@@ -31,7 +32,7 @@ def read_messages(raw: bytes) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = jsontext.loads(line)
         except json.JSONDecodeError as exc:
             raise ValidationError(f"line {n} is not JSON: {exc.msg}", field=f"line {n}") from None
         if not isinstance(value, dict):

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from vcm import jsontext
 
 _MEMORY = re.compile(r"\[MEMORY:([A-Za-z][A-Za-z0-9_]{0,31})\](.*?)\[/MEMORY\]", re.S)
 _STATE = re.compile(r"\[STATE:([A-Za-z0-9_.:-]{1,128})\](.*?)\[/STATE\]", re.S)
@@ -25,7 +26,7 @@ class Captured:
 
 def _value(text: str) -> Any:
     try:
-        return json.loads(text)
+        return jsontext.loads(text)
     except ValueError:
         return text
 

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vcm import jsontext, validation
 from vcm import snapshots as payloads
-from vcm import validation
 from vcm.errors import SnapshotCorrupt, ValidationError
 from vcm.store.types import (
     AgentMemory,
@@ -186,7 +186,7 @@ def parse(lines: Iterable[str]) -> Bundle:
         if ended:
             raise _bad(n, "nothing may follow the end line")
         try:
-            r = json.loads(text)
+            r = jsontext.loads(text)
         except json.JSONDecodeError as exc:
             raise _bad(n, f"not JSON ({exc.msg})") from None
         if not isinstance(r, dict):

@@ -22,7 +22,6 @@ reply types in :mod:`vcm.tools.calls`; this module dispatches, checks arguments 
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,7 +30,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from vcm import validation
+from vcm import jsontext, validation
 from vcm.errors import ValidationError, VcmError
 from vcm.hotpath.tokens import TokenCounter
 from vcm.obs import audit
@@ -246,7 +245,7 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
             return arguments
         if isinstance(arguments, str):
             try:
-                parsed = json.loads(arguments.strip() or "{}")
+                parsed = jsontext.loads(arguments.strip() or "{}")
             except ValueError:
                 return arguments  # the call reports the bad JSON as its result
             if not isinstance(parsed, dict):
@@ -266,7 +265,7 @@ class ToolExecutor(WriteHandlers, SearchHandlers):
         args: Any
         if isinstance(arguments, str):
             try:
-                args = json.loads(arguments.strip() or "{}")
+                args = jsontext.loads(arguments.strip() or "{}")
             except ValueError as exc:
                 raise ValidationError(f"arguments are not valid JSON: {exc}", field="arguments") from None
         elif isinstance(arguments, Mapping):

@@ -312,7 +312,7 @@ def test_a_json_file_nested_too_deep_fails_alone(
         "deep.json": "failed", "nested.json": "ingested", "notes.txt": "ingested"
     }  # fmt: skip
     error = by_name["deep.json"].error
-    assert error is not None and error["code"] == "VALIDATION_ERROR" and "nests too deeply" in error["message"]
+    assert error is not None and error["code"] == "VALIDATION_ERROR" and "nested too deeply" in error["message"]
 
 
 # --- pure helpers ---------------------------------------------------------------------------
