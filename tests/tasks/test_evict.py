@@ -67,24 +67,23 @@ def test_commit_moves_the_batch_to_the_store_and_installs_the_summary(deps: Deps
     assert_committed_once(deps, AGENT, [1])
 
 
-def test_a_weekday_spelled_with_look_alike_letters_commits_with_its_date(deps: Deps) -> None:
-    """The relative-date rule matches "laſt ſunday" case-insensitively; reading its weekday failed
-    the job, and every retry of it, so the agent's summaries stopped at that batch."""
-    deps.hot.append(AGENT, "user", "I saw Maya laſt ſunday at the Porto marathon expo.", name="Priya")
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        # The relative-date rule matches "laſt ſunday" case-insensitively; reading its weekday raised.
+        ("I saw Maya laſt ſunday at the Porto marathon expo.", "Maya"),
+        # No calendar date ("1000000 days ago" is before year 1): anchoring it raised.
+        ("Maya ran the Porto marathon 1000000 days ago, she says.", "1000000 days ago"),
+    ],
+)
+def test_a_relative_date_anchoring_could_not_read_commits(deps: Deps, said: str, kept: str) -> None:
+    """Each of these failed the job of its batch, and every retry of it, so the agent's
+    summaries stopped at that batch."""
+    deps.hot.append(AGENT, "user", said, name="Priya")
     fill(deps)
     assert evict.evict_batch(deps, AGENT, 1).outcome == "committed"
     stored = deps.store.get_summary(AGENT)
-    assert stored is not None and "Maya" in stored.text
-
-
-def test_a_relative_date_past_the_calendar_commits_as_it_was_said(deps: Deps) -> None:
-    """A relative date with no calendar date ("1000000 days ago" is before year 1): anchoring it
-    raised, failing the job of its batch on every retry."""
-    deps.hot.append(AGENT, "user", "Maya ran the Porto marathon 1000000 days ago, she says.", name="Priya")
-    fill(deps)
-    assert evict.evict_batch(deps, AGENT, 1).outcome == "committed"
-    stored = deps.store.get_summary(AGENT)
-    assert stored is not None and "1000000 days ago" in stored.text
+    assert stored is not None and kept in stored.text
 
 
 def test_batches_commit_in_order_and_the_finisher_dispatches_the_next(deps: Deps) -> None:
