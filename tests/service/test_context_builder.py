@@ -17,7 +17,7 @@ import pytest
 from tests.doubles.clock import Clock
 from tests.doubles.embedder import hash_embed
 from vcm.dispatch import RecordingDispatcher
-from vcm.errors import PinLimitExceeded, TokenBudgetExceeded
+from vcm.errors import PinLimitExceeded, TokenBudgetExceeded, ValidationError
 from vcm.hotpath.state import HotState
 from vcm.prompt import skills
 from vcm.service import MemoryService
@@ -123,6 +123,18 @@ def test_an_explicit_query_and_an_empty_agent(svc: MemoryService) -> None:
     svc.remember("ann", "The Porto office opens at 9", type="learned")
     found = svc.build_context("ann", query="When does the Porto office open?")
     assert "opens at 9" in next(layer.text for layer in found.injected if layer.name == "memory")
+
+
+@pytest.mark.parametrize("query", ["Porto\x00office", "Porto \ud800 office"])
+def test_an_explicit_query_that_is_not_valid_text_is_refused(svc: MemoryService, query: str) -> None:
+    """Before, only recall refused it: the prompt came back without recalled messages, and said
+    nothing. Now the build is refused with the query named, and nothing is counted as used."""
+    svc.remember("ann", "The Porto office opens at 9", type="learned")
+    before = [(f.access_count, f.last_used) for f in svc.list_facts("ann")]
+    with pytest.raises(ValidationError) as refused:
+        svc.build_context("ann", query=query)
+    assert refused.value.code == "VALIDATION_ERROR" and refused.value.details.get("field") == "query"
+    assert [(f.access_count, f.last_used) for f in svc.list_facts("ann")] == before
 
 
 def test_a_small_budget_drops_items_and_counts_them(svc: MemoryService) -> None:

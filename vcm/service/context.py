@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vcm import validation
 from vcm.errors import VcmError
 from vcm.facts.working_set import RELEVANCE_HITS
 from vcm.hotpath.context import AssembledContext, layer_tokens
@@ -123,10 +124,13 @@ class ContextBuilder:
             room += freed
             fifo = fifo[cut:]
         fifo_ids = [m.id for m in fifo]
-        if query is None:
-            query = _latest_user_text(hot)
         # A long message is searched for by its first MAX_QUERY_CHARS (the searches' own limit).
-        query = query[:MAX_QUERY_CHARS]
+        if query is None:
+            query = _latest_user_text(hot)[:MAX_QUERY_CHARS]  # an appended message: valid text
+        else:
+            # Refused here, before any read: with a NUL only recall refused it, and the prompt
+            # was built without recalled messages and without saying why.
+            query = validation.text(query[:MAX_QUERY_CHARS], "query", MAX_QUERY_CHARS, allow_empty=True)
         self._embed_ahead(agent_id, query)
         caps = {
             "identity": room, "tools_hint": math.floor(window * cfg.tools_hint),
