@@ -48,7 +48,6 @@ class OnnxRunner:
     def open(cls, path: Path, tokenizer_folder: Path, meta: Mapping[str, Any], *, threads: int) -> OnnxRunner:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import onnxruntime as ort
-        from transformers import AutoTokenizer
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads  # 0: ONNX Runtime's default, one per physical core
@@ -58,7 +57,7 @@ class OnnxRunner:
         # from the API's requests between batches.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+        tokenizer = _tokenizer(tokenizer_folder, plain=bool(meta.get("fast_tokenizer")))
         return cls(session, tokenizer, meta["pooling"], bool(meta["normalize"]), int(meta["max_seq_length"]))
 
     def states(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
@@ -83,6 +82,20 @@ class OnnxRunner:
         out = np.empty_like(pooled)
         out[order] = pooled
         return normalized(out) if self.normalize else out
+
+
+def _tokenizer(folder: Path, *, plain: bool) -> Any:
+    """The model's Hugging Face tokenizer. ``plain``: its ``tokenizer.json`` as a plain fast
+    tokenizer, which the export found to tokenize as the model's own class does: AutoTokenizer
+    imports torch through transformers' model configuration code, ~2 s at the start of every
+    process that embeds (a CLI command, a server, a worker), and running the export needs none."""
+    if plain:
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
 
 
 def pool(states: npt.NDArray[np.float32], mask: npt.NDArray[np.int64], modes: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -118,7 +131,10 @@ class OnnxEmbedder(Embedder):
     def __init__(self, settings: EmbeddingSettings) -> None:
         source, base = model_identity(settings.model)
         export = ensure_export(source, base, settings.backend, settings.onnx_cache_dir)
-        meta = {"pooling": export.pooling, "normalize": export.normalize, "max_seq_length": export.max_seq_length}
+        meta = {
+            "pooling": export.pooling, "normalize": export.normalize, "max_seq_length": export.max_seq_length,
+            "fast_tokenizer": export.fast_tokenizer,
+        }  # fmt: skip
         self.runner = OnnxRunner.open(export.path, export.tokenizer_folder, meta, threads=settings.threads)
         self.export = export
         self.backend = settings.backend

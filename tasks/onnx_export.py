@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -36,7 +37,7 @@ from vcm.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when what this module writes changes meaning
+FORMAT = 2  # bump when what this module writes changes meaning (2: records fast_tokenizer)
 OPSET = 17
 ONNX_BACKENDS = ("onnx", "onnx-int8")
 FILES = {"onnx": "model.onnx", "onnx-int8": "model.int8.onnx"}
@@ -77,6 +78,7 @@ class Export:
     dimension: int
     max_seq_length: int
     parity_min_cosine: float
+    fast_tokenizer: bool = False  # its tokenizer.json tokenizes as the model's own class (plain load)
 
 
 def cache_root(configured: str) -> Path:
@@ -134,9 +136,14 @@ def _fingerprint(files: Mapping[str, list[Any]]) -> str:
 
 
 def _settings() -> dict[str, Any]:
-    import torch
-
-    return {"format": FORMAT, "opset": OPSET, "torch": torch.__version__}
+    # The torch that made an export, from its package metadata: importing torch to read its
+    # version cost every process that runs a cached export ~3 s (a CLI command that embeds took
+    # 7.7 s), and running the export needs no torch.
+    try:
+        made_by = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        made_by = None  # no torch: as before, the export counts as stale and remaking it needs torch
+    return {"format": FORMAT, "opset": OPSET, "torch": made_by}
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -199,6 +206,7 @@ def ensure_export(source: str, model_id: str, backend: str, cache_dir: str = "")
         dimension=int(meta["dimension"]),
         max_seq_length=int(meta["max_seq_length"]),
         parity_min_cosine=float(backends[backend]["parity_min_cosine"]),
+        fast_tokenizer=bool(meta.get("fast_tokenizer")),
     )
 
 
@@ -277,7 +285,52 @@ def _model_facts(model: Any, folder: Path) -> dict[str, Any]:
         "dimension": int(model.get_embedding_dimension()),
         "max_seq_length": int(model.max_seq_length),
         "transformer_path": transformer_path,
+        "fast_tokenizer": _fast_tokenizer_agrees(model.tokenizer, folder / transformer_path, model.max_seq_length),
     }
+
+
+# Beyond the probes: accents, casing, CJK, emoji, zero-width and control characters, special
+# tokens written out, and a text past the model's window (truncation).
+TOKENIZER_PROBES = (
+    "Ünïcödé ſ İ ı Straße naïve café 東京 🙂 \u200b tab\tend\r\n",
+    "<|endoftext|> [CLS] [SEP] [PAD] [MASK] <s> </s> <unk>",
+    "",
+    "word " * 600,
+)
+
+
+def _fast_tokenizer_agrees(tokenizer: Any, folder: Path, max_length: int) -> bool:
+    """Whether the model's ``tokenizer.json`` read as a plain fast tokenizer gives the ids, masks
+    and offsets of the model's own tokenizer (AutoTokenizer's class) on the probes. Recorded
+    with the export: the plain one loads without importing torch, which transformers' auto
+    classes do (~2 s at the start of every process that embeds), and running an export needs no
+    torch. A class that rewrites the file's settings (a BERT whose config says otherwise about
+    lower-casing) disagrees here and keeps AutoTokenizer."""
+    if not (folder / "tokenizer.json").is_file():
+        return False
+    from transformers import PreTrainedTokenizerFast
+
+    try:
+        plain = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    except (OSError, ValueError) as exc:
+        log.info("the fast tokenizer of %s does not load on its own (%s): AutoTokenizer it is", folder, exc)
+        return False
+    texts = [*PROBE_TEXTS, *TOKENIZER_PROBES]
+    for pair in (texts, [texts[2]], [texts[-1], texts[1]]):
+        kwargs: dict[str, Any] = {"padding": True, "truncation": True, "max_length": max_length}
+        ours, theirs = plain(pair, **kwargs), tokenizer(pair, **kwargs)
+        if ours["input_ids"] != theirs["input_ids"] or ours["attention_mask"] != theirs["attention_mask"]:
+            return False
+        one = {
+            "return_offsets_mapping": True,
+            "add_special_tokens": False,
+            "truncation": True,
+            "max_length": max_length,
+        }
+        for text in pair:
+            if plain(text, **one)["offset_mapping"] != tokenizer(text, **one)["offset_mapping"]:
+                return False
+    return True
 
 
 def _export_fp32(model: Any, path: Path) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -153,3 +155,46 @@ def test_cache_root_default_is_the_users_cache(monkeypatch: pytest.MonkeyPatch, 
 def _no_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     yield
+
+
+def test_a_tokenizer_that_agrees_runs_without_torch(onnx: OnnxEmbedder, model_copy: Path, cache: Path) -> None:
+    """The export records whether the model's tokenizer.json, read as a plain fast tokenizer,
+    tokenizes as the model's own class; then a process running the export imports no torch
+    (AutoTokenizer did, through transformers' configuration code: ~2 s at every start)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    assert onnx.export.fast_tokenizer and type(onnx.tokenizer) is PreTrainedTokenizerFast
+    own = AutoTokenizer.from_pretrained(str(onnx.export.tokenizer_folder))
+    for text in TEXTS:
+        assert onnx.tokenizer(text)["input_ids"] == own(text)["input_ids"]
+    # Current with the model's files first (a test above changed and restored a weight file).
+    assert ensure_export(str(model_copy), model_copy.name, "onnx", str(cache)).fast_tokenizer
+    settings = f"model={str(model_copy)!r}, backend='onnx', onnx_cache_dir={str(cache)!r}"
+    loaded = "'torch' in sys.modules, 'transformers.models.auto' in sys.modules"
+    probe = (
+        "import json, sys\n"
+        "from vcm.settings.memory import EmbeddingSettings\n"
+        "from vcm.tasks.embedding_onnx import OnnxEmbedder\n"
+        f"e = OnnxEmbedder(EmbeddingSettings({settings}))\n"
+        f"print(json.dumps([e.encode(['ok']).shape[1], {loaded}]))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=240, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == [384, False, False]
+
+
+def test_a_tokenizer_its_config_overrides_keeps_the_models_class(tmp_path: Path, cache: Path) -> None:
+    """A BERT whose tokenizer_config.json says no lower-casing while its tokenizer.json lower-cases:
+    the model's own class rebuilds the normaliser, a plain read would not, so the export keeps
+    AutoTokenizer (and its vectors still match torch's)."""
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "cased"
+    shutil.copytree(bundled_model_path(), model)
+    config = model / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "do_lower_case": False}))
+    export = ensure_export(str(model), model.name, "onnx", str(cache))
+    assert export.fast_tokenizer is False
+    embedder = OnnxEmbedder(EmbeddingSettings(model=str(model), backend="onnx", onnx_cache_dir=str(cache)))
+    own = AutoTokenizer.from_pretrained(str(export.tokenizer_folder))
+    assert embedder.tokenizer("Caroline")["input_ids"] == own("Caroline")["input_ids"]
+    assert embedder.parity >= PARITY_COSINE
