@@ -316,21 +316,13 @@ def _fast_tokenizer_agrees(tokenizer: Any, folder: Path, max_length: int) -> boo
         log.info("the fast tokenizer of %s does not load on its own (%s): AutoTokenizer it is", folder, exc)
         return False
     texts = [*PROBE_TEXTS, *TOKENIZER_PROBES]
-    for pair in (texts, [texts[2]], [texts[-1], texts[1]]):
-        kwargs: dict[str, Any] = {"padding": True, "truncation": True, "max_length": max_length}
-        ours, theirs = plain(pair, **kwargs), tokenizer(pair, **kwargs)
+    batch: dict[str, Any] = {"padding": True, "truncation": True, "max_length": max_length}
+    for pair in (texts, [texts[2]], [texts[-1], texts[1]]):  # padded to another text's length, or not
+        ours, theirs = plain(pair, **batch), tokenizer(pair, **batch)
         if ours["input_ids"] != theirs["input_ids"] or ours["attention_mask"] != theirs["attention_mask"]:
             return False
-        one = {
-            "return_offsets_mapping": True,
-            "add_special_tokens": False,
-            "truncation": True,
-            "max_length": max_length,
-        }
-        for text in pair:
-            if plain(text, **one)["offset_mapping"] != tokenizer(text, **one)["offset_mapping"]:
-                return False
-    return True
+    spans = {"return_offsets_mapping": True, "add_special_tokens": False, "truncation": True, "max_length": max_length}
+    return all(plain(t, **spans)["offset_mapping"] == tokenizer(t, **spans)["offset_mapping"] for t in texts)
 
 
 def _export_fp32(model: Any, path: Path) -> None:

@@ -128,7 +128,7 @@ class ContextBuilder:
         if query is None:
             query = _latest_user_text(hot)[:MAX_QUERY_CHARS]  # an appended message: valid text
         else:
-            # Refused here, before any read: with a NUL only recall refused it, and the prompt
+            # Refused here, before any search: with a NUL only recall refused it, and the prompt
             # was built without recalled messages and without saying why.
             query = validation.text(query[:MAX_QUERY_CHARS], "query", MAX_QUERY_CHARS, allow_empty=True)
         self._embed_ahead(agent_id, query)
