@@ -4,6 +4,7 @@ a temporary cache (a few seconds); the int8 export is slow-marked."""
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import subprocess
@@ -50,6 +51,21 @@ def onnx(model_copy: Path, cache: Path) -> OnnxEmbedder:
 def torch_embedder() -> Embedder:
     # The process-wide one the other model tests share (one load per session).
     return get_embedder(load_settings(environ={}).embedding.model_copy(update={"backend": "torch"}))
+
+
+def test_a_model_a_process_loads_is_kept_out_of_the_cyclic_collector(model_copy: Path, cache: Path) -> None:
+    """The full passes of the collector walked torch's and transformers' objects in pauses of
+    250-330 ms inside eviction jobs (tasks.embedding.settle_heap)."""
+    # A key of its own (the session count is part of an ONNX embedder's), so it loads here.
+    settings = EmbeddingSettings(model=str(model_copy), backend="onnx", onnx_cache_dir=str(cache), threads=3)
+    before = gc.get_freeze_count()
+    embedder = get_embedder(settings)
+    frozen = gc.get_freeze_count()
+    assert frozen > before
+    tracked = {id(o) for o in gc.get_objects()}
+    assert id(embedder) not in tracked and id(embedder.runner) not in tracked
+    assert get_embedder(settings) is embedder
+    assert gc.get_freeze_count() == frozen  # a model already loaded costs no collection
 
 
 def test_onnx_matches_torch_sentence_vectors(onnx: OnnxEmbedder, torch_embedder: Embedder) -> None:

@@ -4,7 +4,6 @@ workers and tasks in, which the rest of the package never imports."""
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import sys
@@ -77,6 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from vcm.api.app import create_app
     from vcm.api.auth import with_admin_token
+    from vcm.tasks.embedding import settle_heap
     from vcm.tools.executor import ToolExecutor
     from vcm.workers.wiring import running_service
 
@@ -88,8 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Everything built so far (modules, the app, Celery, the store) lives as long as the
         # process: keep it out of the cyclic collector, whose full passes over it paused every
         # request for 40-80 ms in embedded mode (scripts/bench_api.py).
-        gc.collect()
-        gc.freeze()
+        settle_heap()
         uvicorn.run(app, host=args.host or settings.api.host, port=args.port or settings.api.port, log_level="warning")
     return 0
 
