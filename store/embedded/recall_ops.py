@@ -156,13 +156,16 @@ class RecallOps(EmbeddedBase):
             top = newest if bound is None else min(newest, bound)
             vec = self._vector_rank(agent_id, version, q, since, until, top, depth, lag)
             candidates = {i for i, _ in text} | {i for i, _ in vec}
-            # Positions of messages with a vector come from the agent's message index; only the
-            # rest (text hits not embedded yet) are read from SQLite.
+            # Positions of messages with a vector come from the agent's message index (what the
+            # vector half searched: its members and tail). Any other text hit's vector, if it has
+            # one, was not seen by this search - a partial one (the index still building), or a
+            # vector written after its tail read - so its vector score is unknown, not 0: it is
+            # scored as unembedded, and only its position is read from SQLite. (Asking SQLite
+            # which of them have a vector cost a partial query at 1e6 messages a lookup per hit
+            # in the vector table, a quarter of its time, to score them 0.)
             seqs = self._message_vectors.positions(agent_id, version, q.size, sorted(candidates)) if version else {}
-            embedded = set(seqs)
-            rest, rest_embedded = self._positions(agent_id, candidates - embedded, version)
-            seqs.update(rest)
-            embedded |= rest_embedded
+            embedded = set(seqs) | {i for i, _ in vec}
+            seqs.update(self._seqs(agent_id, candidates - set(seqs)))
             anchor = None
             if named:
                 # Only the best n + excluded must be exact (spreading re-ranks a deeper head).
@@ -315,24 +318,20 @@ class RecallOps(EmbeddedBase):
             )
         return True
 
-    def _positions(self, agent_id: str, ids: Iterable[int], version: str | None) -> tuple[dict[int, int], set[int]]:
-        """The conversation position (``seq``) of each of these messages of the agent, and which
-        of them carry a vector of ``version`` (hybrid scores a missing one by the text score)."""
+    def _seqs(self, agent_id: str, ids: Iterable[int]) -> dict[int, int]:
+        """The conversation position (``seq``) of each of these messages of the agent."""
         seqs: dict[int, int] = {}
-        embedded: set[int] = set()
         for part in chunked(sorted(ids)):
             marks = ",".join("?" * len(part))
-            for row_id, seq, has_vector in self._db.query(
+            # By primary key: ``+agent_id`` keeps SQLite off the covering (agent_id, seq) index,
+            # which it otherwise scans whole (75 ms a query at 1e6 messages).
+            for row_id, seq in self._db.query(
                 "read recall hit positions",
-                "SELECT m.id, m.seq, v.message_id IS NOT NULL FROM messages m LEFT JOIN message_vectors v "
-                "ON v.agent_id = m.agent_id AND v.message_id = m.message_id AND v.embedding_version = ? "
-                f"WHERE m.agent_id = ? AND m.id IN ({marks})",
-                [version, agent_id, *part],
+                f"SELECT id, seq FROM messages WHERE id IN ({marks}) AND +agent_id = ?",
+                [*part, agent_id],
             ):
                 seqs[int(row_id)] = int(seq)
-                if has_vector:
-                    embedded.add(int(row_id))
-        return seqs, embedded
+        return seqs
 
     def _hydrate_messages(self, agent_id: str, ids: Sequence[int]) -> dict[int, StoredMessage]:
         out: dict[int, StoredMessage] = {}

@@ -122,6 +122,47 @@ def test_past_the_tail_bound_a_query_says_it_is_partial(tmp_path: Path, points: 
         assert _kind(store) == "ivf"
 
 
+def test_a_partial_hybrid_query_scores_the_text_hits_it_did_not_scan_by_their_text(
+    tmp_path: Path, points: np.ndarray
+) -> None:
+    """Past the tail bound the vector half sees only the newest vectors: an older keyword match
+    has a vector this search never scored, so it counts as unknown (its text score for both
+    parts), not as a cosine of 0 that would rank it below the tail's every near vector."""
+    with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD, recall_tail_limit=50) as store:
+        _no_upkeep_thread(store)
+        old = (5, 17, 29)  # far apart: no neighbour spreading between them
+        store.spool_messages([msg(A, i, "the zebra crossed" if i in old else f"turn {i}") for i in range(len(points))])
+        store.put_message_vectors(A, [(f"m{i:04d}", p.tolist()) for i, p in enumerate(points)], V)
+
+        def zebra() -> tuple[Page[RecallHit], list[float]]:
+            page = store.search_recall_hybrid(
+                A, "zebra", points[300].tolist(), mode="hybrid", limit=5, embedding_version=V
+            )
+            return page, [h.score for h in page.items if int(h.message.message_id[1:]) in old]
+
+        asked: list[tuple[str, Any]] = []
+        query = store._db.query
+
+        def recorded(action: str, sql: str, params: Any = ()) -> Any:
+            if action == "read recall hit positions":
+                asked.append((sql, params))
+            return query(action, sql, params)
+
+        store._db.query = recorded  # type: ignore[method-assign]
+        page, scores = zebra()
+        assert page.stats is not None and page.stats.partial
+        assert sorted(_ids(page)[:3]) == list(old) and scores == pytest.approx([1.0] * 3)
+        # Its position is read by primary key, not by a scan of the agent's (agent_id, seq) index.
+        assert asked
+        for sql, params in asked:
+            plan = " ".join(str(r[-1]) for r in query("plan", f"EXPLAIN QUERY PLAN {sql}", params))
+            assert "INTEGER PRIMARY KEY" in plan and "message_vectors" not in sql, plan
+        store.flush_vector_indexes()  # now its vector is searched, and scored
+        page, scores = zebra()
+        assert page.stats is not None and not page.stats.partial
+        assert len(scores) == 3 and all(0.5 <= s < 1.0 for s in scores)
+
+
 def test_the_upkeep_thread_trains_and_later_queries_use_the_index(tmp_path: Path, points: np.ndarray) -> None:
     trained: list[str] = []
     original = VectorIndex.trained.__func__  # type: ignore[attr-defined]
@@ -250,14 +291,14 @@ def test_partial_queries_place_their_candidates_from_the_persisted_members(
 
     with EmbeddedStore(str(tmp_path / "vcm.db"), train_threshold=THRESHOLD, recall_tail_limit=50) as reopened:
         _no_upkeep_thread(reopened)
-        real = reopened._positions
+        real = reopened._seqs
 
-        def counted(agent_id: str, ids: Any, version: str | None) -> Any:
+        def counted(agent_id: str, ids: Any) -> Any:
             ids = list(ids)
             asked.extend(ids)
-            return real(agent_id, ids, version)
+            return real(agent_id, ids)
 
-        monkeypatch.setattr(reopened, "_positions", counted)
+        monkeypatch.setattr(reopened, "_seqs", counted)
         monkeypatch.setattr(VectorIndex, "read", staticmethod(reading))
         reopened.flush_vector_indexes()
         assert len(during) == 1 and during[0].stats is not None and during[0].stats.partial
