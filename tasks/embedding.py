@@ -121,21 +121,22 @@ def get_embedder(settings: EmbeddingSettings) -> Embedder:
     key = cache_key(settings)
     with _lock:
         found = _cache.get(key)
-        if found is None:
-            if settings.backend == "torch":
-                found = Embedder(settings.model, settings.device, settings.batch_size, settings.threads)
-            elif settings.backend == "torch-bf16":
-                from vcm.tasks.embedding_bf16 import Bf16Embedder
+        if found is not None:
+            return found
+        if settings.backend == "torch":
+            found = Embedder(settings.model, settings.device, settings.batch_size, settings.threads)
+        elif settings.backend == "torch-bf16":
+            from vcm.tasks.embedding_bf16 import Bf16Embedder
 
-                found = Bf16Embedder(settings.model, settings.device, settings.batch_size, settings.threads)
-            else:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                from vcm.tasks.embedding_onnx import OnnxEmbedder
+            found = Bf16Embedder(settings.model, settings.device, settings.batch_size, settings.threads)
+        else:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from vcm.tasks.embedding_onnx import OnnxEmbedder
 
-                found = OnnxEmbedder(settings)
-            _cache[key] = found
-            settle_heap()
-        return found
+            found = OnnxEmbedder(settings)
+        _cache[key] = found
+    settle_heap()  # outside the lock: a full collection runs finalizers
+    return found
 
 
 def settle_heap() -> None:
@@ -143,7 +144,7 @@ def settle_heap() -> None:
     brought, the app - out of the cyclic collector (:func:`gc.freeze`): it lives as long as the
     process. The collector's full passes otherwise walked those ~450 000 objects in a 250-330 ms
     pause every third or fourth eviction job at a 128k window, which put the job's p95 over 1 s
-    (``scripts/bench_evict.py``: p95 1 146 -> 878 ms). Collected first, so no garbage of the
+    (``scripts/bench_evict.py``: p95 1 146 -> 892 ms). Collected first, so no garbage of the
     load is kept for good. Costs one full collection per model a process loads (0.04 s after the
     ONNX query model, 0.2 s after torch)."""
     gc.collect()

@@ -56,7 +56,7 @@ def torch_embedder() -> Embedder:
 def test_a_model_a_process_loads_is_kept_out_of_the_cyclic_collector(model_copy: Path, cache: Path) -> None:
     """The full passes of the collector walked torch's and transformers' objects in pauses of
     250-330 ms inside eviction jobs (tasks.embedding.settle_heap)."""
-    # A key of its own (the session count is part of an ONNX embedder's), so it loads here.
+    # A key of its own (an ONNX embedder's thread count is part of its key), so it loads here.
     settings = EmbeddingSettings(model=str(model_copy), backend="onnx", onnx_cache_dir=str(cache), threads=3)
     before = gc.get_freeze_count()
     embedder = get_embedder(settings)
