@@ -6,6 +6,8 @@ persists; deletes are honoured at once, before, during and after a rebuild."""
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -165,10 +167,13 @@ def test_a_partial_hybrid_query_scores_the_text_hits_it_did_not_scan_by_their_te
 
 def test_the_upkeep_thread_trains_and_later_queries_use_the_index(tmp_path: Path, points: np.ndarray) -> None:
     trained: list[str] = []
+    niceness: list[int] = []
     original = VectorIndex.trained.__func__  # type: ignore[attr-defined]
 
     def spy(cls: type[VectorIndex], *args: Any) -> VectorIndex:
         trained.append(threading.current_thread().name)
+        if sys.platform == "linux":  # the thread's own priority
+            niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         return original(cls, *args)  # type: ignore[no-any-return]
 
     with pytest.MonkeyPatch.context() as mp:
@@ -182,6 +187,8 @@ def test_the_upkeep_thread_trains_and_later_queries_use_the_index(tmp_path: Path
                 time.sleep(0.05)
                 _search(store, points[7])
             assert trained == ["vcm-index-upkeep"]  # trained once, in the upkeep thread
+            if sys.platform == "linux":  # at a lower priority than the queries' thread
+                assert niceness == [min(19, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + 10)]
             while not list((tmp_path / "vcm.db.faiss" / "messages").glob("*.faiss")):  # persisted after the swap
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
