@@ -36,6 +36,7 @@ from vcm.store.embedded.messageindex import MessageVectorIndexes
 log = logging.getLogger(__name__)
 
 _PASSES_PER_SPACE = 4
+NICE = 10  # how much lower the upkeep thread's CPU priority is than its process's
 
 
 class IndexUpkeep(Wakeable):
@@ -47,14 +48,12 @@ class IndexUpkeep(Wakeable):
         interval_s: float = 1.0,
         debounce_s: float = 0.1,
         threads: int | None = None,
-        nice: int = 10,
     ) -> None:
         self._messages = messages
         self._reload_text = reload_text
         self._interval_s = interval_s
         self._debounce_s = debounce_s
         self._threads = threads if threads is not None else max(1, (os.cpu_count() or 2) - 1)
-        self._nice = nice
         super().__init__("vcm-index-upkeep")
 
     def run_once(self) -> None:
@@ -79,8 +78,8 @@ class IndexUpkeep(Wakeable):
     def _run(self) -> None:
         faiss.omp_set_num_threads(self._threads)  # this thread's OpenMP setting only
         # Index work yields to queries: the first 100 hybrid queries after a 1e6 bulk load,
-        # beside the build, p50 / p99 7.9 / 28.6 -> 6.3 / 15.6 ms (scripts/bench_store.py).
-        lower_priority(self._nice)
+        # beside the build, p50 / p99 7.9 / 28.6 -> 6.0 / 12.2 ms (scripts/bench_store.py).
+        lower_priority(NICE)
         while not self._stop.is_set():
             self._wake.wait(timeout=self._interval_s)
             if self._stop.is_set():
@@ -97,7 +96,7 @@ class IndexUpkeep(Wakeable):
 def lower_priority(nice: int) -> None:
     """Raise the calling thread's nice value by ``nice`` (Linux, where it is the thread's own;
     elsewhere a thread id is not a process id, and nothing is changed)."""
-    if sys.platform != "linux" or nice <= 0:
+    if sys.platform != "linux":
         return
     me = threading.get_native_id()
     with contextlib.suppress(OSError):  # a sandbox that refuses it: run at the process's priority
