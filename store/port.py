@@ -36,7 +36,7 @@ Semantics both adapters share (the contract tests check them):
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from vcm.store.principals import Principal
@@ -364,6 +364,7 @@ class MemoryStore(abc.ABC):
         until: float | None = None,
         mode: str = "hybrid",
         embedding_version: str | None = None,
+        exclude: Collection[str] = (),
     ) -> Page[RecallHit]:
         """``mode`` text: as :meth:`search_recall`; vector: cosine over stored message vectors of
         ``embedding_version`` (None: the version this agent has most vectors of); hybrid:
@@ -372,7 +373,9 @@ class MemoryStore(abc.ABC):
         message authors, the other authors' messages weighted down (:mod:`vcm.store.authors`);
         score = fused score. Same
         time window and stable cursor paging as :meth:`search_recall`; messages without a vector
-        are found by the text leg only."""
+        are found by the text leg only. ``exclude``: message ids left out of the hits returned;
+        the ranking, its cut at ``limit`` and the cursor are as without it (a prompt build asks
+        for its FIFO's length more, and its FIFO's messages are not read)."""
 
     @abc.abstractmethod
     def message_authors(self, agent_id: str) -> list[str]:

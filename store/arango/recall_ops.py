@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from vcm.errors import ValidationError
 from vcm.store import authors, diversity, fusion, search_checks, validation
@@ -20,7 +20,7 @@ from vcm.store.arango.aql import messages as aql_messages
 from vcm.store.arango.aql import recall_vectors as aql_recall_vectors
 from vcm.store.arango.recall_vectors import RecallVectorOps
 from vcm.store.arango.snapshots import Ranked
-from vcm.store.cursor import fingerprint, vector_digest
+from vcm.store.cursor import fingerprint, left_out, vector_digest
 from vcm.store.types import Page, RecallHit
 
 # How long one process keeps an agent's list of message authors: listing costs a round trip per
@@ -56,20 +56,36 @@ class RecallOps(RecallVectorOps):
         since: float | None = None,
         until: float | None = None,
     ) -> Page[RecallHit]:
+        return self._search_text(agent_id, query, limit, cursor, since, until, ())
+
+    def _search_text(
+        self,
+        agent_id: str,
+        query: str,
+        limit: int,
+        cursor: str | None,
+        since: float | None,
+        until: float | None,
+        exclude: Collection[str],
+    ) -> Page[RecallHit]:
         since, until = search_checks.recall_search(agent_id, query, limit, since, until)
-        key = fingerprint("recall", agent_id, query, since, until)
+        key = fingerprint("recall", agent_id, query, since, until, *left_out(exclude))
+        skip = _keys(agent_id, exclude)
         if cursor is not None:
             part = self._snapshots.next("recall", agent_id, key, cursor, limit)
         else:
-            ranked = self._rank_recall(agent_id, query, limit + 1, since, until)
+            ranked = _without(self._rank_recall(agent_id, query, limit + 1 + len(skip), since, until), skip)
             if len(ranked) > limit:
                 # More than a page: rank once, deep, and page from that snapshot.
-                ranked = self._rank_recall(agent_id, query, self._max_results, since, until)
+                ranked = _without(self._rank_recall(agent_id, query, self._max_results, since, until), skip)
             part = self._snapshots.first("recall", agent_id, key, ranked, limit)
-        ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
+        return self._hits(agent_id, part.items, part.next_cursor)
+
+    def _hits(self, agent_id: str, items: Ranked, next_cursor: str | None) -> Page[RecallHit]:
+        ids = [f"{names.MESSAGES}/{k}" for k, _ in items]
         found = {d["_key"]: d for d in self._run(self._ro, aql_common.documents(ids, agent_id), "search_recall")}
-        hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in part.items if k in found]
-        return Page(hits, part.next_cursor)
+        hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in items if k in found]
+        return Page(hits, next_cursor)
 
     def _rank_recall(self, agent_id: str, query: str, n: int, since: float | None, until: float | None) -> Ranked:
         q = aql_messages.recall_search(agent_id, query, fetch=n, since=since, until=until, lag_ms=self._lag_ms)
@@ -126,11 +142,14 @@ class RecallOps(RecallVectorOps):
         until: float | None = None,
         mode: str = "hybrid",
         embedding_version: str | None = None,
+        exclude: Collection[str] = (),
     ) -> Page[RecallHit]:
         if fusion.recall_mode(mode) == "text":
-            return self.search_recall(agent_id, query, limit, cursor, since=since, until=until)
+            return self._search_text(agent_id, query, limit, cursor, since, until, exclude)
         since, until, q = fusion.vector_query(agent_id, query, vector, mode, limit, since, until)
-        key = fingerprint("recall-" + mode, agent_id, query, vector_digest(q), embedding_version, since, until)
+        key = fingerprint(
+            "recall-" + mode, agent_id, query, vector_digest(q), embedding_version, since, until, *left_out(exclude)
+        )
         if cursor is not None:
             part = self._snapshots.next("recall-" + mode, agent_id, key, cursor, limit)
         else:
@@ -153,11 +172,9 @@ class RecallOps(RecallVectorOps):
                 ranked = fusion.hybrid(
                     text, vec, seq, unembedded=unembedded, diversity=self.recall_diversity, anchor=anchor
                 )[:depth]
+            ranked = _without(ranked, _keys(agent_id, exclude))
             part = self._snapshots.first("recall-" + mode, agent_id, key, ranked, limit)
-        ids = [f"{names.MESSAGES}/{k}" for k, _ in part.items]
-        found = {d["_key"]: d for d in self._run(self._ro, aql_common.documents(ids, agent_id), "search_recall")}
-        hits = [RecallHit(documents.message_from_doc(found[k]), s) for k, s in part.items if k in found]
-        return Page(hits, part.next_cursor)
+        return self._hits(agent_id, part.items, part.next_cursor)
 
     def _positions(
         self, agent_id: str, keys: set[str], version: str | None, *, with_authors: bool = False
@@ -204,3 +221,12 @@ class RecallOps(RecallVectorOps):
                 field="vector",
             )
         return str(versions[0]["version"]) if versions else None
+
+
+def _keys(agent_id: str, message_ids: Collection[str]) -> frozenset[str]:
+    """The document keys of the agent's ``message_ids`` (a search's ``exclude``)."""
+    return frozenset(documents.message_key(agent_id, m) for m in message_ids)
+
+
+def _without(ranked: Ranked, keys: frozenset[str]) -> Ranked:
+    return [hit for hit in ranked if hit[0] not in keys] if keys else ranked

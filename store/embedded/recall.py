@@ -35,6 +35,7 @@ class RecallRanker:
         self._db = db
         self._index = index
         self.on_stale = on_stale  # a query used an older searcher: reload it off the query path
+        self._owners: dict[int, str] = {}  # row id -> its agent ("": deleted), see _owned
 
     def rank(
         self,
@@ -81,8 +82,8 @@ class RecallRanker:
             needed = n + pending_deletes + len(exclude)
             indexed = None
             if since is None and until is None:
-                # Rows deleted in SQLite are dropped by its ownership check, so no slack for them.
-                indexed = self._dominant(agent_id, terms, n + len(exclude), max_row_id=min(hwm, top))
+                # With slack for deleted rows: a row's owner may be known from before its delete.
+                indexed = self._dominant(agent_id, terms, needed, max_row_id=min(hwm, top))
             if indexed is None:
                 indexed = self._index.search(
                     agent_id,
@@ -142,16 +143,23 @@ class RecallRanker:
         return hits[:needed]
 
     def _owned(self, agent_id: str, row_ids: list[int]) -> set[int]:
-        owned: set[int] = set()
-        for part in chunked(row_ids):
+        """Those of ``row_ids`` that are the agent's. A row never changes agent and its id is
+        never reused, so each owner read is kept (``OWNERS_KEPT`` rows; a row gone from SQLite
+        as the empty string): consecutive searches of a conversation check mostly the same rows,
+        the whole matching corpus at full fusion depth. A row deleted after its owner was kept is
+        dropped by :meth:`_existing`, which runs while the index may still hold a deleted row."""
+        owners = self._owners
+        unknown = [row_id for row_id in row_ids if row_id not in owners]
+        if len(owners) + len(unknown) > OWNERS_KEPT:
+            owners.clear()  # rarely reached; simpler than an LRU on every search
+        for part in chunked(unknown):
             marks = ",".join("?" * len(part))
             rows = self._db.query(
-                "check recall hits' agent",
-                f"SELECT id FROM messages WHERE agent_id = ? AND id IN ({marks})",
-                [agent_id, *part],
+                "check recall hits' agent", f"SELECT id, agent_id FROM messages WHERE id IN ({marks})", part
             )
-            owned.update(r[0] for r in rows)
-        return owned
+            found = {int(r[0]): str(r[1]) for r in rows}
+            owners.update((row_id, found.get(row_id, "")) for row_id in part)
+        return {row_id for row_id in row_ids if owners.get(row_id) == agent_id}
 
     def _score_tail(self, terms: list[str], tail: list[tuple[int, str]], live_docs: int, live_terms: int) -> Ranked:
         if not tail:
@@ -179,6 +187,9 @@ class RecallRanker:
             alive.update(r[0] for r in rows)
         return [hit for hit in ranked if hit[0] in alive]
 
+
+# Row owners _owned keeps (about 100 bytes each).
+OWNERS_KEPT = 100_000
 
 # A searcher this many message rows behind SQLite's mark is reloaded by the query rather than
 # served with the Python-scored tail (a reload is ~1 ms normally, up to ~80 ms after a merge).

@@ -7,7 +7,7 @@ cursors (:mod:`vcm.store.embedded.snapshots`) and reads the hits back from SQLit
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from vcm.errors import ValidationError
 from vcm.store import authors, diversity, fusion, search_checks, validation
 from vcm.store.analysis import query_terms
-from vcm.store.cursor import fingerprint, vector_digest
+from vcm.store.cursor import fingerprint, left_out, vector_digest
 from vcm.store.embedded import rows
 from vcm.store.embedded.base import EmbeddedBase, fence
 from vcm.store.embedded.db import chunked
@@ -44,17 +44,45 @@ class RecallOps(EmbeddedBase):
         since: float | None = None,
         until: float | None = None,
     ) -> Page[RecallHit]:
-        since, until = search_checks.recall_search(agent_id, query, limit, since, until)
-        key = fingerprint("recall", agent_id, query, since, until)
-        terms = query_terms(query)
+        return self._search_text(agent_id, query, limit, cursor, since, until, ())
 
-        def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
-            return self._recall.rank(agent_id, terms, n, since=since, until=until, bound=bound, exclude=exclude)
+    def _search_text(
+        self,
+        agent_id: str,
+        query: str,
+        limit: int,
+        cursor: str | None,
+        since: float | None,
+        until: float | None,
+        exclude: Collection[str],
+    ) -> Page[RecallHit]:
+        since, until = search_checks.recall_search(agent_id, query, limit, since, until)
+        key = fingerprint("recall", agent_id, query, since, until, *left_out(exclude))
+        terms = query_terms(query)
+        skip = self._row_ids(agent_id, exclude)
+
+        def rank(n: int, bound: int | None, seen: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
+            return self._recall.rank(agent_id, terms, n, since=since, until=until, bound=bound, exclude=seen | skip)
 
         part = self._snapshots.page("recall", agent_id, key, limit, cursor, rank)
         messages = self._hydrate_messages(agent_id, [i for i, _ in part.items])
         hits = [RecallHit(messages[i], s) for i, s in part.items if i in messages]
         return Page(hits, part.next_cursor)
+
+    def _row_ids(self, agent_id: str, message_ids: Collection[str]) -> frozenset[int]:
+        """The row ids of those of ``message_ids`` the agent has stored."""
+        found: set[int] = set()
+        for part in chunked(sorted(set(message_ids))):
+            marks = ",".join("?" * len(part))
+            found.update(
+                int(r[0])
+                for r in self._db.query(
+                    "read excluded recall hits",
+                    f"SELECT id FROM messages WHERE agent_id = ? AND message_id IN ({marks})",
+                    [agent_id, *part],
+                )
+            )
+        return frozenset(found)
 
     def put_message_vectors(
         self,
@@ -127,21 +155,26 @@ class RecallOps(EmbeddedBase):
         until: float | None = None,
         mode: str = "hybrid",
         embedding_version: str | None = None,
+        exclude: Collection[str] = (),
     ) -> Page[RecallHit]:
         if fusion.recall_mode(mode) == "text":
-            return self.search_recall(agent_id, query, limit, cursor, since=since, until=until)
+            return self._search_text(agent_id, query, limit, cursor, since, until, exclude)
         since, until, q = fusion.vector_query(agent_id, query, vector, mode, limit, since, until)
         version = embedding_version or self._main_vector_version(agent_id)
-        key = fingerprint("recall-" + mode, agent_id, query, vector_digest(q), version, since, until)
+        key = fingerprint(
+            "recall-" + mode, agent_id, query, vector_digest(q), version, since, until, *left_out(exclude)
+        )
         terms = query_terms(query)
+        skip = self._row_ids(agent_id, exclude)
         lag: list[Found] = []  # what the vector half said about the index (the last ranking)
         named = self._named_authors(agent_id, query) if mode == "hybrid" else None
 
-        def rank(n: int, bound: int | None, exclude: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
+        def rank(n: int, bound: int | None, seen: frozenset[int]) -> tuple[list[tuple[int, float]], int]:
+            excluded = seen | skip
             if mode == "vector":
                 top = self._newest_message() if bound is None else bound
-                ranked = self._vector_rank(agent_id, version, q, since, until, top, n + len(exclude), lag)
-                return [h for h in ranked if h[0] not in exclude][:n], top
+                ranked = self._vector_rank(agent_id, version, q, since, until, top, n + len(excluded), lag)
+                return [h for h in ranked if h[0] not in excluded][:n], top
             # The agent's vectors decide how deep the lists go (fusion.hybrid_depth). Past the full-
             # depth threshold a later page is ranked from deeper lists than the first (its seen ids
             # count), so scores compare within a page, not across pages: no hit is lost or repeated,
@@ -150,7 +183,7 @@ class RecallOps(EmbeddedBase):
             if version is not None and self._has_vectors(agent_id, version, q):
                 corpus = self._message_vectors.size(agent_id, version, q.size)
             depth = fusion.hybrid_depth(
-                n + len(exclude), self._max_results, corpus=corpus, factor=self.hybrid_depth_factor
+                n + len(excluded), self._max_results, corpus=corpus, factor=self.hybrid_depth_factor
             )
             text, newest = self._recall.rank(agent_id, terms, depth, since=since, until=until, bound=bound)
             top = newest if bound is None else min(newest, bound)
@@ -174,7 +207,7 @@ class RecallOps(EmbeddedBase):
                     named,
                     lambda items: self._authors_of(agent_id, items),
                     self.recall_author_weight,
-                    exact=None if spread else n + len(exclude),
+                    exact=None if spread else n + len(excluded),
                 )
             fused = fusion.hybrid(
                 text,
@@ -184,7 +217,7 @@ class RecallOps(EmbeddedBase):
                 diversity=self.recall_diversity,
                 anchor=anchor,
             )
-            return [h for h in fused if h[0] not in exclude][:n], top
+            return [h for h in fused if h[0] not in excluded][:n], top
 
         part = self._snapshots.page("recall-" + mode, agent_id, key, limit, cursor, rank)
         messages = self._hydrate_messages(agent_id, [i for i, _ in part.items])

@@ -1,5 +1,6 @@
-"""What one prompt build reads and computes once: the agent's record (six parts check it), the
-query vectors (embedded together, before the searches ask for them) and the poisoning marks of
+"""What one prompt build reads and computes once: the agent (six parts check it: answered by the
+build's hot snapshot) and its store record (four parts read its user and domain), the query
+vectors (embedded together, before the searches ask for them) and the poisoning marks of
 recalled messages (cached by text across builds)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tests.doubles.embedder import hash_embed
 from tests.doubles.harness import Harness
 from vcm import poisoning
 from vcm.hotpath.state import HotState
+from vcm.store.types import AgentRecord
 from vcm.types import AgentInfo
 
 
@@ -64,21 +66,39 @@ def test_a_failing_embedder_fails_the_build_as_before(h: Harness) -> None:
         h.service.build_context("br", query="What did Caroline do at the lake?")
 
 
-def test_a_build_reads_the_agent_once(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_build_reads_the_agent_with_its_snapshot_and_its_record_once(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reads: list[str] = []
-    real = h.service.core.hot.agent
+    records: list[str] = []
+    real, real_record = h.service.core.hot.agent, h.service.core.store.get_agent
 
     def counted(agent_id: str) -> AgentInfo:
         reads.append(agent_id)
         return real(agent_id)
 
+    def counted_record(agent_id: str) -> AgentRecord:
+        records.append(agent_id)
+        return real_record(agent_id)
+
     monkeypatch.setattr(h.service.core.hot, "agent", counted)
-    h.service.build_context("br", query="What did Caroline do at the lake?")
-    assert reads == ["br"]
+    monkeypatch.setattr(h.service.core.store, "get_agent", counted_record)
+    h.service.create_principal("user", "u1")
+    h.service.set_agent_principals("br", user_id="u1", domain=None)
     reads.clear()
+    records.clear()
+    built = h.service.build_context("br", query="What did Caroline do at the lake?")
+    assert reads == []  # the build's hot snapshot holds the agent
+    assert records == ["br"]  # its user's facts, the working set's and the fact search's
+    assert built.gauges.window == h.service.core.agent("br").window
+    reads.clear()
+    records.clear()
     h.service.core.agent("br")
     h.service.core.agent("br")
-    assert reads == ["br", "br"]  # outside a build every check reads
+    h.service.agent_principals("br")
+    h.service.agent_principals("br")
+    assert reads == ["br", "br", "br", "br"]  # outside a build every check reads
+    assert records == ["br", "br"]
 
 
 def test_marks_are_scanned_once_per_text(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:

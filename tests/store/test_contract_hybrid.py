@@ -204,6 +204,33 @@ def test_hybrid_cursor_is_stable_while_new_messages_arrive(store: MemoryStore, m
         store.search_recall_hybrid(A, "meeting project", axis(1), mode=mode, limit=10, cursor=first.next_cursor)
 
 
+@pytest.mark.parametrize("mode", ["text", "vector", "hybrid"])
+def test_excluded_messages_are_left_out_of_the_ranking_and_its_pages(store: MemoryStore, mode: str) -> None:
+    """A prompt build's FIFO: the page holds the best ``limit`` of the other messages, and a cursor
+    continues the same exclusion (and only with it)."""
+    store.spool_messages([msg(A, i, f"the meeting about project {i}") for i in range(25)] + [msg(B, 0, "meeting")])
+    store.put_message_vectors(A, [(f"m{i:04d}", axis(0, tilt=(i + 1) / 10)) for i in range(25)], V)
+    everything = ids(store.search_recall_hybrid(A, "meeting project", axis(0), mode=mode, limit=25))
+    left_out = everything[:8:2] + ["m0999", "not-a-stored-id"]
+    rest = [m for m in everything if m not in left_out]
+    first = store.search_recall_hybrid(A, "meeting project", axis(0), mode=mode, limit=10, exclude=left_out)
+    assert ids(first) == rest[:10]
+    seen, cursor = ids(first), first.next_cursor
+    while cursor is not None:
+        page = store.search_recall_hybrid(
+            A, "meeting project", axis(0), mode=mode, limit=10, cursor=cursor, exclude=left_out
+        )
+        seen += ids(page)
+        cursor = page.next_cursor
+    assert seen == rest
+    with pytest.raises(ValidationError):  # the exclusion is part of the search
+        store.search_recall_hybrid(A, "meeting project", axis(0), mode=mode, limit=10, cursor=first.next_cursor)
+    # Another agent's ids exclude nothing of A's.
+    assert ids(store.search_recall_hybrid(B, "meeting", axis(0), mode=mode, limit=5, exclude=rest)) == (
+        ["m0000"] if mode != "vector" else []
+    )
+
+
 def test_hybrid_argument_errors(store: MemoryStore) -> None:
     store.spool_messages([msg(A, 0, "alpha")])
     store.put_message_vectors(A, [("m0000", axis(0))], V)

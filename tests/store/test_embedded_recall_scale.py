@@ -250,3 +250,31 @@ def test_single_threaded_is_per_thread_and_restores() -> None:
     finally:
         faiss.omp_set_num_threads(main_before)
     assert seen["inside"] == 1 and seen["other thread meanwhile"] == 2 and seen["after"] == seen["before"]
+
+
+def test_dominant_path_reads_each_rows_owner_once_and_drops_rows_deleted_since(
+    shared: EmbeddedStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = shared
+    monkeypatch.setattr(store._indexer, "notify", lambda: None)  # deletes stay pending in the index
+    checked: list[int] = []
+    real = store._db.query
+
+    def counted(action: str, sql: str, params: Any = ()) -> Any:
+        if action == "check recall hits' agent":
+            checked.append(len(params))
+        return real(action, sql, params)
+
+    monkeypatch.setattr(store._db, "query", counted)
+    first = _ranked(store, A, "kettle river", 40)
+    assert checked and sum(checked) >= 40  # B's rows among the over-fetch are checked too
+    checked.clear()
+    assert _ranked(store, A, "kettle river", 40) == first
+    assert checked == []  # every owner was known
+    gone = first[0][0]
+    store.forget_message(A, gone)
+    after = _ranked(store, A, "kettle river", 40)
+    assert gone not in [m for m, _ in after]
+    assert [m for m, _ in after] == [m for m, _ in first if m != gone] + [m for m, _ in after][39:]
+    monkeypatch.setattr(recall_module, "DOMINANT_SHARE", 2.0)  # the filtered search agrees
+    assert _ranked(store, A, "kettle river", 40) == after

@@ -10,7 +10,7 @@ errors are counted by code; anything else (a bug) counts as ``INTERNAL``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from vcm.errors import VcmError
@@ -295,6 +295,7 @@ class MeteredStore(MemoryStore):
         until: float | None = None,
         mode: str = "hybrid",
         embedding_version: str | None = None,
+        exclude: Collection[str] = (),
     ) -> Page[RecallHit]:
         started = time.perf_counter()
         page = self._call(
@@ -309,6 +310,7 @@ class MeteredStore(MemoryStore):
             until=until,
             mode=mode,
             embedding_version=embedding_version,
+            exclude=exclude,
         )
         metrics.recall_search(mode, time.perf_counter() - started, len(page.items))
         if page.stats is not None and page.stats.partial:

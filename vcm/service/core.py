@@ -42,7 +42,7 @@ from vcm.obs import audit, footprint, metrics
 from vcm.service.writebehind import WriteBehindBound
 from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
-from vcm.store.types import MemoryEvent
+from vcm.store.types import AgentRecord, MemoryEvent
 from vcm.types import AgentInfo, BatchInfo, Gauges
 
 P = ParamSpec("P")
@@ -56,9 +56,11 @@ QUERY_VECTORS = 64
 # Poisoning marks a service keeps, by text: a prompt build scans every recalled message it may
 # show (20 by default), and consecutive builds recall many of the same messages.
 MARKS = 4096
-# Agents read in the current context's Core.one_agent_read scope, by (core, agent id); None
-# outside one. A context variable, so concurrent requests on threads never share a read.
+# Agents read in the current context's Core.one_agent_read scope, by (core, agent id): their hot
+# state and their store record; None outside one. A context variable, so concurrent requests on
+# threads never share a read.
 _AGENT_READS: ContextVar[dict[tuple[int, str], AgentInfo] | None] = ContextVar("vcm_agent_reads", default=None)
+_RECORD_READS: ContextVar[dict[tuple[int, str], AgentRecord] | None] = ContextVar("vcm_record_reads", default=None)
 
 
 class Core:
@@ -106,18 +108,40 @@ class Core:
             found = reads[key] = self.hot_call(agent_id, self.hot.agent, agent_id)
         return found
 
+    def agent_seen(self, info: AgentInfo) -> None:
+        """Inside :meth:`one_agent_read`, ``info`` (read with the agent's hot context) answers
+        :meth:`agent` unless the scope has read the agent already."""
+        reads = _AGENT_READS.get()
+        if reads is not None:
+            reads.setdefault((id(self), info.agent_id), info)
+
+    def agent_record(self, agent_id: str) -> AgentRecord:
+        """The agent's store record (NOT_FOUND when the store has none). Inside
+        :meth:`one_agent_read`, the first read's answer."""
+        reads = _RECORD_READS.get()
+        if reads is None:
+            return self.store.get_agent(agent_id)
+        key = (id(self), agent_id)
+        found = reads.get(key)
+        if found is None:
+            found = reads[key] = self.store.get_agent(agent_id)
+        return found
+
     @contextmanager
     def one_agent_read(self) -> Iterator[None]:
-        """A scope in which each agent is read from the hot state once: a prompt build's parts
-        each check the agent (six reads, each a Redis round trip, 1-3 ms of a build in all),
-        and nothing a build reads of it changes within the build."""
+        """A scope in which each agent is read once from the hot state and once from the store:
+        a prompt build's parts each check the agent (six reads, each a Redis round trip, 1-3 ms
+        of a build in all) and read its user and domain (four store reads), and nothing a build
+        reads of it changes within the build."""
         if _AGENT_READS.get() is not None:  # an enclosing scope's reads hold
             yield
             return
         token = _AGENT_READS.set({})
+        records = _RECORD_READS.set({})
         try:
             yield
         finally:
+            _RECORD_READS.reset(records)
             _AGENT_READS.reset(token)
 
     def hot_call(self, agent_id: str, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:

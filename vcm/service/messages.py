@@ -444,6 +444,7 @@ class Messages:
         """:meth:`context` and its FIFO's messages, oldest first, from one snapshot (the prompt
         builder needs both: a second snapshot cost ~5 ms a build on the embedded hot state)."""
         snap = self.core.hot_call(agent_id, self.core.hot.snapshot, agent_id, token_sha256=token_sha256)
+        self.core.agent_seen(snap.info)  # a build's agent checks need no read of their own
         assembled = assemble(snap)
         self.core.gauges_seen(agent_id, assembled.gauges)
         return assembled, list(snap.fifo)

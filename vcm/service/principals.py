@@ -133,6 +133,6 @@ class Principals:
 
     def _record(self, agent_id: str) -> AgentRecord | None:
         try:
-            return self.core.store.get_agent(agent_id)
+            return self.core.agent_record(agent_id)
         except NotFound:  # an agent the hot state holds from before its record: no principals
             return None

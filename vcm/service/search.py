@@ -18,7 +18,6 @@ from vcm.hotpath.jobs import IngestJob
 from vcm.obs import footprint, metrics
 from vcm.service.core import Core
 from vcm.store import authors
-from vcm.store import validation as store_validation
 from vcm.store.audit_names import Actor, EventKind, audit_id
 from vcm.store.types import ArchivalChunk, ArchivalHit, Page, RecallHit
 from vcm.types import IngestRequest
@@ -124,38 +123,33 @@ class Search:
         """Hybrid (BM25 + message vectors) by default; text when this process has no embedder or
         messages get no vectors (``[recall] vectors`` off). The result says which mode ran.
 
-        ``exclude``: message ids left out of this page (the prompt builder's FIFO); the store is
-        asked for that many more (at most the store's limit of 1 000 in all), and such a page has
-        no next cursor."""
+        ``exclude``: message ids left out of the ranking (the prompt builder's FIFO: the store
+        neither ranks nor reads them); such a page has no next cursor."""
         self.core.agent(agent_id)
         query = validation.text(query, "query", 10_000)
         if mode not in ("text", "vector", "hybrid"):
             raise ValidationError("mode must be text, vector or hybrid", field="mode")
-        fetch = limit
-        if exclude:
-            store_validation.limit("limit", limit)
-            fetch = min(store_validation.MAX_LIMIT, limit + len(exclude))
+        vector: list[float] | None = None
+        version: str | None = None
         if mode != "text" and self.core.embed is not None and self.core.settings.recall.vectors:
             vector = self.core.vector_of(self.vector_text(agent_id, query))
             version = self.core.recall_version() if self.core.recall_version is not None else None
-            page = self.core.store.search_recall_hybrid(
-                agent_id,
-                query,
-                vector,
-                limit=fetch,
-                cursor=cursor,
-                since=since,
-                until=until,
-                mode=mode,
-                embedding_version=version,
-            )
         else:
             mode = "text"
-            page = self.core.store.search_recall(agent_id, query, fetch, cursor, since=since, until=until)
+        page = self.core.store.search_recall_hybrid(
+            agent_id,
+            query,
+            vector,
+            limit=limit,
+            cursor=cursor,
+            since=since,
+            until=until,
+            mode=mode,
+            embedding_version=version,
+            exclude=tuple(exclude),
+        )
         if exclude:
-            left_out = set(exclude)
-            kept = [h for h in page.items if h.message.message_id not in left_out][:limit]
-            page = Page(kept, None, page.stats)
+            page = Page(page.items, None, page.stats)
         if any(is_notice(h.message) for h in page.items):
             # vcm's own memory-pressure notices are in the recall log, not in the conversation: a
             # model asked to save its memory "now" by a search result would do so for nothing.
