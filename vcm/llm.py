@@ -257,11 +257,18 @@ class StreamAccumulator:
         delta = choice.get("delta") or {}
         if not isinstance(delta, Mapping):
             raise ChatError("a stream chunk's delta is not an object")
-        for raw in delta.get("tool_calls") or []:
-            index = int(raw.get("index", len(self.calls)))
+        pieces = delta.get("tool_calls") or []
+        if not isinstance(pieces, list):
+            raise ChatError("a stream chunk's tool_calls is not a list")
+        for raw in pieces:
+            # A malformed piece is the endpoint's garbage (a ChatError the caller answers for),
+            # not an AttributeError that cuts a relayed stream off without a word.
+            index = raw.get("index", len(self.calls)) if isinstance(raw, Mapping) else None
+            fn = (raw.get("function") or {}) if isinstance(raw, Mapping) else None
+            if not isinstance(index, int) or isinstance(index, bool) or not isinstance(fn, Mapping):
+                raise ChatError("a stream chunk's tool call is not an object with an integer index")
             call = self.calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
             call["id"] = raw.get("id") or call["id"]
-            fn = raw.get("function") or {}
             call["name"] = call["name"] or str(fn.get("name") or "")
             call["arguments"] += str(fn.get("arguments") or "")
         text = delta.get("content")

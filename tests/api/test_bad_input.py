@@ -291,3 +291,23 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(service: MemoryServi
         assert r.status_code == 413 and r.json()["error"]["limit"] == 2048
         assert client.get("/v1/agents/alice/context", headers=me).json()["gauges"]["fifo"] == 0
         assert client.post(MSG, json=OK_MSG, headers=me).status_code == 200
+
+
+def test_an_unknown_query_parameter_on_a_write_is_refused_and_changes_nothing(
+    client: TestClient, service: MemoryService, dispatcher: RecordingDispatcher, alice: tuple[dict[str, str], str]
+) -> None:
+    me, rev = alice
+    assert client.put("/v1/agents/alice/state/city", json={"value": "Porto"}, headers=me).status_code == 200
+    check(client, service, dispatcher, me, rev, [
+        # Meant to delete one key: would have cleared every one.
+        Bad("clear state with a key", "DELETE", "/v1/agents/alice/state", 422, field="key", params={"key": "city"}),
+        # A misspelt _rev: would have deleted whatever revision is there.
+        Bad("delete state, rev misspelt", "DELETE", "/v1/agents/alice/state/city", 422, field="rev",
+            params={"rev": "1"}),
+        # The key as a query parameter: would have appended without one, so a retry appends twice.
+        Bad("append, key as a query", "POST", MSG, 422, field="idempotency_key", json=OK_MSG,
+            params={"idempotency_key": "k9"}),
+        Bad("block write with a query", "PUT", BLOCK, 422, field="pinned", json={"content": "x", "_rev": "REV"},
+            params={"pinned": "true"}),
+    ])  # fmt: skip
+    assert client.get("/v1/agents/alice/state/city", headers=me).json()["value"] == "Porto"

@@ -303,3 +303,14 @@ def test_memory_tags_never_reach_an_openai_client(live: LiveServer, upstream: Fa
     history += [{"role": "assistant", "content": "".join(pieces)}, {"role": "user", "content": "Thanks."}]
     assert sdk.chat.completions.create(model="m", messages=history).choices[0].message.content == "Fine."
     assert [m["content"] for m in said(service)] == ["I like green tea.", SHOWN, "Again.", SHOWN, "Thanks.", "Fine."]
+
+
+@pytest.mark.parametrize("body", [{"message": "hi", "stream": "true"}, {"message": "hi", "stream": 1}])
+def test_agent_chat_refuses_a_stream_flag_that_is_not_a_boolean(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService, body: dict[str, Any]
+) -> None:
+    # Strict, as every request body is: "true" used to turn on server-sent events.
+    token = agent(live)
+    r = httpx.post(f"{live.url}/v1/agents/ann/chat", json=body, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "stream", r.text
+    assert said(service) == [] and upstream.requests == []

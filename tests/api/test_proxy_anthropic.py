@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from tests.api.conftest import ADMIN_TOKEN, LiveServer, api_settings
 from tests.api.test_chat import agent, said
-from tests.doubles.anthropic import FakeMessages, message, refusal, stream, text, tool_use
+from tests.doubles.anthropic import FakeMessages, Reply, message, refusal, stream, text, tool_use
 from vcm.service import MemoryService
 from vcm.settings import Settings
 
@@ -277,3 +278,88 @@ def test_a_resent_history_lands_once_and_an_edited_past_is_left_out_and_reported
     assert raw.headers["x-vcm-history"] == "diverged; left_out=1; appended=1"
     assert stored(service) == [("user", "Q1"), ("assistant", "A1."), ("user", "Q2"), ("assistant", "A2.")]
     assert "edited" not in json.dumps(upstream.requests[-1]["messages"])
+
+
+ASKED: Any = {"role": "user", "content": "What now?"}
+USED = {"role": "assistant", "content": [tool_use("toolu_1", "get_weather", {"city": "Porto"})]}
+# The last message is bad in a way only the wire format's shape or memory's own checks catch:
+# nothing before it may be kept either (it used to be, and ids of None were stored as "None").
+BAD_TURNS = {
+    "NUL in the text": [{"role": "user", "content": "a\x00b"}],
+    "a text block whose text is an object": [{"role": "user", "content": [{"type": "text", "text": {"a": 1}}]}],
+    "a text block without text": [{"role": "user", "content": [{"type": "text"}]}],
+    "a tool_result without tool_use_id": [USED, {"role": "user", "content": [
+        {"type": "tool_result", "content": "18C"}]}],
+    "a tool_result whose id is a number": [USED, {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": 5, "content": "18C"}]}],
+    "a tool_result whose content is an object": [USED, {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": {"temp": 18}}]}],
+    "a tool_use without id": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}]},
+                              {"role": "user", "content": "and?"}],
+    "a tool_use whose input is a string": [{"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_2", "name": "f", "input": "city=Porto"}]},
+        {"role": "user", "content": "and?"}],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", BAD_TURNS.values(), ids=BAD_TURNS.keys())
+def test_a_bad_block_anywhere_in_the_history_is_refused_with_nothing_kept(
+    live: LiveServer, upstream: FakeMessages, service: MemoryService, bad: list[dict[str, Any]]
+) -> None:
+    token = agent(live)
+    with pytest.raises(anthropic.UnprocessableEntityError) as refused:
+        sdk(live, token).messages.create(model="m", max_tokens=10, messages=[ASKED, *bad])  # type: ignore[list-item]
+    error: Any = refused.value.body
+    assert error["error"]["code"] == "VALIDATION_ERROR" and error["error"]["field"].startswith("messages"), error
+    assert stored(service) == [] and upstream.requests == []
+    upstream.script.append(message(text("Fine.")))
+    sdk(live, token).messages.create(model="m", max_tokens=10, messages=[ASKED])  # the agent is free
+    assert stored(service) == [("user", "What now?"), ("assistant", "Fine.")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"temperature":NaN}',
+        b'{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"metadata":{"user_id":"\\ud800"}}',
+        b'{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"hi"},'
+        b'{"type":"image","source":"\\ud800"}]}]}',
+        b'{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"stream":"true"}',
+    ],
+    ids=["NaN option", "lone surrogate in an option", "lone surrogate in a passed-through block", "stream 'true'"],
+)
+def test_a_body_the_upstream_could_not_be_sent_is_a_coded_422(
+    live: LiveServer, upstream: FakeMessages, service: MemoryService, body: bytes
+) -> None:
+    token = agent(live)
+    r = httpx.post(f"{live.url}/v1/messages", content=body, headers={"x-api-key": token,
+                                                                       "Content-Type": "application/json"})  # fmt: skip
+    assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_ERROR", r.text
+    assert stored(service) == [] and upstream.requests == []
+
+
+def test_the_sdks_own_query_parameters_are_not_refused(live: LiveServer, upstream: FakeMessages) -> None:
+    # Every other route refuses a query parameter it does not declare; the beta endpoints of the
+    # Anthropic SDK post to /v1/messages?beta=true.
+    upstream.script.append(message(text("Hi.")))
+    reply = sdk(live, agent(live)).beta.messages.create(model="m", max_tokens=10, messages=[ASKED])
+    assert reply.content[0].text == "Hi."  # type: ignore[union-attr]
+
+
+def test_an_upstream_answer_that_is_garbage_is_llm_rejected_not_a_crash(
+    live: LiveServer, upstream: FakeMessages, service: MemoryService
+) -> None:
+    token = agent(live)
+    upstream.script += [
+        message(text("not a stream")),  # a 200 to a stream request that holds no event
+        Reply(body={**message(text("x")).body, "usage": {"input_tokens": math.inf}}),
+    ]
+    client = sdk(live, token)
+    with pytest.raises(anthropic.APIStatusError) as empty:
+        client.messages.create(model="m", max_tokens=10, messages=[ASKED], stream=True)
+    with pytest.raises(anthropic.APIStatusError) as nan:
+        client.messages.create(model="m", max_tokens=10, messages=[ASKED])
+    for refused in (empty, nan):
+        assert refused.value.status_code == 502
+        assert refused.value.body["error"]["code"] == "LLM_REJECTED"  # type: ignore[index]
+    assert stored(service) == [("user", "What now?")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 from tests.api.conftest import LiveServer, upstream_settings
 from tests.api.test_chat import agent, said
 from tests.doubles.llm import Action, FakeLLM, answer, calls, streamed
+from vcm.api.app import create_app
 from vcm.api.proxy import keys_of, reconcile
 from vcm.service import MemoryService
 
@@ -367,3 +369,107 @@ def test_messages_without_text_neither_break_the_request_nor_count_as_divergence
         ("user", "[image_url]"), ("user", "Like it?"), ("assistant", "Nice."), ("assistant", ""),
         ("tool", "(empty)"), ("tool", "22C, windy"), ("assistant", "Sure."),
     ]  # fmt: skip
+
+
+ASK: Any = {"role": "user", "content": "What now?"}
+CALL = {"id": "call_x", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+# A history whose last message is bad in a way only memory's own checks (or the wire format's
+# shape) catch: the good messages before it must not be kept either.
+BAD_LAST = {
+    "NUL in the text": {"role": "user", "content": "a\x00b"},
+    "a name memory refuses": {"role": "user", "name": "two words", "content": "hi"},
+    "a tool result without its call id": {"role": "tool", "content": "18C"},
+    "a tool call id that is a number": {"role": "tool", "tool_call_id": 5, "content": "18C"},
+    "tool_calls as a string": {"role": "assistant", "content": "x", "tool_calls": "get_weather"},
+    "tool_calls as an object": {"role": "assistant", "content": "x", "tool_calls": CALL},
+    "a tool call that is a string": {"role": "assistant", "content": None, "tool_calls": ["get_weather()"]},
+    "a tool call without an id": {"role": "assistant", "content": None,
+                                  "tool_calls": [{"type": "function", "function": CALL["function"]}]},
+    "a tool call without a function": {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]},
+    "a part that is not an object": {"role": "user", "content": ["hello"]},
+    "a part without a type": {"role": "user", "content": [{"text": "hello"}]},
+    "a text part whose text is an object": {"role": "user", "content": [{"type": "text", "text": {"a": 1}}]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", BAD_LAST.values(), ids=BAD_LAST.keys())
+def test_a_bad_message_anywhere_in_the_history_is_refused_with_nothing_kept(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService, bad: dict[str, Any]
+) -> None:
+    token = agent(live)
+    with pytest.raises(openai.UnprocessableEntityError) as refused:
+        sdk(live, token).chat.completions.create(model="m", messages=[ASK, bad])  # type: ignore[list-item]
+    error: Any = refused.value.body  # the SDK hands over the body's "error"
+    assert error["code"] == "VALIDATION_ERROR" and error["field"].startswith("messages"), error
+    assert stored(service) == [] and upstream.requests == []  # not even the good message before it
+    upstream.script.append(answer("Fine."))
+    sdk(live, token).chat.completions.create(model="m", messages=[ASK])  # the agent is free
+    assert [m["content"] for m in stored(service)] == ["What now?", "Fine."]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":NaN}',
+        b'{"model":"m","messages":[{"role":"user","content":"hi"}],"user":"\\ud800"}',
+        b'{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function",'
+        b'"function":{"name":"\\udc00"}}]}',
+        b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":"yes"}',
+        b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":1}',
+    ],
+    ids=["NaN option", "lone surrogate in an option", "lone surrogate in a tool", "stream 'yes'", "stream 1"],
+)
+def test_a_body_the_upstream_could_not_be_sent_is_a_coded_422(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService, body: bytes
+) -> None:
+    token = agent(live)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    r = httpx.post(f"{live.url}/v1/chat/completions", content=body, headers=headers)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_ERROR", r.text
+    assert stored(service) == [] and upstream.requests == []
+
+
+def test_a_long_reply_the_model_wrote_does_not_get_the_next_request_refused(
+    upstream: FakeLLM, service: MemoryService
+) -> None:
+    # The client's words are held to [chat] max_message_chars; the model's reply is stored whole
+    # (memory's own limit is larger), and the client sends it back with its next turn.
+    settings = upstream_settings(upstream)
+    settings = settings.model_copy(update={"chat": settings.chat.model_copy(update={"max_message_chars": 100})})
+    long = "word " * 30
+    upstream.script += [answer(long), answer("Done.")]
+    with LiveServer(create_app(service, None, settings=settings)) as live:
+        client = sdk(live, agent(live))
+        history: list[Any] = [{"role": "user", "content": "Write at length."}]
+        client.chat.completions.create(model="m", messages=history)
+        history += [{"role": "assistant", "content": long}, {"role": "user", "content": "Thanks."}]
+        r = client.chat.completions.with_raw_response.create(model="m", messages=history)
+        assert r.headers["x-vcm-history"] == "appended; appended=1"
+        with pytest.raises(openai.UnprocessableEntityError):  # the client's own words are still held to it
+            client.chat.completions.create(model="m", messages=[*history, {"role": "user", "content": long}])
+    assert [m["content"] for m in stored(service)] == ["Write at length.", long, "Thanks.", "Done."]
+
+
+def test_an_upstream_answer_that_is_garbage_is_llm_rejected_not_a_crash(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    token = agent(live)
+    headers = {"Authorization": f"Bearer {token}"}
+    ask: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    bad_call = {"choices": [{"index": 0, "delta": {"tool_calls": ["get_weather"]}}]}
+    upstream.script += [
+        Action(raw=b"<html>not a stream</html>"),  # a 200 to a stream request that holds no event
+        Action(events=[bad_call]),  # a first chunk whose tool call is a string
+        Action(events=[{"choices": [{"index": 0, "delta": {"content": "Hel"}}]}, bad_call]),  # the same, later
+        Action(body={"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}], "p": math.inf}),
+    ]
+    for _ in range(2):
+        r = httpx.post(f"{live.url}/v1/chat/completions", json={**ask, "stream": True}, headers=headers)
+        assert r.status_code == 502 and r.json()["error"]["code"] == "LLM_REJECTED", r.text
+    r = httpx.post(f"{live.url}/v1/chat/completions", json={**ask, "stream": True}, headers=headers)
+    frames = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    assert frames[0]["choices"][0]["delta"]["content"] == "Hel"
+    assert frames[-1]["error"]["code"] == "LLM_REJECTED"  # said, not cut off
+    r = httpx.post(f"{live.url}/v1/chat/completions", json=ask, headers=headers)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "LLM_REJECTED", r.text
+    assert stored(service) == [{"role": "user", "content": "hi"}]  # said once; no garbage kept

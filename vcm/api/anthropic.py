@@ -81,14 +81,39 @@ def assistant_message(blocks: Sequence[Mapping[str, Any]], text: str | None = No
     return out
 
 
+def _check(blocks: Sequence[Mapping[str, Any]], where: str) -> None:
+    """The blocks vcm reads, in the shape the Messages API itself insists on: a block of the
+    wrong shape would otherwise be kept as ``None`` ids, ``str()`` of objects or nothing at all."""
+    for b in blocks:
+        kind = b["type"]
+        if kind == "text" and not isinstance(b.get("text"), str):
+            raise ValidationError(f"{where}: a text block needs its text as a string", field=where)
+        if kind == "tool_use" and not (
+            _an_id(b.get("id")) and isinstance(b.get("name"), str) and isinstance(b.get("input", {}), Mapping)
+        ):
+            raise ValidationError(
+                f"{where}: a tool_use block needs a string id, a name and an input object", field=where
+            )
+        if kind == "tool_result":
+            if not _an_id(b.get("tool_use_id")):
+                raise ValidationError(f"{where}: a tool_result block needs the tool_use_id it answers", field=where)
+            if not isinstance(b.get("content"), str | list | None):
+                raise ValidationError(f"{where}: a tool_result's content must be text or a list of blocks", field=where)
+
+
+def _an_id(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
 def convert(messages: Sequence[Mapping[str, Any]]) -> Converted:
     """The client's Messages-API history as vcm keeps it (see the module)."""
     out = Converted()
-    for m in messages:
+    for i, m in enumerate(messages):
         role = m.get("role")
         if role not in ("user", "assistant"):
             raise ValidationError(f"unknown message role {role!r}", field="messages")
         blocks = _blocks(m.get("content"))
+        _check(blocks, f"messages.{i}")
         if role == "assistant":
             out.add(assistant_message(blocks), blocks)
             continue
@@ -98,7 +123,7 @@ def convert(messages: Sequence[Mapping[str, Any]]) -> Converted:
                 rest.append(b)
                 continue
             content = b.get("content")
-            text = content if isinstance(content, str) else text_of(content) if isinstance(content, list) else ""
+            text = content if isinstance(content, str) else text_of(content)
             out.add({"role": "tool", "tool_call_id": str(b.get("tool_use_id")), "content": text}, [b])
         if rest:
             out.add({"role": "user", "content": _named(rest)}, rest)

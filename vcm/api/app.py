@@ -107,7 +107,7 @@ def create_app(service: MemoryService, executor: ToolRunner | None, *, settings:
         version="1",
         summary="Virtual context manager for LLM agents: main context, working blocks, recall and archival memory.",
         responses={500: {"model": ErrorOut, "description": "INTERNAL_ERROR (a bug)"}},
-        dependencies=[Depends(known_query)],  # GET routes refuse query parameters they do not take
+        dependencies=[Depends(known_query)],  # routes refuse query parameters they do not take
     )
     app.state.vcm = Api(service, authority, executor, settings, HealthCache(service.health), Upstream(settings.chat))
     api_errors.install(app)

@@ -28,7 +28,7 @@ from starlette.background import BackgroundTask
 
 from vcm.agent.loop import TurnResult
 from vcm.api.auth import Principal
-from vcm.api.models import ERROR_RESPONSES, ErrorOut
+from vcm.api.models import ERROR_RESPONSES, ErrorOut, RequestBody
 from vcm.errors import LlmRejected, LlmUnavailable, NotFound, ValidationError, VcmError
 from vcm.facts.capture import TagFilter, shown
 from vcm.hotpath.turns import Turn
@@ -37,9 +37,7 @@ from vcm.llm_anthropic import MessagesClient
 from vcm.settings import ChatSettings
 
 
-class ChatIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ChatIn(RequestBody):
     message: str = Field(min_length=1, description="the user's message")
     name: str | None = Field(None, max_length=64, description="the user's name, as the FIFO records it")
     stream: bool = Field(False, description="answer as server-sent events: delta, tool_result, done (or error)")
@@ -63,10 +61,12 @@ class ChatOut(BaseModel):
         )  # fmt: skip
 
 
-class CompletionIn(BaseModel):
-    """An OpenAI chat-completions request; options vcm does not use are passed through or ignored."""
+class CompletionIn(RequestBody):
+    """An OpenAI chat-completions request; options vcm does not use are passed through. Strict as
+    every request body is (``"stream": "yes"`` is no boolean), and what it passes on must be JSON
+    (no NaN, no lone surrogate): the upstream could not be sent it."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(strict=True, extra="allow")
 
     model: str = Field("", max_length=200)
     messages: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
@@ -262,6 +262,21 @@ class ChunkRelay:
             return None
         self.shown.append(held.get(0, ""))
         return {"object": "chat.completion.chunk", **self.head, "choices": choices}
+
+
+def answer_of(out: Mapping[str, Any], headers: Mapping[str, str]) -> JSONResponse:
+    """The upstream's answer as the client gets it, rendered before anything of it is kept: an
+    answer JSON cannot carry (NaN, Infinity, which Python's reader takes) is the model's garbage,
+    LLM_REJECTED, not a failure of vcm's."""
+    try:
+        return JSONResponse(out, headers=dict(headers))
+    except ValueError:
+        raise LlmRejected("the model's answer holds NaN or Infinity, which JSON cannot carry") from None
+
+
+def no_stream() -> LlmRejected:
+    """A streamed answer without a single chunk (a 200 that is not a stream at all)."""
+    return LlmRejected("the model's streamed answer held no event", upstream_status=200)
 
 
 def relayed_error(exc: ChatError) -> Response:

@@ -125,14 +125,19 @@ def _declared(route: APIRoute) -> frozenset[str]:
     return known
 
 
+# The memory proxies speak their SDKs' wire formats, whose clients add query parameters of
+# their own (the Anthropic SDK's beta endpoints ``?beta=true``, Azure OpenAI's ``api-version``).
+FOREIGN_QUERY = frozenset({"/v1/chat/completions", "/v1/messages"})
+
+
 async def known_query(request: Request) -> None:
-    """A GET route refuses a query parameter it does not declare (VALIDATION_ERROR naming it):
-    a misspelt filter silently ignored would answer a question that was not asked. Installed on
-    the whole app (:func:`vcm.api.app.create_app`); other methods keep their own checks."""
-    if request.method not in ("GET", "HEAD"):
-        return
+    """A route refuses a query parameter it does not declare (VALIDATION_ERROR naming it): a
+    misspelt filter silently ignored would answer a question that was not asked, and on a write
+    it does worse (``DELETE .../state?key=k`` would clear every key, ``DELETE .../state/k?rev=3``
+    delete whatever revision is there). Installed on the whole app
+    (:func:`vcm.api.app.create_app`); the memory proxies' routes are left to their wire formats."""
     route = request.scope.get("route")
-    if not isinstance(route, APIRoute):
+    if not isinstance(route, APIRoute) or route.path in FOREIGN_QUERY:
         return
     if not route.include_in_schema and not route.path.startswith("/v1/"):
         return  # a page (the memory viewer): its query string is for its script, not the server

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vcm import validation
 from vcm.errors import ValidationError
 from vcm.facts.capture import shown
 from vcm.service import MemoryService
@@ -51,10 +52,16 @@ def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [p for p in content if isinstance(p, Mapping)]
-        text = "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
+        # A part that is not a typed object, or a text part without text, is the client's bug:
+        # refused rather than dropped, or kept as the repr of whatever it held.
+        for p in content:
+            if not isinstance(p, Mapping) or not isinstance(p.get("type"), str):
+                raise ValidationError("each content part must be an object with a string type", field="messages")
+            if p["type"] == "text" and not isinstance(p.get("text"), str):
+                raise ValidationError("a text content part needs its text as a string", field="messages")
+        text = "".join(p["text"] for p in content if p["type"] == "text")
         # Parts without text (an image) are named, so the message is not empty to memory.
-        return text or " ".join(f"[{p.get('type')}]" for p in parts)
+        return text or " ".join(f"[{p['type']}]" for p in content)
     raise ValidationError("message content must be text or a list of content parts", field="messages")
 
 
@@ -119,27 +126,63 @@ def reconcile(
         role = m.get("role")
         if role not in ROLES:
             raise ValidationError(f"unknown message role {role!r}", field="messages")
-        content = text_of(m.get("content"))
-        if len(content) > limit:
-            raise ValidationError(f"a message is longer than {limit} characters", field="messages", limit=limit)
         roles.append(str(role))
-        texts.append(content)
+        texts.append(text_of(m.get("content")))
     keys = keys_of(messages, prefix)
     held = set(service.hot.idempotency_records(agent_id, keys))
     # A message with nothing in it (an empty reply echoed back) has nothing to remember.
     kept = [r if texts[i].strip() or messages[i].get("tool_calls") or r == "tool" else "system"
             for i, r in enumerate(roles)]  # fmt: skip
+    # The limit is memory's too: the client's words must also fit what an append takes.
+    limit = min(limit, service.hot.settings.budget.max_content_chars)
+    stored: dict[int, str] = {}
+    for i, role in enumerate(kept):
+        # A message vcm holds passed these checks when it was kept (a long reply of the model's
+        # included, which may be over ``limit``): only the others are checked, all of them before
+        # the first append.
+        if role not in ("system", "developer") and keys[i] not in held:
+            stored[i] = _checked(i, messages[i], role, texts[i], limit)
     todo, left_out = plan(kept, keys, held)
     for i in todo:
         m = messages[i]
         calls = m.get("tool_calls")
-        text = texts[i] if texts[i].strip() or calls else "(empty)"  # a tool's empty result
         service.append(
-            agent_id, roles[i], text, name=m.get("name"), tool_call_id=m.get("tool_call_id"),
+            agent_id, roles[i], stored[i], name=m.get("name"), tool_call_id=m.get("tool_call_id"),
             tool_calls=[dict(c) for c in calls] if calls else None, idempotency_key=keys[i], actor=actor,
         )  # fmt: skip
     query = next((texts[i] for i in range(len(roles) - 1, -1, -1) if roles[i] == "user"), "")
     return Reconciled(query, len(todo), left_out)
+
+
+def _checked(i: int, m: Mapping[str, Any], role: str, text: str, limit: int) -> str:
+    """The text message ``i`` is kept with, once it is checked as its append will check it (its
+    error naming where it is: ``messages.3.name``)."""
+    calls = m.get("tool_calls")
+    text = text if text.strip() or calls else "(empty)"  # a tool's empty result
+    where = f"messages.{i}"
+    try:
+        validation.message(role, text, limit, author=m.get("name"), call_id=m.get("tool_call_id"), calls=calls or None)
+        for call in calls or ():
+            _check_call(call)
+    except ValidationError as exc:
+        field = exc.details.get("field")
+        details = {k: v for k, v in exc.details.items() if k != "field"}
+        raise ValidationError(
+            f"{where}: {exc.message}", field=f"{where}.{field}" if field else where, **details
+        ) from None
+    return text
+
+
+def _check_call(call: Mapping[str, Any]) -> None:
+    # The shape the chat-completions API itself insists on: the context built from memory pairs
+    # calls and results by id and sends the name and arguments back to the model.
+    fn = call.get("function")
+    if not isinstance(call.get("id"), str) or not call["id"].strip():
+        raise ValidationError("a tool call needs its id as a string", field="tool_calls")
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise ValidationError("a tool call needs a function object with its name", field="tool_calls")
+    if not isinstance(fn.get("arguments", ""), str):
+        raise ValidationError("a tool call's arguments must be a JSON text (a string)", field="tool_calls")
 
 
 def keep_reply(

@@ -1040,7 +1040,7 @@ export interface paths {
          * @description Create the agent a portable file holds (``as_id``: under another id). The whole file is
          *     checked first: a bad line is VALIDATION_ERROR with its number in ``line``, and nothing is
          *     written. An agent that exists is CONFLICT (never merged); the same file again answers the
-         *     first import (200, ``replayed``).
+         *     first import (200, ``replayed``). Other query parameters are refused (``known_query``).
          */
         post: operations["import_agent_v1_import_post"];
         delete?: never;
@@ -1687,7 +1687,9 @@ export interface components {
         };
         /**
          * CompletionIn
-         * @description An OpenAI chat-completions request; options vcm does not use are passed through or ignored.
+         * @description An OpenAI chat-completions request; options vcm does not use are passed through. Strict as
+         *     every request body is (``"stream": "yes"`` is no boolean), and what it passes on must be JSON
+         *     (no NaN, no lone surrogate): the upstream could not be sent it.
          */
         CompletionIn: {
             /** Messages */
@@ -3074,7 +3076,8 @@ export interface components {
         };
         /**
          * MessagesIn
-         * @description A Messages API request; every field vcm does not use is passed through.
+         * @description A Messages API request; every field vcm does not use is passed through. Strict, and JSON
+         *     all through, as :class:`vcm.api.chat.CompletionIn` is.
          */
         vcm__api__routes__anthropic__MessagesIn: {
             /** Messages */
@@ -7981,7 +7984,10 @@ export interface operations {
     };
     import_agent_v1_import_post: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the id to create the agent under */
+                as_id?: string | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;

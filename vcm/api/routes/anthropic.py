@@ -13,14 +13,14 @@ from collections.abc import Generator, Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from vcm.agent.loop import wire_messages
 from vcm.api.anthropic import EventRelay, assistant_message, convert, request_of, shown_message, written_text
 from vcm.api.auth import Principal
-from vcm.api.chat import ERRORS, Upstream, agent_named, relayed_error, sse, streamed
+from vcm.api.chat import ERRORS, Upstream, agent_named, answer_of, no_stream, relayed_error, sse, streamed
 from vcm.api.deps import AnyoneByApiKey, ServiceDep, UpstreamDep
+from vcm.api.models import RequestBody
 from vcm.api.proxy import keep_reply, reconcile, reply_key
 from vcm.dispatch import COLD_PATH
 from vcm.hotpath.turns import Turn
@@ -33,10 +33,11 @@ router = APIRouter(tags=["chat"])
 FORWARDED = ("anthropic-beta",)
 
 
-class MessagesIn(BaseModel):
-    """A Messages API request; every field vcm does not use is passed through."""
+class MessagesIn(RequestBody):
+    """A Messages API request; every field vcm does not use is passed through. Strict, and JSON
+    all through, as :class:`vcm.api.chat.CompletionIn` is."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(strict=True, extra="allow")
 
     model: str = Field(min_length=1, max_length=200)
     messages: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
@@ -115,8 +116,9 @@ def _answer(
             except ChatError as exc:
                 return relayed_error(exc)
             out = shown_message(answer, body.model)
+            response = answer_of(out, kept.header)
             keep(written_text(answer), out["content"])
-        return JSONResponse(out, headers=kept.header)
+        return response
 
     relay = EventRelay(body.model)
     stream = client.stream(request, headers)
@@ -127,7 +129,7 @@ def _answer(
         held.release()
         return relayed_error(exc)
     except StopIteration:
-        first = []
+        raise no_stream() from None
 
     def events() -> Generator[str, None, None]:
         with held:

@@ -16,7 +16,6 @@ from collections.abc import Generator, Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
-from fastapi.responses import JSONResponse
 
 from vcm.agent.loop import AgentLoop, wire_messages
 from vcm.api.auth import Principal
@@ -30,7 +29,9 @@ from vcm.api.chat import (
     StatsOut,
     Upstream,
     agent_named,
+    answer_of,
     coded,
+    no_stream,
     relayed_error,
     shown_completion,
     sse,
@@ -154,30 +155,30 @@ def _complete(
                     completion = client.complete(model=model, messages=messages, tools=tools, **options)
             except ChatError as exc:
                 return relayed_error(exc)
-            out = shown_completion(completion.raw, request_model)
+            answer = answer_of(shown_completion(completion.raw, request_model), history.header)
             calls = [c.wire() for c in completion.tool_calls]
             reply = {"role": "assistant", "content": shown(completion.content or ""), "tool_calls": calls}
             key = reply_key(body.messages, reply)
             keep_reply(service, agent_id, completion.content, calls, key, who.actor)
-        return JSONResponse(out, headers=history.header)
+        return answer
 
     relay = ChunkRelay("chatcmpl-vcm-" + uuid.uuid4().hex[:24], int(time.time()), request_model)
     stream = client.stream(model=model, messages=messages, tools=tools, **options)
     try:  # the first chunk before the 200: a refused request is relayed with its status and body
         with COLD_PATH.generating():
-            first: Mapping[str, Any] | None = next(stream)
+            first: Mapping[str, Any] = next(stream)
     except ChatError as exc:
         held.release()
         return relayed_error(exc)
     except StopIteration:
-        first = None
+        raise no_stream() from None
 
     def chunks() -> Generator[str, None, None]:
         with held:
             with COLD_PATH.generating():
                 acc = StreamAccumulator()
                 try:
-                    for chunk in itertools.chain([first] if first is not None else [], stream):
+                    for chunk in itertools.chain([first], stream):
                         acc.add(chunk)
                         yield "data: " + json.dumps(relay.relay(chunk)) + "\n\n"
                 except ChatError as exc:

@@ -45,16 +45,17 @@ def export_agent(
     responses={**WRITE_ERROR_RESPONSES, 200: {"model": ImportOut, "description": "imported before: replayed"}},
     openapi_extra={"requestBody": {"required": True, "content": {MEDIA_TYPE: {"schema": {"type": "string"}}}}},
 )
-async def import_agent(request: Request, response: Response, who: Admin, service: ServiceDep) -> ImportOut:
+async def import_agent(
+    request: Request,
+    response: Response,
+    who: Admin,
+    service: ServiceDep,
+    as_id: Annotated[str | None, Query(description="the id to create the agent under")] = None,
+) -> ImportOut:
     """Create the agent a portable file holds (``as_id``: under another id). The whole file is
     checked first: a bad line is VALIDATION_ERROR with its number in ``line``, and nothing is
     written. An agent that exists is CONFLICT (never merged); the same file again answers the
-    first import (200, ``replayed``)."""
-    as_id = None
-    for name, value in request.query_params.items():
-        if name != "as_id":
-            raise ValidationError(f"unknown query parameter {name!r} (this route takes: as_id)", field=name)
-        as_id = value
+    first import (200, ``replayed``). Other query parameters are refused (``known_query``)."""
     try:
         text = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
