@@ -211,7 +211,7 @@ def test_excluded_messages_are_left_out_of_the_ranking_and_its_pages(store: Memo
     store.spool_messages([msg(A, i, f"the meeting about project {i}") for i in range(25)] + [msg(B, 0, "meeting")])
     store.put_message_vectors(A, [(f"m{i:04d}", axis(0, tilt=(i + 1) / 10)) for i in range(25)], V)
     everything = ids(store.search_recall_hybrid(A, "meeting project", axis(0), mode=mode, limit=25))
-    left_out = everything[:8:2] + ["m0999", "not-a-stored-id"]
+    left_out = [*everything[:8:2], "m0999", "not-a-stored-id"]
     rest = [m for m in everything if m not in left_out]
     first = store.search_recall_hybrid(A, "meeting project", axis(0), mode=mode, limit=10, exclude=left_out)
     assert ids(first) == rest[:10]
