@@ -81,6 +81,21 @@ def text(value: Any, field: str, max_chars: int, *, allow_empty: bool = False) -
     return value
 
 
+def storable(words: str, max_chars: int) -> str:
+    """A model's words as memory can keep them (:func:`text` refuses NUL characters and text past
+    ``max_chars``): each NUL becomes U+FFFD, and past the limit the end is cut with a note saying
+    how much. Its caller has already shown the model's answer to someone, so refusing it would
+    lose the answer, and the client's next request, which carries it back, would be refused too."""
+    words = words.replace("\x00", "\ufffd")
+    if len(words) <= max_chars:
+        return words
+    note = "\n[vcm: {} more characters of this reply were not kept]"
+    cut = max_chars - len(note.format(len(words)))
+    if cut <= 0:  # a limit shorter than the note itself
+        return words[:max_chars]
+    return words[:cut] + note.format(len(words) - cut)
+
+
 def name(value: Any) -> str | None:
     if value is None:
         return None

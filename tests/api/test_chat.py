@@ -314,3 +314,16 @@ def test_agent_chat_refuses_a_stream_flag_that_is_not_a_boolean(
     r = httpx.post(f"{live.url}/v1/agents/ann/chat", json=body, headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 422 and r.json()["error"]["field"] == "stream", r.text
     assert said(service) == [] and upstream.requests == []
+
+
+def test_agent_chat_keeps_a_reply_with_a_nul_as_memory_can(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    # Memory refuses NUL characters: the turn used to end in a 422 with the answer lost.
+    token = agent(live)
+    upstream.script += [answer("Tea\x00time.")]
+    r = httpx.post(
+        f"{live.url}/v1/agents/ann/chat", json={"message": "When?"}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert r.status_code == 200 and r.json()["reply"] == "Tea\x00time.", r.text
+    assert [m["content"] for m in said(service)] == ["When?", "Tea\ufffdtime."]

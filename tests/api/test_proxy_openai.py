@@ -450,6 +450,26 @@ def test_a_long_reply_the_model_wrote_does_not_get_the_next_request_refused(
     assert [m["content"] for m in stored(service)] == ["Write at length.", long, "Thanks.", "Done."]
 
 
+def test_a_reply_memory_cannot_keep_as_written_reaches_the_client_and_is_kept_as_it_can(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    # Memory refuses NUL characters; a model wrote one. The answer used to be lost (a 422 for the
+    # client's request), and the client's next request, carrying it back, refused as well.
+    upstream.script += [answer("Tea\x00time."), streamed("Milk", "\x00", "first."), answer("Done.")]
+    client = sdk(live, agent(live))
+    history: list[Any] = [{"role": "user", "content": "When?"}]
+    assert client.chat.completions.create(model="m", messages=history).choices[0].message.content == "Tea\x00time."
+    history += [{"role": "assistant", "content": "Tea\x00time."}, {"role": "user", "content": "And?"}]
+    chunks = client.chat.completions.create(model="m", messages=history, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Milk\x00first."
+    history += [{"role": "assistant", "content": "Milk\x00first."}, {"role": "user", "content": "Thanks."}]
+    r = client.chat.completions.with_raw_response.create(model="m", messages=history)
+    assert r.headers["x-vcm-history"] == "appended; appended=1"  # both replies known: not appended again
+    assert [m["content"] for m in stored(service)] == [
+        "When?", "Tea\ufffdtime.", "And?", "Milk\ufffdfirst.", "Thanks.", "Done."
+    ]  # fmt: skip
+
+
 def test_an_upstream_answer_that_is_garbage_is_llm_rejected_not_a_crash(
     live: LiveServer, upstream: FakeLLM, service: MemoryService
 ) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vcm import validation
 from vcm.facts.capture import TagFilter, shown
 from vcm.llm import ChatClient, ChatError, Completion, ToolCall
 from vcm.obs import audit
@@ -135,7 +136,7 @@ class AgentLoop:
                 if not completion.tool_calls:
                     # Memory refuses an empty message: a reply that is only tags is not kept.
                     if written and final and final.strip():
-                        self.service.append(agent_id, "assistant", written, actor=self._actor(agent_id))
+                        self.service.append(agent_id, "assistant", self._storable(written), actor=self._actor(agent_id))
                     return self._end(agent_id, "answer", final, steps, depth, done, chain_open, usage)
                 before = len(done)
                 outcome = self._run_calls(agent_id, completion, done)
@@ -177,7 +178,7 @@ class AgentLoop:
         self.service.append(
             agent_id,
             "assistant",
-            completion.content or "",
+            self._storable(completion.content or ""),
             tool_calls=[c.wire() for c in calls],
             actor=self._actor(agent_id),
         )
@@ -193,6 +194,10 @@ class AgentLoop:
         if single:
             return step[0].heartbeat
         return self.executor.govern(agent_id, any(r.heartbeat.requested for r in step), actor=self._actor(agent_id))
+
+    def _storable(self, written: str) -> str:
+        """The model's words as memory keeps them (the reader has them as written)."""
+        return validation.storable(written, self.service.hot.settings.budget.max_content_chars)
 
     def _execute(self, agent_id: str, call: ToolCall, *, govern: bool) -> ToolResult:
         return self.executor.execute(

@@ -193,12 +193,14 @@ def keep_reply(
     key: str,
     actor: str,
 ) -> None:
-    """Store the model's reply as written (its tags become facts and state) under ``key``. A
-    reply with nothing to show and no calls is not stored: memory refuses an empty message (so
-    the tags of a reply that is only tags are not kept either)."""
+    """Store the model's reply as written (its tags become facts and state) under ``key``, as
+    memory can keep it (:func:`vcm.validation.storable`: the client has it as it was written, and
+    ``key`` is of that). A reply with nothing to show and no calls is not stored: memory refuses
+    an empty message (so the tags of a reply that is only tags are not kept either)."""
     if not shown(written or "").strip() and not tool_calls:
         return
+    words = validation.storable(written or "", service.hot.settings.budget.max_content_chars)
     service.append(
-        agent_id, "assistant", written or "", tool_calls=[dict(c) for c in tool_calls] if tool_calls else None,
+        agent_id, "assistant", words, tool_calls=[dict(c) for c in tool_calls] if tool_calls else None,
         idempotency_key=key, actor=actor,
     )  # fmt: skip
