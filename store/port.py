@@ -340,11 +340,10 @@ class MemoryStore(abc.ABC):
         *,
         incarnation: str | None = None,
     ) -> int:
-        """Store an embedding per (message_id, vector) for vector recall; idempotent by
-        (agent, message, version): the first write stays; a message not in the store is skipped
-        (spool first). Vectors are stored unit length; one version has one dimension (the
-        ArangoDB adapter keeps one version per message: a new version replaces an older one).
-        Returns how many were new."""
+        """Store an embedding per (message_id, vector) for vector recall; how many were new.
+        Idempotent by (agent, message, version): the first write stays; a message not in the
+        store is skipped (spool first). Vectors are stored unit length; one version has one
+        dimension (ArangoDB keeps one version per message: a new version replaces an older one)."""
 
     @abc.abstractmethod
     def message_vector_ids(self, agent_id: str, message_ids: Sequence[str], embedding_version: str) -> set[str]:
@@ -371,11 +370,9 @@ class MemoryStore(abc.ABC):
         the weighted sum of normalised BM25 and cosine scores, with a share spread to neighbouring
         turns (:func:`vcm.store.fusion.hybrid`), and when ``query`` names some of the agent's
         message authors, the other authors' messages weighted down (:mod:`vcm.store.authors`);
-        score = fused score. Same
-        time window and stable cursor paging as :meth:`search_recall`; messages without a vector
-        are found by the text leg only. ``exclude``: message ids left out of the hits returned;
-        the ranking, its cut at ``limit`` and the cursor are as without it (a prompt build asks
-        for its FIFO's length more, and its FIFO's messages are not read)."""
+        score = fused score. Same time window and stable cursor paging as :meth:`search_recall`;
+        messages without a vector are found by the text leg only. ``exclude``: message ids left
+        out of the ranking and its pages (a prompt build's FIFO is neither ranked nor read)."""
 
     @abc.abstractmethod
     def message_authors(self, agent_id: str) -> list[str]:

@@ -215,7 +215,7 @@ def test_runtime_errors_become_payloads(h: Harness, monkeypatch: pytest.MonkeyPa
     def down(*_: Any, **__: Any) -> Any:
         raise StoreUnavailable("the store is down; try again")
 
-    monkeypatch.setattr(h.store, "search_recall", down)
+    monkeypatch.setattr(h.store, "search_recall_hybrid", down)  # what the service asks, text mode too
     failed = h.call("a1", "search_recall", query="anything", mode="text")
     assert failed.error is not None and failed.error["code"] == "STORE_UNAVAILABLE"
 
