@@ -299,8 +299,10 @@ return {'ok', '{}'}
 # ARGV: [1] agent prefix  [2] idempotency key name ('' = none)  [3] fingerprint  [4] ttl seconds
 #       [5] message body JSON (role, content, tokens, pinned, created_at, ...; no id/seq)
 #       [6] tokens  [7] pinned 0|1  [8] pressure text as a JSON string  [9] now
-#       [10] write-behind 0|1: track the new messages in the backlog and report its size and
-#       oldest time ("backlog": [n, t], added after the idempotency record: a replay never has it)
+#       [10] write-behind 0|1: track the new messages in the backlog and report its size, oldest
+#       time and the agent's incarnation as a third reply element ([n, t, incarnation]; a replay
+#       never has it). The second element is the result exactly as the idempotency record keeps
+#       it, so the caller can copy the record to the store without reading it back.
 APPEND = (
     _PRELUDE
     + r"""
@@ -327,7 +329,8 @@ if ARGV[10] == '1' then
   redis.call('ZADD', KEYS[7], ARGV[9], id)
   if pressure_id then redis.call('ZADD', KEYS[7], ARGV[9], pressure_id) end
   local oldest = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
-  result = string.sub(result, 1, -2) .. ',"backlog":[' .. redis.call('ZCARD', KEYS[7]) .. ',' .. oldest[2] .. ']}'
+  local incarnation = redis.call('HGET', META, 'incarnation') or ''
+  return {'ok', result, '[' .. redis.call('ZCARD', KEYS[7]) .. ',' .. oldest[2] .. ',' .. cjson.encode(incarnation) .. ']'}
 end
 return {'ok', result}
 """

@@ -16,6 +16,7 @@ from vcm.durable import append_event, append_records, stored_message
 from vcm.errors import AgentFenced, NotFound
 from vcm.hotpath.state import HotState
 from vcm.store.port import MemoryStore
+from vcm.store.types import IdempotencyRecord
 from vcm.tasks.faults import NO_FAULTS, Faults
 from vcm.tasks.fence import fenced, note_fenced, read_fenced
 from vcm.tasks.recall.vectors import Turn, Vectorizer, message_text, ready_targets
@@ -57,19 +58,26 @@ def spool_messages(
     re-embeds at worst and stores nothing twice. The messages are read between two reads of the
     agent's incarnation and written fenced by it (:mod:`vcm.tasks.fence`): a spool of an agent
     deleted or re-created since writes nothing and answers ``fenced``."""
+
+    def messages_and_records() -> tuple[list[Message], list[IdempotencyRecord]]:
+        # The keyed appends' records are read inside the fence too: read after it, a Redis lost
+        # in between would leave messages stored without them, and a retry would append again.
+        messages = hot.get_messages(agent_id, list(dict.fromkeys(message_ids)))
+        return messages, append_records(hot, agent_id, messages)
+
     try:
-        read = read_fenced(hot, agent_id, lambda: hot.get_messages(agent_id, list(dict.fromkeys(message_ids))))
+        read = read_fenced(hot, agent_id, messages_and_records)
     except NotFound:  # the agent is gone, and its messages with it
         return SpoolOutcome(len(message_ids), 0, 0)
     if read is None:  # re-created meanwhile: the ids read may be the new agent's, its own spool's
         note_fenced("spool", agent_id)
         return SpoolOutcome(len(message_ids), 0, 0, fenced=True)
-    incarnation, messages = read
+    incarnation, found = read
     try:
-        return _write(hot, fenced(store, incarnation), agent_id, message_ids, messages, ttl_s, faults, vectorizer)
+        return _write(hot, fenced(store, incarnation), agent_id, message_ids, found, ttl_s, faults, vectorizer)
     except AgentFenced:
         note_fenced("spool", agent_id)
-        return SpoolOutcome(len(message_ids), len(messages), 0, fenced=True)
+        return SpoolOutcome(len(message_ids), len(found[0]), 0, fenced=True)
 
 
 def _write(
@@ -77,18 +85,19 @@ def _write(
     store: MemoryStore,
     agent_id: str,
     message_ids: Sequence[str],
-    messages: list[Message],
+    read: tuple[list[Message], list[IdempotencyRecord]],
     ttl_s: int,
     faults: Faults,
     vectorizer: Vectorizer | None,
 ) -> SpoolOutcome:
+    messages, records = read
     faults.point("spool.before_write", agent_id)
     written = (
         store.spool_messages(
             [stored_message(agent_id, m, ttl_s=ttl_s) for m in messages],
             events=[append_event(agent_id, m) for m in messages],
             # The records of keyed appends ride with their messages (one transaction).
-            idempotency=append_records(hot, agent_id, messages),
+            idempotency=records,
         )
         if messages
         else 0

@@ -141,15 +141,21 @@ def append_event(agent_id: str, message: Message) -> MemoryEvent:
     )
 
 
-def append_records(hot: HotState, agent_id: str, messages: Sequence[Message]) -> list[IdempotencyRecord]:
-    """The store's copies of the idempotency records of keyed appends among ``messages``, read
-    from Redis (one MGET; none for unkeyed messages). A record expires ``idempotency_ttl_s``
+def append_records(
+    hot: HotState, agent_id: str, messages: Sequence[Message], *, held: Mapping[str, tuple[str, str]] | None = None
+) -> list[IdempotencyRecord]:
+    """The store's copies of the idempotency records of keyed appends among ``messages``: those
+    the caller ``held`` (key -> (fingerprint, result), from the append's own reply), the rest
+    read from Redis (one MGET; none for unkeyed messages). A record expires ``idempotency_ttl_s``
     after its message was appended, as Redis's does; an expired one is not copied (its key may
     mean another request by now)."""
     keyed = [m for m in messages if m.idempotency_key]
     if not keyed:
         return []
-    found = hot.idempotency_records(agent_id, [m.idempotency_key for m in keyed if m.idempotency_key])
+    found = dict(held or {})
+    missing = [m.idempotency_key for m in keyed if m.idempotency_key and m.idempotency_key not in found]
+    if missing:
+        found.update(hot.idempotency_records(agent_id, missing))
     ttl, now = hot.settings.idempotency_ttl_s, hot.clock()
     out: list[IdempotencyRecord] = []
     for m in keyed:
@@ -213,9 +219,18 @@ class Durability:
         if record.id_floor < self.reserve:
             self._raise_floor(agent_id, self.reserve)
 
-    def appended(self, agent_id: str, message_ids: Sequence[str], seq: int, *, known: Sequence[Message] = ()) -> None:
+    def appended(
+        self,
+        agent_id: str,
+        message_ids: Sequence[str],
+        seq: int,
+        *,
+        known: Sequence[Message] = (),
+        records: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
         """After a successful append: keep the id floor ahead, and write the messages through
-        (``known``: those the caller holds already, saving a read of them back from Redis)."""
+        (``known``: those the caller holds already, saving a read of them back from Redis;
+        ``records``: their keys' idempotency records, key -> (fingerprint, result), likewise)."""
         floor = self._floor(agent_id)
         target = floor_due(seq, floor, self.reserve)
         if target is not None:
@@ -230,7 +245,7 @@ class Durability:
             self.store.spool_messages(
                 [stored_message(agent_id, m, ttl_s=self.hot.settings.maintenance.recall_ttl_s) for m in messages],
                 events=[append_event(agent_id, m) for m in messages],
-                idempotency=append_records(self.hot, agent_id, messages),
+                idempotency=append_records(self.hot, agent_id, messages, held=records),
             )
 
     def keep_record(self, agent_id: str, idempotency_key: str, fingerprint: str, result: str) -> None:

@@ -192,6 +192,10 @@ class Backlog:
 
     messages: int
     oldest_at: float | None  # when its oldest message was acknowledged (None: empty)
+    # The agent's incarnation the reporting append ran under (None: read from the backlog itself).
+    # Write-through fences by it, so a FLUSHDB (the agent gone from Redis, its store record
+    # unchanged) is told from a delete (the record gone or re-created).
+    incarnation: str | None = None
 
     def age_s(self, now: float) -> float:
         return max(0.0, now - self.oldest_at) if self.oldest_at is not None else 0.0
@@ -221,6 +225,10 @@ class AppendResult:
     # Write-behind only: the agent's backlog of messages not yet in the store, this one included
     # (None on a replay and when appends are written through).
     backlog: Backlog | None = None
+    # A keyed append's idempotency record as Redis keeps it, (fingerprint, result JSON); None
+    # unkeyed and on a replay. The store's copy is made from it, not read back from Redis, which
+    # may have lost it since (a FLUSHDB between the append and its write-through).
+    record: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,158 @@ def test_a_write_through_racing_a_delete_and_re_create_writes_nothing(
     assert svc.core.behind.write_through("jo", "idle") == 0
 
 
+def flush_before(monkeypatch: pytest.MonkeyPatch, client: redis.Redis, owner: object, name: str) -> None:
+    """Redis loses everything (a FLUSHDB) just before ``owner.name`` runs, once."""
+    original = getattr(owner, name)
+    armed = [True]
+
+    def flushed_first(*args: Any, **kwargs: Any) -> Any:
+        if armed[0]:
+            armed[0] = False
+            client.flushdb()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, flushed_first)
+
+
+def test_redis_lost_between_an_append_and_its_write_through_keeps_that_append(
+    client: redis.Redis, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append over the size bound is acknowledged after its write-through. Redis lost the
+    agent in between: the backlog before it is the bound's to lose, the append itself is kept
+    with its idempotency record, so its retry replays it."""
+    max_messages = 3
+    svc = service(client, store, settings(0, max_messages))
+    svc.create_agent("kim", model=MODEL)
+    for i in range(max_messages):
+        svc.append("kim", "user", f"Kim packed item {i}.", idempotency_key=f"k{i}")
+    assert svc.core.behind is not None
+    flush_before(monkeypatch, client, svc.core.behind, "write_through")
+    last = svc.append("kim", "user", "Kim locked the suitcase.", idempotency_key="k-last")
+    assert stored(store, "kim") == {last.message_id: "Kim locked the suitcase."}
+    again = svc.append("kim", "user", "Kim locked the suitcase.", idempotency_key="k-last")
+    assert again.replayed and again.message_id == last.message_id
+    # The ones the bound allowed to be lost append once each on their retry.
+    for i in range(max_messages):
+        assert not svc.append("kim", "user", f"Kim packed item {i}.", idempotency_key=f"k{i}").replayed
+    contents = sorted({**held(client, "kim"), **stored(store, "kim")}.values())
+    assert contents == sorted(["Kim locked the suitcase."] + [f"Kim packed item {i}." for i in range(max_messages)])
+
+
+def test_redis_lost_mid_write_through_keeps_what_was_read_with_its_records(
+    client: redis.Redis, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis is lost after the backlog and its records were read: all of it is written."""
+    svc = service(client, store, settings(0, 2))
+    svc.create_agent("lou", model=MODEL)
+    first = svc.append("lou", "user", "Lou ordered tea.", idempotency_key="a")
+    second = svc.append("lou", "user", "Lou ordered cake.")
+    real = svc.hot.incarnation
+    calls = [0]
+
+    def flushed_on_second_read(agent_id: str) -> str:
+        calls[0] += 1
+        if calls[0] == 2:
+            client.flushdb()
+        return real(agent_id)
+
+    monkeypatch.setattr(svc.hot, "incarnation", flushed_on_second_read)
+    third = svc.append("lou", "user", "Lou paid.", idempotency_key="c")
+    monkeypatch.undo()
+    assert sorted(stored(store, "lou")) == sorted([first.message_id, second.message_id, third.message_id])
+    assert svc.append("lou", "user", "Lou ordered tea.", idempotency_key="a").message_id == first.message_id
+    assert svc.append("lou", "user", "Lou paid.", idempotency_key="c").replayed
+
+
+def test_a_keyed_message_whose_record_redis_lost_is_not_written_without_it(
+    client: redis.Redis, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written without its record, a message's retry would append it a second time: the bound
+    lets it be lost instead, and the retry appends it once."""
+    svc = service(client, store, settings(0, 1))
+    svc.create_agent("max", model=MODEL)
+    svc.append("max", "user", "Max booked a taxi.", idempotency_key="taxi")
+    monkeypatch.setattr(svc.hot, "idempotency_records", lambda _agent, _keys: {})  # as if lost
+    real = svc.hot.incarnation
+    calls = [0]
+
+    def flushed_on_second_read(agent_id: str) -> str:
+        calls[0] += 1
+        if calls[0] == 2:
+            client.flushdb()
+        return real(agent_id)
+
+    monkeypatch.setattr(svc.hot, "incarnation", flushed_on_second_read)
+    last = svc.append("max", "user", "Max tipped the driver.", idempotency_key="tip")
+    monkeypatch.undo()
+    assert stored(store, "max") == {last.message_id: "Max tipped the driver."}
+    assert not svc.append("max", "user", "Max booked a taxi.", idempotency_key="taxi").replayed
+    assert svc.append("max", "user", "Max tipped the driver.", idempotency_key="tip").replayed
+
+
+def test_an_agent_deleted_between_an_append_and_its_write_through_is_not_brought_back(
+    client: redis.Redis, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gone from Redis is not always a lost Redis: a delete's store record is gone (or, re-created,
+    holds another incarnation), and the store's fence refuses the old agent's message."""
+    svc = service(client, store, settings(0, 1))
+    for recreate in (False, True):
+        svc.create_agent("ned", model=MODEL)
+        svc.append("ned", "user", "Ned's first agent said this.")
+        assert svc.core.behind is not None
+        real = svc.core.behind.write_through
+
+        def deleted_first(*args: Any, _recreate: bool = recreate, _real: Any = real, **kwargs: Any) -> int:
+            svc.delete_agent("ned")
+            if _recreate:
+                svc.create_agent("ned", model=MODEL)
+            return int(_real(*args, **kwargs))
+
+        monkeypatch.setattr(svc.core.behind, "write_through", deleted_first)
+        svc.append("ned", "user", "Ned's first agent said this too.")
+        monkeypatch.undo()
+        assert stored(store, "ned") == {}
+        if recreate:
+            assert not [m for m in svc.context("ned").messages if "Ned" in str(m.get("content"))]
+        else:
+            svc.create_agent("ned", model=MODEL)
+        svc.delete_agent("ned")
+
+
+def test_write_through_mode_keeps_the_record_of_an_append_redis_lost_at_once(
+    client: redis.Redis, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Write-through copies a keyed append's record from the append's own reply: read back from
+    a Redis that lost it, the record would be missing and the retry would append again."""
+    svc = service(client, store, settings(0, 0, mode="write_through"))
+    svc.create_agent("oz", model=MODEL)
+    flush_before(monkeypatch, client, svc.core.durable, "appended")
+    first = svc.append("oz", "user", "Oz renewed the lease.", idempotency_key="lease")
+    monkeypatch.undo()
+    assert stored(store, "oz") == {first.message_id: "Oz renewed the lease."}
+    again = svc.append("oz", "user", "Oz renewed the lease.", idempotency_key="lease")
+    assert again.replayed and again.message_id == first.message_id
+    assert list(stored(store, "oz").values()) == ["Oz renewed the lease."]
+
+
+def test_a_spool_racing_a_lost_redis_never_stores_a_keyed_message_without_its_record(
+    client: redis.Redis, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis is lost after the spool read the messages and before it reads their records: written
+    without its record, the message would be appended again by its retry."""
+    svc = service(client, store, settings(0, 0))
+    svc.create_agent("pia", model=MODEL)
+    first = svc.append("pia", "user", "Pia signed the contract.", idempotency_key="sign")
+    flush_before(monkeypatch, client, svc.hot, "idempotency_records")
+    spool_messages(svc.hot, store, "pia", [first.message_id])
+    monkeypatch.undo()
+    kept = first.message_id in stored(store, "pia")
+    again = svc.append("pia", "user", "Pia signed the contract.", idempotency_key="sign")
+    assert again.replayed == kept
+    contents = list({**held(client, "pia"), **stored(store, "pia")}.values())
+    assert contents.count("Pia signed the contract.") == 1
+
+
 def test_the_backlog_is_a_metric(client: redis.Redis, store: MemoryStore) -> None:
     svc = service(client, store, settings(0, 0))
     for agent, n in (("fay", 3), ("gus", 1)):

@@ -120,12 +120,12 @@ class Messages:
         ids = [res.message_id] + ([res.pressure_message_id] if res.pressure_message_id else [])
         deferred = getattr(self._listing, "pending", None)
         if deferred is None:
-            self.core.durable.appended(agent_id, ids, res.seq, known=[res.message] if res.message else ())
+            self._write_through(agent_id, [res])
         else:  # append_many writes its messages through together, before its caller hears of any
-            deferred.append((ids, res.seq, res.message))
+            deferred.append(res)
         if res.backlog is not None and self.core.behind is not None:
             # Write-behind: past its bound, the backlog is written through before the answer.
-            self.core.behind.after_append(agent_id, res.backlog)
+            self.core.behind.after_append(agent_id, res.backlog, res)
         if res.replayed:
             # The first request may have died between its Lua call and its follow-ups. Hand its
             # batch over again with the flush row (both idempotent); a missed spool is the
@@ -187,7 +187,7 @@ class Messages:
         # the spool and an eviction's commit write too, so it does not matter who writes first.
         # Well within the id reserve's half that the floor is raised from, so the floor stays ahead.
         together = max(1, min(WRITE_TOGETHER, self.core.durable.reserve // 4))
-        pending: list[tuple[list[str], int, Message | None]] = []
+        pending: list[AppendResult] = []
         self._listing.pending = pending
         try:
             for i, m in enumerate(messages):
@@ -197,10 +197,12 @@ class Messages:
                     exc.details.update(index=i, appended=len(results), message_ids=[r.message_id for r in results])
                     raise
                 if len(pending) >= together:
-                    self._write_pending(agent_id, pending)
+                    self._write_through(agent_id, pending)
+                    pending.clear()
         finally:
             self._listing.pending = None
-            self._write_pending(agent_id, pending)
+            if pending:
+                self._write_through(agent_id, pending)
         return results
 
     def _listed(
@@ -227,13 +229,13 @@ class Messages:
             created_at=m.get("created_at"),
         )
 
-    def _write_pending(self, agent_id: str, pending: list[tuple[list[str], int, Message | None]]) -> None:
-        if not pending:
-            return
-        ids = [i for group, _, _ in pending for i in group]
-        known = [m for _, _, m in pending if m is not None]
-        self.core.durable.appended(agent_id, ids, max(seq for _, seq, _ in pending), known=known)
-        pending.clear()
+    def _write_through(self, agent_id: str, appends: Sequence[AppendResult]) -> None:
+        """The store side of ``appends`` (their messages, any pressure notice, and the keyed ones'
+        idempotency records as their replies gave them)."""
+        ids = [i for r in appends for i in (r.message_id, r.pressure_message_id) if i]
+        known = [r.message for r in appends if r.message is not None]
+        records = {m.idempotency_key: r.record for r in appends if r.record and (m := r.message) and m.idempotency_key}
+        self.core.durable.appended(agent_id, ids, max(r.seq for r in appends), known=known, records=records)
 
     def evict(
         self,

@@ -22,14 +22,15 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from vcm.durable import append_event, append_records, stored_message
 from vcm.errors import NotFound
 from vcm.hotpath.state import HotState
 from vcm.obs import metrics
 from vcm.store.port import MemoryStore
-from vcm.types import Backlog
+from vcm.store.types import IdempotencyRecord
+from vcm.types import AppendResult, Backlog, Message
 
 log = logging.getLogger(__name__)
 
@@ -54,43 +55,102 @@ class WriteBehindBound:
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def after_append(self, agent_id: str, backlog: Backlog) -> None:
+    def after_append(self, agent_id: str, backlog: Backlog, appended: AppendResult | None = None) -> None:
         """An acknowledged-to-be append reported ``backlog``: past a bound, write it through now
-        (the caller answers after this returns); else watch its age."""
+        (the caller answers after this returns); else watch its age. ``appended``: that append's
+        result, whose message is written even if Redis has lost it since (see :meth:`write_through`)."""
         now = self.clock()
         if backlog.over(self.max_messages, self.max_s, now):
             by_size = self.max_messages > 0 and backlog.messages > self.max_messages
-            self.write_through(agent_id, "size" if by_size else "age")
+            message = None if appended is None else appended.message
+            key = None if message is None else message.idempotency_key
+            record = None if appended is None else appended.record
+            self.write_through(
+                agent_id,
+                "size" if by_size else "age",
+                incarnation=backlog.incarnation,
+                known=() if message is None else (message,),
+                records={key: record} if key and record else None,
+            )
             return
         if self.max_s > 0 and backlog.oldest_at is not None:
             self._watch(agent_id, backlog.oldest_at + self.max_s)
 
-    def write_through(self, agent_id: str, reason: str) -> int:
+    def write_through(
+        self,
+        agent_id: str,
+        reason: str,
+        *,
+        incarnation: str | None = None,
+        known: Sequence[Message] = (),
+        records: Mapping[str, tuple[str, str]] | None = None,
+    ) -> int:
         """Write the agent's backlog to the store (with its appends' idempotency records and audit
         rows, as the spool would) and take it out of the backlog; how many messages were written.
         Ids whose message left Redis meanwhile (a committed batch, a forget) just leave the backlog.
 
         Fenced as the spool is (``vcm.tasks.fence``): the backlog is read between two reads of the
-        agent's incarnation and written under it, so a delete (or a delete and re-create) racing
-        this write lands nothing of the old agent; the new one's own appends handle its backlog."""
+        agent's incarnation and written under it (``incarnation``: the one the calling append ran
+        under, when there is one), so a delete (or a delete and re-create) racing this write lands
+        nothing of the old agent; the new one's own appends handle its backlog.
+
+        ``known``: messages the caller holds (the append that found the backlog over its bound,
+        and ``records``, their keys' idempotency records as its reply gave them). If Redis lost the
+        agent after that append (a FLUSHDB, a failover to an empty replica), they are written
+        anyway, with whatever of the backlog was read before: the store's incarnation fence tells
+        that loss from a delete, whose record is gone. Without this the triggering append would be
+        acknowledged and in neither Redis nor the store, one past the size bound."""
+        fence, ids = incarnation, []
+        messages: list[Message] = []
+        kept: list[IdempotencyRecord] = []
         try:
-            incarnation = self.hot.incarnation(agent_id)
+            read = self.hot.incarnation(agent_id)
+            fence = read if fence is None else fence
             ids = self.hot.backlog.ids(agent_id, _BATCH)
             messages = self.hot.get_messages(agent_id, ids) if ids else []
-            if not ids or self.hot.incarnation(agent_id) != incarnation:
+            # Read with the messages, inside the fence: a record lost with Redis cannot be copied.
+            kept = append_records(self.hot, agent_id, messages, held=records)
+            if read != fence or self.hot.incarnation(agent_id) != fence:
+                return 0  # re-created since: the backlog read may be the new agent's
+        except NotFound:  # the agent left Redis: deleted, or Redis lost it
+            if fence is None:
+                return 0  # no incarnation to fence by: a deleted agent's backlog went with it
+            messages, kept = self._rescued(agent_id, messages, kept, known, records)
+        else:
+            if not ids:
                 return 0
+        try:
             if messages:
                 self.store.spool_messages(
                     [stored_message(agent_id, m, ttl_s=self._ttl_s) for m in messages],
                     events=[append_event(agent_id, m) for m in messages],
-                    idempotency=append_records(self.hot, agent_id, messages),
-                    incarnation=incarnation,
+                    idempotency=kept,
+                    incarnation=fence,
                 )
-        except NotFound:  # deleted (AgentFenced too): its backlog went with it
+        except NotFound:  # deleted (AgentFenced): its backlog went with it
             return 0
-        self.hot.backlog.done(agent_id, ids)
+        if ids:
+            self.hot.backlog.done(agent_id, ids)
         metrics.write_behind_forced(reason, len(messages))
         return len(messages)
+
+    def _rescued(
+        self,
+        agent_id: str,
+        messages: list[Message],
+        kept: list[IdempotencyRecord],
+        known: Sequence[Message],
+        records: Mapping[str, tuple[str, str]] | None,
+    ) -> tuple[list[Message], list[IdempotencyRecord]]:
+        """What can still be written after Redis lost the agent: the backlog read before it did,
+        and the caller's own messages. A keyed message whose record went with Redis is left out:
+        its retry could not be told from a new request, and would append it a second time."""
+        have = {m.id for m in messages}
+        extra = [m for m in known if m.id not in have]
+        messages = messages + extra
+        kept = kept + append_records(self.hot, agent_id, extra, held=records)
+        recorded = {r.key for r in kept}
+        return [m for m in messages if not m.idempotency_key or m.idempotency_key in recorded], kept
 
     def check(self, agent_id: str) -> float | None:
         """The idle check: write the agent's backlog through when its oldest message is past
