@@ -204,6 +204,18 @@ def _completion(response: httpx.Response) -> Completion:
         raise ChatError("the endpoint's answer is not JSON", status=response.status_code) from None
 
 
+def new_call_id() -> str:
+    """An id for a tool call the endpoint sent without one (the API's own form)."""
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def arguments_text(args: Any) -> str:
+    """A tool call's arguments as the JSON text the API carries (some servers send an object)."""
+    if args is None:
+        return ""
+    return args if isinstance(args, str) else json.dumps(args)
+
+
 def parse_completion(data: Any) -> Completion:
     """The first choice of a chat-completions response; ChatError when it has no usable shape."""
     try:
@@ -221,10 +233,10 @@ def parse_completion(data: Any) -> Completion:
         fn = raw.get("function") if isinstance(raw, Mapping) else None
         if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
             raise ChatError("the endpoint returned a tool call without a function name")
-        args = fn.get("arguments", "{}")
-        # Some servers send arguments as an object, some leave out call ids; normalise both.
-        text = args if isinstance(args, str) else json.dumps(args)
-        call_id = raw.get("id") or "call_" + uuid.uuid4().hex[:24]
+        # Some servers send arguments as an object, some leave out call ids; normalise both (the
+        # proxy shows the client the normalised calls, so its echo matches what memory keeps).
+        text = arguments_text(fn.get("arguments", "{}"))
+        call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw["id"].strip() else new_call_id()
         calls.append(ToolCall(str(call_id), fn["name"], text))
     return Completion(content, calls, choice.get("finish_reason"), data)
 
@@ -270,19 +282,22 @@ class StreamAccumulator:
             call = self.calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
             call["id"] = raw.get("id") or call["id"]
             call["name"] = call["name"] or str(fn.get("name") or "")
-            call["arguments"] += str(fn.get("arguments") or "")
+            call["arguments"] += arguments_text(fn.get("arguments"))
         text = delta.get("content")
         if isinstance(text, str) and text:
             self.content.append(text)
             return text
         return ""
 
-    def completion(self) -> Completion:
+    def completion(self, ids: Mapping[int, str] | None = None) -> Completion:
+        """The answer; ``ids``: the call ids the client was shown, by index (those it was shown win,
+        and one the endpoint never sent is made up)."""
         calls = []
-        for _, c in sorted(self.calls.items()):
+        for index, c in sorted(self.calls.items()):
             if not c["name"]:
                 raise ChatError("the endpoint streamed a tool call without a function name")
-            calls.append(ToolCall(str(c["id"] or "call_" + uuid.uuid4().hex[:24]), c["name"], c["arguments"] or "{}"))
+            call_id = (ids or {}).get(index) or c["id"] or new_call_id()
+            calls.append(ToolCall(str(call_id), c["name"], c["arguments"] or "{}"))
         raw: dict[str, Any] = {"usage": dict(self.usage)} if self.usage else {}
         if self.model:
             raw["model"] = self.model

@@ -363,3 +363,36 @@ def test_an_upstream_answer_that_is_garbage_is_llm_rejected_not_a_crash(
         assert refused.value.status_code == 502
         assert refused.value.body["error"]["code"] == "LLM_REJECTED"  # type: ignore[index]
     assert stored(service) == [("user", "What now?")]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_tool_use_block_sent_without_an_id_gets_one_the_echo_is_recognised_by(
+    live: LiveServer, upstream: FakeMessages, service: MemoryService, streamed: bool
+) -> None:
+    token = agent(live)
+    if streamed:
+        reply = stream(("tool_use", ("x", "get_weather", ['{"city": "Porto"}'])), stop_reason="tool_use")
+        for name, data in reply.events or []:
+            if name == "content_block_start":
+                data["content_block"].pop("id")
+    else:
+        block = tool_use("x", "get_weather", {"city": "Porto"})
+        block.pop("id")
+        reply = message(block, stop_reason="tool_use")
+    upstream.script += [reply, message(text("18C."))]
+    client = sdk(live, token)
+    history: list[Any] = [{"role": "user", "content": "Weather in Porto?"}]
+    if streamed:
+        with client.messages.stream(model="m", max_tokens=50, messages=history, tools=[WEATHER]) as s:  # type: ignore[list-item]
+            out = s.get_final_message()
+    else:
+        out = client.messages.create(model="m", max_tokens=50, messages=history, tools=[WEATHER])  # type: ignore[list-item]
+    use = out.content[0]
+    assert use.type == "tool_use" and isinstance(use.id, str) and use.id.startswith("toolu_")
+    result = {"type": "tool_result", "tool_use_id": use.id, "content": "18C"}
+    history += [{"role": "assistant", "content": dumped(out.content)}, {"role": "user", "content": [result]}]
+    r = client.messages.with_raw_response.create(model="m", max_tokens=50, messages=history, tools=[WEATHER])  # type: ignore[list-item]
+    assert r.headers["x-vcm-history"] == "appended; appended=1"  # the result only: the call is known
+    memory = said(service)
+    assert [m["role"] for m in memory] == ["user", "assistant", "tool", "assistant"]
+    assert memory[1]["tool_calls"][0]["id"] == use.id == memory[2]["tool_call_id"]

@@ -15,7 +15,7 @@ import pytest
 
 from tests.api.conftest import LiveServer, upstream_settings
 from tests.api.test_chat import agent, said
-from tests.doubles.llm import Action, FakeLLM, answer, calls, streamed
+from tests.doubles.llm import Action, FakeLLM, answer, calls, streamed, streamed_calls
 from vcm.api.app import create_app
 from vcm.api.proxy import keys_of, reconcile
 from vcm.service import MemoryService
@@ -493,3 +493,49 @@ def test_an_upstream_answer_that_is_garbage_is_llm_rejected_not_a_crash(
     r = httpx.post(f"{live.url}/v1/chat/completions", json=ask, headers=headers)
     assert r.status_code == 502 and r.json()["error"]["code"] == "LLM_REJECTED", r.text
     assert stored(service) == [{"role": "user", "content": "hi"}]  # said once; no garbage kept
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_tool_call_sent_without_an_id_or_with_object_arguments_is_shown_as_memory_keeps_it(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService, streamed: bool
+) -> None:
+    """Some servers leave out call ids or send arguments as an object. The client is shown the
+    calls in the API's form, as memory keeps them: its echo is recognised (not appended again or
+    refused for the missing id) and the result pairs with the call."""
+    token = agent(live)
+    if streamed:
+        action = streamed_calls(("get_weather", {"city": "Porto"}))
+        for event in action.events or []:
+            for piece in event["choices"][0]["delta"].get("tool_calls", []):
+                piece.pop("id", None)
+    else:
+        odd = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Porto"}}}
+        message = {"role": "assistant", "content": None, "tool_calls": [odd]}
+        action = Action(body={"id": "c", "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]})
+    upstream.script += [action, answer("18C in Porto.")]
+    client = sdk(live, token)
+    history: list[Any] = [{"role": "user", "content": "Weather in Porto?"}]
+    if streamed:
+        got: dict[int, dict[str, Any]] = {}
+        for chunk in client.chat.completions.create(model="m", messages=history, tools=[WEATHER], stream=True):  # type: ignore[list-item]
+            for piece in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                call = got.setdefault(
+                    piece.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                call["id"] = call["id"] or piece.id
+                call["function"]["name"] += (piece.function and piece.function.name) or ""
+                call["function"]["arguments"] += (piece.function and piece.function.arguments) or ""
+        echoed = {"role": "assistant", "content": "", "tool_calls": [got[i] for i in sorted(got)]}
+    else:
+        out = client.chat.completions.create(model="m", messages=history, tools=[WEATHER])  # type: ignore[list-item]
+        echoed = out.choices[0].message.model_dump(exclude_none=True)
+    call_id = echoed["tool_calls"][0]["id"]
+    assert isinstance(call_id, str) and call_id.startswith("call_")
+    assert json.loads(echoed["tool_calls"][0]["function"]["arguments"]) == {"city": "Porto"}
+    history += [echoed, {"role": "tool", "tool_call_id": call_id, "content": "18C"}]
+    r = client.chat.completions.with_raw_response.create(model="m", messages=history, tools=[WEATHER])  # type: ignore[list-item]
+    assert r.headers["x-vcm-history"] == "appended; appended=1"  # the result only: the call is known
+    memory = stored(service)
+    assert [m["role"] for m in memory] == ["user", "assistant", "tool", "assistant"]
+    assert memory[1]["tool_calls"][0]["id"] == call_id
+    paired(memory)

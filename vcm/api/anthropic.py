@@ -21,6 +21,7 @@ every ``tool_use`` is answered by the ``tool_result`` at the head of the next us
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,12 +200,23 @@ def _push(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) 
         turns.append({"role": role, "content": blocks})
 
 
+def with_id(block: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A ``tool_use`` block the endpoint sent without an id gets one (the API's ``toolu_`` form):
+    the client echoes the block back, and memory must recognise it and pair its result."""
+    if block.get("type") == "tool_use" and not _an_id(block.get("id")):
+        return {**block, "id": "toolu_vcm_" + uuid.uuid4().hex[:24]}
+    return block
+
+
 def shown_message(message: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """The upstream's message as the client gets it: memory tags out of its text blocks."""
+    """The upstream's message as the client gets it: memory tags out of its text blocks, and an
+    id on any ``tool_use`` block without one (:func:`with_id`)."""
     blocks = []
     for b in message.get("content") or []:
         if isinstance(b, Mapping) and b.get("type") == "text" and isinstance(b.get("text"), str):
             b = {**b, "text": shown(b["text"])}
+        elif isinstance(b, Mapping):
+            b = with_id(b)
         blocks.append(b)
     return {**message, "content": blocks, "model": model}
 
@@ -239,8 +251,8 @@ class EventRelay:
         if not isinstance(index, int):
             return [(name, out)]
         if name == "content_block_start" and isinstance(data.get("content_block"), Mapping):
-            self.blocks[index] = dict(data["content_block"])
-            return [(name, out)]
+            self.blocks[index] = dict(with_id(data["content_block"]))
+            return [(name, {**out, "content_block": dict(self.blocks[index])})]
         block = self.blocks.setdefault(index, {"type": "text", "text": ""})
         delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else None
         if name == "content_block_delta" and delta is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -32,7 +32,7 @@ from vcm.api.models import ERROR_RESPONSES, ErrorOut, RequestBody
 from vcm.errors import LlmRejected, LlmUnavailable, NotFound, ValidationError, VcmError
 from vcm.facts.capture import TagFilter, shown
 from vcm.hotpath.turns import Turn
-from vcm.llm import ChatClient, ChatError
+from vcm.llm import ChatClient, ChatError, arguments_text, new_call_id
 from vcm.llm_anthropic import MessagesClient
 from vcm.settings import ChatSettings
 
@@ -203,16 +203,24 @@ def agent_named(who: Principal, header: str | None) -> str:
 
 
 # --- the OpenAI wire format: the upstream's answer as the client gets it ------------------------------
-def shown_completion(raw: Mapping[str, Any], model: str) -> dict[str, Any]:
+def shown_completion(
+    raw: Mapping[str, Any], model: str, calls: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """The upstream's chat completion relayed as it came (every choice, logprobs, usage, the
-    fields vcm does not know), but for each message's memory tags and the model the client named."""
+    fields vcm does not know), but for each message's memory tags, the model the client named,
+    and ``calls``: choice 0's tool calls as memory keeps them (an endpoint that left out an id
+    or sent arguments as an object gets the API's form), so the client's echo is recognised."""
     out = {"id": "chatcmpl-vcm-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
            **{k: v for k, v in raw.items()}, "model": model}  # fmt: skip
     choices = []
-    for choice in raw.get("choices") or []:
+    for i, choice in enumerate(raw.get("choices") or []):
         message = choice.get("message") if isinstance(choice, Mapping) else None
         if isinstance(message, Mapping) and isinstance(message.get("content"), str):
-            choice = {**choice, "message": {**message, "content": shown(message["content"])}}
+            message = {**message, "content": shown(message["content"])}
+        if isinstance(message, Mapping) and i == 0 and calls and message.get("tool_calls"):
+            message = {**message, "tool_calls": [dict(c) for c in calls]}
+        if isinstance(message, Mapping):
+            choice = {**choice, "message": message}
         choices.append(choice)
     out["choices"] = choices
     return out
@@ -227,6 +235,7 @@ class ChunkRelay:
         self.head = {"id": cid, "created": created, "model": model}
         self.tags: dict[int, TagFilter] = {}
         self.shown: list[str] = []  # choice 0's text, as the client got it
+        self.call_ids: dict[int, str] = {}  # choice 0's tool call ids, as the client got them
 
     def relay(self, chunk: Mapping[str, Any]) -> dict[str, Any]:
         out = {**chunk, **self.head}
@@ -241,6 +250,12 @@ class ChunkRelay:
             return choice
         index = choice.get("index", 0)
         index = index if isinstance(index, int) else 0
+        if index == 0 and isinstance(delta.get("tool_calls"), list):
+            delta = {
+                **delta,
+                "tool_calls": [self._call(p) if isinstance(p, Mapping) else p for p in delta["tool_calls"]],
+            }
+            choice = {**choice, "delta": delta}
         tags = self.tags.setdefault(index, TagFilter())
         text = delta.get("content")
         if not isinstance(text, str) and not choice.get("finish_reason"):
@@ -253,6 +268,25 @@ class ChunkRelay:
         if not isinstance(text, str) and not shown_text:
             return choice
         return {**choice, "delta": {**delta, "content": shown_text}}
+
+    def _call(self, piece: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A tool call piece of choice 0 as the client gets it: the call's first piece carries an
+        id (one is made up when the endpoint sent none, and later pieces keep to it), and
+        arguments are JSON text. The stored reply carries the same, so the echo is recognised."""
+        index = piece.get("index", len(self.call_ids))
+        if not isinstance(index, int):
+            return piece  # the accumulator refuses it
+        out = dict(piece)
+        fn = piece.get("function")
+        if isinstance(fn, Mapping) and "arguments" in fn and not isinstance(fn["arguments"], str):
+            out["function"] = {**fn, "arguments": arguments_text(fn["arguments"])}
+        given = piece.get("id")
+        if index not in self.call_ids:
+            self.call_ids[index] = given if isinstance(given, str) and given.strip() else new_call_id()
+            out["id"] = self.call_ids[index]
+        elif given is not None:
+            out["id"] = self.call_ids[index]
+        return out
 
     def rest(self) -> dict[str, Any] | None:
         """A last chunk with what is still held back, when the stream ended without a finish reason."""

@@ -155,8 +155,8 @@ def _complete(
                     completion = client.complete(model=model, messages=messages, tools=tools, **options)
             except ChatError as exc:
                 return relayed_error(exc)
-            answer = answer_of(shown_completion(completion.raw, request_model), history.header)
             calls = [c.wire() for c in completion.tool_calls]
+            answer = answer_of(shown_completion(completion.raw, request_model, calls), history.header)
             reply = {"role": "assistant", "content": shown(completion.content or ""), "tool_calls": calls}
             key = reply_key(body.messages, reply)
             keep_reply(service, agent_id, completion.content, calls, key, who.actor)
@@ -187,7 +187,7 @@ def _complete(
                 rest = relay.rest()
                 if rest is not None:
                     yield "data: " + json.dumps(rest) + "\n\n"
-            completion = acc.completion()
+            completion = acc.completion(relay.call_ids)
             calls = [c.wire() for c in completion.tool_calls]
             reply = {"role": "assistant", "content": "".join(relay.shown), "tool_calls": calls}
             keep_reply(service, agent_id, completion.content, calls, reply_key(body.messages, reply), who.actor)
