@@ -299,10 +299,11 @@ return {'ok', '{}'}
 # ARGV: [1] agent prefix  [2] idempotency key name ('' = none)  [3] fingerprint  [4] ttl seconds
 #       [5] message body JSON (role, content, tokens, pinned, created_at, ...; no id/seq)
 #       [6] tokens  [7] pinned 0|1  [8] pressure text as a JSON string  [9] now
-#       [10] write-behind 0|1: track the new messages in the backlog and report its size, oldest
-#       time and the agent's incarnation as a third reply element ([n, t, incarnation]; a replay
-#       never has it). The second element is the result exactly as the idempotency record keeps
-#       it, so the caller can copy the record to the store without reading it back.
+#       [10] write-behind 0|1: track the new messages in the backlog and report its size and
+#       oldest time ("backlog": [n, t])
+# Reply: {'ok', result, extra}: result exactly as the idempotency record keeps it (so the caller
+# copies the record to the store without reading it back), and extra's JSON: the agent's
+# incarnation (its store writes are fenced by it) and the backlog. A replay has neither.
 APPEND = (
     _PRELUDE
     + r"""
@@ -325,14 +326,14 @@ local result = '{"message_id":"' .. id .. '","seq":' .. seq .. ',"tokens":' .. t
   .. (pressure_id and ('"' .. pressure_id .. '"') or 'null') .. ',"batch":' .. batch_json(batch)
   .. ',"gauges":' .. gauges_json(m) .. '}'
 idem_store(idem, ARGV[3], ARGV[4], result)
+local extra = '{"incarnation":' .. cjson.encode(redis.call('HGET', META, 'incarnation') or '')
 if ARGV[10] == '1' then
   redis.call('ZADD', KEYS[7], ARGV[9], id)
   if pressure_id then redis.call('ZADD', KEYS[7], ARGV[9], pressure_id) end
   local oldest = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
-  local incarnation = redis.call('HGET', META, 'incarnation') or ''
-  return {'ok', result, '[' .. redis.call('ZCARD', KEYS[7]) .. ',' .. oldest[2] .. ',' .. cjson.encode(incarnation) .. ']'}
+  extra = extra .. ',"backlog":[' .. redis.call('ZCARD', KEYS[7]) .. ',' .. oldest[2] .. ']'
 end
-return {'ok', result}
+return {'ok', result, extra .. '}'}
 """
 )
 

@@ -231,7 +231,8 @@ class HotState(HotBlocks):
         else:  # lua.TOKEN_GUARD: the token's key and digest go last
             raw = self._append_as_agent(keys=[*script_keys, keys.key(agent_id, keys.TOKEN)], args=[*args, token_sha256])
         data, replayed = reply(raw)
-        backlog = json.loads(raw[2]) if len(raw) > 2 else None
+        extra = json.loads(raw[2]) if len(raw) > 2 else {}
+        backlog = extra.get("backlog")
         if dated and not replayed:
             self.timeline.appended(agent_id, at, dated=said is not None)
         stored = None if replayed else Message.from_json({**body, "id": data["message_id"], "seq": data["seq"]})
@@ -247,7 +248,8 @@ class HotState(HotBlocks):
             target_unreachable=bool(data.get("target_unreachable")),
             replayed=replayed,
             gauges=Gauges(*(int(v) for v in data["gauges"])) if "gauges" in data else None,
-            backlog=None if backlog is None else Backlog(int(backlog[0]), float(backlog[1]), str(backlog[2])),
+            backlog=None if backlog is None else Backlog(int(backlog[0]), float(backlog[1])),
+            incarnation=str(extra["incarnation"]) if "incarnation" in extra else None,
             # The record as Redis keeps it (fingerprint, result): the store's copy needs no read.
             record=(fp, as_str(raw[1])) if idempotency_key and not replayed else None,
         )

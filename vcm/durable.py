@@ -227,10 +227,13 @@ class Durability:
         *,
         known: Sequence[Message] = (),
         records: Mapping[str, tuple[str, str]] | None = None,
+        incarnation: str | None = None,
     ) -> None:
         """After a successful append: keep the id floor ahead, and write the messages through
         (``known``: those the caller holds already, saving a read of them back from Redis;
-        ``records``: their keys' idempotency records, key -> (fingerprint, result), likewise)."""
+        ``records``: their keys' idempotency records, key -> (fingerprint, result), likewise),
+        fenced by the ``incarnation`` the append ran under: an agent deleted (or re-created) since
+        gets none of them, and AGENT_FENCED says so."""
         floor = self._floor(agent_id)
         target = floor_due(seq, floor, self.reserve)
         if target is not None:
@@ -246,6 +249,7 @@ class Durability:
                 [stored_message(agent_id, m, ttl_s=self.hot.settings.maintenance.recall_ttl_s) for m in messages],
                 events=[append_event(agent_id, m) for m in messages],
                 idempotency=append_records(self.hot, agent_id, messages, held=records),
+                incarnation=incarnation,
             )
 
     def keep_record(self, agent_id: str, idempotency_key: str, fingerprint: str, result: str) -> None:

@@ -192,10 +192,6 @@ class Backlog:
 
     messages: int
     oldest_at: float | None  # when its oldest message was acknowledged (None: empty)
-    # The agent's incarnation the reporting append ran under (None: read from the backlog itself).
-    # Write-through fences by it, so a FLUSHDB (the agent gone from Redis, its store record
-    # unchanged) is told from a delete (the record gone or re-created).
-    incarnation: str | None = None
 
     def age_s(self, now: float) -> float:
         return max(0.0, now - self.oldest_at) if self.oldest_at is not None else 0.0
@@ -229,6 +225,10 @@ class AppendResult:
     # unkeyed and on a replay. The store's copy is made from it, not read back from Redis, which
     # may have lost it since (a FLUSHDB between the append and its write-through).
     record: tuple[str, str] | None = None
+    # The agent's incarnation the append ran under (None on a replay). Its store writes are fenced
+    # by it: a delete (or a delete and re-create) racing them lands nothing of the old agent, and
+    # a FLUSHDB (the agent gone from Redis, its store record unchanged) is told from a delete.
+    incarnation: str | None = None
 
 
 @dataclass(frozen=True)

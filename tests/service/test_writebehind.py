@@ -19,6 +19,7 @@ import redis
 
 from tests.redis_legs import REDIS_URL, real_redis
 from vcm.dispatch import RecordingDispatcher
+from vcm.errors import NotFound
 from vcm.hotpath import keys
 from vcm.hotpath.state import HotState
 from vcm.obs import metrics
@@ -302,6 +303,30 @@ def test_a_spool_racing_a_lost_redis_never_stores_a_keyed_message_without_its_re
     assert again.replayed == kept
     contents = list({**held(client, "pia"), **stored(store, "pia")}.values())
     assert contents.count("Pia signed the contract.") == 1
+
+
+def test_write_through_lands_nothing_of_an_agent_deleted_since_its_append(
+    client: redis.Redis, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete racing an append's write-through: the store write is fenced by the incarnation
+    the append ran under, so no row of the deleted agent is left behind to show up in a
+    re-created one's recall; the append answers NOT_FOUND (its agent is gone)."""
+    svc = service(client, store, settings(0, 0, mode="write_through"))
+    svc.create_agent("quin", model=MODEL)
+    real = svc.core.durable.appended
+
+    def deleted_first(*args: Any, **kwargs: Any) -> None:
+        svc.delete_agent("quin")
+        svc.create_agent("quin", model=MODEL)  # the same id, a new agent
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(svc.core.durable, "appended", deleted_first)
+    with pytest.raises(NotFound):
+        svc.append("quin", "user", "Quin's old secret.", idempotency_key="old")
+    monkeypatch.undo()
+    assert stored(store, "quin") == {}
+    assert not store.search_recall_hybrid("quin", "secret", None, mode="text").items
+    assert not svc.append("quin", "user", "Quin's old secret.", idempotency_key="old").replayed
 
 
 def test_the_backlog_is_a_metric(client: redis.Redis, store: MemoryStore) -> None:

@@ -231,11 +231,20 @@ class Messages:
 
     def _write_through(self, agent_id: str, appends: Sequence[AppendResult]) -> None:
         """The store side of ``appends`` (their messages, any pressure notice, and the keyed ones'
-        idempotency records as their replies gave them)."""
-        ids = [i for r in appends for i in (r.message_id, r.pressure_message_id) if i]
-        known = [r.message for r in appends if r.message is not None]
-        records = {m.idempotency_key: r.record for r in appends if r.record and (m := r.message) and m.idempotency_key}
-        self.core.durable.appended(agent_id, ids, max(r.seq for r in appends), known=known, records=records)
+        idempotency records as their replies gave them), fenced by the incarnation each ran under
+        (a list of appends spans two only if the agent was deleted and re-created meanwhile)."""
+        groups: dict[str | None, list[AppendResult]] = {}
+        for r in appends:
+            groups.setdefault(r.incarnation, []).append(r)
+        for incarnation, group in groups.items():
+            ids = [i for r in group for i in (r.message_id, r.pressure_message_id) if i]
+            known = [r.message for r in group if r.message is not None]
+            records = {
+                m.idempotency_key: r.record for r in group if r.record and (m := r.message) and m.idempotency_key
+            }
+            self.core.durable.appended(
+                agent_id, ids, max(r.seq for r in group), known=known, records=records, incarnation=incarnation
+            )
 
     def evict(
         self,

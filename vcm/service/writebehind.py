@@ -68,7 +68,7 @@ class WriteBehindBound:
             self.write_through(
                 agent_id,
                 "size" if by_size else "age",
-                incarnation=backlog.incarnation,
+                incarnation=None if appended is None else appended.incarnation,
                 known=() if message is None else (message,),
                 records={key: record} if key and record else None,
             )
