@@ -56,6 +56,10 @@ class HotClaims(HotReads):
         fp, text = claim_record(op, request, result)
         self.redis.set(keys.idempotency(agent_id, idempotency_key), f"{fp}\n{text}", ex=self.settings.idempotency_ttl_s)
 
+    def release(self, agent_id: str, idempotency_key: str) -> None:
+        """Forget a claimed key whose operation was refused, so its corrected retry can use it."""
+        self.redis.delete(keys.idempotency(agent_id, idempotency_key))
+
     def idempotency_records(self, agent_id: str, idempotency_keys: Sequence[str]) -> dict[str, tuple[str, str]]:
         """The records Redis holds under the agent's keys: key -> (fingerprint, result JSON), for
         the store's copy (:mod:`vcm.durable`). One MGET: the keys share the agent's hash tag."""

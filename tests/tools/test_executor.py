@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -188,6 +189,9 @@ BAD: list[tuple[str, Mapping[str, Any] | str, str]] = [
         "policy",
     ),
     ("ingest_archival", {"chunks": ["x"], "idempotency_key": "k"}, "embeddings"),
+    # Integers past the float range: OverflowError inside the tool, not a coded error, before.
+    ("search_recall", '{"query": "x", "since": 1' + "0" * 400 + ', "request_heartbeat": false}', "since"),
+    ("set_state", {"key": "k", "value": 1, "ttl_s": 10**400, "idempotency_key": "k"}, "ttl_s"),
 ]
 
 
@@ -268,6 +272,51 @@ def test_a_key_reused_for_another_request_is_a_mismatch(h: Harness) -> None:
     other_doc = h.call("a1", "ingest_archival", text="Other text.", idempotency_key="doc-key")
     assert other_doc.error is not None and other_doc.error["code"] == "IDEMPOTENCY_MISMATCH"
     assert state(h) == before
+
+
+def test_a_refused_keyed_write_leaves_its_key_for_the_corrected_retry(h: Harness) -> None:
+    """Bad input, a policy refusal or a stale revision changes nothing, its key included: the
+    corrected call under the same key is applied, not IDEMPOTENCY_MISMATCH."""
+    no_value = h.call("a1", "set_state", key="city", idempotency_key="s1")
+    assert no_value.error is not None and no_value.error["code"] == "VALIDATION_ERROR"
+    assert h.call("a1", "set_state", key="city", value="Porto", idempotency_key="s1").ok
+    assert h.service.get_state("a1", "city").value == "Porto"
+    stale = h.call("a1", "set_state", key="city", value="Faro", _rev="bogus", idempotency_key="s2")
+    assert stale.error is not None and stale.error["code"] == "REV_CONFLICT"
+    assert h.call("a1", "set_state", key="city", value="Faro", idempotency_key="s2").ok
+    secret = {"value": "my password is hunter2xyz", "type": "preference", "idempotency_key": "r1"}
+    refused = h.call("a1", "remember_fact", **secret)
+    assert refused.error is not None and refused.error["code"] == "POLICY_REFUSED"
+    kept = h.call("a1", "remember_fact", **secret, justification="the user asked to keep it")
+    assert kept.ok and body(kept)["decision"] == "NEW"
+    again = h.call("a1", "remember_fact", **secret, justification="the user asked to keep it")
+    assert again.payload.get("replayed") is True and body(again) == body(kept)
+
+
+def test_a_keyed_write_retried_while_the_first_runs_is_a_conflict_not_a_second_write(h: Harness) -> None:
+    """The first call's claim is pending (it runs, or died): a retry within the lease answers
+    CONFLICT and writes nothing; one after it takes over. Four calls racing apply once."""
+    request = {"key": "plan", "value": "A"}
+    now = h.service.core.clock()
+    h.service.claim("a1", "p1", "set_state", request, {"pending": True, "at": now})
+    busy = h.call("a1", "set_state", key="plan", value="A", idempotency_key="p1")
+    assert busy.error is not None and busy.error["code"] == "CONFLICT"
+    assert not h.service.list_state("a1")
+    h.service.claim("a1", "p2", "set_state", request, {"pending": True, "at": now - 60})  # the first died
+    assert h.call("a1", "set_state", key="plan", value="A", idempotency_key="p2").ok
+    assert h.service.get_state("a1", "plan").value == "A"
+
+    fact = {"value": "The user lives in Lisbon", "type": "project", "key": "home_city", "idempotency_key": "f"}
+    answers: list[ToolResult] = []
+    racing = [threading.Thread(target=lambda: answers.append(h.call("a1", "remember_fact", **fact))) for _ in range(4)]
+    for t in racing:
+        t.start()
+    for t in racing:
+        t.join(30)
+    applied = [a for a in answers if a.ok and not a.payload.get("replayed")]
+    assert len(applied) == 1, [a.payload for a in answers]
+    assert all(a.ok or (a.error or {}).get("code") == "CONFLICT" for a in answers)
+    assert [f.value for f in h.service.list_facts("a1")] == [fact["value"]]
 
 
 def test_a_stale_rev_is_a_conflict(h: Harness) -> None:

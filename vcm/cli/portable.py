@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from vcm.errors import ValidationError
+from vcm.client.replies import finished
+from vcm.errors import Conflict, ValidationError
 from vcm.settings import get_settings
 from vcm.store.audit_names import Actor
 
@@ -88,8 +89,21 @@ def _wait(result: dict[str, Any], wait: Callable[[str], object]) -> None:
 
 
 def _local_job(service: Any, agent_id: str, job_id: str, timeout: float = 600.0) -> None:
+    """Wait for a re-ingestion job of the in-process worker; a failed or cancelled job raises
+    its coded error (as the client's ``wait_for_ingest`` does), one still running at
+    ``timeout`` CONFLICT: the command must not report success for a document not ingested."""
     deadline = time.monotonic() + timeout
-    while not service.ingest_job(agent_id, job_id).finished and time.monotonic() < deadline:
+    while True:
+        job = service.ingest_job(agent_id, job_id)
+        if job.finished:
+            finished(job.as_dict())
+            return
+        if time.monotonic() >= deadline:
+            raise Conflict(
+                f"ingestion job {job_id} is still {job.status} after {timeout:.0f} s; the agent is imported, "
+                "and its document is searchable once the job is done",
+                job_id=job_id,
+            )
         time.sleep(0.2)
 
 

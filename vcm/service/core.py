@@ -42,7 +42,7 @@ from vcm.obs import audit, footprint, metrics
 from vcm.service.writebehind import WriteBehindBound
 from vcm.store.audit_names import EventKind, audit_id
 from vcm.store.port import MemoryStore
-from vcm.store.types import AgentRecord, MemoryEvent
+from vcm.store.types import AgentRecord, IdempotencyRecord, MemoryEvent
 from vcm.types import AgentInfo, BatchInfo, Gauges
 
 P = ParamSpec("P")
@@ -239,6 +239,16 @@ class Core:
         if kept.fingerprint != fp:
             raise IdempotencyMismatch("this idempotency key was already used for a different request; use a new key")
         return dict(json.loads(kept.result)), True
+
+    def release(self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any]) -> None:
+        """Forget a claim whose operation was refused before it changed anything (bad input, a
+        policy refusal, a revision conflict), so a corrected retry under the same key is not
+        IDEMPOTENCY_MISMATCH: the store's copy is replaced by an expired one (never read back,
+        removed by ``expire_idempotency``), then Redis's is deleted."""
+        fp = claim_record(op, request, {})[0]
+        expired = self.clock() - 1.0
+        self.store.put_idempotency([IdempotencyRecord(agent_id, idempotency_key, fp, "{}", expired)])
+        self.hot.release(agent_id, idempotency_key)
 
     def settle(
         self, agent_id: str, idempotency_key: str, op: str, request: Mapping[str, Any], result: Mapping[str, Any]

@@ -97,6 +97,7 @@ class MemoryService:
         self.agent = core.agent
         self.rebuild = core.rebuild
         self.claim = core.claim
+        self.release = core.release
         self.settle = core.settle
         self.cursor_secret = core.cursor_secret
         self.counter = core.counter

@@ -58,10 +58,18 @@ def field_of(error: SchemaError, args: Mapping[str, Any]) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "arguments"
 
 
+# The largest integer a tool argument may hold: floats reach ~1.8e308, and every number vcm
+# takes (times, counts, sizes, vector items) is far below.
+MAX_INTEGER = 10**300
+
+
 def check_finite(value: Any, where: str) -> None:
-    """JSON allows NaN and Infinity as Python reads it; no tool argument means them."""
+    """JSON allows NaN and Infinity as Python reads it, and integers of any length; no tool
+    argument means them (an integer past the float range would crash the arithmetic on it)."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValidationError(f"{where} must be a finite number", field=where)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+        raise ValidationError(f"{where} is too large a number", field=where)
     if isinstance(value, Mapping):
         for k, v in value.items():
             check_finite(v, str(k) if where == "arguments" else f"{where}.{k}")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vcm import validation
-from vcm.errors import ValidationError, from_payload
+from vcm.errors import Conflict, ValidationError, VcmError, from_payload
 from vcm.service.search import PrecomputedDocument
 from vcm.tools import paging, results
 from vcm.tools.calls import (
@@ -19,6 +19,9 @@ from vcm.tools.calls import (
 )
 from vcm.tools.pager import Pager
 
+# How long a keyed write's claim stays the running call's: a retry within it is CONFLICT, one after
+# it takes over (a structured-memory write takes milliseconds; the first call died).
+PENDING_LEASE_S = 30.0
 # seed 000's ingest_archival: a document the caller chunked and embedded
 PRECOMPUTED = ("chunks", "embeddings", "dimension", "metric", "embedding_version", "model_id")
 
@@ -151,15 +154,31 @@ class WriteHandlers(Pager):
 
     def _keyed(self, call: ToolCall, name: str, run: Callable[..., dict[str, Any]]) -> Reply:
         """A structured-memory write under its idempotency key: a retry answers as the first call
-        did (its body is kept with the key) and changes nothing."""
+        did (its body is kept with the key) and changes nothing.
+
+        The key is claimed before the write, marked pending with the time: a retry arriving while
+        the first call still runs is CONFLICT (retry shortly) rather than a second write; one
+        arriving after ``PENDING_LEASE_S`` takes over (the first died between its claim and its
+        answer). A call refused with a coded error releases the key, so its corrected retry can
+        use it."""
         a = call.args
         request = {k: v for k, v in a.items() if k not in ("idempotency_key", "request_heartbeat")}
-        agent_id = call.agent.agent_id
-        first, replayed = self.service.claim(agent_id, a["idempotency_key"], name, request, {"pending": True})
+        agent_id, key = call.agent.agent_id, a["idempotency_key"]
+        now = self.service.core.clock()
+        first, replayed = self.service.claim(agent_id, key, name, request, {"pending": True, "at": now})
         if replayed and "body" in first:
             return Reply(mark_replayed(dict(first["body"]), True))
-        body = run(self.service, call.agent.agent_id, a, call.actor)
-        self.service.settle(call.agent.agent_id, a["idempotency_key"], name, request, {"body": body})
+        if replayed and now - float(first.get("at", 0.0)) < PENDING_LEASE_S:
+            raise Conflict(
+                "a call with this idempotency key is still running; retry it shortly for its answer",
+                retry_after_s=PENDING_LEASE_S,
+            )
+        try:
+            body = run(self.service, agent_id, a, call.actor)
+        except VcmError:
+            self.service.release(agent_id, key, name, request)
+            raise
+        self.service.settle(agent_id, key, name, request, {"body": body})
         return Reply(body)
 
     def _write_recall(self, call: ToolCall) -> Reply:
