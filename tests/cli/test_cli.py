@@ -114,6 +114,15 @@ def test_serve_context_search_and_events_through_the_cli(tmp_path: Path, server:
     assert sorted(r["idempotency_key"] for r in rows) == ["k0", "k1", "k2"]
     assert all(r["payload"]["footprint"]["op"] == "append" for r in rows)
     assert "locker" not in json.dumps(rows)
+    # Facts through the API: --limit is the server's limit too, and a fact has one type.
+    api = ("--agent", "cli1", "--api", server, "--token", token)
+    for place in ("Porto", "Faro", "Braga"):
+        kept = _vcm(tmp_path, "facts", "remember", f"The user visited {place}", "--type", "preference", *api)
+        assert kept.returncode == 0, kept.stderr
+    listed = json.loads(_vcm(tmp_path, "facts", "list", "--limit", "2", *api).stdout)
+    assert len(listed["facts"]) == 2
+    two = _vcm(tmp_path, "facts", "remember", "The user likes tea", "--type", "preference", "--type", "learned", *api)
+    assert two.returncode == 2 and "VALIDATION_ERROR" in two.stderr
 
 
 @pytest.mark.slow

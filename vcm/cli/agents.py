@@ -121,6 +121,14 @@ def _settle(client: Any, args: argparse.Namespace) -> Any:
     return client.settle_fact(args.agent, _need_text(args), args.action)
 
 
+def _one_type(args: argparse.Namespace) -> str:
+    """The type a remembered fact gets: one ``--type`` (repeated, it filters list and search)."""
+    types = args.type or ["learned"]
+    if len(types) > 1:
+        raise ValidationError("a fact has one type: give --type once to remember it", field="type")
+    return str(types[0])
+
+
 # What a person may do with a shadow fact (``vcm facts promote|merge|reject FACT_ID``).
 SETTLE = ("promote", "merge", "reject")
 
@@ -131,10 +139,10 @@ def cmd_facts(args: argparse.Namespace) -> int:
     if args.api:
         client = _remote(args)
         calls: dict[str, Callable[[], Any]] = {
-            "list": lambda: client.facts(args.agent, types=args.type),
-            "search": lambda: client.search_facts(args.agent, _need_text(args), types=args.type),
+            "list": lambda: client.facts(args.agent, types=args.type, limit=args.limit),
+            "search": lambda: client.search_facts(args.agent, _need_text(args), types=args.type, limit=args.limit),
             "remember": lambda: client.remember(
-                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key, scope=args.scope
+                args.agent, _need_text(args), type=_one_type(args), key=args.key, scope=args.scope
             ),
             "forget": lambda: client.forget_fact(args.agent, _need_text(args)),
             "stats": lambda: client.fact_stats(args.agent),
@@ -154,7 +162,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
             _print({"hits": [{"score": round(h.score, 4), **_fact_json(h.fact)} for h in hits]})
         elif args.action == "remember":
             res = service.remember(
-                args.agent, _need_text(args), type=(args.type or ["learned"])[0], key=args.key, scope=args.scope,
+                args.agent, _need_text(args), type=_one_type(args), key=args.key, scope=args.scope,
                 actor=Actor.CLI,
             )  # fmt: skip
             _print({"decision": res.decision, "fact": _fact_json(res.fact)})

@@ -110,6 +110,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     settings, _ = with_admin_token(get_settings())
     token = args.token or os.environ.get("VCM_TOKEN", "")
     stdio = args.transport == "stdio"
+    if not stdio and (args.agent or args.token):
+        # Over HTTP each request names its agent by its own bearer token: an option that would
+        # pick one for the whole server would be ignored, so it is refused.
+        option = "--agent" if args.agent else "--token"
+        raise ValidationError(f"{option} is for the stdio transport; over HTTP each request's token names its agent",
+                              field=option.lstrip("-"))  # fmt: skip
     if stdio and not token:
         raise ValidationError("vcm mcp over stdio serves the agent of a token: --token or VCM_TOKEN", field="token")
     # Over stdio, stdin and stdout are the wire from the start: the cold path started below (and
