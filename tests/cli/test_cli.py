@@ -308,6 +308,8 @@ def test_append_a_conversation_file_through_the_api_and_again(tmp_path: Path, se
                                                           "evictions": 0, "seconds": 0}  # fmt: skip
     again = _vcm(tmp_path, "append", str(chat), "--agent", "cli2", "--batch", "10", *api)
     assert json.loads(again.stdout)["replayed"] == 25  # the same file: nothing twice
+    smaller = _vcm(tmp_path, "append", str(chat), "--agent", "cli2", "--batch", "7", *api)
+    assert json.loads(smaller.stdout)["replayed"] == 25  # in lists of another size: nothing twice either
     said = httpx.get(f"{server}/v1/agents/cli2/context", headers={"Authorization": f"Bearer {token}"}).json()
     contents = [m["content"] for m in said["messages"][1:]]
     assert len(contents) == 25 and contents[10].startswith("[Tue 9 May 2023] Line 10:")

@@ -126,3 +126,26 @@ def test_every_message_is_in_the_store_before_the_call_returns_and_the_id_floor_
         assert {e.payload["message_id"] for e in events} >= {r.message_id for r in results}
     finally:
         store.close()
+
+
+def test_a_conversation_sent_again_in_lists_of_another_size_replays_each_message(svc: MemoryService) -> None:
+    """``first_index`` keys message n of the conversation ``<key>:<n>`` whatever list it is in:
+    the first run sent a list of 2 and stopped; the retry, in lists of 3 and 1, replays those two
+    and appends the rest once."""
+    talk = [*chat(), {"role": "assistant", "content": "Lucky you.", "created_at": MAY8 + 3 * DAY + 60}]
+    first = svc.append_many("ann", talk[:2], idempotency_key="conv", first_index=0)
+    again = svc.append_many("ann", talk[:3], idempotency_key="conv", first_index=0)
+    rest = svc.append_many("ann", talk[3:], idempotency_key="conv", first_index=3)
+    assert [r.replayed for r in again + rest] == [True, True, False, False]
+    assert [r.message_id for r in again[:2]] == [r.message_id for r in first]
+    assert [content for content, _ in fifo(svc)] == [str(m["content"]) for m in talk]
+
+
+@pytest.mark.parametrize(("key", "first_index"), [(None, 2), ("k", -1), ("k", True), ("k", 10**10), ("k", "3")])
+def test_a_bad_first_index_is_refused_and_appends_nothing(
+    svc: MemoryService, key: str | None, first_index: object
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        svc.append_many("ann", chat(), idempotency_key=key, first_index=first_index)  # type: ignore[arg-type]
+    assert refused.value.details["field"] == "first_index"
+    assert fifo(svc) == []

@@ -43,31 +43,38 @@ def read_messages(raw: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def lists_of(messages: Sequence[Mapping[str, Any]], size: int, digest: str) -> list[tuple[str, list[Any]]]:
-    """The messages in lists of ``size``, each with its idempotency key (the file's digest and
-    the list's first line): the same file run again replays every list."""
-    return [(f"append:{digest}:{i}", list(messages[i : i + size])) for i in range(0, len(messages), size)]
+def lists_of(messages: Sequence[Mapping[str, Any]], size: int) -> list[tuple[int, list[Any]]]:
+    """The messages in lists of ``size``, each with the index of its first message. Sent with the
+    file's key (:func:`file_key`) and that index, message *n* of the file is keyed ``<key>:<n>``
+    whatever ``--batch`` is: the same file run again, in lists of any size, replays every
+    message that went in and appends the rest once."""
+    return [(i, list(messages[i : i + size])) for i in range(0, len(messages), size)]
+
+
+def file_key(raw: bytes) -> str:
+    """The idempotency key of a conversation file: its content's digest."""
+    return "append:" + hashlib.sha256(raw).hexdigest()[:24]
 
 
 def cmd_append(args: argparse.Namespace) -> int:
     raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     messages = read_messages(raw)
-    digest = hashlib.sha256(raw).hexdigest()[:24]
-    lists = lists_of(messages, args.batch, digest)
+    key = file_key(raw)
+    lists = lists_of(messages, args.batch)
     started = time.monotonic()
     results: list[Mapping[str, Any]] = []
     if args.api:
         from vcm.cli.commands import _client
 
         with _client(args) as client:
-            for key, part in lists:
-                results += client.append_many(args.agent, part, idempotency_key=key)["results"]
+            for first, part in lists:
+                results += client.append_many(args.agent, part, idempotency_key=key, first_index=first)["results"]
     else:
         from vcm.workers.wiring import running_service
 
         with running_service(get_settings(), beat=False, warm=False) as service:
-            for key, part in lists:
-                done = service.append_many(args.agent, part, idempotency_key=key, actor=Actor.CLI)
+            for first, part in lists:
+                done = service.append_many(args.agent, part, idempotency_key=key, actor=Actor.CLI, first_index=first)
                 results += [{"replayed": r.replayed, "batch": r.batch} for r in done]
             # The cold path runs in this process: the evictions the messages began go to recall
             # before it ends (a batch left pending is begun again by the next process, but a user

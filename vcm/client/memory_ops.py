@@ -51,16 +51,22 @@ class MemoryOperations(Sender[R]):
         )
 
     def append_many(
-        self, agent_id: str, messages: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+        self,
+        agent_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        first_index: int = 0,
     ) -> R:
         """Append a list of messages in order (``POST .../messages/batch``): each a mapping of
         ``append``'s fields, ``created_at`` a number or an ISO 8601 string (a datetime is sent as
-        one). Bad input appends nothing; with ``idempotency_key`` a retry replays what went in."""
+        one). Bad input appends nothing; with ``idempotency_key`` a retry replays what went in.
+        ``first_index``: the list's place in a longer conversation sent in lists (see the route)."""
         listed = [
             {k: v.isoformat() if isinstance(v, datetime) else v for k, v in m.items() if v is not None}
             for m in messages
         ]
-        body = clean({"messages": listed, "idempotency_key": idempotency_key})
+        body = clean({"messages": listed, "idempotency_key": idempotency_key, "first_index": first_index or None})
         return self._send(Call("POST", f"/v1/agents/{seg(agent_id)}/messages/batch", json=body))
 
     def context(self, agent_id: str, *, built: bool = False, query: str | None = None) -> R:

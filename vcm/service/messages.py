@@ -27,6 +27,8 @@ from vcm.types import AppendResult, BatchInfo, Message
 
 # Messages in one append_many call; more go in several.
 MAX_APPEND_MANY = 1000
+# The largest first_index of an append_many list (a conversation far longer than any real one).
+MAX_FIRST_INDEX = 10**9
 # Messages of an append_many list written through to the store in one transaction.
 WRITE_TOGETHER = 100
 LISTED_FIELDS = frozenset({"role", "content", "name", "pinned", "metadata", "tool_call_id", "tool_calls", "created_at"})
@@ -163,11 +165,15 @@ class Messages:
         idempotency_key: str | None = None,
         actor: str = Actor.SYSTEM,
         token_sha256: str | None = None,
+        first_index: int = 0,
     ) -> list[AppendResult]:
         """Append a list of messages in order (an imported conversation: each may carry its
         ``created_at``), each as :meth:`append` does it. Every message is checked before the first
         goes in, so bad input appends nothing. ``idempotency_key`` keys each message as
         ``<key>:<index>``: a retry of the whole list replays what went in and goes on from there.
+        ``first_index``: the index of the list's first message in a longer conversation sent in
+        lists (message *i* is keyed ``<key>:<first_index + i>``), so a retry in lists of another
+        size keys every message as before.
         A refusal past the checks (a message larger than the window, say) leaves the messages
         before it appended and says so: ``appended`` (how many) and ``message_ids`` in its details."""
         validation.agent_id(agent_id)
@@ -175,9 +181,16 @@ class Messages:
             raise ValidationError("messages must be a non-empty list of messages", field="messages")
         if len(messages) > MAX_APPEND_MANY:
             raise ValidationError(f"at most {MAX_APPEND_MANY} messages in one call", field="messages")
+        if isinstance(first_index, bool) or not isinstance(first_index, int) or not 0 <= first_index <= MAX_FIRST_INDEX:
+            raise ValidationError(f"first_index must be an integer from 0 to {MAX_FIRST_INDEX}", field="first_index")
+        if first_index and idempotency_key is None:
+            raise ValidationError(
+                "first_index places keyed messages: give idempotency_key with it", field="first_index"
+            )
         if idempotency_key is not None:
             validation.idempotency_key(idempotency_key)
-            validation.idempotency_key(f"{idempotency_key}:{len(messages) - 1}")  # the longest derived key
+            # the longest derived key
+            validation.idempotency_key(f"{idempotency_key}:{first_index + len(messages) - 1}")
         now = self.core.clock()
         for i, m in enumerate(messages):
             _check_listed(i, m, self.core.settings.budget.max_content_chars, now)
@@ -192,7 +205,7 @@ class Messages:
         try:
             for i, m in enumerate(messages):
                 try:
-                    results.append(self._listed(agent_id, m, i, idempotency_key, actor, token_sha256))
+                    results.append(self._listed(agent_id, m, first_index + i, idempotency_key, actor, token_sha256))
                 except VcmError as exc:
                     exc.details.update(index=i, appended=len(results), message_ids=[r.message_id for r in results])
                     raise

@@ -3018,6 +3018,12 @@ export interface components {
          */
         vcm__api__models__messages__MessagesIn: {
             /**
+             * First Index
+             * @description The index of the first message in a longer conversation sent in lists: message i is keyed <key>:<first_index + i>, so a retry in lists of another size replays each message (needs a key).
+             * @default 0
+             */
+            first_index?: number;
+            /**
              * Idempotency Key
              * @description Keys each message as <key>:<index>: a retry of the whole list replays what went in and goes on from there (the Idempotency-Key header does the same).
              */

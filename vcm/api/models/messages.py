@@ -72,6 +72,13 @@ class MessagesIn(RequestBody):
         description="Keys each message as <key>:<index>: a retry of the whole list replays what went in and "
         "goes on from there (the Idempotency-Key header does the same).",
     )
+    first_index: int = Field(
+        0,
+        ge=0,
+        le=10**9,
+        description="The index of the first message in a longer conversation sent in lists: message i is keyed "
+        "<key>:<first_index + i>, so a retry in lists of another size replays each message (needs a key).",
+    )
 
 
 class AppendOut(BaseModel):

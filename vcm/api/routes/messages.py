@@ -82,6 +82,7 @@ def append_messages(
         idempotency_key=one_key(idem, body.idempotency_key),
         actor=who.principal.actor,
         token_sha256=who.token_sha256,
+        first_index=body.first_index,
     )
     return AppendManyOut(results=[AppendOut.of(r) for r in results])
 
