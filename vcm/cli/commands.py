@@ -105,10 +105,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from vcm.tools.executor import ToolExecutor
     from vcm.workers.wiring import running_service
 
-    # An admin token is needed only to name an agent over stdio; without one set, a random one that
-    # nobody knows stands in (never printed: agents' tokens are what MCP clients connect with).
-    settings, _ = with_admin_token(get_settings())
-    token = args.token or os.environ.get("VCM_TOKEN", "")
     stdio = args.transport == "stdio"
     if not stdio and (args.agent or args.token):
         # Over HTTP each request names its agent by its own bearer token: an option that would
@@ -116,6 +112,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         option = "--agent" if args.agent else "--token"
         raise ValidationError(f"{option} is for the stdio transport; over HTTP each request's token names its agent",
                               field=option.lstrip("-"))  # fmt: skip
+    # An admin token is needed only to name an agent over stdio; without one set, a random one that
+    # nobody knows stands in (never printed: agents' tokens are what MCP clients connect with).
+    settings, _ = with_admin_token(get_settings())
+    token = args.token or os.environ.get("VCM_TOKEN", "")
     if stdio and not token:
         raise ValidationError("vcm mcp over stdio serves the agent of a token: --token or VCM_TOKEN", field="token")
     # Over stdio, stdin and stdout are the wire from the start: the cold path started below (and
