@@ -153,14 +153,14 @@ def test_a_write_through_racing_a_delete_and_re_create_writes_nothing(
     assert svc.core.behind.write_through("jo", "idle") == 0
 
 
-def flush_before(monkeypatch: pytest.MonkeyPatch, client: redis.Redis, owner: object, name: str) -> None:
-    """Redis loses everything (a FLUSHDB) just before ``owner.name`` runs, once."""
+def flush_before(monkeypatch: pytest.MonkeyPatch, client: redis.Redis, owner: object, name: str, call: int = 1) -> None:
+    """Redis loses everything (a FLUSHDB) just before the ``call``-th run of ``owner.name``."""
     original = getattr(owner, name)
-    armed = [True]
+    calls = [0]
 
     def flushed_first(*args: Any, **kwargs: Any) -> Any:
-        if armed[0]:
-            armed[0] = False
+        calls[0] += 1
+        if calls[0] == call:
             client.flushdb()
         return original(*args, **kwargs)
 
@@ -199,16 +199,7 @@ def test_redis_lost_mid_write_through_keeps_what_was_read_with_its_records(
     svc.create_agent("lou", model=MODEL)
     first = svc.append("lou", "user", "Lou ordered tea.", idempotency_key="a")
     second = svc.append("lou", "user", "Lou ordered cake.")
-    real = svc.hot.incarnation
-    calls = [0]
-
-    def flushed_on_second_read(agent_id: str) -> str:
-        calls[0] += 1
-        if calls[0] == 2:
-            client.flushdb()
-        return real(agent_id)
-
-    monkeypatch.setattr(svc.hot, "incarnation", flushed_on_second_read)
+    flush_before(monkeypatch, client, svc.hot, "incarnation", call=2)  # its second read, in the fence
     third = svc.append("lou", "user", "Lou paid.", idempotency_key="c")
     monkeypatch.undo()
     assert sorted(stored(store, "lou")) == sorted([first.message_id, second.message_id, third.message_id])
@@ -225,16 +216,7 @@ def test_a_keyed_message_whose_record_redis_lost_is_not_written_without_it(
     svc.create_agent("max", model=MODEL)
     svc.append("max", "user", "Max booked a taxi.", idempotency_key="taxi")
     monkeypatch.setattr(svc.hot, "idempotency_records", lambda _agent, _keys: {})  # as if lost
-    real = svc.hot.incarnation
-    calls = [0]
-
-    def flushed_on_second_read(agent_id: str) -> str:
-        calls[0] += 1
-        if calls[0] == 2:
-            client.flushdb()
-        return real(agent_id)
-
-    monkeypatch.setattr(svc.hot, "incarnation", flushed_on_second_read)
+    flush_before(monkeypatch, client, svc.hot, "incarnation", call=2)  # its second read, in the fence
     last = svc.append("max", "user", "Max tipped the driver.", idempotency_key="tip")
     monkeypatch.undo()
     assert stored(store, "max") == {last.message_id: "Max tipped the driver."}
