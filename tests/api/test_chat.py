@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from tests.api.conftest import ADMIN_TOKEN, LiveServer, api_settings, executor_for, upstream_settings
 from tests.doubles.llm import Action, FakeLLM, answer, calls, status, streamed, streamed_calls
 from vcm.api.app import create_app
+from vcm.client import VcmClient
 from vcm.service import MemoryService
 from vcm.tools.schemas import tool_schemas
 
@@ -50,6 +51,20 @@ def said(service: MemoryService, agent_id: str = "ann") -> list[dict[str, Any]]:
             message["tool_call_id"] = m.tool_call_id
         out.append(message)
     return out
+
+
+def sse_events(live: LiveServer, body: dict[str, Any], headers: dict[str, str]) -> list[tuple[str, Any]]:
+    """The (event, data) pairs of a streamed agent chat turn."""
+    events: list[tuple[str, Any]] = []
+    with httpx.stream("POST", f"{live.url}/v1/agents/ann/chat", json=body, headers=headers) as s:
+        assert s.status_code == 200, s.read()
+        event = ""
+        for line in s.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                events.append((event, json.loads(line[6:])))
+    return events
 
 
 def contents(request: dict[str, Any]) -> list[str]:
@@ -177,16 +192,7 @@ def test_agent_chat_runs_vcm_tools_and_streams(live: LiveServer, upstream: FakeL
         streamed_calls(("search_recall", {"query": "Ada", "mode": "text", "request_heartbeat": True})),
         streamed("Yes, ", "Ada."),
     ]
-    events = []
-    with httpx.stream(
-        "POST", f"{live.url}/v1/agents/ann/chat", json={"message": "Who am I?", "stream": True}, headers=auth
-    ) as s:
-        event = ""
-        for line in s.iter_lines():
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                events.append((event, json.loads(line[6:])))
+    events = sse_events(live, {"message": "Who am I?", "stream": True}, auth)
     kinds = [e for e, _ in events]
     assert kinds[0] == "tool_result" and kinds[-1] == "done" and kinds.count("delta") == 2
     assert "".join(d["content"] for e, d in events if e == "delta") == "Yes, Ada."
@@ -327,3 +333,97 @@ def test_agent_chat_keeps_a_reply_with_a_nul_as_memory_can(
     )
     assert r.status_code == 200 and r.json()["reply"] == "Tea\x00time.", r.text
     assert [m["content"] for m in said(service)] == ["When?", "Tea\ufffdtime."]
+
+
+def test_a_keyed_chat_turn_retried_answers_its_first_result(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    token = agent(live, tools=tool_schemas())
+    auth = {"Authorization": f"Bearer {token}"}
+    store = {"block_id": "user", "content": "Name: Ada", "idempotency_key": "k1", "request_heartbeat": True}
+    upstream.script += [calls(("store_core", store)), answer("Saved, Ada.")]
+    url = f"{live.url}/v1/agents/ann/chat"
+    first = httpx.post(url, json={"message": "I am Ada.", "name": "Ada"}, headers={**auth, "Idempotency-Key": "t1"})
+    assert first.status_code == 200, first.text
+    assert first.json()["reply"] == "Saved, Ada." and first.json()["replayed"] is False
+    fifo = said(service)
+    # The retry (the client never saw the answer): the same answer, the model not called again,
+    # nothing appended again; the key in the body is the same key.
+    again = httpx.post(url, json={"message": "I am Ada.", "name": "Ada", "idempotency_key": "t1"}, headers=auth)
+    assert again.status_code == 200, again.text
+    assert again.json() == {**first.json(), "replayed": True}
+    assert len(upstream.requests) == 2 and said(service) == fifo
+    with VcmClient(live.url, token) as client:  # the Python client sends the key as the header
+        assert client.chat("ann", "I am Ada.", name="Ada", idempotency_key="t1") == {**first.json(), "replayed": True}
+    # Streamed, the retry is its done event alone.
+    keyed = {**auth, "Idempotency-Key": "t1"}
+    events = sse_events(live, {"message": "I am Ada.", "name": "Ada", "stream": True}, keyed)
+    assert events == [("done", {**first.json(), "replayed": True})]
+    # The key with another message (or name) is refused and changes nothing.
+    for body in ({"message": "I am Bea."}, {"message": "I am Ada.", "name": "Bea"}):
+        r = httpx.post(url, json=body, headers={**auth, "Idempotency-Key": "t1"})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "IDEMPOTENCY_MISMATCH", r.text
+    assert len(upstream.requests) == 2 and said(service) == fifo
+    # Without a key every turn is its own.
+    upstream.script += [answer("One."), answer("Two.")]
+    for _ in range(2):
+        assert httpx.post(url, json={"message": "Hi."}, headers=auth).status_code == 200
+    assert [m["content"] for m in said(service)[-4:]] == ["Hi.", "One.", "Hi.", "Two."]
+
+
+def test_a_keyed_chat_turn_that_failed_is_retried_without_a_second_user_message(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    token = agent(live)
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "t2"}
+    url = f"{live.url}/v1/agents/ann/chat"
+    upstream.script += [status(500), answer("Here now.")]
+    failed = httpx.post(url, json={"message": "Are you there?"}, headers=headers)
+    assert failed.status_code == 503 and failed.json()["error"]["code"] == "LLM_UNAVAILABLE"
+    assert [m["content"] for m in said(service)] == ["Are you there?"]  # what the user said is kept
+    retried = httpx.post(url, json={"message": "Are you there?"}, headers=headers)
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["reply"] == "Here now." and retried.json()["replayed"] is False
+    assert [m["content"] for m in said(service)] == ["Are you there?", "Here now."]
+    replay = httpx.post(url, json={"message": "Are you there?"}, headers=headers)
+    assert replay.json() == {**retried.json(), "replayed": True} and len(upstream.requests) == 2
+
+
+def test_a_keyed_streamed_turn_whose_process_died_is_taken_over(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    token = agent(live)
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "t3"}
+    # A turn that claimed its key and appended the user's message, then its process died.
+    service.claim("ann", "t3", "chat_turn", {"message": "Still there?", "name": None}, {"pending": True})
+    service.append("ann", "user", "Still there?", idempotency_key="t3:user", actor="user")
+    upstream.script.append(streamed("Yes, ", "still here."))
+    events = sse_events(live, {"message": "Still there?", "stream": True}, headers)
+    assert events[-1][0] == "done" and events[-1][1]["reply"] == "Yes, still here."
+    assert events[-1][1]["replayed"] is False
+    assert [m["content"] for m in said(service)] == ["Still there?", "Yes, still here."]
+    # Its retry, not streamed, answers the streamed turn's result.
+    r = httpx.post(f"{live.url}/v1/agents/ann/chat", json={"message": "Still there?"}, headers=headers)
+    assert r.json() == {**events[-1][1], "replayed": True} and len(upstream.requests) == 1
+
+
+def test_chat_idempotency_keys_are_checked_before_anything_runs(live: LiveServer, upstream: FakeLLM) -> None:
+    token = agent(live)
+    auth = {"Authorization": f"Bearer {token}"}
+    url = f"{live.url}/v1/agents/ann/chat"
+    cases = [
+        ({"message": "hi"}, {"Idempotency-Key": "x" * 252}),  # its user message's key would be too long
+        ({"message": "hi", "idempotency_key": "a"}, {"Idempotency-Key": "b"}),
+        ({"message": "hi", "idempotency_key": ""}, {}),
+        ({"message": "hi", "stream": True}, {"Idempotency-Key": "x" * 252}),
+    ]
+    for body, extra in cases:
+        r = httpx.post(url, json=body, headers={**auth, **extra})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_ERROR", r.text
+        assert r.json()["error"]["field"] == "idempotency_key"
+    assert upstream.requests == []
+    stats = httpx.get(f"{live.url}/v1/agents/ann/stats", headers=auth).json()
+    assert stats["fifo_messages"] == 0
+    upstream.script.append(answer("Fine."))
+    r = httpx.post(url, json={"message": "hi"}, headers={**auth, "Idempotency-Key": "x" * 251})
+    assert r.status_code == 200 and r.json()["reply"] == "Fine."

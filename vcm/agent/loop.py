@@ -14,11 +14,13 @@ chain leaks into the next turn.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from vcm import validation
+from vcm.errors import ValidationError, VcmError
 from vcm.facts.capture import TagFilter, shown
 from vcm.llm import ChatClient, ChatError, Completion, ToolCall
 from vcm.obs import audit
@@ -29,9 +31,15 @@ from vcm.tools.heartbeat import EndReason
 from vcm.tools.results import ToolResult
 from vcm.tools.schemas import tool_schemas
 
-__all__ = ["AgentLoop", "ChatClient", "ChatError", "TurnResult", "wire_messages"]
+__all__ = ["AgentLoop", "ChatClient", "ChatError", "Claimed", "TurnResult", "wire_messages"]
+
+log = logging.getLogger(__name__)
 
 Stop = Literal["answer", "yield", "heartbeat_end", "max_steps"]
+# The operation a keyed turn's idempotency record is kept under, and what the key of its user
+# message adds to the turn's key.
+CHAT_TURN = "chat_turn"
+USER_KEY_SUFFIX = ":user"
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,7 @@ class TurnResult:
     tool_results: list[ToolResult] = field(default_factory=list)
     # Token usage the endpoint reported, summed over the turn's steps (keys as the endpoint sent).
     usage: dict[str, int] = field(default_factory=dict)
+    replayed: bool = False  # the recorded result of an earlier turn under the same idempotency key
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +64,29 @@ class TurnResult:
             "tool_results": [r.as_dict() for r in self.tool_results],
             "usage": dict(self.usage),
         }
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any], *, replayed: bool) -> TurnResult:
+        """The result :meth:`as_dict` wrote (a keyed turn's record read back)."""
+        return cls(
+            d["final"], int(d["steps"]), d["stop"], d["heartbeat_end"], int(d["depth"]),
+            [ToolResult.of(r) for r in d["tool_results"]], {str(k): int(v) for k, v in d["usage"].items()}, replayed,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A turn's claim of its idempotency key (:meth:`AgentLoop.claim`)."""
+
+    key: str
+    request: dict[str, Any]  # what a retry under the key must repeat
+    replay: TurnResult | None  # the first turn's result: answer it, run nothing
+
+    @property
+    def user_key(self) -> str:
+        """The key the turn's user message is appended under: a turn that failed after the append
+        and is retried does not append the message twice."""
+        return self.key + USER_KEY_SUFFIX
 
 
 # What a streamed turn yields as it goes: {"type": "delta", "content": text} for each piece of
@@ -90,10 +122,39 @@ class AgentLoop:
     def _actor(self, agent_id: str) -> str:
         return self.actor or audit.agent(agent_id)
 
+    def claim(self, agent_id: str, user_message: str, *, name: str | None, idempotency_key: str) -> Claimed:
+        """Claim ``idempotency_key`` for the turn ``user_message`` starts; call it holding the
+        agent's turn (:meth:`MemoryService.turn`) and pass the claim to :meth:`turn`.
+
+        A key whose turn finished answers that turn's result (``replay``): the model is not
+        called and nothing is appended again. A key claimed by a turn that never finished (its
+        process died, or it failed) is taken over: the caller holds the agent's turn, so that
+        turn no longer runs, and the user message it appended is not appended again. The key
+        used for another message or name is IDEMPOTENCY_MISMATCH."""
+        key = validation.idempotency_key(idempotency_key)
+        assert key is not None
+        if len(key) + len(USER_KEY_SUFFIX) > validation.MAX_IDEMPOTENCY_KEY:
+            limit = validation.MAX_IDEMPOTENCY_KEY - len(USER_KEY_SUFFIX)
+            raise ValidationError(
+                f"a chat turn's idempotency_key is at most {limit} characters (its user message is kept under "
+                f"the key plus {USER_KEY_SUFFIX!r})",
+                field="idempotency_key",
+            )
+        request = {"message": user_message, "name": name}
+        first, replayed = self.service.claim(agent_id, key, CHAT_TURN, request, {"pending": True})
+        replay = TurnResult.of(first["result"], replayed=True) if replayed and "result" in first else None
+        return Claimed(key, request, replay)
+
     def run_turn(
-        self, agent_id: str, user_message: str, *, name: str | None = None, user: str | None = None
+        self,
+        agent_id: str,
+        user_message: str,
+        *,
+        name: str | None = None,
+        user: str | None = None,
+        claimed: Claimed | None = None,
     ) -> TurnResult:
-        turn = self.turn(agent_id, user_message, name=name, user=user, stream=False)
+        turn = self.turn(agent_id, user_message, name=name, user=user, stream=False, claimed=claimed)
         while True:
             try:
                 next(turn)
@@ -109,12 +170,45 @@ class AgentLoop:
         name: str | None = None,
         user: str | None = None,
         stream: bool = True,
+        claimed: Claimed | None = None,
     ) -> Generator[TurnEvent, None, TurnResult]:
         """One turn, yielding the model's text as it streams and each tool result; returns the
         turn's result. Every step's prompt is the built context (vcm.service.context): relevant
-        memory for the user's message rides along without a tool call."""
+        memory for the user's message rides along without a tool call.
+
+        ``claimed`` (:meth:`claim`): a replay returns the recorded result and yields nothing;
+        otherwise the turn's result is recorded under the key when it ends, and a turn that fails
+        with a coded error or the model's failure gives the key up for its retry."""
+        if claimed is not None and claimed.replay is not None:
+            return claimed.replay
+        try:
+            result = yield from self._turn(agent_id, user_message, name, user, stream, claimed)
+        except (VcmError, ChatError):
+            if claimed is not None:
+                self._release(agent_id, claimed)
+            raise
+        if claimed is not None:
+            self.service.settle(agent_id, claimed.key, CHAT_TURN, claimed.request, {"result": result.as_dict()})
+        return result
+
+    def _release(self, agent_id: str, claimed: Claimed) -> None:
+        try:
+            self.service.release(agent_id, claimed.key, CHAT_TURN, claimed.request)
+        except VcmError:  # the turn's own error is the answer; an unreleased claim is taken over
+            log.warning("could not release the chat turn key of %s", agent_id, exc_info=True)
+
+    def _turn(
+        self,
+        agent_id: str,
+        user_message: str,
+        name: str | None,
+        user: str | None,
+        stream: bool,
+        claimed: Claimed | None,
+    ) -> Generator[TurnEvent, None, TurnResult]:
         model = self.model or self.service.agent(agent_id).model
-        self.service.append(agent_id, "user", user_message, name=name, actor="user")
+        key = claimed.user_key if claimed is not None else None
+        self.service.append(agent_id, "user", user_message, name=name, actor="user", idempotency_key=key)
         done: list[ToolResult] = []
         usage: dict[str, int] = {}
         steps, depth, chain_open = 0, 0, False

@@ -41,6 +41,12 @@ class ChatIn(RequestBody):
     message: str = Field(min_length=1, description="the user's message")
     name: str | None = Field(None, max_length=64, description="the user's name, as the FIFO records it")
     stream: bool = Field(False, description="answer as server-sent events: delta, tool_result, done (or error)")
+    idempotency_key: str | None = Field(
+        None,
+        description="Same as the Idempotency-Key header: a retry with the same key answers the first turn's result "
+        "(replayed, the model not called again); a retry of a turn that failed runs it without appending the "
+        "message twice.",
+    )
 
 
 class ChatOut(BaseModel):
@@ -52,12 +58,14 @@ class ChatOut(BaseModel):
     heartbeat_end: str | None
     usage: dict[str, int] = Field(description="token usage the model reported, summed over the steps")
     tool_calls: list[dict[str, Any]] = Field(description="the tool calls the turn made, with their results")
+    replayed: bool = Field(False, description="the recorded answer of an earlier turn under the same idempotency key")
 
     @classmethod
     def of(cls, agent_id: str, r: TurnResult) -> ChatOut:
         return cls(
             agent_id=agent_id, reply=r.final, stop=r.stop, steps=r.steps, depth=r.depth,
             heartbeat_end=r.heartbeat_end, usage=dict(r.usage), tool_calls=[t.as_dict() for t in r.tool_results],
+            replayed=r.replayed,
         )  # fmt: skip
 
 

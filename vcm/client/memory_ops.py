@@ -74,10 +74,16 @@ class MemoryOperations(Sender[R]):
         params = clean({"built": "true" if built else None, "query": query})
         return self._send(Call("GET", f"/v1/agents/{seg(agent_id)}/context", params=params or None))
 
-    def chat(self, agent_id: str, message: str, *, name: str | None = None) -> R:
-        """One turn of the agent over the server's configured model (tools and heartbeats run)."""
+    def chat(self, agent_id: str, message: str, *, name: str | None = None, idempotency_key: str | None = None) -> R:
+        """One turn of the agent over the server's configured model (tools and heartbeats run).
+        With ``idempotency_key`` a retry answers the first turn's result (``replayed``)."""
         return self._send(
-            Call("POST", f"/v1/agents/{seg(agent_id)}/chat", json=clean({"message": message, "name": name}))
+            Call(
+                "POST",
+                f"/v1/agents/{seg(agent_id)}/chat",
+                json=clean({"message": message, "name": name}),
+                headers=idem(idempotency_key),
+            )
         )
 
     def stats(self, agent_id: str) -> R:

@@ -56,6 +56,14 @@ class HeartbeatOutcome:
             "retry_after_ms": self.retry_after_ms,
         }
 
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> HeartbeatOutcome:
+        """The outcome :meth:`as_dict` wrote (a recorded chat turn read back)."""
+        return cls(
+            requested=bool(d["requested"]), run=bool(d["run"]), depth=int(d["depth"]), chain_id=d["chain_id"],
+            ended=d["ended"], retry_after_ms=int(d["retry_after_ms"]), governed=bool(d["governed"]),
+        )  # fmt: skip
+
 
 NOT_GOVERNED = HeartbeatOutcome(requested=False, run=False, depth=0, chain_id=None, governed=False)
 

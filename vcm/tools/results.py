@@ -6,6 +6,7 @@ Item renderings are compact JSON objects: they are what a page's 512 tokens are 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,14 @@ class ToolResult:
             "tokens": self.tokens,
             "heartbeat": self.heartbeat.as_dict(),
         }
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> ToolResult:
+        """The result :meth:`as_dict` wrote (a recorded chat turn read back)."""
+        return cls(
+            str(d["name"]), bool(d["ok"]), dict(d["payload"]), dict(d["message"]), int(d["tokens"]),
+            HeartbeatOutcome.of(d["heartbeat"]),
+        )  # fmt: skip
 
 
 def timestamp(t: float) -> str:

@@ -245,6 +245,8 @@ export interface paths {
          * @description One turn of the agent loop: the message is appended, the model answers over the built
          *     context with vcm's memory tools (heartbeats chain further steps), the reply is appended
          *     and its memory tags are kept. ``stream``: server-sent events as the model writes.
+         *     ``Idempotency-Key``: a retry answers the first turn's result (``replayed``; streamed, as
+         *     its ``done`` event alone), see :meth:`AgentLoop.claim`.
          */
         post: operations["chat_v1_agents__agent_id__chat_post"];
         delete?: never;
@@ -1631,6 +1633,11 @@ export interface components {
         /** ChatIn */
         ChatIn: {
             /**
+             * Idempotency Key
+             * @description Same as the Idempotency-Key header: a retry with the same key answers the first turn's result (replayed, the model not called again); a retry of a turn that failed runs it without appending the message twice.
+             */
+            idempotency_key?: string | null;
+            /**
              * Message
              * @description the user's message
              */
@@ -1658,6 +1665,12 @@ export interface components {
             depth: number;
             /** Heartbeat End */
             heartbeat_end: string | null;
+            /**
+             * Replayed
+             * @description the recorded answer of an earlier turn under the same idempotency key
+             * @default false
+             */
+            replayed?: boolean;
             /**
              * Reply
              * @description the model's last text (null when the turn ended on tool calls)
@@ -4211,7 +4224,10 @@ export interface operations {
     chat_v1_agents__agent_id__chat_post: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description a retry with the same key returns the first result */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 /** @description the agent's id */
                 agent_id: string;

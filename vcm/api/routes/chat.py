@@ -37,7 +37,7 @@ from vcm.api.chat import (
     sse,
     streamed,
 )
-from vcm.api.deps import Agent, Anyone, ExecutorDep, ServiceDep, ToolRunner, UpstreamDep
+from vcm.api.deps import Agent, Anyone, ExecutorDep, IdemHeader, ServiceDep, ToolRunner, UpstreamDep, one_key
 from vcm.api.models import ERROR_RESPONSES, AgentId
 from vcm.api.proxy import keep_reply, reconcile, reply_key
 from vcm.dispatch import COLD_PATH
@@ -59,26 +59,36 @@ def chat(
     service: ServiceDep,
     executor: ExecutorDep,
     upstream: UpstreamDep,
+    idem: IdemHeader = None,
 ) -> Any:
     """One turn of the agent loop: the message is appended, the model answers over the built
     context with vcm's memory tools (heartbeats chain further steps), the reply is appended
-    and its memory tags are kept. ``stream``: server-sent events as the model writes."""
+    and its memory tags are kept. ``stream``: server-sent events as the model writes.
+    ``Idempotency-Key``: a retry answers the first turn's result (``replayed``; streamed, as
+    its ``done`` event alone), see :meth:`AgentLoop.claim`."""
     limit = upstream.settings.max_message_chars
     if len(body.message) > limit:
         raise ValidationError(f"message is longer than {limit} characters", field="message", limit=limit)
+    key = one_key(idem, body.idempotency_key)
     loop = _loop(service, executor, upstream, who)
     if not body.stream:
         try:
             with service.turn(agent_id), COLD_PATH.generating():
-                result = loop.run_turn(agent_id, body.message, name=body.name)
+                claimed = loop.claim(agent_id, body.message, name=body.name, idempotency_key=key) if key else None
+                result = loop.run_turn(agent_id, body.message, name=body.name, claimed=claimed)
         except ChatError as exc:
             raise coded(exc) from None
         return ChatOut.of(agent_id, result)
     held = service.turn(agent_id)  # before the 200: a busy agent is a CONFLICT, not an event
+    try:  # so is a key used for another message
+        claimed = loop.claim(agent_id, body.message, name=body.name, idempotency_key=key) if key else None
+    except BaseException:
+        held.release()
+        raise
 
     def events() -> Generator[str, None, None]:
         with held, COLD_PATH.generating():
-            turn = loop.turn(agent_id, body.message, name=body.name, stream=True)
+            turn = loop.turn(agent_id, body.message, name=body.name, stream=True, claimed=claimed)
             try:
                 while True:
                     try:
