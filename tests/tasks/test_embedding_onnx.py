@@ -19,7 +19,7 @@ from vcm.errors import ConfigError
 from vcm.settings import load_settings
 from vcm.settings.memory import EmbeddingSettings
 from vcm.tasks.embedding import Embedder, bundled_model_path, get_embedder
-from vcm.tasks.embedding_onnx import PARITY_COSINE, OnnxEmbedder, pool
+from vcm.tasks.embedding_onnx import PARITY_COSINE, OnnxEmbedder, cpus_idle, idle_enough, pool
 from vcm.tasks.ingest.late_chunking import LateChunker
 from vcm.tasks.onnx_export import FILES, cache_folder, cache_root, ensure_export
 
@@ -224,3 +224,71 @@ def test_a_tokenizer_its_config_overrides_keeps_the_models_class(tmp_path: Path,
     own = AutoTokenizer.from_pretrained(str(export.tokenizer_folder))
     assert embedder.tokenizer("Caroline")["input_ids"] == own("Caroline")["input_ids"]
     assert embedder.parity >= PARITY_COSINE
+
+
+@pytest.mark.parametrize(
+    ("running", "threads", "cpus", "idle"),
+    [(1, 2, 2, True), (2, 2, 2, False), (1, 1, 1, True), (3, 2, 4, True), (4, 2, 4, False), (1, 4, 2, False)],
+)
+def test_a_run_spins_only_when_its_threads_each_find_a_cpu(running: int, threads: int, cpus: int, idle: bool) -> None:
+    assert idle_enough(running, threads, cpus) is idle
+
+
+def test_cpus_idle_reads_the_kernels_runnable_count(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    real_open = open
+
+    def reading(text: str) -> None:
+        fake = tmp_path / "loadavg"
+        fake.write_text(text)
+        monkeypatch.setattr(
+            "builtins.open", lambda path, *a, **k: real_open(fake if path == "/proc/loadavg" else path, *a, **k)
+        )
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    reading("0.10 0.20 0.30 1/136 4242\n")
+    assert cpus_idle(2) is True
+    reading("0.10 0.20 0.30 2/136 4242\n")
+    assert cpus_idle(2) is False
+    reading("garbled\n")  # unreadable: sleep, as without the setting
+    assert cpus_idle(1) is False
+
+
+def test_short_queries_on_idle_cpus_run_on_the_spinning_session(
+    monkeypatch: pytest.MonkeyPatch, model_copy: Path, cache: Path, onnx: OnnxEmbedder
+) -> None:
+    settings = EmbeddingSettings(model=str(model_copy), backend="onnx", onnx_cache_dir=str(cache), threads=2)
+    spinning = OnnxEmbedder(settings)
+    runner = spinning.runner
+    idle = {"now": False}
+    monkeypatch.setattr("vcm.tasks.embedding_onnx.cpus_idle", lambda threads: idle["now"])
+    used: list[str] = []
+    for name in ("session", "_eager_session"):
+        found = getattr(runner, name)
+        if name == "session":
+            wrapped = _Recording(found, used, "sleeping")
+            monkeypatch.setattr(runner, "session", wrapped)
+        else:
+            monkeypatch.setattr(runner, name, lambda f=found: _Recording(f(), used, "spinning"))
+    query = ["What did Melanie paint last summer?", "What did paint last summer?"]
+    expected = onnx.encode(query)
+    assert np.allclose(spinning.encode(query), expected, atol=1e-6)  # busy CPUs: the sleeping session
+    assert used == ["sleeping"] and runner._eager is None  # not even opened
+    idle["now"] = True
+    assert np.allclose(spinning.encode(query), expected, atol=1e-6)  # the same vectors, spinning
+    long = [TEXTS[2], "Lisbon in March. " + TEXTS[2]]  # past EAGER_MAX_TOKENS: a batch stays asleep
+    assert np.allclose(spinning.encode(long), onnx.encode(long), atol=1e-6)
+    assert used == ["sleeping", "spinning", "sleeping"]
+    off = OnnxEmbedder(settings.model_copy(update={"spin_when_idle": False}))
+    off.encode(query)
+    assert off.runner._eager is None and off.runner._open_eager is None
+
+
+class _Recording:
+    """A session whose runs are noted by name."""
+
+    def __init__(self, session: object, used: list[str], name: str) -> None:
+        self._session, self._used, self._name = session, used, name
+
+    def run(self, *args: object, **kwargs: object) -> object:
+        self._used.append(self._name)
+        return self._session.run(*args, **kwargs)  # type: ignore[attr-defined]

@@ -36,6 +36,10 @@ class EmbeddingSettings(BaseModel):
     device: str = "cpu"
     batch_size: int = Field(32, ge=1, le=4096)
     threads: int = Field(0, ge=0, le=256)
+    # ONNX backends: a short query runs, when no other task is runnable, on a second session of the
+    # model whose threads spin within a run (vcm.tasks.embedding_onnx.OnnxRunner): ~1 ms less a
+    # query on idle CPUs, a second copy of the model in a process that embeds queries.
+    spin_when_idle: bool = True
     # Embedded mode: the cold path's model work runs in a child process of the serving process
     # (vcm.workers.embedder_process), so it neither holds the API's GIL nor outranks its requests.
     subprocess: bool = True
