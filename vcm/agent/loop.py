@@ -194,7 +194,8 @@ class AgentLoop:
     def _release(self, agent_id: str, claimed: Claimed) -> None:
         try:
             self.service.release(agent_id, claimed.key, CHAT_TURN, claimed.request)
-        except VcmError:  # the turn's own error is the answer; an unreleased claim is taken over
+        except Exception:  # Redis or the store away: the turn's own error is the answer, and
+            # an unreleased claim is taken over by the retry anyway
             log.warning("could not release the chat turn key of %s", agent_id, exc_info=True)
 
     def _turn(
