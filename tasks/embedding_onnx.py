@@ -16,6 +16,8 @@ with no Python between operators (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +30,8 @@ import numpy.typing as npt
 from vcm.settings.memory import EmbeddingSettings
 from vcm.tasks.embedding import Embedder, model_identity
 from vcm.tasks.onnx_export import ensure_export
+
+log = logging.getLogger(__name__)
 
 # Backends whose sentence vectors match torch's at least this closely (the smallest cosine over
 # the export's probe texts) share torch's embedding version; others get "+<backend>" after the
@@ -46,8 +50,8 @@ class OnnxRunner:
     runnable (:func:`cpus_idle`), on a second session of the model whose threads spin within a
     run and stop when it ends (``session.force_spinning_stop``: nothing spins between runs): on
     2 idle cores a turn 4.3 -> 3.6 ms, a padded pair 6.5 -> 5.5 ms. The second session is
-    opened on the first such run and holds a second copy of the model (MiniLM: ~96 MB), so only a
-    process that embeds short queries pays for it."""
+    opened (in a thread) at the second such run and holds a second copy of the model (MiniLM:
+    ~96 MB), so only a process that embeds short queries on more than one thread pays for it."""
 
     def __init__(
         self,
@@ -67,6 +71,8 @@ class OnnxRunner:
         self.max_seq_length = max_seq_length
         self._open_eager = eager  # opens the spinning session; None: never used
         self._eager: Any = None
+        self._opening: threading.Thread | None = None
+        self._short_runs = 0  # short runs on idle CPUs so far (see EAGER_AFTER_RUNS)
         self._eager_lock = threading.Lock()
         self.threads = threads  # the sessions' intra-op threads (the caller's included)
 
@@ -77,26 +83,47 @@ class OnnxRunner:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         session = open_session(path, threads, spin=False)
         tokenizer = _tokenizer(tokenizer_folder, plain=bool(meta.get("fast_tokenizer")))
-        eager = (lambda: open_session(path, threads, spin=True)) if spin_when_idle else None
+        used = threads or usable_cpus()
+        # One thread has no pool to spin (a Celery worker's model); a CPU quota makes the kernel's
+        # runnable count, which is the host's, say nothing of this process's share (spin_allowed).
+        eager = None
+        if spin_when_idle and used > 1 and spin_allowed():
+            eager = functools.partial(open_session, path, threads, spin=True)
         return cls(
             session, tokenizer, meta["pooling"], bool(meta["normalize"]), int(meta["max_seq_length"]), eager=eager,
-            threads=threads or physical_cores(),
+            threads=used,
         )  # fmt: skip
 
     def states(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """The last hidden states of a padded batch, (rows, tokens, dimension)."""
         session = self.session
         if self._open_eager is not None and ids.size <= EAGER_MAX_TOKENS and cpus_idle(self.threads):
-            session = self._eager_session()
+            self._short_runs += 1
+            if self._short_runs >= EAGER_AFTER_RUNS:
+                session = self._eager_session() or session
         out = session.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask})[0]
         return np.asarray(out, dtype=np.float32)
 
     def _eager_session(self) -> Any:
-        if self._eager is None:
+        """The spinning session, or None while it is being opened: the first call starts opening
+        it in a thread (a model load, off the request's time), and runs until then stay asleep.
+        Not a daemon thread: a process leaving while ONNX Runtime builds a session aborts."""
+        if self._eager is None and self._opening is None:
             with self._eager_lock:
-                if self._eager is None and self._open_eager is not None:
-                    self._eager = self._open_eager()
+                if self._opening is None:
+                    self._opening = threading.Thread(target=self._open, name="vcm-onnx-spinning")
+                    self._opening.start()
         return self._eager
+
+    def _open(self) -> None:
+        opener = self._open_eager
+        if opener is None:
+            return
+        try:
+            self._eager = opener()
+        except Exception:  # out of memory, a file gone: keep running on the sleeping session
+            log.warning("the spinning ONNX Runtime session could not be opened; queries stay asleep", exc_info=True)
+            self._open_eager = None
 
     def encode(self, texts: Sequence[str], *, batch_size: int) -> npt.NDArray[np.float32]:
         """Pooled (and normalised where the model normalises) sentence vectors, one per text."""
@@ -135,6 +162,9 @@ def open_session(path: Path, threads: int, *, spin: bool) -> Any:
 # The most tokens (rows x padded length) a run may have to go to the spinning session: a query
 # or two (a build embeds a turn and its name-free form together), not the cold path's batches.
 EAGER_MAX_TOKENS = 256
+# The spinning session is opened from the second short run on idle CPUs: a one-shot command (one
+# query, then exit) neither loads a second copy of the model nor waits for one at its exit.
+EAGER_AFTER_RUNS = 2
 
 
 def cpus_idle(threads: int) -> bool:
@@ -146,7 +176,20 @@ def cpus_idle(threads: int) -> bool:
             running = int(f.read().split()[3].split("/")[0])
     except (OSError, ValueError, IndexError):
         return False
-    return idle_enough(running, threads, len(os.sched_getaffinity(0)))
+    return idle_enough(running, threads, usable_cpus())
+
+
+def spin_allowed(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> bool:
+    """Whether :func:`cpus_idle` can speak for this process: Linux's runnable count is readable
+    and no CPU quota (cgroup v2 ``cpu.max``) caps the process, since under one the count is the
+    host's while the quota is the process's, and spinning would spend the quota."""
+    if not Path("/proc/loadavg").is_file():
+        return False
+    try:
+        quota = cgroup.read_text(encoding="ascii").split()[0]
+    except (OSError, IndexError):
+        return True  # no cgroup v2 controller here: no quota
+    return quota == "max"
 
 
 def idle_enough(running: int, threads: int, cpus: int) -> bool:
@@ -155,10 +198,11 @@ def idle_enough(running: int, threads: int, cpus: int) -> bool:
     return running - 1 + threads <= cpus
 
 
-def physical_cores() -> int:
-    """ONNX Runtime's default intra-op thread count, as far as Python can tell: the CPUs this
-    process may use (hyper-threads counted; the spin check then errs towards sleeping)."""
-    return max(1, len(os.sched_getaffinity(0)))
+def usable_cpus() -> int:
+    """The CPUs this process may run on (hyper-threads counted, so for ONNX Runtime's default of
+    one thread per physical core the spin check errs towards sleeping)."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux only
+    return max(1, len(affinity(0)) if affinity is not None else os.cpu_count() or 1)
 
 
 def _tokenizer(folder: Path, *, plain: bool) -> Any:

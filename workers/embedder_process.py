@@ -201,7 +201,8 @@ def serve(conn: Connection, settings: dict[str, Any], nice: int) -> None:
     from vcm.tasks.embedding_bf16 import batch_embedder
 
     try:
-        embedder = batch_embedder(EmbeddingSettings.model_validate(settings))
+        # Batches only here: a spinning session for short queries would be a second model copy.
+        embedder = batch_embedder(EmbeddingSettings.model_validate({**settings, "spin_when_idle": False}))
         meta = {
             "backend": embedder.backend,
             "model_id": embedder.model_id,

@@ -19,7 +19,15 @@ from vcm.errors import ConfigError
 from vcm.settings import load_settings
 from vcm.settings.memory import EmbeddingSettings
 from vcm.tasks.embedding import Embedder, bundled_model_path, get_embedder
-from vcm.tasks.embedding_onnx import PARITY_COSINE, OnnxEmbedder, cpus_idle, idle_enough, pool
+from vcm.tasks.embedding_onnx import (
+    PARITY_COSINE,
+    OnnxEmbedder,
+    OnnxRunner,
+    cpus_idle,
+    idle_enough,
+    pool,
+    spin_allowed,
+)
 from vcm.tasks.ingest.late_chunking import LateChunker
 from vcm.tasks.onnx_export import FILES, cache_folder, cache_root, ensure_export
 
@@ -256,31 +264,64 @@ def test_cpus_idle_reads_the_kernels_runnable_count(monkeypatch: pytest.MonkeyPa
 def test_short_queries_on_idle_cpus_run_on_the_spinning_session(
     monkeypatch: pytest.MonkeyPatch, model_copy: Path, cache: Path, onnx: OnnxEmbedder
 ) -> None:
+    monkeypatch.setattr("vcm.tasks.embedding_onnx.spin_allowed", lambda: True)
     settings = EmbeddingSettings(model=str(model_copy), backend="onnx", onnx_cache_dir=str(cache), threads=2)
     spinning = OnnxEmbedder(settings)
     runner = spinning.runner
     idle = {"now": False}
     monkeypatch.setattr("vcm.tasks.embedding_onnx.cpus_idle", lambda threads: idle["now"])
     used: list[str] = []
-    for name in ("session", "_eager_session"):
-        found = getattr(runner, name)
-        if name == "session":
-            wrapped = _Recording(found, used, "sleeping")
-            monkeypatch.setattr(runner, "session", wrapped)
-        else:
-            monkeypatch.setattr(runner, name, lambda f=found: _Recording(f(), used, "spinning"))
+    monkeypatch.setattr(runner, "session", _Recording(runner.session, used, "sleeping"))
     query = ["What did Melanie paint last summer?", "What did paint last summer?"]
     expected = onnx.encode(query)
     assert np.allclose(spinning.encode(query), expected, atol=1e-6)  # busy CPUs: the sleeping session
-    assert used == ["sleeping"] and runner._eager is None  # not even opened
+    assert used == ["sleeping"] and runner._opening is None  # not even being opened
     idle["now"] = True
+    assert np.allclose(spinning.encode(query), expected, atol=1e-6)  # one idle query: nothing opened
+    assert runner._opening is None
+    assert np.allclose(spinning.encode(query), expected, atol=1e-6)  # the second: runs asleep while it opens
+    assert runner._opening is not None
+    runner._opening.join(timeout=60)
+    config = runner._eager.get_session_options().get_session_config_entry
+    assert config("session.intra_op.allow_spinning") == "1" and config("session.force_spinning_stop") == "1"
+    asleep = runner.session._session.get_session_options().get_session_config_entry
+    assert asleep("session.intra_op.allow_spinning") == "0"
+    runner._eager = _Recording(runner._eager, used, "spinning")
     assert np.allclose(spinning.encode(query), expected, atol=1e-6)  # the same vectors, spinning
     long = [TEXTS[2], "Lisbon in March. " + TEXTS[2]]  # past EAGER_MAX_TOKENS: a batch stays asleep
     assert np.allclose(spinning.encode(long), onnx.encode(long), atol=1e-6)
-    assert used == ["sleeping", "spinning", "sleeping"]
-    off = OnnxEmbedder(settings.model_copy(update={"spin_when_idle": False}))
-    off.encode(query)
-    assert off.runner._eager is None and off.runner._open_eager is None
+    assert used == ["sleeping", "sleeping", "sleeping", "spinning", "sleeping"]
+    # Off, on one thread (no pool to spin: a worker's model), or under a CPU quota: never opened.
+    for update in ({"spin_when_idle": False}, {"threads": 1}):
+        assert OnnxEmbedder(settings.model_copy(update=update)).runner._open_eager is None
+    monkeypatch.setattr("vcm.tasks.embedding_onnx.spin_allowed", lambda: False)
+    assert OnnxEmbedder(settings).runner._open_eager is None
+
+
+def test_a_spinning_session_that_cannot_open_leaves_queries_asleep(
+    monkeypatch: pytest.MonkeyPatch, onnx: OnnxEmbedder
+) -> None:
+    runner = OnnxRunner(onnx.runner.session, onnx.runner.tokenizer, onnx.runner.pooling, onnx.runner.normalize,
+                        onnx.runner.max_seq_length, eager=_no_memory, threads=2)  # fmt: skip
+    monkeypatch.setattr("vcm.tasks.embedding_onnx.cpus_idle", lambda threads: True)
+    first = runner.encode(["Lisbon in March"], batch_size=8)
+    runner.encode(["Lisbon in March"], batch_size=8)
+    assert runner._opening is not None
+    runner._opening.join(timeout=10)
+    assert runner._open_eager is None and runner._eager is None  # given up, logged
+    assert np.allclose(runner.encode(["Lisbon in March"], batch_size=8), first, atol=1e-6)
+
+
+def _no_memory() -> object:
+    raise MemoryError("no room for a second copy of the model")
+
+
+@pytest.mark.parametrize(("cpu_max", "allowed"), [("max 100000\n", True), ("200000 100000\n", False), (None, True)])
+def test_a_cpu_quota_turns_spinning_off(tmp_path: Path, cpu_max: str | None, allowed: bool) -> None:
+    cgroup = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        cgroup.write_text(cpu_max)
+    assert spin_allowed(cgroup) is allowed
 
 
 class _Recording:
