@@ -15,6 +15,7 @@ import tantivy
 from tests.store.factories import FaultSwitch, msg
 from vcm.errors import InjectedFailure
 from vcm.store.embedded import EmbeddedStore
+from vcm.store.embedded import recall as recall_module
 
 A = "agent-a"
 TOPICS = ["alpine hiking trip", "sourdough bread baking", "quarterly tax filing", "jazz piano lesson"]
@@ -140,6 +141,29 @@ def test_tail_scores_equal_index_scores(tmp_path: Path) -> None:
     index_scores = {h.message.message_id: h.score for h in from_index if h.message.seq >= 30}
     assert len(tail_scores) == 3
     assert tail_scores == pytest.approx(index_scores, rel=1e-5)
+
+
+def test_the_tail_is_analysed_once_per_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "vcm.db"
+    analysed: list[str] = []
+    real = recall_module.analyze
+    monkeypatch.setattr(recall_module, "analyze", lambda text: analysed.append(text) or real(text))
+    monkeypatch.setattr(recall_module, "TAIL_TERMS_KEPT", 6)
+    with EmbeddedStore(str(db)) as store:
+        store.spool_messages(_messages(30))
+        assert store.flush_text_index()
+        with writer_held_elsewhere(db):
+            store.spool_messages(_messages(5, start=30))
+            first = store.search_recall(A, "jazz piano token33 lesson", limit=20).items
+            assert len(analysed) == 5  # the five unindexed rows
+            again = store.search_recall(A, "jazz piano token33 lesson", limit=20).items
+            assert len(analysed) == 5 and [(h.message.message_id, h.score) for h in again] == [
+                (h.message.message_id, h.score) for h in first
+            ]
+            store.spool_messages(_messages(3, start=35))  # eight unindexed rows: three new ones analysed
+            store.search_recall(A, "jazz piano", limit=20)
+            assert len(analysed) == 5 + 3
+            assert len(store._recall._tail_terms) == 6  # bounded
 
 
 def _text_ids(hits: list[Any]) -> list[str]:
