@@ -16,7 +16,7 @@ with its own copy of it (``LazyEmbed.local()``), as ``vcm serve`` does. After ea
 * **hot**: ``MemoryService.context(agent)``, the system prompt, blocks, summary and FIFO;
 * **full**: ``MemoryService.build_context(agent)``, the same plus the injected layers, for the
   latest user message (the turn just appended);
-* **added**: full minus hot, the builder's cost per turn. Target: p50 ≤ 30 ms.
+* **added**: full minus hot, the builder's cost per turn. Target: p50 ≤ 10 ms.
 
 What a provider's prompt cache would reuse: per built prompt, the **prefix share** is the share of
 its tokens (tool schemas and reply priming counted with the system message, as the hot state
@@ -63,7 +63,8 @@ from vcm.eval.bench import add_data_flag, add_json_flag, data_path, settings_var
 from vcm.eval.conversation import Turn, parse_sample
 from vcm.eval.prior_facts import add_prior_facts_flag, hold_prior_facts
 
-TARGET_MS = 30.0
+# What the builder may add per turn, p50 (30 ms until 2026-11-27: older rows in the docs checked that).
+TARGET_MS = 10.0
 TARGET_REUSE = 90.0
 CACHED_PRICES = (0.5, 0.1)  # what a cached input token costs, relative to an uncached one
 # A provider's prompt cache lives minutes (OpenAI 5-60, Anthropic 5 or 60): after a longer pause
