@@ -34,9 +34,7 @@ from vcm.eval.bench import add_data_flag, add_json_flag, data_path, percentile, 
 from vcm.eval.conversation import parse_sample, speaker_name
 from vcm.settings import load_settings
 from vcm.store import authors
-from vcm.tasks.embedding import model_identity
-from vcm.tasks.embedding_onnx import OnnxRunner, open_session
-from vcm.tasks.onnx_export import ensure_export
+from vcm.tasks.embedding_onnx import OnnxEmbedder, OnnxRunner, open_session
 
 
 def queries(data: Path, turns: int) -> list[list[str]]:
@@ -92,14 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = load_settings(environ={}).embedding
     backend = settings.backend if settings.backend.startswith("onnx") else "onnx"
-    export = ensure_export(*model_identity(settings.model), backend, settings.onnx_cache_dir)
-    meta = {
-        "pooling": export.pooling, "normalize": export.normalize, "max_seq_length": export.max_seq_length,
-        "fast_tokenizer": export.fast_tokenizer,
-    }  # fmt: skip
-    sleeping = OnnxRunner.open(export.path, export.tokenizer_folder, meta, threads=settings.threads)
+    # The sleeping session is the embedder's own; the spinning one its twin over the same export.
+    embedder = OnnxEmbedder(settings.model_copy(update={"backend": backend, "spin_when_idle": False}))
+    sleeping = embedder.runner
     spinning = OnnxRunner(
-        open_session(export.path, settings.threads, spin=True), sleeping.tokenizer, sleeping.pooling,
+        open_session(embedder.export.path, settings.threads, spin=True), sleeping.tokenizer, sleeping.pooling,
         sleeping.normalize, sleeping.max_seq_length,
     )  # fmt: skip
     runners = {"sleeping": sleeping, "spinning": spinning}
