@@ -1,18 +1,25 @@
 """A thread that sleeps until woken: the embedded store's background work (the text indexer,
 the index upkeep) runs on one each, started by the first wake-up so a process that never needs
-the work never starts it."""
+the work never starts it. Both run at a lower CPU priority than their process (:data:`NICE`), so
+queries come first whenever they want the cores the work is using."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import threading
+
+NICE = 10  # how much lower a background thread's CPU priority is than its process's
 
 
 class Wakeable:
     """Starts :meth:`_run` on a daemon thread named ``name`` at the first :meth:`notify` (and again
     in a forked child, which inherits the attribute but not the thread); :meth:`stop` ends it."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, nice: int = NICE) -> None:
         self._name = name
+        self._nice = nice
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -26,9 +33,15 @@ class Wakeable:
             return
         with self._thread_lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread = threading.Thread(target=self._main, name=self._name, daemon=True)
                 self._thread.start()
         self._wake.set()
+
+    def _main(self) -> None:
+        # Before any work: threads the work starts (tantivy's writer threads, FAISS's OpenMP
+        # ones) inherit the priority from this thread.
+        lower_priority(self._nice)
+        self._run()
 
     def _run(self) -> None:  # pragma: no cover - each subclass has its own loop
         raise NotImplementedError
@@ -40,3 +53,13 @@ class Wakeable:
             thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout_s)
+
+
+def lower_priority(nice: int) -> None:
+    """Raise the calling thread's nice value by ``nice`` (Linux, where it is the thread's own;
+    elsewhere a thread id is not a process id, and nothing is changed)."""
+    if sys.platform != "linux" or nice <= 0:
+        return
+    me = threading.get_native_id()
+    with contextlib.suppress(OSError):  # a sandbox that refuses it: run at the process's priority
+        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + nice))

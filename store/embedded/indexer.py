@@ -10,6 +10,12 @@ trust documents above the mark they read (they score that tail from SQLite inste
 Across processes, tantivy's lock file lets one writer in at a time; a process that finds it
 busy simply leaves the rows to whoever holds it (or to its own next attempt). Readers never
 wait for the index: see ``EmbeddedStore.search_recall``.
+
+The background passes run at a lower CPU priority (the thread, and tantivy's writer threads it
+starts: :class:`~vcm.store.embedded.background.Wakeable`): a commit landing during a prompt build
+then takes the cores only when the build leaves them (``bench_context.py`` on 2 cores, with the
+query model's spin check that leaves such threads out: the builder's mean 15.1 -> 14.3 ms, p95
+25.6 -> 22.9, p50 unchanged).
 """
 
 from __future__ import annotations

@@ -16,16 +16,14 @@ are indexed even when no query asks. It starts on the first notification: a proc
 writes (a cold-path worker) never builds a message index. FAISS work here uses
 ``threads`` OpenMP threads (default: all cores but one, so a query always has a core), and the
 thread runs at a lower CPU priority (``nice``, Linux: a thread's own; its OpenMP threads inherit
-it), so queries come first whenever they want the cores it is using.
+it; :class:`~vcm.store.embedded.background.Wakeable`), so queries come first whenever they want
+the cores it is using.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import sys
-import threading
 from collections.abc import Callable
 
 import faiss
@@ -36,7 +34,6 @@ from vcm.store.embedded.messageindex import MessageVectorIndexes
 log = logging.getLogger(__name__)
 
 _PASSES_PER_SPACE = 4
-NICE = 10  # how much lower the upkeep thread's CPU priority is than its process's
 
 
 class IndexUpkeep(Wakeable):
@@ -77,9 +74,9 @@ class IndexUpkeep(Wakeable):
 
     def _run(self) -> None:
         faiss.omp_set_num_threads(self._threads)  # this thread's OpenMP setting only
-        # Index work yields to queries: the first 100 hybrid queries after a 1e6 bulk load,
-        # beside the build, p50 / p99 7.9 / 28.6 -> 6.0 / 12.2 ms (scripts/bench_store.py).
-        lower_priority(NICE)
+        # At a lower priority (Wakeable), index work yields to queries: the first 100 hybrid
+        # queries after a 1e6 bulk load, beside the build, p50 / p99 7.9 / 28.6 -> 6.0 / 12.2 ms
+        # (scripts/bench_store.py).
         while not self._stop.is_set():
             self._wake.wait(timeout=self._interval_s)
             if self._stop.is_set():
@@ -91,13 +88,3 @@ class IndexUpkeep(Wakeable):
     def stop(self, timeout_s: float = 10.0) -> None:
         self._messages.close()
         super().stop(timeout_s)
-
-
-def lower_priority(nice: int) -> None:
-    """Raise the calling thread's nice value by ``nice`` (Linux, where it is the thread's own;
-    elsewhere a thread id is not a process id, and nothing is changed)."""
-    if sys.platform != "linux":
-        return
-    me = threading.get_native_id()
-    with contextlib.suppress(OSError):  # a sandbox that refuses it: run at the process's priority
-        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + nice))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,8 @@ from tests.store.factories import FaultSwitch, msg
 from vcm.errors import InjectedFailure
 from vcm.store.embedded import EmbeddedStore
 from vcm.store.embedded import recall as recall_module
+from vcm.store.embedded.background import NICE
+from vcm.store.embedded.textindex import TextIndex
 
 A = "agent-a"
 TOPICS = ["alpine hiking trip", "sourdough bread baking", "quarterly tax filing", "jazz piano lesson"]
@@ -170,7 +174,15 @@ def _text_ids(hits: list[Any]) -> list[str]:
     return [h.message.message_id for h in hits]
 
 
-def test_background_indexer_catches_up_without_a_flush(tmp_path: Path) -> None:
+def test_background_indexer_catches_up_without_a_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    applied: list[tuple[str, int]] = []  # the applying thread's name and nice value
+    original = TextIndex.apply
+
+    def spy(*args: Any, **kwargs: Any) -> None:
+        applied.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        original(*args, **kwargs)
+
+    monkeypatch.setattr(TextIndex, "apply", staticmethod(spy))
     with EmbeddedStore(str(tmp_path / "vcm.db")) as store:
         store.spool_messages(_messages(30))
         deadline = time.monotonic() + 10
@@ -178,6 +190,9 @@ def test_background_indexer_catches_up_without_a_flush(tmp_path: Path) -> None:
             time.sleep(0.02)
         assert _text(store)["lag"] == 0
         assert _text(store)["documents"] == 30
+    # Indexed in the background thread, at a lower priority than the caller's (queries come first).
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert applied and set(applied) == {("vcm-text-indexer", min(19, mine + NICE))}
 
 
 def test_synchronous_indexing_when_lag_is_not_ok(tmp_path: Path) -> None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +28,9 @@ from vcm.tasks.embedding_onnx import (
     OnnxRunner,
     cpus_idle,
     idle_enough,
+    niced_runnable_threads,
     pool,
+    runnable_below,
     spin_allowed,
 )
 from vcm.tasks.ingest.late_chunking import LateChunker
@@ -252,13 +257,71 @@ def test_cpus_idle_reads_the_kernels_runnable_count(monkeypatch: pytest.MonkeyPa
             "builtins.open", lambda path, *a, **k: real_open(fake if path == "/proc/loadavg" else path, *a, **k)
         )
 
+    niced = {"runnable": 0}
+    monkeypatch.setattr("vcm.tasks.embedding_onnx.niced_runnable_threads", lambda: niced["runnable"])
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     reading("0.10 0.20 0.30 1/136 4242\n")
     assert cpus_idle(2) is True
     reading("0.10 0.20 0.30 2/136 4242\n")
     assert cpus_idle(2) is False
+    niced["runnable"] = 1  # the other runnable task is one of this process's background threads
+    assert cpus_idle(2) is True
+    reading("0.10 0.20 0.30 3/136 4242\n")  # and one more, of normal priority
+    assert cpus_idle(2) is False
     reading("garbled\n")  # unreadable: sleep, as without the setting
     assert cpus_idle(1) is False
+
+
+@pytest.mark.parametrize(
+    ("stat", "nice", "below"),
+    [
+        (b"4242 (python) R 1 4242 4242 0 -1 4194560 9 0 0 0 3 1 0 0 30 10 14 0 7 0 0", 0, True),
+        (b"4242 (python) S 1 4242 4242 0 -1 4194560 9 0 0 0 3 1 0 0 30 10 14 0 7 0 0", 0, False),  # asleep
+        (b"4242 (python) R 1 4242 4242 0 -1 4194560 9 0 0 0 3 1 0 0 20 0 14 0 7 0 0", 0, False),  # as the caller
+        (b"4242 (python) R 1 4242 4242 0 -1 4194560 9 0 0 0 3 1 0 0 30 10 14 0 7 0 0", 10, False),
+        (b"77 (a (b) R c) R 1 77 77 0 -1 4194560 9 0 0 0 3 1 0 0 39 19 1 0 7 0 0", 5, True),  # a name with ") R"
+    ],
+)
+def test_a_stat_line_says_whether_a_thread_is_runnable_below_the_callers_priority(
+    stat: bytes, nice: int, below: bool
+) -> None:
+    assert runnable_below(stat, nice) is below
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc/self/task")
+def test_busy_threads_of_a_lower_priority_are_counted_and_others_are_not() -> None:
+    stop = threading.Event()
+    started = threading.Barrier(3)
+    tids: dict[int, int] = {}  # nice added -> thread id
+
+    def busy(nice: int) -> None:
+        me = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + nice))
+        tids[nice] = me
+        started.wait()
+        while not stop.is_set():
+            pass
+
+    threads = [threading.Thread(target=busy, args=(n,), daemon=True) for n in (10, 0)]
+    for t in threads:
+        t.start()
+    try:
+        started.wait()
+        mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        below = {10: False, 0: False}
+        counted = 0
+        deadline = time.monotonic() + 10
+        while not (below[10] and counted) and time.monotonic() < deadline:
+            for nice, tid in tids.items():
+                below[nice] |= runnable_below(Path(f"/proc/self/task/{tid}/stat").read_bytes(), mine)
+            counted = max(counted, niced_runnable_threads())
+        # The niced spinner is seen runnable below this thread's priority, and counted; the one
+        # at this thread's priority never is.
+        assert below == {10: True, 0: False} and counted >= 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
 
 
 def test_short_queries_on_idle_cpus_run_on_the_spinning_session(
