@@ -7,7 +7,7 @@
 
 import { errorFromReply, fromPayload, VcmError, type Details } from "./errors.js";
 import type { components, paths } from "./schema.js";
-import { frames, type Frame } from "./stream.js";
+import { frames, lines, type Frame } from "./stream.js";
 
 export type Schemas = components["schemas"];
 type Method = "get" | "put" | "post" | "delete";
@@ -43,6 +43,17 @@ export type ChangeFrame =
   | { event: "change"; id: string; data: Schemas["ChangeOut"] }
   | { event: "gap"; id: string | null; data: { head: string } }
   | { event: "bye"; id: string | null; data: { reconnect: boolean } };
+
+/** One frame of a streamed chat turn: `delta` (a piece of the model's text), `tool_result` (a
+ * tool call the turn ran), then `done` (the turn's result, as `chat` answers it). */
+export type ChatFrame =
+  | { event: "delta"; id: string | null; data: { content: string } }
+  | { event: "tool_result"; id: string | null; data: Record<string, unknown> }
+  | { event: "done"; id: string | null; data: Schemas["ChatOut"] };
+
+/** What a chat turn is sent: the message, and the user's name (`idempotency_key` and `stream` are
+ * set by the method). */
+export type ChatMessage = Omit<Body<"/v1/agents/{agent_id}/chat", "post">, "stream" | "idempotency_key">;
 
 export interface StreamOptions {
   /** Start after this change id (`"0"`: from the oldest kept); none: from now on. */
@@ -80,12 +91,21 @@ export class VcmClient {
   async request<T>(
     method: string,
     path: string,
-    init: { query?: Record<string, QueryValue>; json?: unknown; headers?: Record<string, string | undefined>; ok?: number[] } = {},
+    init: {
+      query?: Record<string, QueryValue>;
+      json?: unknown;
+      /** A body that is not JSON, with its media type (`json` and `text` are not sent together). */
+      text?: { body: string; type: string };
+      headers?: Record<string, string | undefined>;
+      ok?: number[];
+    } = {},
   ): Promise<T> {
+    const headers = this.#headers(init.headers, init.json !== undefined);
+    if (init.text !== undefined) headers["Content-Type"] = init.text.type;
     const response = await this.#fetch(this.#url(path, init.query), {
       method: method.toUpperCase(),
-      headers: this.#headers(init.headers, init.json !== undefined),
-      body: init.json === undefined ? null : JSON.stringify(init.json),
+      headers,
+      body: init.json !== undefined ? JSON.stringify(init.json) : (init.text?.body ?? null),
       signal: AbortSignal.timeout(this.#timeoutMs),
     });
     const text = await response.text();
@@ -435,6 +455,135 @@ export class VcmClient {
     return this.request("delete", `${agentPath(agentId)}/snapshots/${seg(snapshotId)}`);
   }
 
+  // --- chat: a turn of the agent loop on the server's model -------------------------------------
+  /**
+   * One turn: the message is appended, the server's model answers over the built context with
+   * vcm's memory tools, and the reply is appended. With an idempotency key a retry answers the
+   * first turn's result (`replayed`: the model is not called again), and a retry of a turn that
+   * failed runs it without appending the message twice.
+   */
+  chat(agentId: string, message: ChatMessage, options: Idempotent = {}): Promise<Reply<"/v1/agents/{agent_id}/chat", "post">> {
+    return this.request("post", `${agentPath(agentId)}/chat`, { json: { ...message, stream: false }, headers: idem(options) });
+  }
+
+  /**
+   * The same turn as server-sent events, as the model writes: `delta` and `tool_result` frames,
+   * then `done` with the turn's result (a replayed turn: `done` alone). A failure before the
+   * turn starts (a busy agent, a key used for another message) throws at the first frame; one
+   * during the turn (the `error` frame) throws its coded error there. `signal` ends the turn.
+   */
+  async *chatStream(
+    agentId: string,
+    message: ChatMessage,
+    options: Idempotent & { signal?: AbortSignal } = {},
+  ): AsyncGenerator<ChatFrame> {
+    const response = await this.#fetch(this.#url(`${agentPath(agentId)}/chat`, {}), {
+      method: "POST",
+      headers: this.#headers({ ...idem(options), Accept: "text/event-stream" }, true),
+      body: JSON.stringify({ ...message, stream: true }),
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
+    if (!response.ok || response.body === null) {
+      throw errorFromReply(response.status, await response.text(), response.headers.get("Retry-After"));
+    }
+    for await (const frame of frames(response.body)) {
+      if (frame.event === "error") throw fromPayload(frame.data as Details, response.status);
+      yield frame as ChatFrame;
+      if (frame.event === "done") return;
+    }
+    const cut = new VcmError("the chat stream ended before its done frame");
+    cut.code = "BAD_REPLY";
+    cut.status = response.status;
+    throw cut;
+  }
+
+  /** Tokens by layer, counts, evictions, facts and last activity of the agent. */
+  stats(agentId: string): Promise<Reply<"/v1/agents/{agent_id}/stats", "get">> {
+    return this.request("get", `${agentPath(agentId)}/stats`);
+  }
+
+  /** What each built prompt put before the model (layers and the ids they held), newest first. */
+  injections(
+    agentId: string,
+    query: Query<"/v1/agents/{agent_id}/injections", "get"> = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/injections", "get">> {
+    return this.request("get", `${agentPath(agentId)}/injections`, { query: query as Record<string, QueryValue> });
+  }
+
+  /** An entity and what links to it, `depth` hops out. */
+  entityGraph(agentId: string, name: string, depth = 1): Promise<Reply<"/v1/agents/{agent_id}/entities/{name}", "get">> {
+    return this.request("get", `${agentPath(agentId)}/entities/${seg(name)}`, { query: { depth } });
+  }
+
+  // --- tools -------------------------------------------------------------------------------------
+  /** The LLM tool schemas the server offers. */
+  tools(): Promise<Reply<"/v1/tools", "get">> {
+    return this.request("get", "/v1/tools");
+  }
+
+  /** Run one of vcm's tools for the agent, as a model's tool call would (`arguments`, and the
+   * `tool_call_id` it answers). */
+  callTool(
+    agentId: string,
+    name: string,
+    call: Body<"/v1/agents/{agent_id}/tools/{name}", "post">,
+    options: Idempotent = {},
+  ): Promise<Reply<"/v1/agents/{agent_id}/tools/{name}", "post">> {
+    return this.request("post", `${agentPath(agentId)}/tools/${seg(name)}`, { json: call, headers: idem(options) });
+  }
+
+  // --- the audit log and operations --------------------------------------------------------------
+  /** The agent's events (what happened to its memory, by whom), oldest first; `cursor` pages on. */
+  events(agentId: string, query: Query<"/v1/agents/{agent_id}/events", "get"> = {}): Promise<Reply<"/v1/agents/{agent_id}/events", "get">> {
+    return this.request("get", `${agentPath(agentId)}/events`, { query: query as Record<string, QueryValue> });
+  }
+
+  /** Admin only: the events of every agent (or of `agent_id`). */
+  allEvents(query: Query<"/v1/events", "get"> = {}): Promise<Reply<"/v1/events", "get">> {
+    return this.request("get", "/v1/events", { query: query as Record<string, QueryValue> });
+  }
+
+  /** Admin only: the Conveyance report (`vcm report --json`'s document). */
+  report(query: Query<"/v1/report", "get"> = {}): Promise<Reply<"/v1/report", "get">> {
+    return this.request("get", "/v1/report", { query: query as Record<string, QueryValue> });
+  }
+
+  /** Admin only: run one maintenance job now (`expire`, `sweep`, `consolidate`, `snapshot`). */
+  runMaintenance(job: string): Promise<Reply<"/v1/maintenance/{job}", "post">> {
+    return this.request("post", `/v1/maintenance/${seg(job)}`);
+  }
+
+  /** Admin only: when each maintenance job last ran, and how it went. */
+  maintenanceRuns(): Promise<Reply<"/v1/maintenance", "get">> {
+    return this.request("get", "/v1/maintenance");
+  }
+
+  // --- portable export and import (admin) --------------------------------------------------------
+  /**
+   * The agent in the portable format, line by line as the server streams it (each line ends in a
+   * newline: write them to a file as they come). The last line counts the records, so a cut file
+   * is refused on import. `vectors`: with fact and archival vectors.
+   */
+  async *exportAgent(agentId: string, { vectors = false }: { vectors?: boolean } = {}): AsyncGenerator<string> {
+    const response = await this.#fetch(this.#url(`${agentPath(agentId)}/export`, { vectors }), {
+      headers: this.#headers({ Accept: "application/x-ndjson" }),
+    });
+    if (!response.ok || response.body === null) {
+      throw errorFromReply(response.status, await response.text(), response.headers.get("Retry-After"));
+    }
+    yield* lines(response.body);
+  }
+
+  /**
+   * Create the agent a portable file holds (its lines, or its whole text); `asId` imports it under
+   * another id. The whole file is checked first: a bad line is a ValidationError naming it, and
+   * nothing is written. The reply's `replayed` is true for a file imported before.
+   */
+  importAgent(lines: Iterable<string> | string, { asId }: { asId?: string } = {}): Promise<Reply<"/v1/import", "post">> {
+    const body = typeof lines === "string" ? lines : [...lines].map((l) => (l.endsWith("\n") ? l : `${l}\n`)).join("");
+    return this.request("post", "/v1/import", { query: { as_id: asId }, text: { body, type: "application/x-ndjson" } });
+  }
+
   // --- the change feed ---------------------------------------------------------------------------
   /** A page of the change feed (kind, key, version, op, time; never content). Without `after`: no
    * changes, and `next_after` is where the feed is now. */
@@ -491,10 +640,6 @@ export class VcmClient {
     return this.request("get", "/healthz", { ok: [503] });
   }
 
-  /** The LLM tool schemas the server offers. */
-  tools(): Promise<Reply<"/v1/tools", "get">> {
-    return this.request("get", "/v1/tools");
-  }
 }
 
 function idem(options: Idempotent): Record<string, string | undefined> {

@@ -1,13 +1,38 @@
 /**
- * Server-sent events read from a `fetch()` body (no EventSource: it cannot send the bearer
- * header). The server's frames are one `event:` line, an optional `id:` line and one `data:` line
- * of JSON; comments (`: keepalive`) are skipped.
+ * Streamed bodies read from `fetch()`: JSON Lines (an agent's export) and server-sent events (no
+ * EventSource: it cannot send the bearer header). The server's event frames are one `event:`
+ * line, an optional `id:` line and one `data:` line of JSON; comments (`: keepalive`) are skipped.
  */
 
 export interface Frame {
   event: string;
   id: string | null;
   data: unknown;
+}
+
+/** The lines of a JSON Lines body (each with its newline; blank ones skipped), until it ends. */
+export async function* lines(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  const decoder = new TextDecoder();
+  let buffer = "";
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let end: number;
+      while ((end = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, end + 1);
+        buffer = buffer.slice(end + 1);
+        if (line.trim()) yield line;
+      }
+    }
+    buffer += decoder.decode();
+    if (buffer.trim()) yield buffer.endsWith("\n") ? buffer : `${buffer}\n`;
+  } finally {
+    reader.releaseLock();
+    await body.cancel().catch(() => undefined);
+  }
 }
 
 /** The frames of one response body, in order, until it ends. */

@@ -18,6 +18,8 @@ import { isDeepStrictEqual } from "node:util";
 import {
   Conflict,
   ERRORS,
+  IdempotencyMismatch,
+  LlmRejected,
   NotFound,
   RateLimited,
   RevConflict,
@@ -27,13 +29,16 @@ import {
   VcmError,
   fromPayload,
   type ChangeFrame,
+  type ChatFrame,
 } from "../src/index.js";
+import { startUpstream, type Upstream } from "../testing/upstream.js";
 
 const PACKAGE = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const ROOT = resolve(PACKAGE, "..", "..");
 const ADMIN_TOKEN = "ts-client-admin-token-0123456789";
 
 let server: ChildProcess | undefined;
+let upstream: Upstream;
 let dataDir = "";
 let baseUrl = "";
 let admin: VcmClient;
@@ -52,7 +57,7 @@ function freePort(): Promise<number> {
   });
 }
 
-async function startServer(): Promise<void> {
+async function startServer(extra: Record<string, string>): Promise<void> {
   const port = await freePort();
   dataDir = mkdtempSync(join(tmpdir(), "vcm-ts-"));
   const command: string[] = process.env.VCM_SERVE_CMD
@@ -69,6 +74,7 @@ async function startServer(): Promise<void> {
     VCM_EMBEDDING__SUBPROCESS: "false",
     // Change streams end (`bye`) after a second, so that the stream test sees a reconnection.
     VCM_SYNC__MAX_STREAM_S: "1",
+    ...extra,
   });
   const [program, ...args] = command as [string, ...string[]];
   const child = spawn(program, [...args, "--port", String(port)], { cwd: ROOT, env, stdio: ["ignore", "ignore", "pipe"], detached: true });
@@ -90,7 +96,9 @@ async function startServer(): Promise<void> {
 }
 
 before(async () => {
-  await startServer();
+  upstream = await startUpstream();
+  // The chat routes' model: the fake upstream, tried once (a scripted failure is not retried).
+  await startServer({ VCM_CHAT__BASE_URL: upstream.url, VCM_CHAT__MODEL: "fake-model", VCM_CHAT__MAX_RETRIES: "0", OPENAI_API_KEY: "sk-test" });
   admin = new VcmClient(baseUrl, ADMIN_TOKEN);
   const created = await admin.createAgent({ agent_id: AGENT, model: "vcm-demo-4k", system_prompt: "You help." });
   me = admin.withToken(created.token);
@@ -111,6 +119,7 @@ after(async () => {
     console.error(`vcm serve stopped in ${Date.now() - started} ms`);
   }
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  await upstream?.close();
 });
 
 /** `promise`, or a rejection after `ms` (its timer cleared either way: a pending timer would keep
@@ -284,6 +293,139 @@ describe("memory", () => {
     assert.equal((await me.block(AGENT, "plan")).content, "before");
     await me.deleteSnapshot(AGENT, snapshot.snapshot_id);
     assert.ok(!(await me.snapshots(AGENT)).snapshots.some((s) => s.snapshot_id === snapshot.snapshot_id));
+  });
+});
+
+describe("chat", () => {
+  it("runs a turn on the server's model, replays it under its key, and streams the next", async () => {
+    const created = await admin.createAgent({ agent_id: "ts-chat", model: "vcm-demo-4k", system_prompt: "You help Ann." });
+    const ann = admin.withToken(created.token);
+    await ann.append("ts-chat", { role: "user", content: "My bike lock code is 2291.", name: "Ann" });
+    upstream.script.push("Your code is 2291.");
+    const asked = upstream.requests.length;
+    const turn = await ann.chat("ts-chat", { message: "What is my bike lock code?", name: "Ann" }, { idempotencyKey: "turn-1" });
+    assert.equal(turn.reply, "Your code is 2291.");
+    assert.equal(turn.replayed, false);
+    assert.equal(turn.stop, "answer");
+    const sent = upstream.requests[asked];
+    assert.ok(sent !== undefined && sent.model === "fake-model" && !sent.stream);
+    const prompt = sent.messages.map((m) => String(m.content)).join(" | ");
+    assert.ok(prompt.includes("What is my bike lock code?") && prompt.includes("2291"), prompt);
+
+    // The same key: the recorded answer, the model not asked again; with another message: refused.
+    const again = await ann.chat("ts-chat", { message: "What is my bike lock code?", name: "Ann" }, { idempotencyKey: "turn-1" });
+    assert.equal(again.replayed, true);
+    assert.equal(again.reply, turn.reply);
+    await assert.rejects(
+      ann.chat("ts-chat", { message: "Something else", name: "Ann" }, { idempotencyKey: "turn-1" }),
+      (error: unknown) => error instanceof IdempotencyMismatch && error.code === "IDEMPOTENCY_MISMATCH",
+    );
+    assert.equal(upstream.requests.length, asked + 1, "neither the replay nor the refused retry reached the model");
+
+    upstream.script.push("Noted, Ann: the blue bike.");
+    const frames: ChatFrame[] = [];
+    for await (const frame of ann.chatStream("ts-chat", { message: "It is the blue bike.", name: "Ann" }, { idempotencyKey: "turn-2" })) {
+      frames.push(frame);
+    }
+    const last = frames.at(-1);
+    assert.ok(last?.event === "done", JSON.stringify(frames));
+    const deltas = frames.flatMap((f) => (f.event === "delta" ? [f.data.content] : []));
+    assert.ok(deltas.length >= 2, "the answer came in pieces");
+    assert.equal(deltas.join(""), "Noted, Ann: the blue bike.");
+    assert.equal(last.data.reply, "Noted, Ann: the blue bike.");
+    assert.equal(upstream.requests.at(-1)?.stream, true);
+    const replayed: ChatFrame[] = [];
+    for await (const frame of ann.chatStream("ts-chat", { message: "It is the blue bike.", name: "Ann" }, { idempotencyKey: "turn-2" })) {
+      replayed.push(frame);
+    }
+    assert.deepEqual(replayed.map((f) => f.event), ["done"]);
+    assert.ok(replayed[0]?.event === "done" && replayed[0].data.replayed === true);
+
+    // Each message landed once, the replies after them.
+    const said = (await ann.context("ts-chat")).messages.map((m) => String(m.content));
+    for (const text of ["What is my bike lock code?", "Your code is 2291.", "It is the blue bike.", "Noted, Ann: the blue bike."]) {
+      assert.equal(said.filter((t) => t.endsWith(text)).length, 1, `${text} in ${said.join(" | ")}`);
+    }
+    const stats = await ann.stats("ts-chat");
+    assert.equal(stats.agent_id, "ts-chat");
+    assert.equal(stats.fifo_messages, 5);
+    const injections = await ann.injections("ts-chat");
+    assert.ok(injections.items.length >= 2, "each built prompt is logged");
+  });
+
+  it("throws the model's failure as its coded error, appending nothing twice", async () => {
+    const created = await admin.createAgent({ agent_id: "ts-chat-down", model: "vcm-demo-4k" });
+    const bob = admin.withToken(created.token);
+    // The script is empty: the fake answers 418, a refusal the server reports as LLM_REJECTED (502).
+    await assert.rejects(
+      bob.chat("ts-chat-down", { message: "hello?" }, { idempotencyKey: "down-1" }),
+      (error: unknown) => error instanceof LlmRejected && error.status === 502,
+    );
+    upstream.script.push("Hello Bob.");
+    const retried = await bob.chat("ts-chat-down", { message: "hello?" }, { idempotencyKey: "down-1" });
+    assert.equal(retried.reply, "Hello Bob.");
+    const said = (await bob.context("ts-chat-down")).messages.map((m) => String(m.content));
+    assert.equal(said.filter((t) => t.endsWith("hello?")).length, 1, said.join(" | "));
+  });
+});
+
+describe("tools, audit and operations", () => {
+  it("runs a tool as a model's call would, and finds it in the agent's events", async () => {
+    const names = (await me.tools()).tools.map((t) => (t as { function: { name: string } }).function.name);
+    assert.ok(names.includes("set_state"), names.join(", "));
+    const out = await me.callTool(AGENT, "set_state", {
+      arguments: { key: "mood", value: "curious", idempotency_key: "tool-1", request_heartbeat: false },
+      tool_call_id: "call-1",
+    });
+    assert.equal(out.ok, true, JSON.stringify(out));
+    assert.equal(out.tool_call_id, "call-1");
+    assert.equal((await me.state(AGENT, "mood")).value, "curious");
+    const events = await me.events(AGENT, { kinds: ["state_set"] });
+    assert.ok(events.items.length > 0 && events.items.every((e) => e.kind === "state_set"), JSON.stringify(events));
+    await assert.rejects(me.callTool(AGENT, "no_such_tool", { arguments: {} }), VcmError);
+  });
+
+  it("gives the admin every agent's events, the report and maintenance; an agent none of them", async () => {
+    const all = await admin.allEvents({ agent_id: AGENT, limit: 5 });
+    assert.ok(all.items.length > 0 && all.items.every((e) => e.agent_id === AGENT), JSON.stringify(all));
+    const report = await admin.report({ agent_id: [AGENT] });
+    assert.ok(JSON.stringify(report).includes(AGENT));
+    const ran = await admin.runMaintenance("expire");
+    assert.equal(ran.job, "expire");
+    assert.ok((await admin.maintenanceRuns()).jobs.some((j) => j.job === "expire"));
+    await assert.rejects(admin.runMaintenance("no-such-job"), VcmError);
+    await assert.rejects(me.allEvents(), Unauthorized);
+    await assert.rejects(me.runMaintenance("expire"), Unauthorized);
+  });
+
+  it("reads an entity and its relations once they are settled", async () => {
+    const saved = await me.remember(AGENT, { value: "Maya is Priya's sister", type: "relation", key: "Priya|sister|Maya" });
+    await assert.rejects(me.entityGraph(AGENT, "Priya"), NotFound, "a shadow relation is no structure yet");
+    await admin.settleFact(AGENT, saved.fact.fact_id, "promote");
+    const near = await me.entityGraph(AGENT, "Priya");
+    assert.equal(near.entity.key, "priya");
+    assert.deepEqual(near.neighbours.map((n) => n.key), ["maya"]);
+  });
+
+  it("exports an agent line by line and imports it under another id, once", async () => {
+    const lines: string[] = [];
+    for await (const line of admin.exportAgent("ts-chat")) lines.push(line);
+    assert.ok(lines.length > 2 && lines.every((l) => l.endsWith("\n")));
+    assert.equal((JSON.parse(lines.at(-1) ?? "{}") as { kind?: string }).kind, "end");
+    await assert.rejects(admin.importAgent(lines.slice(0, -1), { asId: "ts-cut" }), ValidationError, "a cut file is refused");
+    await assert.rejects(admin.agent("ts-cut"), NotFound);
+    const imported = await admin.importAgent(lines, { asId: "ts-chat-copy" });
+    assert.equal(imported.agent_id, "ts-chat-copy");
+    assert.equal(imported.replayed, false);
+    assert.equal((await admin.importAgent(lines.join(""), { asId: "ts-chat-copy" })).replayed, true);
+    const said = (await admin.context("ts-chat-copy")).messages.map((m) => String(m.content));
+    assert.ok(said.some((t) => t.endsWith("It is the blue bike.")), said.join(" | "));
+    await assert.rejects(
+      (async () => {
+        for await (const line of me.exportAgent(AGENT)) void line;
+      })(),
+      Unauthorized,
+    );
   });
 });
 
