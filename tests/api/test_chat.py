@@ -4,6 +4,7 @@ agent chat route with vcm's tools (streaming and not), coded errors when the mod
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from typing import Any
@@ -16,7 +17,8 @@ from fastapi import FastAPI
 from tests.api.conftest import ADMIN_TOKEN, LiveServer, api_settings, executor_for, upstream_settings
 from tests.doubles.llm import Action, FakeLLM, answer, calls, status, streamed, streamed_calls
 from vcm.api.app import create_app
-from vcm.client import VcmClient
+from vcm.client import AsyncVcmClient, VcmClient
+from vcm.errors import IdempotencyMismatch, LlmRejected
 from vcm.service import MemoryService
 from vcm.tools.schemas import tool_schemas
 
@@ -427,3 +429,45 @@ def test_chat_idempotency_keys_are_checked_before_anything_runs(live: LiveServer
     upstream.script.append(answer("Fine."))
     r = httpx.post(url, json={"message": "hi"}, headers={**auth, "Idempotency-Key": "x" * 251})
     assert r.status_code == 200 and r.json()["reply"] == "Fine."
+
+
+def test_the_python_clients_stream_a_turn_replay_it_and_raise_its_failures(
+    live: LiveServer, upstream: FakeLLM, service: MemoryService
+) -> None:
+    token = agent(live, tools=tool_schemas())
+    upstream.script += [
+        streamed_calls(("search_recall", {"query": "Ada", "mode": "text", "request_heartbeat": True})),
+        streamed("Yes, ", "Ada."),
+    ]
+    with VcmClient(live.url, token) as client:
+        frames = list(client.chat_stream("ann", "Who am I?", name="Ada", idempotency_key="s1"))
+        kinds = [e for e, _ in frames]
+        assert kinds == ["tool_result", "delta", "delta", "done"], frames
+        assert frames[0][1]["name"] == "search_recall" and frames[0][1]["ok"] is True
+        assert "".join(d["content"] for e, d in frames if e == "delta") == "Yes, Ada."
+        done = frames[-1][1]
+        assert done["reply"] == "Yes, Ada." and done["steps"] == 2 and done["replayed"] is False
+        # The retry under the key: the recorded result as done alone, the model not asked again.
+        assert list(client.chat_stream("ann", "Who am I?", name="Ada", idempotency_key="s1")) == [
+            ("done", {**done, "replayed": True})
+        ]
+        assert len(upstream.requests) == 2
+        # Refused before the turn begins (the key with another message): raised at the first next.
+        with pytest.raises(IdempotencyMismatch):
+            next(client.chat_stream("ann", "Who are you?", idempotency_key="s1"))
+        # The model failing once the turn has begun (after the 200): its error frame, raised coded.
+        upstream.script += [status(400)]
+        seen: list[str] = []
+        with pytest.raises(LlmRejected):
+            for event, _ in client.chat_stream("ann", "And now?"):
+                seen.append(event)
+        assert seen == [] and len(upstream.requests) == 3
+
+    async def run() -> list[tuple[str, Any]]:
+        upstream.script.append(streamed("Still ", "Ada."))
+        async with AsyncVcmClient(live.url, token) as aclient:
+            return [frame async for frame in aclient.chat_stream("ann", "Still me?", name="Ada")]
+
+    frames = asyncio.run(run())
+    assert [e for e, _ in frames] == ["delta", "delta", "done"] and frames[-1][1]["reply"] == "Still Ada."
+    assert [m["content"] for m in said(service)[-2:]] == ["Still me?", "Still Ada."]

@@ -9,6 +9,7 @@ from collections.abc import Awaitable
 import httpx
 
 from vcm.client.agent_ops import AgentOperations
+from vcm.client.chat_stream import AsyncChatStreamOperations
 from vcm.client.memory_ops import MemoryOperations
 from vcm.client.portable_ops import AsyncPortableOperations
 from vcm.client.replies import Json, decode, finished, http_kwargs, rejected_error
@@ -19,7 +20,12 @@ from vcm.sync.replica import Replica
 from vcm.wire import Call
 
 
-class AsyncVcmClient(AgentOperations[Awaitable[Json]], MemoryOperations[Awaitable[Json]], AsyncPortableOperations):
+class AsyncVcmClient(
+    AgentOperations[Awaitable[Json]],
+    MemoryOperations[Awaitable[Json]],
+    AsyncPortableOperations,
+    AsyncChatStreamOperations,
+):
     """The same operations, awaited: ``await client.append(...)``."""
 
     def __init__(

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from vcm.client.agent_ops import AgentOperations
+from vcm.client.chat_stream import ChatStreamOperations
 from vcm.client.memory_ops import MemoryOperations
 from vcm.client.portable_ops import PortableOperations
 from vcm.client.replies import Json, decode, finished, http_kwargs, rejected_error
@@ -21,7 +22,7 @@ from vcm.sync.replica import Replica
 from vcm.wire import Call
 
 
-class VcmClient(AgentOperations[Json], MemoryOperations[Json], PortableOperations):
+class VcmClient(AgentOperations[Json], MemoryOperations[Json], PortableOperations, ChatStreamOperations):
     """Synchronous client. ``token`` is an agent's token or the admin token.
 
     ``cache=CacheConfig(...)`` keeps a local cache of blocks, state keys and facts (see
