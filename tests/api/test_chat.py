@@ -464,10 +464,10 @@ def test_the_python_clients_stream_a_turn_replay_it_and_raise_its_failures(
         assert seen == [] and len(upstream.requests) == 3
 
     async def run() -> list[tuple[str, Any]]:
-        upstream.script.append(streamed("Still ", "Ada."))
+        upstream.script.append(streamed("Still\u2028", "Ada."))  # a line end to str.splitlines
         async with AsyncVcmClient(live.url, token) as aclient:
             return [frame async for frame in aclient.chat_stream("ann", "Still me?", name="Ada")]
 
     frames = asyncio.run(run())
-    assert [e for e, _ in frames] == ["delta", "delta", "done"] and frames[-1][1]["reply"] == "Still Ada."
-    assert [m["content"] for m in said(service)[-2:]] == ["Still me?", "Still Ada."]
+    assert [e for e, _ in frames] == ["delta", "delta", "done"] and frames[-1][1]["reply"] == "Still\u2028Ada."
+    assert [m["content"] for m in said(service)[-2:]] == ["Still me?", "Still\u2028Ada."]

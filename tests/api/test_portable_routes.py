@@ -35,15 +35,21 @@ def messages_of(service: MemoryService, agent: str) -> list[tuple[str, int, str,
 def test_export_streams_the_agent_and_import_brings_it_back(live: LiveServer, service: MemoryService) -> None:
     admin = VcmClient(live.url, ADMIN_TOKEN)
     token = admin.create_agent("mover")["token"]
-    for i in range(6):
-        admin.append("mover", "user", f"Message {i} about the Porto office.")
+    # Line separators inside messages (U+2028, U+0085) are line ends to str.splitlines and to
+    # httpx's iter_lines: the file escapes them, and both sides cut lines at \n only.
+    for i, sep in enumerate(["", "", "\u2028", "\x85", "\u2029", ""]):
+        admin.append("mover", "user", f"Message {i} about{sep} the Porto office.")
     admin.remember("mover", "Bob runs the Porto office", type="project")
     admin.set_state("mover", "plan", {"step": 1})
     lines = list(admin.export_agent("mover", vectors=True))
     header = json.loads(lines[0])
     assert header["format"] == "vcm.agent" and header["agent_id"] == "mover" and header["vectors"] is True
     assert json.loads(lines[-1]) == {"kind": "end", "records": len(lines) - 1}
+    assert not any(c in "".join(lines) for c in "\u2028\x85\u2029")
     before = messages_of(service, "mover")
+    assert [m[3] for m in before][2:5] == [
+        f"Message {i} about{c} the Porto office." for i, c in ((2, "\u2028"), (3, "\x85"), (4, "\u2029"))
+    ]
 
     with pytest.raises(Conflict):  # never merged into the agent that exists
         admin.import_agent(lines)
@@ -54,6 +60,16 @@ def test_export_streams_the_agent_and_import_brings_it_back(live: LiveServer, se
     assert admin.state("mover", "plan")["value"] == {"step": 1}
     assert admin.import_agent("".join(lines))["replayed"] is True  # the same file: nothing written
     assert messages_of(service, "mover") == before
+
+    # A file written before the escaping, with the separators raw inside its strings, imports too.
+    raw = "".join(lines).replace("\\u2028", "\u2028").replace("\\u0085", "\x85").replace("\\u2029", "\u2029")
+    assert "\u2028" in raw
+    r = httpx.post(
+        f"{live.url}/v1/import", params={"as_id": "mover-old"}, content=raw.encode(),
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/x-ndjson"},
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    assert [m[1:] for m in messages_of(service, "mover-old")] == [m[1:] for m in before]
 
     renamed = asyncio.run(_async_round_trip(live.url))
     assert renamed["agent_id"] == "mover-copy" and renamed["source_agent_id"] == "mover"

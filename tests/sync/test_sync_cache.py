@@ -17,7 +17,7 @@ from vcm.sync.cache import LocalCache
 from vcm.sync.conflicts import Version, resolve
 from vcm.sync.flows import drive
 from vcm.sync.replica import Replica
-from vcm.sync.sse import Parser
+from vcm.sync.sse import Lines, Parser
 from vcm.wire import Call
 
 
@@ -93,6 +93,15 @@ def test_the_event_stream_parser_reads_ids_comments_and_multiline_data() -> None
              "data: a", "data: b", ""]  # fmt: skip
     events = [e for e in map(parser.line, lines) if e is not None]
     assert [(e.event, e.data, e.id) for e in events] == [("ready", '{"head":"1-0"}', "1-0"), ("change", "a\nb", "2-0")]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 7])
+def test_a_streamed_body_is_cut_into_lines_at_line_ends_only(cut: int) -> None:
+    body = 'data: {"t":"a\u2028b\x85c"}\r\n\r\nid: 2\rdata: x\n\nlast'
+    lines, out = Lines(), []
+    for start in range(0, len(body), cut):  # chunks that split \r\n and the separators anywhere
+        out += lines.feed(body[start : start + cut])
+    assert out + lines.end() == ['data: {"t":"a\u2028b\x85c"}', "", "id: 2", "data: x", "", "last"]
 
 
 # --- the replica's flows ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
+from vcm import jsontext
 from vcm.agent.loop import TurnResult
 from vcm.api.auth import Principal
 from vcm.api.models import ERROR_RESPONSES, ErrorOut, RequestBody
@@ -173,7 +174,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def sse(event: str, data: Mapping[str, Any]) -> str:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+    # line_safe: a client reading lines with str.splitlines (httpx's iter_lines) cut a frame whose
+    # text held U+2028 in two.
+    return f"event: {event}\ndata: {jsontext.line_safe(json.dumps(data, ensure_ascii=False))}\n\n"
 
 
 def streamed(

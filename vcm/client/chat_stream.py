@@ -10,9 +10,10 @@ from typing import Any
 
 import httpx
 
+from vcm import jsontext
 from vcm.client.replies import Json, clean, error_from, idem
 from vcm.errors import VcmError, from_payload
-from vcm.sync.sse import Parser
+from vcm.sync.sse import Lines, Parser
 from vcm.wire import seg
 
 
@@ -36,7 +37,14 @@ class _Frames:
         event = self._parser.line(text)
         if event is None:
             return None
-        data = json.loads(event.data)
+        try:
+            data = jsontext.loads(event.data)
+        except json.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            bad = VcmError(f"a {event.event!r} frame of the chat stream is not a JSON object")
+            bad.code = "BAD_REPLY"
+            raise bad
         if event.event == "error":  # the turn failed after it began: its coded error
             raise from_payload(data)
         self.done = event.event == "done"
@@ -60,18 +68,21 @@ class ChatStreamOperations:
         with what :meth:`chat` answers (a replayed turn: ``done`` alone). The request starts at
         the first ``next``: a refusal before the turn (a busy agent, a key used for another
         message) raises there, a failure during it (its ``error`` frame) where it comes. The
-        client's ``timeout`` is the longest wait for the next frame."""
+        client's ``timeout`` is the longest wait for the next frame. Leaving the loop early
+        closes the stream, and so ends the turn on the server, when the generator is closed
+        (at once here; in the async client wrap it in ``contextlib.aclosing``)."""
         with self._http.stream(**_request(agent_id, message, name, idempotency_key)) as response:
             if not response.is_success:
                 response.read()
                 raise error_from(response)
-            frames = _Frames()
-            for line in response.iter_lines():
-                frame = frames.line(line)
-                if frame is not None:
-                    yield frame
-                    if frames.done:
-                        return
+            frames, lines = _Frames(), Lines()  # an unended last line completes no frame
+            for chunk in response.iter_text():
+                for line in lines.feed(chunk):
+                    frame = frames.line(line)
+                    if frame is not None:
+                        yield frame
+                        if frames.done:
+                            return
             frames.end(response.status_code)
 
 
@@ -86,11 +97,12 @@ class AsyncChatStreamOperations:
             if not response.is_success:
                 await response.aread()
                 raise error_from(response)
-            frames = _Frames()
-            async for line in response.aiter_lines():
-                frame = frames.line(line)
-                if frame is not None:
-                    yield frame
-                    if frames.done:
-                        return
+            frames, lines = _Frames(), Lines()  # an unended last line completes no frame
+            async for chunk in response.aiter_text():
+                for line in lines.feed(chunk):
+                    frame = frames.line(line)
+                    if frame is not None:
+                        yield frame
+                        if frames.done:
+                            return
             frames.end(response.status_code)

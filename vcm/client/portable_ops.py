@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from vcm.client.replies import Json, decode, error_from
+from vcm.sync.sse import Lines
 from vcm.wire import seg
 
 MEDIA_TYPE = "application/x-ndjson"
@@ -40,9 +41,10 @@ class PortableOperations:
             if not response.is_success:
                 response.read()
                 raise error_from(response)
-            for line in response.iter_lines():
-                if line:
-                    yield line + "\n"
+            lines = Lines()  # not iter_lines: it also cuts at U+2028, which an old file may hold raw
+            for chunk in response.iter_text():
+                yield from (line + "\n" for line in lines.feed(chunk) if line)
+            yield from (line + "\n" for line in lines.end())
 
     def import_agent(self, lines: Iterable[str] | str, *, as_id: str | None = None) -> Json:
         """Create the agent a portable file holds (its lines, or its whole text); ``as_id``
@@ -59,9 +61,13 @@ class AsyncPortableOperations:
             if not response.is_success:
                 await response.aread()
                 raise error_from(response)
-            async for line in response.aiter_lines():
-                if line:
-                    yield line + "\n"
+            lines = Lines()
+            async for chunk in response.aiter_text():
+                for line in lines.feed(chunk):
+                    if line:
+                        yield line + "\n"
+            for line in lines.end():
+                yield line + "\n"
 
     async def import_agent(self, lines: Iterable[str] | str, *, as_id: str | None = None) -> Json:
         return decode(await self._http.post(**_import(lines, as_id)), ())

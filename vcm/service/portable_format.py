@@ -74,7 +74,17 @@ class Bundle:
 
 # --- writing -----------------------------------------------------------------------------------------
 def line(record: Mapping[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n"
+    # line_safe: a message's U+2028 written raw was a line end to str.splitlines and to httpx's
+    # iter_lines, so such an agent's file did not import again.
+    return jsontext.line_safe(json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":"))) + "\n"
+
+
+def split_lines(text: str) -> list[str]:
+    """A file's lines, each with its ``\\n``: JSON Lines ends a line there only (``\\r`` before it
+    is JSON whitespace), where ``str.splitlines`` also splits at U+2028 and others that a file
+    written before :func:`line` escaped them may hold raw inside a string."""
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 def header(

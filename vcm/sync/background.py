@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from vcm.sync.replica import Replica
-from vcm.sync.sse import Parser
+from vcm.sync.sse import Lines, Parser
 from vcm.wire import seg
 
 log = logging.getLogger(__name__)
@@ -70,14 +70,15 @@ class Follower(threading.Thread):
                 response.read()
                 raise StreamEnded(f"HTTP {response.status_code}: {response.text[:200]}")
             self._response = response
-            parser = Parser()
+            parser, lines = Parser(), Lines()
             try:
-                for line in response.iter_lines():
-                    if self.stop.is_set():
-                        return
-                    event = parser.line(line)
-                    if event is not None and self._handle(event.event, event.data):
-                        return
+                for chunk in response.iter_text():
+                    for line in lines.feed(chunk):
+                        if self.stop.is_set():
+                            return
+                        event = parser.line(line)
+                        if event is not None and self._handle(event.event, event.data):
+                            return
             finally:
                 self._response = None
                 self.connected.clear()

@@ -1,9 +1,13 @@
 """Server-sent events, read line by line (the WHATWG event-stream format, as much of it as vcm's
-streams use: ``event:``, ``data:``, ``id:``, comments). Pure."""
+streams use: ``event:``, ``data:``, ``id:``, comments), and the lines of a streamed text body
+(:class:`Lines`). Pure."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+_END = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)
@@ -40,4 +44,28 @@ class Parser:
         return None
 
 
-__all__ = ["Event", "Parser"]
+class Lines:
+    """A streamed text body cut into lines at ``\\r\\n``, ``\\r`` or ``\\n`` only (the
+    event-stream format's line ends; JSON Lines ends at ``\\n``, before which ``\\r`` is JSON
+    whitespace). httpx's ``iter_lines`` cuts as ``str.splitlines`` does, at U+2028 and U+0085
+    too, which a frame's or a record's JSON may hold raw inside a string."""
+
+    def __init__(self) -> None:
+        self._rest = ""
+
+    def feed(self, text: str) -> list[str]:
+        """The lines ``text`` completes (without their ends)."""
+        text = self._rest + text
+        # A chunk ending in \r may be the first half of \r\n: keep it for the next.
+        keep = text.endswith("\r")
+        parts = _END.split(text[:-1] if keep else text)
+        self._rest = parts.pop() + ("\r" if keep else "")
+        return parts
+
+    def end(self) -> list[str]:
+        """The last line, when the body did not end with a line end."""
+        rest, self._rest = self._rest.removesuffix("\r"), ""
+        return [rest] if rest else []
+
+
+__all__ = ["Event", "Lines", "Parser"]

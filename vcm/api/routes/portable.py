@@ -14,6 +14,7 @@ from vcm.api.deps import Admin, ServiceDep
 from vcm.api.models import ERROR_RESPONSES, WRITE_ERROR_RESPONSES, AgentId
 from vcm.api.models.portable import ImportOut
 from vcm.errors import ValidationError
+from vcm.service import portable_format
 
 router = APIRouter(tags=["admin"])
 
@@ -60,7 +61,7 @@ async def import_agent(
         text = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
         raise ValidationError("the body must be UTF-8 JSON Lines", field="body") from None
-    out = await run_in_threadpool(service.import_agent, text.splitlines(keepends=True), as_id=as_id, actor=who.actor)
+    out = await run_in_threadpool(service.import_agent, portable_format.split_lines(text), as_id=as_id, actor=who.actor)
     if out["replayed"]:
         response.status_code = 200
     return ImportOut.model_validate(out)
