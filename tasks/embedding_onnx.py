@@ -171,10 +171,10 @@ def cpus_idle(threads: int) -> bool:
     """Whether a run on ``threads`` threads would find a CPU for each: the kernel's count of
     runnable tasks now (``/proc/loadavg``, the caller itself included) plus the run's other
     threads within the CPUs this process may use. This process's own runnable threads of a
-    lower priority (the embedded store's indexer and index upkeep)
-    are not counted: the scheduler gives a spinning pool the cores before them, and a third of
-    a replay's builds met a tantivy commit and stayed asleep (10.8 against 7.3 ms p50 a run).
-    False where the count cannot be read."""
+    lower priority (the embedded store's indexer and index upkeep, nice +10) are not counted:
+    beside a spinning pool they get about a tenth of a core (the scheduler's weight for nice 10
+    is 110 against 1024), and a third of a replay's builds met a tantivy commit and stayed
+    asleep (10.8 against 7.3 ms p50 a run). False where the count cannot be read."""
     try:
         with open("/proc/loadavg", encoding="ascii") as f:
             running = int(f.read().split()[3].split("/")[0])
@@ -186,26 +186,33 @@ def cpus_idle(threads: int) -> bool:
     return idle_enough(running - niced_runnable_threads(), threads, cpus)
 
 
-# Past this many threads a process's scan (one small file read each, ~7 us) is not made: the
-# spin check then counts every runnable task, as without it.
-NICE_SCAN_MAX_THREADS = 64
+# Past this many threads a process's scan (one small file read each, ~7 us; made only when the
+# first count says busy) is not made: the spin check then counts every runnable task, as
+# without it. A serving process holds ~60-100 (the server's worker threads, the model's pools).
+NICE_SCAN_MAX_THREADS = 160
 
 
 def niced_runnable_threads() -> int:
     """How many of this process's other threads are runnable at a lower priority than the
-    caller's (Linux ``/proc/self/task``; 0 elsewhere, or past :data:`NICE_SCAN_MAX_THREADS`)."""
+    caller's (:func:`niced_runnable_ids`)."""
+    return len(niced_runnable_ids())
+
+
+def niced_runnable_ids() -> list[int]:
+    """This process's other threads runnable at a lower priority than the caller's (Linux
+    ``/proc/self/task``; none elsewhere, or past :data:`NICE_SCAN_MAX_THREADS`)."""
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
-        return 0
+        return []
     if len(tids) > NICE_SCAN_MAX_THREADS:
-        return 0
+        return []
     me = threading.get_native_id()
     try:
         mine = os.getpriority(os.PRIO_PROCESS, me)  # Linux: the thread's own nice value
     except OSError:
-        return 0
-    n = 0
+        return []
+    found = []
     for tid in tids:
         if tid == str(me):
             continue
@@ -214,16 +221,21 @@ def niced_runnable_threads() -> int:
                 stat = f.read()
         except OSError:  # the thread ended meanwhile
             continue
-        n += runnable_below(stat, mine)
-    return n
+        if runnable_below(stat, mine):
+            found.append(int(tid))
+    return found
 
 
 def runnable_below(stat: bytes, nice: int) -> bool:
     """Whether a ``/proc/<pid>/task/<tid>/stat`` line is of a runnable thread whose nice value is
-    above ``nice`` (pure). The command name may hold spaces and parentheses: fields are counted
-    after its last ``)``; the state is the 3rd field, the nice value the 19th."""
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return fields[0] == b"R" and int(fields[16]) > nice
+    above ``nice`` (pure; False for a line it cannot read). The command name may hold spaces and
+    parentheses: fields are counted after its last ``)``; the state is the 3rd field, the nice
+    value the 19th."""
+    try:
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        return fields[0] == b"R" and int(fields[16]) > nice
+    except (ValueError, IndexError):
+        return False
 
 
 def spin_allowed(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> bool:

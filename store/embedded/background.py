@@ -1,7 +1,8 @@
 """A thread that sleeps until woken: the embedded store's background work (the text indexer,
 the index upkeep) runs on one each, started by the first wake-up so a process that never needs
-the work never starts it. Both run at a lower CPU priority than their process (:data:`NICE`), so
-queries come first whenever they want the cores the work is using."""
+the work never starts it. Both run at a lower CPU priority (:data:`NICE` more than the thread
+that first woke them, a request's), so where queries want the cores the work is using, the work
+gets about a tenth of a core (the scheduler's weight for nice 10 is 110 against 1024)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import sys
 import threading
 
-NICE = 10  # how much lower a background thread's CPU priority is than its process's
+NICE = 10  # how much lower a background thread's CPU priority is than its starter's
 
 
 class Wakeable:

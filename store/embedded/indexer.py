@@ -15,7 +15,9 @@ The background passes run at a lower CPU priority (the thread, and tantivy's wri
 starts: :class:`~vcm.store.embedded.background.Wakeable`): a commit landing during a prompt build
 then takes the cores only when the build leaves them (``bench_context.py`` on 2 cores, with the
 query model's spin check that leaves such threads out: the builder's mean 15.1 -> 14.3 ms, p95
-25.6 -> 22.9, p50 unchanged).
+25.6 -> 22.9, p50 unchanged). A caller that waits for a pass (``flush_text_index``, synchronous
+indexing with ``text_index_lag_ok`` off, another process's writer) may then wait longer on a
+busy machine: the pass holds the indexer's lock and tantivy's writer lock at that priority.
 """
 
 from __future__ import annotations
