@@ -100,6 +100,7 @@ export class VcmClient {
       ok?: number[];
     } = {},
   ): Promise<T> {
+    if (init.json !== undefined && init.text !== undefined) throw new TypeError("request: send json or text, not both");
     const headers = this.#headers(init.headers, init.json !== undefined);
     if (init.text !== undefined) headers["Content-Type"] = init.text.type;
     const response = await this.#fetch(this.#url(path, init.query), {
@@ -136,6 +137,47 @@ export class VcmClient {
     if (json) headers["Content-Type"] = "application/json";
     for (const [name, value] of Object.entries(extra)) if (value !== undefined) headers[name] = value;
     return headers;
+  }
+
+  /**
+   * A streamed reply (a chat turn's events, an export's lines): the caller's `signal` ends it, and
+   * so does `timeoutMs` without a byte from the server (a TimeoutError, as a request's time limit
+   * throws), measured from the request and restarted by each chunk. `body` is the reply's body
+   * with that timer attached (read it only after checking `response.ok`); `stop` clears the timer.
+   */
+  async #streamed(
+    url: string,
+    init: RequestInit,
+    signal: AbortSignal | undefined,
+  ): Promise<{ response: Response; body: () => ReadableStream<Uint8Array>; stop: () => void }> {
+    const idle = new AbortController();
+    const ms = this.#timeoutMs;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const arm = (): void => {
+      clearTimeout(timer);
+      timer = setTimeout(() => idle.abort(new DOMException(`nothing from the server for ${ms} ms`, "TimeoutError")), ms);
+    };
+    const stop = (): void => clearTimeout(timer);
+    arm();
+    let response: Response;
+    try {
+      response = await this.#fetch(url, { ...init, signal: signal ? AbortSignal.any([signal, idle.signal]) : idle.signal });
+    } catch (error) {
+      stop();
+      throw error;
+    }
+    const watch = new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, out) {
+        arm();
+        out.enqueue(chunk);
+      },
+      flush: stop,
+    });
+    const body = (): ReadableStream<Uint8Array> => {
+      if (response.body === null) throw new VcmError("the reply has no body");
+      return response.body.pipeThrough(watch);
+    };
+    return { response, body, stop };
   }
 
   // --- agents ------------------------------------------------------------------------------------
@@ -470,26 +512,33 @@ export class VcmClient {
    * The same turn as server-sent events, as the model writes: `delta` and `tool_result` frames,
    * then `done` with the turn's result (a replayed turn: `done` alone). A failure before the
    * turn starts (a busy agent, a key used for another message) throws at the first frame; one
-   * during the turn (the `error` frame) throws its coded error there. `signal` ends the turn.
+   * during the turn (the `error` frame) throws its coded error there. Aborting `signal` ends the
+   * turn and throws its reason (an AbortError); `timeoutMs` without a byte throws a TimeoutError.
    */
   async *chatStream(
     agentId: string,
     message: ChatMessage,
     options: Idempotent & { signal?: AbortSignal } = {},
   ): AsyncGenerator<ChatFrame> {
-    const response = await this.#fetch(this.#url(`${agentPath(agentId)}/chat`, {}), {
-      method: "POST",
-      headers: this.#headers({ ...idem(options), Accept: "text/event-stream" }, true),
-      body: JSON.stringify({ ...message, stream: true }),
-      ...(options.signal ? { signal: options.signal } : {}),
-    });
-    if (!response.ok || response.body === null) {
-      throw errorFromReply(response.status, await response.text(), response.headers.get("Retry-After"));
-    }
-    for await (const frame of frames(response.body)) {
-      if (frame.event === "error") throw fromPayload(frame.data as Details, response.status);
-      yield frame as ChatFrame;
-      if (frame.event === "done") return;
+    const { response, body, stop } = await this.#streamed(
+      this.#url(`${agentPath(agentId)}/chat`, {}),
+      {
+        method: "POST",
+        headers: this.#headers({ ...idem(options), Accept: "text/event-stream" }, true),
+        body: JSON.stringify({ ...message, stream: true }),
+      },
+      options.signal,
+    );
+    try {
+      if (!response.ok) throw errorFromReply(response.status, await response.text(), response.headers.get("Retry-After"));
+      for await (const frame of frames(body())) {
+        // The turn's own failure, after the 200: its code's class (the 200 is not its status).
+        if (frame.event === "error") throw fromPayload(frame.data as Details);
+        yield frame as ChatFrame;
+        if (frame.event === "done") return;
+      }
+    } finally {
+      stop();
     }
     const cut = new VcmError("the chat stream ended before its done frame");
     cut.code = "BAD_REPLY";
@@ -562,16 +611,24 @@ export class VcmClient {
   /**
    * The agent in the portable format, line by line as the server streams it (each line ends in a
    * newline: write them to a file as they come). The last line counts the records, so a cut file
-   * is refused on import. `vectors`: with fact and archival vectors.
+   * is refused on import. `vectors`: with fact and archival vectors. `signal` stops it;
+   * `timeoutMs` without a byte throws a TimeoutError.
    */
-  async *exportAgent(agentId: string, { vectors = false }: { vectors?: boolean } = {}): AsyncGenerator<string> {
-    const response = await this.#fetch(this.#url(`${agentPath(agentId)}/export`, { vectors }), {
-      headers: this.#headers({ Accept: "application/x-ndjson" }),
-    });
-    if (!response.ok || response.body === null) {
-      throw errorFromReply(response.status, await response.text(), response.headers.get("Retry-After"));
+  async *exportAgent(
+    agentId: string,
+    { vectors = false, signal }: { vectors?: boolean; signal?: AbortSignal } = {},
+  ): AsyncGenerator<string> {
+    const { response, body, stop } = await this.#streamed(
+      this.#url(`${agentPath(agentId)}/export`, { vectors }),
+      { headers: this.#headers({ Accept: "application/x-ndjson" }) },
+      signal,
+    );
+    try {
+      if (!response.ok) throw errorFromReply(response.status, await response.text(), response.headers.get("Retry-After"));
+      yield* lines(body());
+    } finally {
+      stop();
     }
-    yield* lines(response.body);
   }
 
   /**
@@ -622,7 +679,7 @@ export class VcmClient {
       try {
         for await (const frame of frames(response.body)) {
           if (frame.id !== null) last = frame.id;
-          if (frame.event === "error") throw fromPayload(frame.data as Details, response.status);
+          if (frame.event === "error") throw fromPayload(frame.data as Details);
           if (frame.event === "bye") bye = true;
           yield frame as ChangeFrame;
         }

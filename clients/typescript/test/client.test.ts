@@ -298,6 +298,7 @@ describe("memory", () => {
 
 describe("chat", () => {
   it("runs a turn on the server's model, replays it under its key, and streams the next", async () => {
+    upstream.script.length = 0; // nothing an earlier test left unanswered
     const created = await admin.createAgent({ agent_id: "ts-chat", model: "vcm-demo-4k", system_prompt: "You help Ann." });
     const ann = admin.withToken(created.token);
     await ann.append("ts-chat", { role: "user", content: "My bike lock code is 2291.", name: "Ann" });
@@ -354,6 +355,7 @@ describe("chat", () => {
   });
 
   it("throws the model's failure as its coded error, appending nothing twice", async () => {
+    upstream.script.length = 0;
     const created = await admin.createAgent({ agent_id: "ts-chat-down", model: "vcm-demo-4k" });
     const bob = admin.withToken(created.token);
     // The script is empty: the fake answers 418, a refusal the server reports as LLM_REJECTED (502).
@@ -366,6 +368,48 @@ describe("chat", () => {
     assert.equal(retried.reply, "Hello Bob.");
     const said = (await bob.context("ts-chat-down")).messages.map((m) => String(m.content));
     assert.equal(said.filter((t) => t.endsWith("hello?")).length, 1, said.join(" | "));
+
+    // Streamed: a refusal before the turn throws at the first frame; the model's failure after
+    // the 200 (the server's error frame) throws its coded error where it comes.
+    const refused = bob.chatStream("ts-chat-down", { message: "not hello" }, { idempotencyKey: "down-1" });
+    await assert.rejects(refused.next(), (error: unknown) => error instanceof IdempotencyMismatch);
+    const seen: string[] = [];
+    await assert.rejects(
+      (async () => {
+        for await (const frame of bob.chatStream("ts-chat-down", { message: "still there?" })) seen.push(frame.event);
+      })(),
+      (error: unknown) => error instanceof LlmRejected && error.code === "LLM_REJECTED",
+    );
+    assert.deepEqual(seen, [], "the model failed before writing anything");
+  });
+
+  it("ends a streamed turn when the caller aborts or the server goes quiet past timeoutMs", async () => {
+    upstream.script.length = 0;
+    const created = await admin.createAgent({ agent_id: "ts-chat-slow", model: "vcm-demo-4k" });
+    const slow = admin.withToken(created.token);
+    const impatient = new VcmClient(baseUrl, created.token, { timeoutMs: 300 });
+    upstream.script.push({ text: "Finally.", delayMs: 1_500 });
+    await assert.rejects(
+      (async () => {
+        for await (const frame of impatient.chatStream("ts-chat-slow", { message: "slow one" })) void frame;
+      })(),
+      (error: unknown) => error instanceof Error && error.name === "TimeoutError",
+    );
+    // The server's turn ends when its model answers; then an abort by the caller ends the next.
+    await eventually(
+      () => slow.context("ts-chat-slow").then((c) => c.messages.some((m) => String(m.content).endsWith("Finally."))),
+      (done) => done,
+      10_000,
+    );
+    upstream.script.push({ text: "Too late.", delayMs: 1_500 });
+    const stop = new AbortController();
+    setTimeout(() => stop.abort(), 200);
+    await assert.rejects(
+      (async () => {
+        for await (const frame of slow.chatStream("ts-chat-slow", { message: "then stop" }, { signal: stop.signal })) void frame;
+      })(),
+      (error: unknown) => error instanceof Error && error.name === "AbortError",
+    );
   });
 });
 
@@ -408,18 +452,26 @@ describe("tools, audit and operations", () => {
   });
 
   it("exports an agent line by line and imports it under another id, once", async () => {
+    const created = await admin.createAgent({ agent_id: "ts-export", model: "vcm-demo-4k" });
+    const owner = admin.withToken(created.token);
+    await owner.append("ts-export", { role: "user", content: "It is the blue bike." });
+    // U+2028 is a line end to some readers: the file escapes it, the import reads it back.
+    await owner.append("ts-export", { role: "user", content: "Two\u2028lines." });
     const lines: string[] = [];
-    for await (const line of admin.exportAgent("ts-chat")) lines.push(line);
+    for await (const line of admin.exportAgent("ts-export")) lines.push(line);
+    assert.ok(!lines.join("").includes("\u2028"), "written escaped");
     assert.ok(lines.length > 2 && lines.every((l) => l.endsWith("\n")));
     assert.equal((JSON.parse(lines.at(-1) ?? "{}") as { kind?: string }).kind, "end");
     await assert.rejects(admin.importAgent(lines.slice(0, -1), { asId: "ts-cut" }), ValidationError, "a cut file is refused");
     await assert.rejects(admin.agent("ts-cut"), NotFound);
-    const imported = await admin.importAgent(lines, { asId: "ts-chat-copy" });
-    assert.equal(imported.agent_id, "ts-chat-copy");
+    const imported = await admin.importAgent(lines, { asId: "ts-export-copy" });
+    assert.equal(imported.agent_id, "ts-export-copy");
+    assert.equal(imported.source_agent_id, "ts-export");
     assert.equal(imported.replayed, false);
-    assert.equal((await admin.importAgent(lines.join(""), { asId: "ts-chat-copy" })).replayed, true);
-    const said = (await admin.context("ts-chat-copy")).messages.map((m) => String(m.content));
+    assert.equal((await admin.importAgent(lines.join(""), { asId: "ts-export-copy" })).replayed, true);
+    const said = (await admin.context("ts-export-copy")).messages.map((m) => String(m.content));
     assert.ok(said.some((t) => t.endsWith("It is the blue bike.")), said.join(" | "));
+    assert.ok(said.some((t) => t.endsWith("Two\u2028lines.")), said.join(" | "));
     await assert.rejects(
       (async () => {
         for await (const line of me.exportAgent(AGENT)) void line;
