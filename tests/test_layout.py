@@ -27,8 +27,9 @@ def test_importing_vcm_loads_nothing_server_side() -> None:
     vcm_modules = {m for m in json.loads(out.stdout) if m.startswith("vcm.")}
     heavy = {"redis", "fakeredis", "celery", "kombu", "torch", "faiss", "tantivy", "fastapi", "pydantic", "numpy"}
     assert not heavy & loaded, heavy & loaded
-    # The client, its local cache and sync (vcm.sync, vcm.wire), the errors and the tool schemas.
-    client_side = {"vcm.client", "vcm.errors", "vcm.tools", "vcm.tools.schemas", "vcm.wire", "vcm.sync"}
+    # The client, its local cache and sync (vcm.sync, vcm.wire), the errors, the tool schemas, and
+    # reading a streamed frame's JSON (vcm.jsontext: the standard library's json alone).
+    client_side = {"vcm.client", "vcm.errors", "vcm.tools", "vcm.tools.schemas", "vcm.wire", "vcm.sync", "vcm.jsontext"}
     assert {m for m in vcm_modules if not m.startswith(("vcm.sync.", "vcm.client."))} <= client_side, vcm_modules
 
 
