@@ -10,52 +10,55 @@ export interface Frame {
   data: unknown;
 }
 
-/** The lines of a JSON Lines body (each with its newline; blank ones skipped), until it ends. */
-export async function* lines(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+/** A body's text as it arrives (a character split across chunks decoded whole), until it ends;
+ * the body is released and cancelled however the reading stops. */
+async function* texts(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
   const decoder = new TextDecoder();
-  let buffer = "";
   const reader = body.getReader();
   try {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      let end: number;
-      while ((end = buffer.indexOf("\n")) >= 0) {
-        const line = buffer.slice(0, end + 1);
-        buffer = buffer.slice(end + 1);
-        if (line.trim()) yield line;
-      }
+      yield decoder.decode(value, { stream: true });
     }
-    buffer += decoder.decode();
-    if (buffer.trim()) yield buffer.endsWith("\n") ? buffer : `${buffer}\n`;
+    const rest = decoder.decode();
+    if (rest) yield rest;
   } finally {
     reader.releaseLock();
     await body.cancel().catch(() => undefined);
   }
 }
 
+/** The lines of a JSON Lines body (each with its newline; blank ones skipped), until it ends. */
+export async function* lines(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  let buffer = "";
+  for await (const text of texts(body)) {
+    buffer += text;
+    let end: number;
+    while ((end = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, end + 1);
+      buffer = buffer.slice(end + 1);
+      if (line.trim()) yield line;
+    }
+  }
+  if (buffer.trim()) yield buffer.endsWith("\n") ? buffer : `${buffer}\n`;
+}
+
 /** The frames of one response body, in order, until it ends. */
 export async function* frames(body: ReadableStream<Uint8Array>): AsyncGenerator<Frame> {
-  const decoder = new TextDecoder();
   let buffer = "";
-  const reader = body.getReader();
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
-      let end: number;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const frame = parse(block);
-        if (frame !== null) yield frame;
-      }
+  let held = ""; // a chunk's last \r, which may be the first half of a \r\n
+  for await (const text of texts(body)) {
+    const raw = held + text;
+    held = raw.endsWith("\r") ? "\r" : "";
+    buffer += raw.slice(0, raw.length - held.length).replace(/\r\n?/g, "\n");
+    let end: number;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const frame = parse(block);
+      if (frame !== null) yield frame;
     }
-  } finally {
-    reader.releaseLock();
-    await body.cancel().catch(() => undefined);
   }
 }
 

@@ -31,6 +31,14 @@ it("reads frames split anywhere across chunks, with ids, and skips comments", as
   ]);
 });
 
+it("reads \\r\\n line ends split between chunks as one line end", async () => {
+  const text = 'event: a\r\ndata: 1\r\n\r\nevent: b\r\ndata: 2\r\n\r\n';
+  for (let cut = 1; cut < text.length; cut++) {
+    const read = await all(body(text.slice(0, cut), text.slice(cut)));
+    assert.deepEqual(read.map((f) => [f.event, f.data]), [["a", 1], ["b", 2]], `cut at ${cut}`);
+  }
+});
+
 it("joins data lines, keeps text that is not JSON, and drops an unfinished frame", async () => {
   const read = await all(body("data: one\ndata: two\n\nevent: bye\ndata: {\"reconnect\":true}\n\nevent: change\ndata: {"));
   assert.deepEqual(read, [
