@@ -27,11 +27,24 @@ def _request(agent_id: str, message: str, name: str | None, idempotency_key: str
 
 
 class _Frames:
-    """The (event, data) pairs of one streamed turn, fed line by line (pure)."""
+    """The (event, data) pairs of one streamed turn, fed the body's text as it comes (pure). An
+    unended last line completes no frame, so the body's end needs no feeding."""
 
     def __init__(self) -> None:
         self._parser = Parser()
+        self._lines = Lines()
         self.done = False
+
+    def feed(self, chunk: str) -> list[tuple[str, Json]]:
+        """The frames ``chunk`` completes, up to the ``done`` frame (nothing after it)."""
+        out = []
+        for text in self._lines.feed(chunk):
+            frame = self.line(text)
+            if frame is not None:
+                out.append(frame)
+                if self.done:
+                    break
+        return out
 
     def line(self, text: str) -> tuple[str, Json] | None:
         event = self._parser.line(text)
@@ -75,14 +88,11 @@ class ChatStreamOperations:
             if not response.is_success:
                 response.read()
                 raise error_from(response)
-            frames, lines = _Frames(), Lines()  # an unended last line completes no frame
+            frames = _Frames()
             for chunk in response.iter_text():
-                for line in lines.feed(chunk):
-                    frame = frames.line(line)
-                    if frame is not None:
-                        yield frame
-                        if frames.done:
-                            return
+                yield from frames.feed(chunk)
+                if frames.done:
+                    return
             frames.end(response.status_code)
 
 
@@ -97,12 +107,10 @@ class AsyncChatStreamOperations:
             if not response.is_success:
                 await response.aread()
                 raise error_from(response)
-            frames, lines = _Frames(), Lines()  # an unended last line completes no frame
+            frames = _Frames()
             async for chunk in response.aiter_text():
-                for line in lines.feed(chunk):
-                    frame = frames.line(line)
-                    if frame is not None:
-                        yield frame
-                        if frames.done:
-                            return
+                for frame in frames.feed(chunk):
+                    yield frame
+                if frames.done:
+                    return
             frames.end(response.status_code)
