@@ -54,13 +54,13 @@ from vcm.store.embedded.agents import AgentOps
 from vcm.store.embedded.archival import ArchivalRanker
 from vcm.store.embedded.archival_ops import ArchivalOps
 from vcm.store.embedded.core_memory import CoreMemoryOps
-from vcm.store.embedded.db import Database, meta_add, meta_get, meta_int, meta_set
+from vcm.store.embedded.db import Database, meta_get, meta_int
 from vcm.store.embedded.events import EventOps
 from vcm.store.embedded.facts import FactOps
 from vcm.store.embedded.factvectors import FactVectors
 from vcm.store.embedded.graph import GraphOps
 from vcm.store.embedded.idempotency import IdempotencyOps
-from vcm.store.embedded.indexer import TextIndexer
+from vcm.store.embedded.indexer import TextIndexer, reset_mark
 from vcm.store.embedded.lifecycle import LifecycleOps
 from vcm.store.embedded.maintenance import MaintenanceOps
 from vcm.store.embedded.messageindex import DEFAULT_TAIL_LIMIT, MessageVectorIndexes
@@ -210,9 +210,7 @@ class EmbeddedStore(
                 index = TextIndex(directory)
                 if index.recreated:
                     with self._db.write("reset the text index mark") as conn:
-                        meta_set(conn, META_TEXT_HWM, 0)
-                        meta_add(conn, META_TEXT_GEN, 1)
-                        conn.execute("DELETE FROM text_index_deletes")
+                        reset_mark(conn)
                 return index
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)

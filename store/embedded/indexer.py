@@ -23,6 +23,7 @@ busy machine: the pass holds the indexer's lock and tantivy's writer lock at tha
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable
 
@@ -31,7 +32,7 @@ import tantivy
 from vcm.errors import StoreUnavailable
 from vcm.store.embedded.background import Wakeable
 from vcm.store.embedded.db import Database, meta_add, meta_int, meta_set
-from vcm.store.embedded.schema import META_TEXT_GEN, META_TEXT_HWM
+from vcm.store.embedded.schema import META_TEXT_DELETE_GEN, META_TEXT_GEN, META_TEXT_HWM
 from vcm.store.embedded.textindex import TextDoc, TextIndex
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,15 @@ log = logging.getLogger(__name__)
 # Rows per tantivy commit during catch-up: large enough to amortise the ~20 ms commit,
 # small enough that a rebuild shows progress and a crash loses little work.
 BATCH_ROWS = 20_000
+
+
+def reset_mark(conn: sqlite3.Connection) -> None:
+    """Within a write: readers score every message from SQLite until the index is caught up
+    again (a rebuild, or an index recreated), and no queued delete is left to apply. A searcher
+    loaded before holds rows deleted meanwhile: the generation is a delete generation too."""
+    meta_set(conn, META_TEXT_HWM, 0)
+    meta_set(conn, META_TEXT_DELETE_GEN, meta_add(conn, META_TEXT_GEN, 1))
+    conn.execute("DELETE FROM text_index_deletes")
 
 
 class TextIndexer(Wakeable):
@@ -93,7 +103,9 @@ class TextIndexer(Wakeable):
         with self._db.write("record text index progress") as conn:
             if docs:
                 meta_set(conn, META_TEXT_HWM, docs[-1].row_id)
-            meta_add(conn, META_TEXT_GEN, 1)
+            generation = meta_add(conn, META_TEXT_GEN, 1)
+            if deleted:
+                meta_set(conn, META_TEXT_DELETE_GEN, generation)
             conn.executemany("DELETE FROM text_index_deletes WHERE id = ?", [(i,) for i in deleted])
         return True
 
@@ -109,9 +121,7 @@ class TextIndexer(Wakeable):
                 raise StoreUnavailable("another process is writing the text index; retry the rebuild later")
             try:
                 with self._db.write("reset the text index mark") as conn:
-                    meta_set(conn, META_TEXT_HWM, 0)
-                    meta_add(conn, META_TEXT_GEN, 1)
-                    conn.execute("DELETE FROM text_index_deletes")
+                    reset_mark(conn)
                 # The first batch's range delete drops every old document in the same commit.
                 while self._one_batch(writer):
                     pass

@@ -290,6 +290,9 @@ META_TEXT_HWM = "text_hwm"  # highest messages.id the tantivy index is known to 
 META_TEXT_GEN = "text_gen"  # bumped by every index commit, so readers know when to reload
 META_TEXT_DOCS = "text_docs"  # live messages, for BM25 statistics of the unindexed tail
 META_TEXT_TERMS = "text_terms"  # sum of their analysed lengths
+# The text generation whose commit last dropped deleted messages from the index: a searcher loaded
+# at that generation or later holds no deleted row beyond those still queued in text_index_deletes.
+META_TEXT_DELETE_GEN = "text_delete_gen"
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
@@ -313,6 +316,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
             META_TEXT_GEN: "0",
             META_TEXT_DOCS: "0",
             META_TEXT_TERMS: "0",
+            META_TEXT_DELETE_GEN: "0",
         }
         conn.executemany("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", list(seeds.items()))
         # An older database was upgraded above (ADDED_COLUMNS, new tables): it says so now, and an

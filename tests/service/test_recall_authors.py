@@ -56,3 +56,30 @@ def test_the_query_vector_keeps_them_when_the_setting_is_off(tmp_path: Path) -> 
     hot = HotState(fakeredis.FakeRedis(decode_responses=True), settings)
     embedded, _ = run(hot, tmp_path / "vcm.db")
     assert embedded == ["What did Caroline's family do at the lake?", "What about the weather?"]
+
+
+def test_a_prompt_build_reads_the_authors_for_its_recall_vector_once(hot: HotState, tmp_path: Path) -> None:
+    """The builder embeds the query and its name-free form in one call, and its recall search uses
+    that text as worked out: the agent's authors are not read a second time for it."""
+    h = Harness(hot, str(tmp_path / "vcm.db"))
+    embed = Recording()
+    h.service.core.embed = embed
+    try:
+        h.service.create_agent("au", model="vcm-demo-2k")
+        h.service.append("au", "user", "We went to the lake on Sunday", name="Caroline")
+        h.service.append("au", "assistant", "The lake sounds lovely", name="Melanie")
+        worked_out: list[str] = []
+        vector_text = h.service.search.vector_text
+
+        def counted(agent_id: str, query: str) -> str:
+            worked_out.append(query)
+            return vector_text(agent_id, query)
+
+        h.service.search.vector_text = counted  # type: ignore[method-assign]
+        embed.texts.clear()
+        built = h.service.build_context("au", query="What did Caroline do at the lake?")
+        assert worked_out == ["What did Caroline do at the lake?"]
+        assert embed.texts == ["What did Caroline do at the lake?", "What did do at the lake?"]
+        assert built.query == "What did Caroline do at the lake?"
+    finally:
+        h.close()

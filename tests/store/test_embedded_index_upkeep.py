@@ -276,6 +276,33 @@ def test_a_query_serves_the_loaded_text_searcher_and_the_upkeep_reloads_it(tmp_p
         assert len(store.search_recall(A, "zebra", 10).items) == 3
 
 
+def test_a_stale_searcher_checks_its_hits_against_sqlite_only_after_a_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A searcher of an older generation is checked hit by hit (a deleted row would take a slot of
+    the page) only when the index dropped deleted rows since it was loaded."""
+    with EmbeddedStore(str(tmp_path / "vcm.db"), text_index_lag_ok=False) as store:
+        _no_upkeep_thread(store)
+        checked: list[int] = []
+        check = store._recall._existing
+        monkeypatch.setattr(store._recall, "_existing", lambda ranked: checked.append(len(ranked)) or check(ranked))
+        store.spool_messages([msg(A, i, f"zebra {i}") for i in range(5)])
+        assert len(store.search_recall(A, "zebra", 10).items) == 5  # loads the searcher
+        loaded = store._text.loaded()
+        store.spool_messages([msg(A, 5, "zebra again")])  # a new generation: the searcher is stale
+        assert len(store.search_recall(A, "zebra", 10).items) == 6
+        assert store._text.loaded() == loaded and checked == []  # stale, but nothing deleted since
+        store.forget_message(A, "m0001")  # dropped from tantivy, still in the loaded searcher
+        page = store.search_recall(A, "zebra", 4).items  # ties by age: m0001 would be second
+        assert [h.message.message_id for h in page] == ["m0000", "m0002", "m0003", "m0004"]
+        assert store._text.loaded() == loaded and checked
+        store._upkeep.run_once()  # reloaded past the delete: no check needed any more
+        checked.clear()
+        assert len(store.search_recall(A, "zebra", 10).items) == 5
+        store.spool_messages([msg(A, 6, "zebra once more")])
+        assert len(store.search_recall(A, "zebra", 10).items) == 6 and checked == []
+
+
 def test_partial_queries_place_their_candidates_from_the_persisted_members(
     tmp_path: Path, points: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:

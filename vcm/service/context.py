@@ -131,7 +131,7 @@ class ContextBuilder:
             # Refused here, before any search: with a NUL only recall refused it, and the prompt
             # was built without recalled messages and without saying why.
             query = validation.text(query[:MAX_QUERY_CHARS], "query", MAX_QUERY_CHARS, allow_empty=True)
-        self._embed_ahead(agent_id, query)
+        vector_text = self._embed_ahead(agent_id, query)
         caps = {
             "identity": room, "tools_hint": math.floor(window * cfg.tools_hint),
             "state": math.floor(window * cfg.state), "sticky": math.floor(window * cfg.sticky),
@@ -144,6 +144,7 @@ class ContextBuilder:
             query,
             count,
             fifo_ids,
+            vector_text,
             lambda: self.facts.rank_facts(
                 agent_id, query, filters=FactQuery(limit=limit, statuses=self.facts.prompt_statuses())
             ),
@@ -178,20 +179,24 @@ class ContextBuilder:
             query, [{"path": p.path, "reason": p.reason} for p in problems], cut,
         )  # fmt: skip
 
-    def _embed_ahead(self, agent_id: str, query: str) -> None:
+    def _embed_ahead(self, agent_id: str, query: str) -> str | None:
         """The query vectors this build will ask for, in one model call: the fact search's (the
         query) and, when relevant memory recalls messages, recall's (the query without the
-        authors' names it mentions, when it names some). A failure here is left to the searches,
-        which meet it again and handle it as they do."""
+        authors' names it mentions, when it names some), whose text is returned for that search
+        (None: none worked out here). A failure here is left to the searches, which meet it again
+        and handle it as they do."""
         if self.core.embed is None or not query.strip():
-            return
+            return None
         texts = [query]
+        recall_text = None
         if self.core.settings.context.memory_messages and self.core.settings.recall.vectors:
-            texts.append(self.search.vector_text(agent_id, query))
+            recall_text = self.search.vector_text(agent_id, query)
+            texts.append(recall_text)
         try:
             self.core.vectors_of(texts)
         except Exception as exc:  # see above: the searches meet it again
             log.debug("query vectors of %s not embedded ahead: %s", agent_id, exc)
+        return recall_text
 
     # --- layers -----------------------------------------------------------------------------------
     def _identity(
@@ -328,7 +333,9 @@ class ContextBuilder:
         groups: list[list[int]] = []
         for limit in (wanted + wanted // 2, 4 * wanted):
             try:
-                found = self.search.search_recall(build.agent_id, build.query, limit=limit, exclude=build.fifo_ids)
+                found = self.search.search_recall(
+                    build.agent_id, build.query, limit=limit, exclude=build.fifo_ids, vector_text=build.vector_text
+                )
             except VcmError as exc:  # recall is an index: a failure leaves the facts in place
                 log.warning("relevant memory of %s: recall search failed (%s)", build.agent_id, exc.code)
                 break
@@ -370,6 +377,7 @@ class _Build:
     query: str
     count: Callable[[str], int]
     fifo_ids: list[str]  # recalled messages still in the FIFO are left out
+    vector_text: str | None  # recall's query vector text, worked out with the query's vectors
     search: Callable[[], list[FactHit]]  # the one fact search, shared by state header and memory
     shown: set[str] = field(default_factory=set)  # fact ids a layer holds: no other repeats them
     used: list[Fact] = field(default_factory=list)  # their use is recorded once, after the build

@@ -119,12 +119,15 @@ class Search:
         until: float | None = None,
         mode: str = "hybrid",
         exclude: Collection[str] = (),
+        vector_text: str | None = None,
     ) -> RecallResult:
         """Hybrid (BM25 + message vectors) by default; text when this process has no embedder or
         messages get no vectors (``[recall] vectors`` off). The result says which mode ran.
 
         ``exclude``: message ids left out of the ranking (the prompt builder's FIFO: the store
-        neither ranks nor reads them); such a page has no next cursor."""
+        neither ranks nor reads them); such a page has no next cursor. ``vector_text``: the
+        query's :meth:`vector_text` when the caller has just worked it out (the prompt builder,
+        which embedded it ahead): a store read less."""
         self.core.agent(agent_id)
         query = validation.text(query, "query", 10_000)
         if mode not in ("text", "vector", "hybrid"):
@@ -132,7 +135,7 @@ class Search:
         vector: list[float] | None = None
         version: str | None = None
         if mode != "text" and self.core.embed is not None and self.core.settings.recall.vectors:
-            vector = self.core.vector_of(self.vector_text(agent_id, query))
+            vector = self.core.vector_of(vector_text if vector_text is not None else self.vector_text(agent_id, query))
             version = self.core.recall_version() if self.core.recall_version is not None else None
         else:
             mode = "text"
