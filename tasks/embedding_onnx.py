@@ -22,12 +22,13 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from vcm.settings.memory import EmbeddingSettings
+from vcm.tasks import hugepages
 from vcm.tasks.embedding import Embedder, model_identity
 from vcm.tasks.onnx_export import ensure_export
 
@@ -78,17 +79,25 @@ class OnnxRunner:
 
     @classmethod
     def open(
-        cls, path: Path, tokenizer_folder: Path, meta: Mapping[str, Any], *, threads: int, spin_when_idle: bool = False
+        cls,
+        path: Path,
+        tokenizer_folder: Path,
+        meta: Mapping[str, Any],
+        *,
+        threads: int,
+        spin_when_idle: bool = False,
+        huge_pages: bool = False,
     ) -> OnnxRunner:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        session = open_session(path, threads, spin=False)
+        # The first session serves a request: its pages are collapsed in a thread, not in it.
+        session = open_session(path, threads, spin=False, huge_pages="background" if huge_pages else "")
         tokenizer = _tokenizer(tokenizer_folder, plain=bool(meta.get("fast_tokenizer")))
         used = threads or usable_cpus()
         # One thread has no pool to spin (a Celery worker's model); a CPU quota makes the kernel's
         # runnable count, which is the host's, say nothing of this process's share (spin_allowed).
         eager = None
         if spin_when_idle and used > 1 and spin_allowed():
-            eager = functools.partial(open_session, path, threads, spin=True)
+            eager = functools.partial(open_session, path, threads, spin=True, huge_pages="now" if huge_pages else "")
         return cls(
             session, tokenizer, meta["pooling"], bool(meta["normalize"]), int(meta["max_seq_length"]), eager=eager,
             threads=used,
@@ -144,9 +153,14 @@ class OnnxRunner:
         return normalized(out) if self.normalize else out
 
 
-def open_session(path: Path, threads: int, *, spin: bool) -> Any:
+HugePages = Literal["", "now", "background"]
+
+
+def open_session(path: Path, threads: int, *, spin: bool, huge_pages: HugePages = "") -> Any:
     """An ONNX Runtime session of the export on ``threads`` intra-op threads (0: one per core);
-    ``spin``: its threads spin within a run, stopping at its end (see :class:`OnnxRunner`)."""
+    ``spin``: its threads spin within a run, stopping at its end (see :class:`OnnxRunner`).
+    ``huge_pages``: "now" or "background" puts the weights it loads in huge pages
+    (:mod:`vcm.tasks.hugepages`), before returning or in a thread of lower priority; "": not."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -156,7 +170,14 @@ def open_session(path: Path, threads: int, *, spin: bool) -> Any:
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     if spin:  # within a run only: a pool spinning between runs takes CPU from everything else
         options.add_session_config_entry("session.force_spinning_stop", "1")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    before = hugepages.snapshot() if huge_pages else None
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    if before is not None and huge_pages == "background":
+        # A daemon: the collapse is only an optimisation, and a process may leave before it ends.
+        threading.Thread(target=hugepages.advise_since, args=(before, 10), name="vcm-huge-pages", daemon=True).start()
+    elif before is not None:
+        hugepages.advise_since(before)
+    return session
 
 
 # The most tokens (rows x padded length) a run may have to go to the spinning session: a query
@@ -316,7 +337,12 @@ class OnnxEmbedder(Embedder):
             "fast_tokenizer": export.fast_tokenizer,
         }  # fmt: skip
         self.runner = OnnxRunner.open(
-            export.path, export.tokenizer_folder, meta, threads=settings.threads, spin_when_idle=settings.spin_when_idle
+            export.path,
+            export.tokenizer_folder,
+            meta,
+            threads=settings.threads,
+            spin_when_idle=settings.spin_when_idle,
+            huge_pages=settings.huge_pages,
         )
         self.export = export
         self.backend = settings.backend
