@@ -16,10 +16,12 @@ with no Python between operators (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -207,10 +209,26 @@ def cpus_idle(threads: int) -> bool:
     return idle_enough(running - niced_runnable_threads(), threads, cpus)
 
 
-# Past this many threads a process's scan (one small file read each, ~7 us; made only when the
-# first count says busy) is not made: the spin check then counts every runnable task, as
-# without it. A serving process holds ~60-100 (the server's worker threads, the model's pools).
-NICE_SCAN_MAX_THREADS = 160
+# Past this many threads a process's scan is not made: the spin check then counts every
+# runnable task, as without it. A serving process holds ~60-100 (the server's worker threads, the
+# models' pools, tantivy's).
+NICE_SCAN_MAX_THREADS = 1000
+# How long a thread's nice value, once read, is trusted: a thread at the caller's priority or
+# above is not read again (reading every thread's stat file took ~1 ms a query at 80 threads,
+# ~12 us each), so one that lowers its own priority later is seen within this time.
+NICE_KNOWN_S = 5.0
+
+
+@dataclasses.dataclass
+class _NiceValues:
+    """The nice value of each of this process's threads as last read (thread id -> nice), and
+    when every thread was last read. Request threads share it: a race reads a file twice."""
+
+    values: dict[str, int] = dataclasses.field(default_factory=dict)
+    read_all_at: float = 0.0
+
+
+_NICE = _NiceValues()
 
 
 def niced_runnable_threads() -> int:
@@ -221,7 +239,8 @@ def niced_runnable_threads() -> int:
 
 def niced_runnable_ids() -> list[int]:
     """This process's other threads runnable at a lower priority than the caller's (Linux
-    ``/proc/self/task``; none elsewhere, or past :data:`NICE_SCAN_MAX_THREADS`)."""
+    ``/proc/self/task``; none elsewhere, or past :data:`NICE_SCAN_MAX_THREADS`). Only the threads
+    not known to run at the caller's priority or above are read (:data:`NICE_KNOWN_S`)."""
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
@@ -233,27 +252,56 @@ def niced_runnable_ids() -> list[int]:
         mine = os.getpriority(os.PRIO_PROCESS, me)  # Linux: the thread's own nice value
     except OSError:
         return []
+    known = _NICE.values
+    now = time.monotonic()
+    read_all = now - _NICE.read_all_at >= NICE_KNOWN_S
+    if read_all:
+        present = set(tids)
+        _NICE.read_all_at = now
+        _NICE.values = known = {tid: nice for tid, nice in known.items() if tid in present}  # ended: forgotten
     found = []
     for tid in tids:
-        if tid == str(me):
+        if tid == str(me) or (not read_all and known.get(tid, mine + 1) <= mine):
             continue
-        try:
-            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:  # the thread ended meanwhile
+        stat = read_stat(tid)
+        if stat is None:  # the thread ended meanwhile
             continue
+        nice = nice_of(stat)
+        if nice is not None:
+            known[tid] = nice
         if runnable_below(stat, mine):
             found.append(int(tid))
     return found
 
 
+def read_stat(tid: str) -> bytes | None:
+    try:
+        with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _stat_fields(stat: bytes) -> list[bytes]:
+    """The fields of a ``/proc/<pid>/task/<tid>/stat`` line after the command name, which may hold
+    spaces and parentheses (fields are counted after its last ``)``): the state first."""
+    return stat[stat.rindex(b")") + 2 :].split()
+
+
+def nice_of(stat: bytes) -> int | None:
+    """The nice value of a stat line (its 19th field); None for a line it cannot read (pure)."""
+    try:
+        return int(_stat_fields(stat)[16])
+    except (ValueError, IndexError):
+        return None
+
+
 def runnable_below(stat: bytes, nice: int) -> bool:
     """Whether a ``/proc/<pid>/task/<tid>/stat`` line is of a runnable thread whose nice value is
-    above ``nice`` (pure; False for a line it cannot read). The command name may hold spaces and
-    parentheses: fields are counted after its last ``)``; the state is the 3rd field, the nice
+    above ``nice`` (pure; False for a line it cannot read). The state is the 3rd field, the nice
     value the 19th."""
     try:
-        fields = stat[stat.rindex(b")") + 2 :].split()
+        fields = _stat_fields(stat)
         return fields[0] == b"R" and int(fields[16]) > nice
     except (ValueError, IndexError):
         return False

@@ -4,6 +4,7 @@ a temporary cache (a few seconds); the int8 export is slow-marked."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -21,6 +22,7 @@ import pytest
 from vcm.errors import ConfigError
 from vcm.settings import load_settings
 from vcm.settings.memory import EmbeddingSettings
+from vcm.tasks import embedding_onnx
 from vcm.tasks.embedding import Embedder, bundled_model_path, get_embedder
 from vcm.tasks.embedding_onnx import (
     PARITY_COSINE,
@@ -28,6 +30,7 @@ from vcm.tasks.embedding_onnx import (
     OnnxRunner,
     cpus_idle,
     idle_enough,
+    nice_of,
     niced_runnable_ids,
     pool,
     runnable_below,
@@ -288,6 +291,66 @@ def test_a_stat_line_says_whether_a_thread_is_runnable_below_the_callers_priorit
     stat: bytes, nice: int, below: bool
 ) -> None:
     assert runnable_below(stat, nice) is below
+
+
+@pytest.mark.parametrize(
+    ("stat", "nice"),
+    [
+        (b"4242 (python) R 1 4242 4242 0 -1 4194560 9 0 0 0 3 1 0 0 30 10 14 0 7 0 0", 10),
+        (b"77 (a (b) R c) S 1 77 77 0 -1 4194560 9 0 0 0 3 1 0 0 20 -5 1 0 7 0 0", -5),
+        (b"77 (cut", None),
+        (b"77 (x) R 1 2", None),
+    ],
+)
+def test_a_stat_line_gives_the_threads_nice_value(stat: bytes, nice: int | None) -> None:
+    assert nice_of(stat) == nice
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc/self/task")
+def test_threads_known_to_run_at_the_callers_priority_are_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading every thread's stat file took ~1 ms a query in a process of 80 threads: a thread
+    read once at the caller's priority or above is read again only after NICE_KNOWN_S."""
+    monkeypatch.setattr("vcm.tasks.embedding_onnx.NICE_SCAN_MAX_THREADS", 10_000)
+    monkeypatch.setattr("vcm.tasks.embedding_onnx._NICE", embedding_onnx._NiceValues())
+    read: list[str] = []
+    real = embedding_onnx.read_stat
+    monkeypatch.setattr("vcm.tasks.embedding_onnx.read_stat", lambda tid: read.append(tid) or real(tid))
+    stop = threading.Event()
+    lowered: list[int] = []
+
+    def lower_then_wait() -> None:
+        with contextlib.suppress(OSError):
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + 10))
+            lowered.append(me)
+        stop.wait()
+
+    waiting = [threading.Thread(target=stop.wait, daemon=True) for _ in range(20)]
+    niced = threading.Thread(target=lower_then_wait, daemon=True)
+    for t in [*waiting, niced]:
+        t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not lowered and niced.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        if not lowered or mine >= 19:
+            pytest.skip("no thread can run at a lower priority here")
+        plain = {str(t.native_id) for t in waiting}
+        niced_runnable_ids()
+        assert plain | {str(lowered[0])} <= set(read)  # the first scan reads every thread
+        read.clear()
+        niced_runnable_ids()
+        assert not plain & set(read)  # at this thread's priority: not read again
+        assert str(lowered[0]) in read  # below it: read at every scan, since it may be runnable
+        monkeypatch.setattr("vcm.tasks.embedding_onnx.NICE_KNOWN_S", 0.0)
+        read.clear()
+        niced_runnable_ids()
+        assert plain <= set(read)  # their values trusted no longer
+    finally:
+        stop.set()
+        for t in [*waiting, niced]:
+            t.join()
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc/self/task")
