@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 log = logging.getLogger(__name__)
@@ -126,10 +127,24 @@ def dense_runs(lo: int, hi: int, resident: bytes, page: int) -> list[tuple[int, 
     return runs
 
 
-def snapshot() -> dict[int, int] | None:
+def thp_mode(text: str) -> str | None:
+    """The mode a ``/sys/kernel/mm/transparent_hugepage/enabled`` text selects (``always [madvise]
+    never`` -> ``madvise``), None if none is (pure)."""
+    found = re.search(r"\[(\w+)\]", text)
+    return found[1] if found else None
+
+
+def snapshot(sysfs: Path = Path("/sys/kernel/mm/transparent_hugepage/enabled")) -> dict[int, int] | None:
     """This process's anonymous regions now, to pass to :func:`advise_since`; None where there is
-    no ``/proc`` (not Linux)."""
+    no ``/proc`` (not Linux) or transparent huge pages are off (``never``: ``MADV_COLLAPSE``
+    would not ask, so the administrator's choice is kept here)."""
     if not sys.platform.startswith("linux"):
+        return None
+    try:
+        mode = thp_mode(sysfs.read_text(encoding="ascii"))
+    except OSError:
+        return None
+    if mode in (None, "never"):
         return None
     try:
         with open("/proc/self/maps", encoding="ascii") as f:

@@ -84,10 +84,9 @@ def test_only_densely_resident_huge_pages_are_advised() -> None:
 
 def _thp_mode() -> str | None:
     try:
-        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+        return hugepages.thp_mode(Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text())
     except OSError:
         return None
-    return text.split("[", 1)[1].split("]", 1)[0]
 
 
 def _flags_of(address: int) -> frozenset[str]:
@@ -124,6 +123,26 @@ def _address(m: mmap.mmap) -> int:
 
 def test_nothing_to_advise_without_a_snapshot() -> None:
     assert hugepages.advise_since(None) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [("always [madvise] never\n", "madvise"), ("[always] madvise never", "always"),
+     ("always madvise [never]\n", "never"), ("", None)],
+)  # fmt: skip
+def test_the_kernels_mode_is_read_from_sysfs(text: str, mode: str | None) -> None:
+    assert hugepages.thp_mode(text) == mode
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads Linux's /proc/self/maps")
+def test_huge_pages_turned_off_by_the_administrator_are_not_asked_for(tmp_path: Path) -> None:
+    """MADV_COLLAPSE ignores the system-wide setting: under "never" vcm does not call it."""
+    sysfs = tmp_path / "enabled"
+    sysfs.write_text("always madvise [never]\n")
+    assert hugepages.snapshot(sysfs) is None
+    assert hugepages.snapshot(tmp_path / "missing") is None
+    sysfs.write_text("always [madvise] never\n")
+    assert hugepages.snapshot(sysfs)
 
 
 def test_sessions_ask_for_huge_pages_as_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
