@@ -1,23 +1,25 @@
 """The model's weights in transparent huge pages (Linux), where the kernel leaves them to be asked
 for (``/sys/kernel/mm/transparent_hugepage/enabled`` = ``madvise``, the usual default).
 
-Why: a query embedding reads every weight of the model once (MiniLM: ~90 MB as ONNX Runtime
-holds it). In 4 KiB pages that is ~22 000 address translations per run, each a page walk when it
-misses the TLB, and in a virtual machine a nested walk through the host's tables too. In 2 MiB
-pages it is ~45. Measured in ``bench_context.py``'s replay on 2 cores of a KVM guest, each build's
-query run again on two spinning sessions, one in huge pages, in alternating order: a single text
-0.19-0.42 ms faster (p50 of ~4-5 ms, four runs), a pair unchanged (docs/benchmarks.md).
+Why: a query embedding reads every weight of the model's layers once (MiniLM: ~42 MB in fp32,
+~10 000 pages of 4 KiB; ONNX Runtime holds ~90 MB with the token embedding table, of which a run
+reads a few rows). Each page is an address translation, a page walk when it misses the TLB, and
+in a virtual machine a nested walk through the host's tables too; in 2 MiB pages they are ~20.
+Measured in ``bench_context.py``'s replay on 2 cores of a KVM guest, each build's query run again
+on two spinning sessions, one in huge pages, in alternating order: a single text 0.19-0.42 ms
+faster (p50 of ~4-5 ms, four runs), a pair unchanged (docs/benchmarks.md).
 
 ONNX Runtime allocates the weights through malloc, which exposes no such choice, so the session is
 opened first and the memory it brought in is then found by difference: the private anonymous
-regions of ``/proc/self/smaps`` that are new (or grown) since a snapshot taken before, in whole
-2 MiB pieces, are advised where densely resident (``mincore``: the weights, not a reserved thread
-stack or arena, which the kernel may have merged into one region with them) ``MADV_HUGEPAGE``
-(later faults there take huge pages) and collapsed now with ``MADV_COLLAPSE`` (Linux 6.1: a synchronous
-copy into huge pages; MiniLM's session, ~130 MiB, ~0.3 s). Memory other threads brought in
-meanwhile may be advised too, which is harmless: a dense region in huge pages holds the same
-bytes. Anything failing (another OS, an older kernel, THP ``never``) leaves the pages as they
-were and the session as good.
+regions of ``/proc/self/smaps`` that are new since a snapshot taken before (or the part a region
+grew by at its end), in whole 2 MiB pieces, are advised where densely resident (``mincore``: the
+weights, not a reserved thread stack or arena, which the kernel may have merged into one region
+with them) ``MADV_HUGEPAGE`` (later faults there take huge pages) and collapsed now with
+``MADV_COLLAPSE`` (Linux 6.1: a synchronous copy into huge pages; MiniLM's session, ~130 MiB,
+0.3-0.5 s). Memory other threads brought in meanwhile may be advised too, which is harmless: a
+dense region in huge pages holds the same bytes. Nothing is asked where the mode is ``never``
+(``MADV_COLLAPSE`` would ignore it). Anything failing (another OS, an older kernel, a ``/proc``
+it cannot read) leaves the pages as they were, and never fails the session.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import mmap
 import os
@@ -32,10 +35,12 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any
+
+import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +119,13 @@ def dense_runs(lo: int, hi: int, resident: bytes, page: int) -> list[tuple[int, 
     """The huge pages of ``[lo, hi)`` (aligned) at least :data:`DENSITY` resident, adjacent ones
     joined; ``resident``: ``mincore``'s vector, a byte per ``page`` (bit 0: in memory). Pure."""
     per = HUGE_PAGE // page
+    count = (hi - lo) // HUGE_PAGE
+    if count <= 0:
+        return []
+    bits = np.frombuffer(resident, dtype=np.uint8, count=count * per) & 1
+    dense = bits.reshape(count, per).sum(axis=1) >= DENSITY * per
     runs: list[tuple[int, int]] = []
-    for i in range((hi - lo) // HUGE_PAGE):
-        chunk = resident[i * per : (i + 1) * per]
-        if sum(b & 1 for b in chunk) < DENSITY * per:
-            continue
+    for i in np.flatnonzero(dense).tolist():
         start = lo + i * HUGE_PAGE
         if runs and runs[-1][1] == start:
             runs[-1] = (runs[-1][0], start + HUGE_PAGE)
@@ -137,47 +144,51 @@ def thp_mode(text: str) -> str | None:
 def snapshot(sysfs: Path = Path("/sys/kernel/mm/transparent_hugepage/enabled")) -> dict[int, int] | None:
     """This process's anonymous regions now, to pass to :func:`advise_since`; None where there is
     no ``/proc`` (not Linux) or transparent huge pages are off (``never``: ``MADV_COLLAPSE``
-    would not ask, so the administrator's choice is kept here)."""
+    would not ask, so the administrator's choice is kept here). Never raises."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        mode = thp_mode(sysfs.read_text(encoding="ascii"))
-    except OSError:
-        return None
-    if mode in (None, "never"):
-        return None
-    try:
-        with open("/proc/self/maps", encoding="ascii") as f:
-            return anonymous_spans(f.read())
-    except OSError:
+        mode = thp_mode(sysfs.read_text(encoding="ascii", errors="replace"))
+        if mode in (None, "never"):
+            return None
+        return anonymous_spans(_proc_text("/proc/self/maps"))
+    except Exception:  # an optimisation: whatever fails leaves the pages as they are
+        log.debug("huge pages: no snapshot of this process's memory", exc_info=True)
         return None
 
 
 def advise_since(before: Mapping[int, int] | None, nice: int = 0) -> int:
     """Advise and collapse into huge pages the dense memory this process brought in since
     ``before``; the bytes advised (0 when nothing could be). ``nice``: run the calling thread at
-    that much lower a priority first (a thread of its own: the collapse's copying is its work)."""
+    that much lower a priority first (a thread of its own: the collapse's copying is its work).
+    Never raises."""
     if before is None:
         return 0
+    try:
+        return _advise_since(before, nice)
+    except Exception:  # as snapshot
+        log.debug("huge pages: not advised", exc_info=True)
+        return 0
+
+
+def _advise_since(before: Mapping[int, int], nice: int) -> int:
     if nice:
         with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own nice value
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
-    madvise = _madvise()
-    if madvise is None:
+    libc = _libc()
+    if libc is None:
         return 0
-    try:
-        with open("/proc/self/smaps", encoding="ascii") as f:
-            candidates = new_ranges(before, regions(f.read()))
-    except OSError:
-        return 0
-    ranges = [run for lo, hi in candidates for run in dense_runs(lo, hi, _resident(lo, hi), mmap.PAGESIZE)]
+    # A region with less resident than one dense huge page holds none: not read page by page.
+    found = [r for r in regions(_proc_text("/proc/self/smaps")) if r.anonymous >= DENSITY * HUGE_PAGE]
+    candidates = new_ranges(before, found)
+    ranges = [run for lo, hi in candidates for run in dense_runs(lo, hi, _resident(libc, lo, hi), mmap.PAGESIZE)]
     t0 = time.perf_counter()
     advised = collapsed = 0
     for lo, hi in ranges:
-        if madvise(lo, hi - lo, MADV_HUGEPAGE) != 0:
-            continue  # THP "never", or the range changed meanwhile
+        if libc.madvise(lo, hi - lo, MADV_HUGEPAGE) != 0:
+            continue  # the range changed meanwhile, or a kernel without THP
         advised += hi - lo
-        if madvise(lo, hi - lo, MADV_COLLAPSE) == 0:
+        if libc.madvise(lo, hi - lo, MADV_COLLAPSE) == 0:  # before Linux 6.1: EINVAL, advised only
             collapsed += hi - lo
     log.debug(
         "huge pages: %d MiB advised, %d MiB collapsed in %.0f ms",
@@ -186,31 +197,31 @@ def advise_since(before: Mapping[int, int] | None, nice: int = 0) -> int:
     return advised
 
 
-def _resident(lo: int, hi: int) -> bytes:
+def _proc_text(path: str) -> str:
+    """A /proc file as text: the paths of mapped files may be in any encoding (bytes kept)."""
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", errors="surrogateescape")
+
+
+def _resident(libc: Any, lo: int, hi: int) -> bytes:
     """``mincore``'s vector of ``[lo, hi)``; all zero (nothing dense) where it cannot be read."""
     pages = (hi - lo) // mmap.PAGESIZE
     vector = (ctypes.c_ubyte * pages)()
-    libc = _libc()
-    if libc is None or libc.mincore(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), vector) != 0:
+    if libc.mincore(lo, hi - lo, vector) != 0:
         return bytes(pages)
     return bytes(vector)
 
 
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+@functools.cache
+def _libc() -> Any:
+    """The C library's ``madvise`` and ``mincore``, typed; None where it cannot be loaded."""
+    name = ctypes.util.find_library("c")  # runs ldconfig: once per process
     try:
-        return ctypes.CDLL(name, use_errno=True)
-    except OSError:
+        libc = ctypes.CDLL(name, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise.restype = ctypes.c_int
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+        libc.mincore.restype = ctypes.c_int
+    except (OSError, AttributeError):
         return None
-
-
-def _madvise() -> Callable[[int, int, int], int] | None:
-    libc = _libc()
-    fn = getattr(libc, "madvise", None)
-    if fn is None:
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return cast(Callable[[int, int, int], int], fn)
+    return libc

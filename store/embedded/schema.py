@@ -292,6 +292,9 @@ META_TEXT_DOCS = "text_docs"  # live messages, for BM25 statistics of the uninde
 META_TEXT_TERMS = "text_terms"  # sum of their analysed lengths
 # The text generation whose commit last dropped deleted messages from the index: a searcher loaded
 # at that generation or later holds no deleted row beyond those still queued in text_index_deletes.
+# An older vcm sharing the file drains deletes without setting it: a query's stale searcher may
+# then keep a deleted row in its ranking until reloaded (a short page, never the row: hydration
+# reads SQLite), so the schema version is not bumped for it.
 META_TEXT_DELETE_GEN = "text_delete_gen"
 
 

@@ -354,6 +354,37 @@ def test_threads_known_to_run_at_the_callers_priority_are_not_read_again(monkeyp
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc/self/task")
+def test_a_request_thread_that_finds_another_scanning_does_without(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One scan at a time over the shared nice values (two at once could change the dict one of
+    them iterates, failing the query): a thread that finds a scan under way counts no thread of
+    a lower priority, without waiting, so its check errs towards the sleeping session."""
+    monkeypatch.setattr("vcm.tasks.embedding_onnx.NICE_SCAN_MAX_THREADS", 10_000)
+    monkeypatch.setattr("vcm.tasks.embedding_onnx._NICE", embedding_onnx._NiceValues())
+    during: list[tuple[list[int], float]] = []
+    readers: set[int] = set()
+    real = embedding_onnx.read_stat
+
+    def reading(tid: str) -> bytes | None:
+        readers.add(threading.get_ident())
+        if not during and threading.current_thread() is threading.main_thread():
+            # another request thread checks while this scan reads its first file
+            other: list[list[int]] = []
+            t0 = time.monotonic()
+            checker = threading.Thread(target=lambda: other.append(niced_runnable_ids()))
+            checker.start()
+            checker.join(timeout=5)
+            during.append((other[0], time.monotonic() - t0))
+        return real(tid)
+
+    monkeypatch.setattr("vcm.tasks.embedding_onnx.read_stat", reading)
+    niced_runnable_ids()
+    assert during and during[0][0] == [] and during[0][1] < 1.0  # answered at once, nothing subtracted
+    assert readers == {threading.get_ident()}  # the other thread read no file
+    assert embedding_onnx._NICE.values  # the first scan completed and remembered what it read
+    assert not embedding_onnx._NICE.lock.locked()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc/self/task")
 def test_busy_threads_of_a_lower_priority_are_counted_and_others_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
     mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     if mine >= 19:

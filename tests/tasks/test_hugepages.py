@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,20 @@ def _address(m: mmap.mmap) -> int:
     import ctypes
 
     return ctypes.addressof(ctypes.c_char.from_buffer(m))
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads Linux's /proc/self/maps")
+def test_a_mapped_file_whose_path_is_not_ascii_is_read_past(tmp_path: Path) -> None:
+    """A library or model under /home/jürgen/ is mapped by name: reading the maps never fails a
+    session's open for it (it raised UnicodeDecodeError before)."""
+    path = Path(os.fsdecode(os.fsencode(tmp_path) + b"/mod\xe8le-\xff"))
+    path.write_bytes(b"\0" * 8192)
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        assert mapped[:1] == b"\0"
+        before = hugepages.snapshot()
+        if _thp_mode() not in (None, "never"):
+            assert before is not None
+        assert hugepages.advise_since(before) >= 0
 
 
 def test_nothing_to_advise_without_a_snapshot() -> None:

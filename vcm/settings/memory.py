@@ -41,7 +41,7 @@ class EmbeddingSettings(BaseModel):
     # query on idle CPUs, a second copy of the model in a process that embeds queries.
     spin_when_idle: bool = True
     # ONNX backends, Linux: the model's weights in transparent huge pages once a session is open
-    # (vcm.tasks.hugepages): fewer address translations per run, ~0.2 ms less a single query's
+    # (vcm.tasks.hugepages): fewer address translations per run, 0.2-0.4 ms less a single query's
     # embedding on a 2-core KVM guest (a pair: no change).
     huge_pages: bool = True
     # Embedded mode: the cold path's model work runs in a child process of the serving process
