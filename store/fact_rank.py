@@ -15,8 +15,11 @@ without an embedding, or a query without one, takes its text part for both halve
 A prompt build searches facts on every turn, so the per-fact work is kept small: candidates are
 light (id, text, update time, vector; the embedded adapter reads whole facts only for the hits),
 a fact's analysed terms are cached by its text (a write that changes the text makes a new key),
-BM25 touches only the query's terms, and embeddings arrive as arrays (the embedded adapter's
-float32 blobs, zero-copy) rather than lists of Python floats.
+BM25 touches only the query's terms, embeddings arrive as arrays (the embedded adapter's float32
+blobs, zero-copy) rather than lists of Python floats, and the scoring, fusion and cut are numpy's
+over a candidate list prepared once and kept while the adapter hands the same candidates again
+(its lengths, stacked vectors, and each query term's frequencies). 1 000 candidates: 1.5 -> 0.2 ms
+a ranking; 5 000: 14 -> 0.7 ms.
 """
 
 from __future__ import annotations
@@ -98,68 +101,117 @@ def candidate(fact: Fact, vector: Vector | None = None) -> Candidate:
     return Candidate(fact.fact_id, fact_text(fact), fact.updated_at, vector)
 
 
-def _text_scores(wanted: Sequence[str], candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
-    """BM25 of each matching candidate over the query's attainable maximum (see the module)."""
-    docs = [_term_counts(c.text) for c in candidates]
-    avg = sum(n for n, _ in docs) / len(docs)
-    terms = list(dict.fromkeys(wanted))
-    df = {t: sum(1 for _, counts in docs if t in counts) for t in terms}
-    weights = {t: bm25.idf(df[t], len(docs)) * (1.0 + bm25.K1) for t in terms if df[t]}
-    out: list[tuple[str, float]] = []
-    if not weights:
-        return out
-    # A query term no fact holds still counts in the maximum: it is part of what was asked.
-    ceiling = sum(bm25.idf(df[t], len(docs)) * (1.0 + bm25.K1) for t in terms)
-    for c, (length, counts) in zip(candidates, docs, strict=True):
-        if not length:
-            continue
-        norm = bm25.K1 * (1.0 - bm25.B + bm25.B * length / (avg if avg > 0 else float(length)))
-        s = 0.0
-        for t, w in weights.items():
-            tf = counts.get(t, 0)
-            if tf:
-                s += w * tf / (tf + norm)
-        if s > 0:
-            out.append((c.fact_id, s / ceiling))
-    out.sort(key=lambda kv: -kv[1])
-    return out
+class _Prepared:
+    """What ranking reads of one candidate list, kept between searches (see :func:`_prepared`):
+    its analysed lengths, which candidates have a vector, and each query term's frequency in
+    every candidate, worked out the first time a query holds the term."""
+
+    def __init__(self, candidates: Sequence[Candidate]) -> None:
+        self.candidates = list(candidates)  # held, so that no identity in the key is reused
+        n = len(self.candidates)
+        self.docs = [_term_counts(c.text)[1] for c in self.candidates]
+        self.lengths = np.fromiter((_term_counts(c.text)[0] for c in self.candidates), dtype=np.float64, count=n)
+        self.avg = float(self.lengths.mean()) if n else 0.0
+        self.has_vector = np.fromiter((c.has_vector for c in self.candidates), dtype=bool, count=n)
+        # An adapter's own cosines (ArangoDB computes them in the database), below zero as zero.
+        computed = [(i, c.cosine) for i, c in enumerate(self.candidates) if c.vector is None and c.cosine is not None]
+        self.cosine_at = np.array([i for i, _ in computed], dtype=np.intp)
+        self.cosines = np.clip(np.array([x for _, x in computed], dtype=np.float64), 0.0, 1.0)
+        self._tf: OrderedDict[str, npt.NDArray[np.float64]] = OrderedDict()
+        self._stacked: dict[int, tuple[npt.NDArray[np.intp], Vector, Vector]] = {}
+        self._lock = threading.Lock()
+
+    def stacked(self, dim: int) -> tuple[npt.NDArray[np.intp], Vector, Vector]:
+        """The positions of the candidates with a vector of ``dim`` values, those vectors stacked
+        and their norms (stacking 1 000 vectors was ~1 ms of each search)."""
+        with self._lock:
+            found = self._stacked.get(dim)
+        if found is None:
+            at = [i for i, c in enumerate(self.candidates) if c.vector is not None and c.vector.shape[0] == dim]
+            matrix: Vector = (
+                np.vstack([self.candidates[i].vector for i in at]).astype(np.float32, copy=False)  # type: ignore[misc]
+                if at
+                else np.zeros((0, dim), dtype=np.float32)
+            )
+            norms: Vector = np.linalg.norm(matrix, axis=1)
+            norms[norms == 0] = 1.0
+            found = (np.array(at, dtype=np.intp), matrix, norms)
+            with self._lock:
+                self._stacked[dim] = found
+        return found
+
+    def tf(self, term: str) -> npt.NDArray[np.float64]:
+        with self._lock:
+            found = self._tf.get(term)
+        if found is None:
+            found = np.fromiter((d.get(term, 0) for d in self.docs), dtype=np.float64, count=len(self.docs))
+            with self._lock:
+                self._tf[term] = found
+                while len(self._tf) > _TERMS_KEPT:
+                    self._tf.popitem(last=False)
+        return found
 
 
-def _vector_scores(q: Vector, candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
-    dim = q.shape[0]
-    out = [(c.fact_id, min(1.0, max(0.0, c.cosine))) for c in candidates if c.vector is None and c.cosine is not None]
-    rows = [c for c in candidates if c.vector is not None and c.vector.shape[0] == dim]
-    if rows:
-        matrix, norms = _stacked(rows)
-        sims = np.clip((matrix @ q) / norms, 0.0, 1.0)
-        out += [(c.fact_id, float(s)) for c, s in zip(rows, sims.tolist(), strict=True)]
-    return sorted(out, key=lambda kv: -kv[1])
+# Per kept candidate list: the query terms whose frequencies are kept (a column of floats each).
+_TERMS_KEPT = 256
+_PREPARED: OrderedDict[tuple[int, ...], _Prepared] = OrderedDict()
+_PREPARED_KEPT = 4
+_prepared_lock = threading.Lock()
 
 
-# The last few candidate lists' stacked vectors and norms: an adapter that keeps its candidates
-# between searches (the embedded store's FactVectors) hands the same objects to consecutive
-# searches, and stacking 1 000 vectors was ~1 ms of each. Keyed by the candidates' identities;
-# the entry holds the candidates themselves, so no identity is reused while it is cached.
-_STACKED: OrderedDict[tuple[int, ...], tuple[list[Candidate], Vector, Vector]] = OrderedDict()
-_STACKED_KEPT = 4
-_stacked_lock = threading.Lock()
-
-
-def _stacked(rows: list[Candidate]) -> tuple[Vector, Vector]:
-    key = tuple(map(id, rows))
-    with _stacked_lock:
-        held = _STACKED.get(key)
+def _prepared(candidates: Sequence[Candidate]) -> _Prepared:
+    """The candidate list's :class:`_Prepared`, kept for the last few lists by the candidates'
+    identities: the embedded store hands consecutive searches the same candidate objects
+    (FactVectors), so a prompt build does not analyse 1 000 facts again on every turn."""
+    key = tuple(map(id, candidates))
+    with _prepared_lock:
+        held = _PREPARED.get(key)
         if held is not None:
-            _STACKED.move_to_end(key)
-            return held[1], held[2]
-    matrix: Vector = np.vstack([c.vector for c in rows if c.vector is not None]).astype(np.float32, copy=False)
-    norms: Vector = np.linalg.norm(matrix, axis=1)
-    norms[norms == 0] = 1.0
-    with _stacked_lock:
-        _STACKED[key] = (rows, matrix, norms)
-        while len(_STACKED) > _STACKED_KEPT:
-            _STACKED.popitem(last=False)
-    return matrix, norms
+            _PREPARED.move_to_end(key)
+            return held
+    made = _Prepared(candidates)
+    with _prepared_lock:
+        _PREPARED[key] = made
+        while len(_PREPARED) > _PREPARED_KEPT:
+            _PREPARED.popitem(last=False)
+    return made
+
+
+def _text_scores(wanted: Sequence[str], ready: _Prepared) -> tuple[Scores, Mask]:
+    """BM25 of each candidate over the query's attainable maximum (see the module), and which
+    candidates match at all: numpy over each query term's frequencies in every candidate."""
+    n = len(ready.candidates)
+    terms = list(dict.fromkeys(wanted))
+    tf = np.stack([ready.tf(t) for t in terms], axis=1) if terms else np.zeros((n, 0))
+    df = np.count_nonzero(tf, axis=0)
+    if not df.any():
+        return np.zeros(n), np.zeros(n, dtype=bool)
+    idf = np.array([bm25.idf(int(d), n) * (1.0 + bm25.K1) for d in df])
+    # A query term no fact holds still counts in the maximum: it is part of what was asked.
+    ceiling = float(idf.sum())
+    weights = np.where(df > 0, idf, 0.0)
+    norm = bm25.K1 * (1.0 - bm25.B + bm25.B * ready.lengths / (ready.avg if ready.avg > 0 else 1.0))
+    parts = np.where(tf > 0, weights * tf / (tf + norm[:, None]), 0.0)
+    score = parts.sum(axis=1)
+    matched = (ready.lengths > 0) & (score > 0)
+    return np.where(matched, score / ceiling, 0.0), matched
+
+
+def _vector_scores(q: Vector, ready: _Prepared) -> tuple[Scores, Mask]:
+    """The cosine of each candidate's vector to the unit query ``q``, below zero counted as zero
+    (an adapter's own cosine where it computed one), and which candidates have one of its length."""
+    n = len(ready.candidates)
+    scores, has = np.zeros(n), np.zeros(n, dtype=bool)
+    scores[ready.cosine_at], has[ready.cosine_at] = ready.cosines, True
+    at, matrix, norms = ready.stacked(q.shape[0])
+    if at.size:
+        scores[at] = np.clip((matrix @ q) / norms, 0.0, 1.0)
+        has[at] = True
+    return scores, has
+
+
+Scores = npt.NDArray[np.float64]
+Mask = npt.NDArray[np.bool_]
 
 
 def order(
@@ -167,24 +219,31 @@ def order(
 ) -> list[tuple[str, float]]:
     """The ids and fused scores of the best ``limit`` candidates for the query, best first (ties:
     the newer first, then by id)."""
-    if not candidates:
+    if not candidates or limit <= 0:
         return []
+    n = len(candidates)
+    ready = _prepared(candidates)
     wanted = query_terms(text) if text.strip() else []
-    text_scores = _text_scores(wanted, candidates) if wanted else []
-    embedded = vector is not None and any(c.has_vector for c in candidates)
-    vector_scores = _vector_scores(fusion.unit_vector(vector), candidates) if embedded else []
-    if not text_scores and not vector_scores:
+    text_part, has_text = _text_scores(wanted, ready) if wanted else (np.zeros(n), np.zeros(n, dtype=bool))
+    embedded = vector is not None and bool(ready.has_vector.any())
+    if embedded:
+        vector_part, has_vector = _vector_scores(fusion.unit_vector(vector), ready)
+    else:
+        vector_part, has_vector = np.zeros(n), np.zeros(n, dtype=bool)
+    if not has_text.any() and not has_vector.any():
         return []
-    text_part, vector_part = dict(text_scores), dict(vector_scores)
-    unembedded = {c.fact_id for c in candidates if not c.has_vector} if embedded else set(text_part)
+    # A fact with no embedding (or every text hit, when the query has none) takes its text part
+    # for both halves; one with an embedding of another length scores 0 on the vector half.
+    unembedded = ~ready.has_vector if embedded else has_text
     w = fusion.TEXT_WEIGHT
-    fused = {
-        i: text_part.get(i, 0.0) if i in unembedded else w * text_part.get(i, 0.0) + (1.0 - w) * vector_part.get(i, 0.0)
-        for i in {**text_part, **vector_part}
-    }
-    fused = {i: s for i, s in fused.items() if s > 0.0}  # a fact unlike the query in words and meaning is no hit
-    updated = {c.fact_id: c.updated_at for c in candidates}
-    return sorted(fused.items(), key=lambda kv: (-kv[1], -updated[kv[0]], kv[0]))[:limit]
+    fused = np.where(unembedded, text_part, w * text_part + (1.0 - w) * vector_part)
+    # A fact unlike the query in words and meaning is no hit.
+    hit = np.flatnonzero((has_text | has_vector) & (fused > 0.0))
+    if hit.size > limit:  # the best limit, and any tied with the last of them (ties break below)
+        cut = np.partition(fused[hit], hit.size - limit)[hit.size - limit]
+        hit = hit[fused[hit] >= cut]
+    best = sorted(hit.tolist(), key=lambda i: (-fused[i], -candidates[i].updated_at, candidates[i].fact_id))
+    return [(candidates[i].fact_id, float(fused[i])) for i in best[:limit]]
 
 
 def rank(text: str, vector: Sequence[float] | None, facts: Sequence[Fact], limit: int) -> list[FactHit]:
