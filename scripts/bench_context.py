@@ -78,8 +78,8 @@ SERVICE_CALLS = {
     "fifo ids": "fifo_ids", "fact use": "_use", "taint marks": "mark", "agent": "agent", "skills": "_skills",
 }  # fmt: skip
 STORE_CALLS = {
-    "store fact search": "search_facts", "store recall search": "search_recall_hybrid",
-    "store fact query": "query_facts", "store fact touch": "touch_facts",
+    "store fact search": "search_fact_scores", "store fact hits read": "read_fact_hits",
+    "store recall search": "search_recall_hybrid", "store fact query": "query_facts", "store fact touch": "touch_facts",
 }  # fmt: skip
 
 

@@ -57,6 +57,7 @@ from vcm.store.types import (
     Fact,
     FactHit,
     FactQuery,
+    FactScore,
     Forgotten,
     Health,
     IdempotencyRecord,
@@ -196,6 +197,16 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
         """Hybrid search (``vcm.store.fact_rank``) over the facts matching ``query``, best first."""
+
+    @abc.abstractmethod
+    def search_fact_scores(
+        self, agent_id: str, text: str, vector: Sequence[float] | None, q: FactQuery
+    ) -> list[FactScore]:
+        """``search_facts``' ranking without reading the facts (:meth:`read_fact_hits` reads some)."""
+
+    @abc.abstractmethod
+    def read_fact_hits(self, agent_id: str, ranked: Sequence[FactScore], query: FactQuery) -> list[FactHit]:
+        """Whole facts of ``ranked`` still matching ``query``, in its order (others left out)."""
 
     @abc.abstractmethod
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:

@@ -425,6 +425,16 @@ class FactHit:
 
 
 @dataclass(frozen=True)
+class FactScore:
+    """A fact's place in a search, without the fact (``search_fact_scores``): its holder (the
+    agent, or its user or domain), its id and its score."""
+
+    agent_id: str
+    fact_id: str
+    score: float
+
+
+@dataclass(frozen=True)
 class DedupCandidate:
     """What dedup (``vcm.facts.dedup``) compares of a live fact: its text, key and review mark,
     and the cosine of its embedding to the write's (0.0 without either, or of another length),

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Modules allowed past the size limit, each with its reason.
 LARGE = {
     "hotpath/lua.py": "the Lua scripts as string constants (data: each script is one atomic hot-path mutation)",
+    "store/port.py": "the persistence port: one abstract method per store operation, each with its contract",
 }
 LIMIT = 500
 

@@ -24,6 +24,7 @@ from vcm.store.types import (
     Fact,
     FactHit,
     FactQuery,
+    FactScore,
     StateEntry,
     fact_node,
 )
@@ -174,12 +175,17 @@ class FactOps(ArangoBase):
         ]
 
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
+        return self.read_fact_hits(agent_id, self.search_fact_scores(agent_id, text, vector, query), query)
+
+    def search_fact_scores(
+        self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery
+    ) -> list[FactScore]:
         validation.identifier("agent_id", agent_id)
         n = validation.limit("limit", query.limit)
         if not isinstance(text, str):
             raise ValidationError("query must be a string", field="query")
-        # Rank on light candidates, the cosine computed in the database; read whole facts for
-        # the hits only (as the embedded adapter does), the filters applied again.
+        # Rank on light candidates, the cosine computed in the database; whole facts are read
+        # for the hits a caller wants (as the embedded adapter does), the filters applied again.
         q = query
         holders = [validation.identifier("holder", h) for h in q.holders]
         candidates_query = aql_facts.fact_candidates(
@@ -199,18 +205,26 @@ class FactOps(ArangoBase):
             )
             for d in found
         ]
-        ranked = fact_rank.order(text, vector, candidates, n)
+        owner = {str(d["fact_id"]): str(d["agent_id"]) for d in found}
+        return [FactScore(owner[i], i, s) for i, s in fact_rank.order(text, vector, candidates, n)]
+
+    def read_fact_hits(self, agent_id: str, ranked: Sequence[FactScore], query: FactQuery) -> list[FactHit]:
+        validation.identifier("agent_id", agent_id)
         if not ranked:
             return []
-        owner = {str(d["fact_id"]): str(d["agent_id"]) for d in found}
-        hit_keys = [fact_key(owner[i], i) for i, _ in ranked]
+        q = query
+        holders = [validation.identifier("holder", h) for h in q.holders]
+        hit_keys = [
+            fact_key(validation.identifier("agent_id", h.agent_id), validation.identifier("fact_id", h.fact_id))
+            for h in ranked
+        ]
         whole_query = aql_facts.query_facts(
             agent_id, q.scope, q.types, q.key, q.statuses, q.category, q.tags, q.ranges(), len(hit_keys), False,
             unsure=q.unsure, holders=holders, keys=hit_keys,
         )  # fmt: skip
         whole = {str(d["fact_id"]): fact_from_doc(d) for d in self._run(self._ro, whole_query, "search_facts")}
         # A hit deleted or changed past the filters between the two reads is left out.
-        return [FactHit(whole[i], s) for i, s in ranked if i in whole]
+        return [FactHit(whole[h.fact_id], h.score) for h in ranked if h.fact_id in whole]
 
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
         validation.identifier("agent_id", agent_id)

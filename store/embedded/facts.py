@@ -27,6 +27,7 @@ from vcm.store.types import (
     Fact,
     FactHit,
     FactQuery,
+    FactScore,
     NodeRef,
     StateEntry,
     fact_node,
@@ -224,20 +225,30 @@ class FactOps(EmbeddedBase):
         ]
 
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
+        return self.read_fact_hits(agent_id, self.search_fact_scores(agent_id, text, vector, query), query)
+
+    def search_fact_scores(
+        self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery
+    ) -> list[FactScore]:
         validation.identifier("agent_id", agent_id)
         n = validation.limit("limit", query.limit)
         if not isinstance(text, str):
             raise ValidationError("query must be a string", field="query")
         where, params = _where(agent_id, query)
-        # Rank on the light columns; read whole facts for the hits only.
+        # Rank on the light columns; whole facts are read for the hits a caller wants.
         found = self._light_facts("search facts", where, params, fact_rank.MAX_CANDIDATES, "ORDER BY updated_at DESC")
         wanted = set(query.tags or ())
         kept = [r for r in found if not wanted or wanted <= set(_strings(r["tags"]))]
         candidates = self._fact_vectors.candidates(kept, self._fact_blobs, _candidate)
-        ranked = fact_rank.order(text, vector, candidates, n)
+        owner = {r["fact_id"]: r["agent_id"] for r in kept}
+        return [FactScore(owner[i], i, s) for i, s in fact_rank.order(text, vector, candidates, n)]
+
+    def read_fact_hits(self, agent_id: str, ranked: Sequence[FactScore], query: FactQuery) -> list[FactHit]:
+        validation.identifier("agent_id", agent_id)
         if not ranked:
             return []
-        ids = [i for i, _ in ranked]
+        where, params = _where(agent_id, query)
+        ids = [validation.identifier("fact_id", h.fact_id) for h in ranked]
         whole = {
             r["fact_id"]: r
             for part in chunked(ids)
@@ -248,7 +259,7 @@ class FactOps(EmbeddedBase):
             )
         }
         # A hit deleted or changed past the filters between the two reads is left out.
-        return [FactHit(_fact(whole[i]), s) for i, s in ranked if i in whole]
+        return [FactHit(_fact(whole[h.fact_id]), h.score) for h in ranked if h.fact_id in whole]
 
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
         validation.identifier("agent_id", agent_id)

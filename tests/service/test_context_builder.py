@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import fakeredis
@@ -23,6 +23,7 @@ from vcm.prompt import skills
 from vcm.service import MemoryService
 from vcm.settings import load_settings
 from vcm.store import open_store
+from vcm.store.types import FactQuery, FactScore
 from vcm.tasks.deps import Deps
 from vcm.tasks.evict import evict_batch
 from vcm.tasks.summary.recursive import extractive
@@ -285,15 +286,23 @@ def test_one_fact_search_per_build_and_only_shown_facts_count_as_used(svc: Memor
         svc.remember("ann", f"Falcon milestone {i} is owned by team {i}", type="learned")
     svc.remember("ann", "Ship the Falcon launch plan by Friday", type="goal")
     calls: list[str] = []
-    search = svc.store.search_facts
+    read: list[int] = []
+    search, whole = svc.store.search_fact_scores, svc.store.read_fact_hits
 
     def counted(*args: object, **kwargs: object) -> object:
         calls.append("search")
         return search(*args, **kwargs)  # type: ignore[arg-type]
 
-    svc.store.search_facts = counted  # type: ignore[method-assign]
+    def reading(agent_id: str, ranked: Sequence[FactScore], query: FactQuery) -> object:
+        read.append(len(ranked))
+        return whole(agent_id, ranked, query)
+
+    svc.store.search_fact_scores = counted  # type: ignore[method-assign]
+    svc.store.read_fact_hits = reading  # type: ignore[method-assign]
     built = svc.build_context("ann", query="Who owns the Falcon milestone?")
     assert calls == ["search"]  # the state header and relevant memory share one search
+    # The hits are scored for the state header; only the relevant-memory layer's are read whole.
+    assert len(read) == 1 and 0 < read[0] <= svc.settings.context.memory_facts
     shown = {str(s["id"]) for layer in built.injected for s in layer.sources if s.get("kind") == "fact"}
     memory = next(layer for layer in built.injected if layer.name == "memory")
     assert 0 < sum(1 for s in memory.sources if s["kind"] == "fact") <= svc.settings.context.memory_facts

@@ -86,6 +86,29 @@ def test_search_is_hybrid_text_and_vector(store: MemoryStore) -> None:
     assert both[0].fact.fact_id == "f2" and both[0].fact.embedding is None
 
 
+def test_a_search_ranks_without_reading_and_reads_the_hits_a_caller_wants(store: MemoryStore) -> None:
+    """search_fact_scores is search_facts' ranking alone; read_fact_hits reads some of its hits
+    whole, in the order given, leaving out one deleted or filtered out since."""
+    store.put_fact(fact(1, "Alice prefers green tea in the morning", embedding=[1.0, 0.0, 0.0]), None)
+    store.put_fact(fact(2, "Bob drinks green tea at night", embedding=[0.9, 0.1, 0.0]), None)
+    store.put_fact(fact(3, "The Falcon launch moved to May", embedding=[0.0, 1.0, 0.0]), None)
+    query = FactQuery(limit=3)
+    scores = store.search_fact_scores("a1", "green tea", [1.0, 0.0, 0.0], query)
+    hits = store.search_facts("a1", "green tea", [1.0, 0.0, 0.0], query)
+    assert [(s.agent_id, s.fact_id, s.score) for s in scores] == [("a1", h.fact.fact_id, h.score) for h in hits]
+    assert {s.fact_id for s in scores[:2]} == {"f1", "f2"}
+    first, second = scores[0], scores[1]
+    read = store.read_fact_hits("a1", [second, first], query)
+    assert [(h.fact.fact_id, h.score) for h in read] == [(second.fact_id, second.score), (first.fact_id, first.score)]
+    assert {h.fact.value for h in read} == {"Alice prefers green tea in the morning", "Bob drinks green tea at night"}
+    assert all(h.fact.embedding is None for h in read)
+    store.delete_facts("a1", [second.fact_id])
+    assert [h.fact.fact_id for h in store.read_fact_hits("a1", [first, second], query)] == [first.fact_id]
+    store.put_fact(replace(store.get_fact("a1", first.fact_id), status="archived"), 1)
+    assert store.read_fact_hits("a1", [first, second], query) == []  # no longer active: past the filters
+    assert store.read_fact_hits("a1", [], query) == []
+
+
 def test_a_listing_of_several_types_and_statuses_is_the_newest_of_them_all(store: MemoryStore) -> None:
     kinds = ["goal", "risk", "preference"]
     for i in range(12):

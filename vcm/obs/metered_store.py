@@ -34,6 +34,7 @@ from vcm.store.types import (
     Fact,
     FactHit,
     FactQuery,
+    FactScore,
     Forgotten,
     Health,
     IdempotencyRecord,
@@ -135,6 +136,14 @@ class MeteredStore(MemoryStore):
 
     def search_facts(self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery) -> list[FactHit]:
         return self._call("search_facts", self.inner.search_facts, agent_id, text, vector, query)
+
+    def search_fact_scores(
+        self, agent_id: str, text: str, vector: Sequence[float] | None, query: FactQuery
+    ) -> list[FactScore]:
+        return self._call("search_fact_scores", self.inner.search_fact_scores, agent_id, text, vector, query)
+
+    def read_fact_hits(self, agent_id: str, ranked: Sequence[FactScore], query: FactQuery) -> list[FactHit]:
+        return self._call("read_fact_hits", self.inner.read_fact_hits, agent_id, ranked, query)
 
     def delete_facts(self, agent_id: str, fact_ids: Sequence[str]) -> int:
         return self._call("delete_facts", self.inner.delete_facts, agent_id, fact_ids)

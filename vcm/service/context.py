@@ -43,7 +43,7 @@ from vcm.service.messages import Messages
 from vcm.service.search import Search
 from vcm.service.state import StateKeys
 from vcm.store.principals import is_holder, principal_of
-from vcm.store.types import Fact, FactHit, FactQuery, StoredMessage
+from vcm.store.types import Fact, FactHit, FactQuery, FactScore, StoredMessage
 from vcm.types import Gauges, Message
 
 log = logging.getLogger(__name__)
@@ -138,17 +138,12 @@ class ContextBuilder:
             "memory": math.floor(window * cfg.memory), "skills": math.floor(window * cfg.skills),
         }  # fmt: skip
         skills, problems = self._skills()
-        limit = RELEVANCE_HITS + cfg.memory_facts
+        filters = FactQuery(limit=RELEVANCE_HITS + cfg.memory_facts, statuses=self.facts.prompt_statuses())
         build = _Build(
-            agent_id,
-            query,
-            count,
-            fifo_ids,
-            vector_text,
-            lambda: self.facts.rank_facts(
-                agent_id, query, filters=FactQuery(limit=limit, statuses=self.facts.prompt_statuses())
-            ),
-        )
+            agent_id, query, count, fifo_ids, vector_text,
+            lambda: self.facts.fact_scores(agent_id, query, filters=filters),
+            lambda ranked: self.facts.fact_hits(agent_id, ranked, filters=filters),
+        )  # fmt: skip
         makers: dict[str, Callable[[int], prompt.Layer | None]] = {
             "identity": lambda b: self._identity(agent_id, user, b, count, _undated_start(fifo, cfg.time))
             if cfg.identity
@@ -262,15 +257,17 @@ class ContextBuilder:
         facts: dict[str, Fact] = {}
         said: dict[str, str] = {}  # the recalled messages' words, by id, as "author: content"
         if cfg.memory_facts:
+            chosen: list[FactScore] = []
             for hit in build.hits():
-                f = hit.fact
                 if hit.score < cfg.memory_fact_min_score:
                     break  # the hits come best first
-                if f.fact_id in build.shown:
+                if hit.fact_id in build.shown:
                     continue
-                facts[f.fact_id] = f
-                if len(facts) >= cfg.memory_facts:
+                chosen.append(hit)
+                if len(chosen) >= cfg.memory_facts:
                     break
+            # Only these are read whole: a fact gone since the ranking is left out.
+            facts = {h.fact.fact_id: h.fact for h in build.read(chosen)}
             said_at = self._said_at(build.agent_id, facts.values())
             for f in facts.values():
                 status = "" if f.status == "active" else f", {f.status}"
@@ -378,12 +375,13 @@ class _Build:
     count: Callable[[str], int]
     fifo_ids: list[str]  # recalled messages still in the FIFO are left out
     vector_text: str | None  # recall's query vector text, worked out with the query's vectors
-    search: Callable[[], list[FactHit]]  # the one fact search, shared by state header and memory
+    search: Callable[[], list[FactScore]]  # the one fact search, shared by state header and memory
+    read: Callable[[Sequence[FactScore]], list[FactHit]]  # whole facts of some of its hits
     shown: set[str] = field(default_factory=set)  # fact ids a layer holds: no other repeats them
     used: list[Fact] = field(default_factory=list)  # their use is recorded once, after the build
-    _hits: list[FactHit] | None = None
+    _hits: list[FactScore] | None = None
 
-    def hits(self) -> list[FactHit]:
+    def hits(self) -> list[FactScore]:
         if self._hits is None:
             self._hits = self.search() if self.query.strip() else []
         return self._hits

@@ -42,7 +42,7 @@ from vcm.service.principals import Principals
 from vcm.store import validation as store_validation
 from vcm.store.audit_names import Actor, EventKind
 from vcm.store.principals import is_holder
-from vcm.store.types import Edge, Fact, FactHit, FactQuery, fact_node, message_node
+from vcm.store.types import Edge, Fact, FactHit, FactQuery, FactScore, fact_node, message_node
 
 # Facts one archive call looks at, at most (the store's page of a fact query).
 ARCHIVE_LIMIT = 1000
@@ -222,6 +222,20 @@ class Facts:
             self.scoped(agent_id, filters or FactQuery(limit=10)),
         )
 
+    def fact_scores(self, agent_id: str, query: str, *, filters: FactQuery) -> list[FactScore]:
+        """``rank_facts``' ranking without reading the facts (the prompt builder reads the scores
+        of ~100 hits and shows ~10); :meth:`fact_hits` reads the ones wanted whole."""
+        self.core.agent(agent_id)
+        if not isinstance(query, str) or len(query) > 4000:
+            raise ValidationError("query must be a string of at most 4000 characters", field="query")
+        return self.core.store.search_fact_scores(
+            agent_id, query, self.core.embedding(query) if query.strip() else None, self.scoped(agent_id, filters)
+        )
+
+    def fact_hits(self, agent_id: str, ranked: Sequence[FactScore], *, filters: FactQuery) -> list[FactHit]:
+        """The whole facts of ``ranked`` (from :meth:`fact_scores` with the same ``filters``)."""
+        return self.core.store.read_fact_hits(agent_id, ranked, self.scoped(agent_id, filters))
+
     def list_facts(self, agent_id: str, filters: FactQuery | None = None) -> list[Fact]:
         """The facts matching ``filters``; with no filters, or no statuses named (None or
         empty), the live ones (:data:`LIVE`); a FactQuery left at its default: the active ones."""
@@ -318,13 +332,13 @@ class Facts:
         query: str = "",
         *,
         caps: Mapping[str, int] | None = None,
-        hits: Sequence[FactHit] | None = None,
+        hits: Sequence[FactHit | FactScore] | None = None,
         record_use: bool = True,
     ) -> WorkingSet:
         """The agent's Working Set (seed 002): a bounded state snapshot of its live facts, ranked
         by utility for ``query`` (relevance from the hybrid fact search, or from ``hits`` of one
-        already made for it); the items returned count as used unless ``record_use`` is off
-        (the caller records what it shows)."""
+        already made for it, whole or scores only); the items returned count as used unless
+        ``record_use`` is off (the caller records what it shows)."""
         self.core.agent(agent_id)
         types = working_set.types_needed(caps)
         statuses = self.prompt_statuses()
@@ -334,7 +348,7 @@ class Facts:
         if hits is None and query.strip():
             filters = FactQuery(statuses=statuses, limit=working_set.RELEVANCE_HITS)
             hits = self.search_facts(agent_id, query, filters=filters)
-        relevance = {h.fact.fact_id: h.score for h in hits or ()}
+        relevance = {h.fact.fact_id if isinstance(h, FactHit) else h.fact_id: h.score for h in hits or ()}
         ws = working_set.build(facts, relevance, self.core.clock(), caps, statuses=statuses)
         if record_use:
             self.use(agent_id, [i.fact for items in ws.sections.values() for i in items])
