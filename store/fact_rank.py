@@ -110,8 +110,9 @@ class _Prepared:
     def __init__(self, candidates: Sequence[Candidate]) -> None:
         self.candidates = list(candidates)  # held, so that no identity in the key is reused
         n = len(self.candidates)
-        self.docs = [_term_counts(c.text)[1] for c in self.candidates]
-        self.lengths = np.fromiter((_term_counts(c.text)[0] for c in self.candidates), dtype=np.float64, count=n)
+        counted = [_term_counts(c.text) for c in self.candidates]
+        self.docs = [counts for _, counts in counted]
+        self.lengths = np.fromiter((length for length, _ in counted), dtype=np.float64, count=n)
         self.avg = float(self.lengths.mean()) if n else 0.0
         self.has_vector = np.fromiter((c.has_vector for c in self.candidates), dtype=bool, count=n)
         # An adapter's own cosines (ArangoDB computes them in the database), below zero as zero.

@@ -267,7 +267,7 @@ class ContextBuilder:
                 if len(chosen) >= cfg.memory_facts:
                     break
             # Only these are read whole: a fact gone since the ranking is left out.
-            facts = {h.fact.fact_id: h.fact for h in build.read(chosen)}
+            facts = {h.fact.fact_id: h.fact for h in (build.read(chosen) if chosen else ())}
             said_at = self._said_at(build.agent_id, facts.values())
             for f in facts.values():
                 status = "" if f.status == "active" else f", {f.status}"

@@ -212,25 +212,23 @@ class Facts:
     def rank_facts(self, agent_id: str, query: str, *, filters: FactQuery | None = None) -> list[FactHit]:
         """``search_facts`` without recording a use: for callers that show only some of the hits
         and record those (the prompt builder)."""
-        self.core.agent(agent_id)
-        if not isinstance(query, str) or len(query) > 4000:
-            raise ValidationError("query must be a string of at most 4000 characters", field="query")
+        vector = self._query_vector(agent_id, query)
         return self.core.store.search_facts(
-            agent_id,
-            query,
-            self.core.embedding(query) if query.strip() else None,
-            self.scoped(agent_id, filters or FactQuery(limit=10)),
+            agent_id, query, vector, self.scoped(agent_id, filters or FactQuery(limit=10))
         )
 
     def fact_scores(self, agent_id: str, query: str, *, filters: FactQuery) -> list[FactScore]:
         """``rank_facts``' ranking without reading the facts (the prompt builder reads the scores
         of ~100 hits and shows ~10); :meth:`fact_hits` reads the ones wanted whole."""
+        vector = self._query_vector(agent_id, query)
+        return self.core.store.search_fact_scores(agent_id, query, vector, self.scoped(agent_id, filters))
+
+    def _query_vector(self, agent_id: str, query: str) -> list[float] | None:
+        """A fact search's checks (the agent, the query) and its query's vector (None if blank)."""
         self.core.agent(agent_id)
         if not isinstance(query, str) or len(query) > 4000:
             raise ValidationError("query must be a string of at most 4000 characters", field="query")
-        return self.core.store.search_fact_scores(
-            agent_id, query, self.core.embedding(query) if query.strip() else None, self.scoped(agent_id, filters)
-        )
+        return self.core.embedding(query) if query.strip() else None
 
     def fact_hits(self, agent_id: str, ranked: Sequence[FactScore], *, filters: FactQuery) -> list[FactHit]:
         """The whole facts of ``ranked`` (from :meth:`fact_scores` with the same ``filters``)."""
