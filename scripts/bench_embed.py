@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""A query embedding on ONNX Runtime: the sleeping session against the spinning one, on idle
-cores and with other work sharing them (a benchmark, not a test).
+"""A query embedding on ONNX Runtime, the sleeping session against the spinning one, and on
+OpenVINO (``[embedding] backend = "openvino"``: bfloat16 where the CPU has it), on idle cores
+and with other work sharing them (a benchmark, not a test).
 
     .venv/bin/python scripts/bench_embed.py [--data LOCOMO_JSON] [--turns 200] [--busy 0,1,2]
-        [--reps 2] [--json OUT]
+        [--reps 2] [--no-openvino] [--json OUT]
 
 The queries are what a prompt build embeds: a LoCoMo conversation's user turns (the first
 speaker's), each alone or, when it names a speaker, with its name-free form in one padded batch
 (``vcm.store.authors``, as ``[recall] query_vector_without_authors`` does). Each is embedded by
 the configured ONNX model's two sessions (:class:`vcm.tasks.embedding_onnx.OnnxRunner`): the
 one whose pool threads sleep between operators, and the one ``[embedding] spin_when_idle`` uses
-on idle CPUs, whose threads spin within a run and stop at its end. Sessions alternate query by
-query. ``--busy N``: N processes spinning a pure-Python loop while the row is measured (the cores
-shared with other work). Reported per row: p50 and p95 ms of single texts and of pairs, and the
-process's CPU seconds per wall second.
+on idle CPUs, whose threads spin within a run and stop at its end, and by OpenVINO's session of
+the same export. Sessions take turns going first, query by query. ``--busy N``: N processes
+spinning a pure-Python loop while the row is measured (the cores shared with other work).
+Reported per row: p50 and p95 ms of single texts and of pairs, and the process's CPU seconds
+per wall second.
 """
 
 from __future__ import annotations
@@ -62,7 +64,9 @@ def measure(runners: dict[str, OnnxRunner], texts: Sequence[list[str]], reps: in
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for rep in range(reps):
         for i, query in enumerate(texts):
-            order = list(runners) if (i + rep) % 2 == 0 else list(reversed(runners))
+            names = list(runners)
+            first = (i + rep) % len(names)
+            order = names[first:] + names[:first]
             for name in order:
                 t0 = time.perf_counter()
                 runners[name].encode(query, batch_size=32)
@@ -87,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=200, help="user turns embedded per row")
     parser.add_argument("--busy", default="0,1,2", help="rows: how many busy processes share the cores")
     parser.add_argument("--reps", type=int, default=2, help="passes over the turns per row")
+    parser.add_argument(
+        "--openvino", action=argparse.BooleanOptionalAction, default=True, help="also the openvino backend's session"
+    )
     args = parser.parse_args(argv)
     settings = load_settings(environ={}).embedding
     backend = settings.backend if settings.backend.startswith("onnx") else "onnx"
@@ -98,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         sleeping.normalize, sleeping.max_seq_length,
     )  # fmt: skip
     runners = {"sleeping": sleeping, "spinning": spinning}
+    precision = None
+    if args.openvino:
+        from vcm.tasks import embedding_openvino
+
+        runners["openvino"] = OnnxEmbedder(settings.model_copy(update={"backend": "openvino"})).runner
+        precision = embedding_openvino.precision()
     texts = queries(data_path(args.data), args.turns)
     for runner in runners.values():
         runner.encode(texts[0], batch_size=32)  # warm
@@ -125,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json,
         {
             "model": settings.model or "bundled all-MiniLM-L6-v2",
-            "backend": backend, "threads": settings.threads, "cpus": os.cpu_count(), "turns": len(texts),
+            "backend": backend, "openvino_precision": precision, "threads": settings.threads,
+            "cpus": os.cpu_count(), "turns": len(texts),
             "pairs": sum(len(q) == 2 for q in texts), "reps": args.reps, "rows": rows,
             "python": platform.python_version(),
         },

@@ -1,12 +1,14 @@
-"""The ``torch-bf16`` backend: the model's transformer in bfloat16, on CPUs that multiply bfloat16
-in hardware (Intel AMX, AVX-512 BF16), and the cold path's choice of backend for its batches.
+"""The ``torch-bf16`` backend: the model's transformer in bfloat16 in torch, on CPUs that multiply
+bfloat16 in hardware (Intel AMX, AVX-512 BF16). The cold path's choice of backend for its batches
+is :mod:`vcm.tasks.embedding_choice`.
 
 Why: the model's work is matrix products, which fp32 runs at the vector units' rate; AMX tiles run
 bfloat16 products about 8x faster on the same core (``scripts/bench_ingest.py``: late-chunked
 archival ingestion 3.7x the chunks/s of fp32 on one thread, docs/benchmarks.md). A short query
 gains nothing (there the cost is per operator, where ONNX Runtime is quickest), so the serving
-process's query model keeps ``[embedding] backend`` and only batches run here
-(``[embedding] batch_backend``).
+process's query model keeps ``[embedding] backend``, and batches run here by name or where
+OpenVINO's bfloat16 (:mod:`vcm.tasks.embedding_openvino`: faster, and free of the interpreter
+lock) is missing (``[embedding] batch_backend``).
 
 The transformer's weights and activations are bfloat16; its token states are turned back into
 float32 before pooling and normalisation, so late chunking's pooled token states and the
@@ -25,17 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from vcm.errors import ConfigError
-from vcm.settings.memory import EmbeddingSettings
-from vcm.tasks.embedding import Embedder, cache_key, get_embedder
+from vcm.tasks.embedding import Embedder
 from vcm.tasks.embedding_onnx import PARITY_COSINE
 from vcm.tasks.onnx_export import PROBE_TEXTS
 
 log = logging.getLogger(__name__)
 
 BACKEND = "torch-bf16"
-# Backends whose vectors are the model's own float32 ones (the model's embedding version).
-FP32_BACKENDS = ("torch", "onnx")
 
 
 @functools.cache
@@ -74,47 +72,3 @@ class Bf16Embedder(Embedder):
 def _states_in_fp32(module: Any, args: Any, features: dict[str, Any]) -> dict[str, Any]:
     features["token_embeddings"] = features["token_embeddings"].float()
     return features
-
-
-# batch_embedder's choice per settings: the cold path asks on every model call, and a fallback
-# would otherwise be re-decided (and logged) each time.
-_chosen: dict[tuple[str, ...], Embedder] = {}
-
-
-def batch_embedder(settings: EmbeddingSettings) -> Embedder:
-    """The embedder of the cold path's batches (:func:`_choose`), chosen once per settings."""
-    key = (*cache_key(settings), settings.batch_backend)
-    found = _chosen.get(key)
-    if found is None:
-        found = _chosen[key] = _choose(settings)
-    return found
-
-
-def _choose(settings: EmbeddingSettings) -> Embedder:
-    """The embedder of the cold path's batches, by ``[embedding] batch_backend``: ``"same"`` is
-    ``backend``'s; ``"torch-bf16"`` is :class:`Bf16Embedder`, refused when its vectors would not
-    share the queries' version (recall would find none of them); ``"auto"`` is
-    :class:`Bf16Embedder` where the CPU runs bfloat16 natively and its vectors share the version,
-    else ``backend``'s. Only under a float32 ``backend`` (:data:`FP32_BACKENDS`), whose queries
-    read the model's own version."""
-    choice = settings.batch_backend
-    if choice == "same" or settings.backend == BACKEND:
-        return get_embedder(settings)
-    if settings.backend not in FP32_BACKENDS:
-        # onnx-int8's vectors are a version of their own: float32 batches would not be found by its queries.
-        if choice == BACKEND:
-            raise ConfigError(f'[embedding] batch_backend = {BACKEND!r} needs backend "torch" or "onnx"')
-        return get_embedder(settings)
-    if choice == "auto" and (settings.device != "cpu" or not native_bf16()):
-        return get_embedder(settings)
-    bf16 = get_embedder(settings.model_copy(update={"backend": BACKEND}))
-    if bf16.model_id == bf16.base_model_id:
-        return bf16
-    parity = getattr(bf16, "parity", 0.0)
-    if choice == BACKEND:
-        raise ConfigError(
-            f"[embedding] batch_backend = {BACKEND!r}: this model's bfloat16 vectors match float32 to cosine "
-            f'{parity:.4f} (below {PARITY_COSINE}), so recall queries could not find them; use "same"'
-        )
-    log.warning("bfloat16 batches of %s not used: cosine %.4f to float32", bf16.base_model_id, parity)
-    return get_embedder(settings)

@@ -1,4 +1,5 @@
-"""The ONNX backends of the embedder (``[embedding] backend = "onnx" | "onnx-int8"``).
+"""The ONNX backends of the embedder (``[embedding] backend = "onnx" | "onnx-int8"``, and
+``"openvino"``, which runs the same export in OpenVINO: :mod:`vcm.tasks.embedding_openvino`).
 
 The model's transformer, exported once (:mod:`vcm.tasks.onnx_export`), runs in ONNX Runtime on
 ``[embedding] threads`` intra-op threads; its output is the token-level last hidden state, so
@@ -89,12 +90,21 @@ class OnnxRunner:
         threads: int,
         spin_when_idle: bool = False,
         huge_pages: bool = False,
+        openvino: bool = False,
     ) -> OnnxRunner:
+        """``openvino``: the export runs in OpenVINO (:mod:`vcm.tasks.embedding_openvino`),
+        whose thread pool has no spinning session to switch to and lays out its own memory."""
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        # The first session serves a request: its pages are collapsed in a thread, not in it.
-        session = open_session(path, threads, spin=False, huge_pages="background" if huge_pages else "")
         tokenizer = _tokenizer(tokenizer_folder, plain=bool(meta.get("fast_tokenizer")))
         used = threads or usable_cpus()
+        if openvino:
+            from vcm.tasks import embedding_openvino
+
+            session = embedding_openvino.open_session(path, threads)
+            return cls(session, tokenizer, meta["pooling"], bool(meta["normalize"]), int(meta["max_seq_length"]),
+                       threads=used)  # fmt: skip
+        # The first session serves a request: its pages are collapsed in a thread, not in it.
+        session = open_session(path, threads, spin=False, huge_pages="background" if huge_pages else "")
         # One thread has no pool to spin (a Celery worker's model); a CPU quota makes the kernel's
         # runnable count, which is the host's, say nothing of this process's share (spin_allowed).
         eager = None
@@ -402,6 +412,7 @@ class OnnxEmbedder(Embedder):
             threads=settings.threads,
             spin_when_idle=settings.spin_when_idle,
             huge_pages=settings.huge_pages,
+            openvino=settings.backend == "openvino",
         )
         self.export = export
         self.backend = settings.backend

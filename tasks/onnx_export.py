@@ -7,12 +7,14 @@ late chunking needs the token states, and a sentence embedding is those states p
 modules are configured; the configuration is read here, from the loaded model, and recorded.
 
 A cache folder per model (``<cache>/<model-id>-<hash of where it came from>``) holds
-``model.onnx`` (fp32), ``model.int8.onnx`` (dynamic int8 quantization of it, made when first
-asked for) and ``export.json``: the export's settings (format, opset, torch version,
-quantization), the pooling configuration, a SHA-256 of every file of the model folder and, per
-backend, how closely its sentence vectors match torch's on :data:`PROBE_TEXTS` (the smallest
-cosine). Anything different - the model's files, the opset, torch - and the export is made again.
-The cache, not the model's folder, because that may be read-only (an installed package).
+``model.onnx`` (fp32; the ``openvino`` backend runs it too), ``model.int8.onnx`` (dynamic int8
+quantization of it, made when first asked for) and ``export.json``: the export's settings
+(format, opset, torch version, quantization), the pooling configuration, a SHA-256 of every file
+of the model folder and, per backend, how closely its sentence vectors match torch's on
+:data:`PROBE_TEXTS` (the smallest cosine; for ``openvino``, measured again when its version or
+the precision it runs on this CPU changes). Anything different - the model's files, the opset,
+torch - and the export is made again. The cache, not the model's folder, because that may be
+read-only (an installed package).
 Exports are made under an exclusive file lock, so processes starting together export once.
 """
 
@@ -39,10 +41,13 @@ log = logging.getLogger(__name__)
 
 FORMAT = 3  # bump when what this module writes changes meaning (2: records fast_tokenizer; 3: eager attention)
 OPSET = 17
-ONNX_BACKENDS = ("onnx", "onnx-int8")
-FILES = {"onnx": "model.onnx", "onnx-int8": "model.int8.onnx"}
+ONNX_BACKENDS = ("onnx", "onnx-int8", "openvino")
+# openvino runs the float32 export (vcm.tasks.embedding_openvino): a file of its own would be a
+# second export to keep in step for nothing.
+FILES = {"onnx": "model.onnx", "onnx-int8": "model.int8.onnx", "openvino": "model.onnx"}
 QUANTIZATION: dict[str, dict[str, Any] | None] = {
     "onnx": None,
+    "openvino": None,
     # Weights only, activations quantized at run time: no calibration data needed. Per channel:
     # MiniLM's smallest probe cosine to torch 0.96 (0.85 per tensor), at about the same speed.
     "onnx-int8": {"method": "quantize_dynamic", "weight_type": "QInt8", "per_channel": True},
@@ -187,7 +192,10 @@ def ensure_export(source: str, model_id: str, backend: str, cache_dir: str = "")
             meta["files"] = files  # refreshed sizes and mtimes: the next start hashes nothing
             backends = meta["backends"]
             record = backends.get(backend) or {}
-            if record.get("quantization", "?") != QUANTIZATION[backend] or not (target / FILES[backend]).is_file():
+            stale = record.get("quantization", "?") != QUANTIZATION[backend] or record.get("runtime") != _runtime(
+                backend
+            )
+            if stale or not (target / FILES[backend]).is_file():
                 backends[backend] = _export(folder, target, backend, meta)
             _write_json(meta_path, meta)
     except OSError as exc:
@@ -208,6 +216,16 @@ def ensure_export(source: str, model_id: str, backend: str, cache_dir: str = "")
         parity_min_cosine=float(backends[backend]["parity_min_cosine"]),
         fast_tokenizer=bool(meta.get("fast_tokenizer")),
     )
+
+
+def _runtime(backend: str) -> dict[str, str] | None:
+    """What besides the file decides a backend's vectors, recorded with its parity: OpenVINO's
+    version and the precision it runs on this CPU (bfloat16 or float32)."""
+    if backend != "openvino":
+        return None
+    from vcm.tasks import embedding_openvino
+
+    return embedding_openvino.runtime()
 
 
 def _write_json(path: Path, value: Mapping[str, Any]) -> None:
@@ -239,7 +257,9 @@ def _export(folder: Path, target: Path, backend: str, meta: dict[str, Any]) -> d
         os.replace(tmp, target / FILES[backend])
     from vcm.tasks.embedding_onnx import OnnxRunner
 
-    runner = OnnxRunner.open(target / FILES[backend], folder / meta["transformer_path"], meta, threads=0)
+    runner = OnnxRunner.open(
+        target / FILES[backend], folder / meta["transformer_path"], meta, threads=0, openvino=backend == "openvino"
+    )
     ours = runner.encode(list(PROBE_TEXTS), batch_size=len(PROBE_TEXTS))
     with torch.inference_mode():
         theirs = model.encode(list(PROBE_TEXTS), normalize_embeddings=True, convert_to_numpy=True)
@@ -249,7 +269,8 @@ def _export(folder: Path, target: Path, backend: str, meta: dict[str, Any]) -> d
     b = theirs / np.linalg.norm(theirs, axis=1, keepdims=True)
     parity = float(np.min(np.sum(a * b, axis=1)))
     log.info("exported %s as %s: smallest cosine to torch %.5f", meta.get("model_id"), backend, parity)
-    return {"file": FILES[backend], "quantization": QUANTIZATION[backend], "parity_min_cosine": parity}
+    record = {"file": FILES[backend], "quantization": QUANTIZATION[backend], "parity_min_cosine": parity}
+    return {**record, "runtime": runtime} if (runtime := _runtime(backend)) else record
 
 
 def _model_facts(model: Any, folder: Path) -> dict[str, Any]:

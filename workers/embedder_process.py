@@ -198,7 +198,7 @@ def serve(conn: Connection, settings: dict[str, Any], nice: int) -> None:
     """The child's loop: load the model, say so, then answer requests until the pipe closes."""
     with contextlib.suppress(OSError):  # not permitted here: run at the parent's priority
         os.nice(nice)
-    from vcm.tasks.embedding_bf16 import batch_embedder
+    from vcm.tasks.embedding_choice import batch_embedder
 
     try:
         # Batches only here: a spinning session for short queries would be a second model copy.

@@ -30,7 +30,7 @@ from vcm.store import MemoryStore, open_store
 from vcm.store.diversity import Diversity
 from vcm.tasks.deps import Deps, FactExtractor, Summarizer
 from vcm.tasks.embedding import Embedder, get_embedder
-from vcm.tasks.embedding_bf16 import batch_embedder
+from vcm.tasks.embedding_choice import batch_embedder
 from vcm.tasks.faults import Faults
 from vcm.tasks.ingest.documents import DocumentIngester
 from vcm.tasks.ingest.jobs import Ingest, Progress
@@ -69,7 +69,7 @@ class LocalDeliveryLog:
 def cold_embedder(settings: EmbeddingSettings) -> Embedder:
     """The embedder of the cold path's model work: the one an entry point registered (embedded
     mode's child process, :mod:`vcm.workers.embedder_process`), else this process's own, by
-    ``[embedding] batch_backend`` (:func:`vcm.tasks.embedding_bf16.batch_embedder`)."""
+    ``[embedding] batch_backend`` (:func:`vcm.tasks.embedding_choice.batch_embedder`)."""
     factory = _providers.embedder
     return factory(settings) if factory is not None else batch_embedder(settings)
 

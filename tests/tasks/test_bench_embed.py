@@ -1,6 +1,7 @@
 """Smoke run of ``scripts/bench_embed.py`` on a tiny conversation: it runs end to end, measures
-both sessions in every row it was asked for, and pairs the turns that name a speaker. Figures
-are not asserted (they depend on the machine), only that each is there and positive."""
+ONNX Runtime's two sessions and OpenVINO's in every row it was asked for, and pairs the turns
+that name a speaker. Figures are not asserted (they depend on the machine), only that each is
+there and positive."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def test_bench_embed_reports_both_sessions_per_row(tmp_path: Path) -> None:
     assert result["turns"] == 3 and result["pairs"] == 2  # two of Ann's turns name Bob
     assert set(result["rows"]) == {"0", "1"}
     for row in result["rows"].values():
-        for name in ("sleeping", "spinning"):
+        for name in ("sleeping", "spinning", "openvino"):
             assert row[f"{name}_single"]["n"] == 1 and row[f"{name}_pair"]["n"] == 2
             assert row[f"{name}_single"]["p50"] > 0 and row[f"{name}_pair"]["p95"] > 0
     assert "spinning" in done.stderr and "busy processes 1" in done.stderr
+    assert result["openvino_precision"] in ("bf16", "f32")

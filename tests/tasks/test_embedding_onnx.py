@@ -22,7 +22,7 @@ import pytest
 from vcm.errors import ConfigError
 from vcm.settings import load_settings
 from vcm.settings.memory import EmbeddingSettings
-from vcm.tasks import embedding_onnx
+from vcm.tasks import embedding, embedding_onnx
 from vcm.tasks.embedding import Embedder, bundled_model_path, get_embedder
 from vcm.tasks.embedding_onnx import (
     PARITY_COSINE,
@@ -69,7 +69,9 @@ def torch_embedder() -> Embedder:
     return get_embedder(load_settings(environ={}).embedding.model_copy(update={"backend": "torch"}))
 
 
-def test_a_model_a_process_loads_is_kept_out_of_the_cyclic_collector(model_copy: Path, cache: Path) -> None:
+def test_a_model_a_process_loads_is_kept_out_of_the_cyclic_collector(
+    model_copy: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The full passes of the collector walked torch's and transformers' objects in pauses of
     250-330 ms inside eviction jobs (tasks.embedding.settle_heap)."""
     # A key of its own (an ONNX embedder's thread count is part of its key), so it loads here.
@@ -80,8 +82,11 @@ def test_a_model_a_process_loads_is_kept_out_of_the_cyclic_collector(model_copy:
     assert frozen > before
     tracked = {id(o) for o in gc.get_objects()}
     assert id(embedder) not in tracked and id(embedder.runner) not in tracked
-    assert get_embedder(settings) is embedder
-    assert gc.get_freeze_count() == frozen  # a model already loaded costs no collection
+    # A model already loaded costs no collection. (The freeze count itself may fall meanwhile:
+    # the session's huge-page thread ends in the background and its frozen frames are freed.)
+    settled: list[None] = []
+    monkeypatch.setattr(embedding, "settle_heap", lambda: settled.append(None))
+    assert get_embedder(settings) is embedder and settled == []
 
 
 def test_onnx_matches_torch_sentence_vectors(onnx: OnnxEmbedder, torch_embedder: Embedder) -> None:

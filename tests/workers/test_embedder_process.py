@@ -19,7 +19,7 @@ import pytest
 
 from vcm.settings.memory import ChunkingSettings, EmbeddingSettings
 from vcm.tasks.embedding import Embedder
-from vcm.tasks.embedding_bf16 import batch_embedder
+from vcm.tasks.embedding_choice import batch_embedder
 from vcm.tasks.ingest.late_chunking import LateChunker
 from vcm.workers.embedder_process import NICE, EmbedderProcess
 

@@ -48,8 +48,8 @@ def test_embedded_settings_build_working_dependencies(built: runtime.Deps, tmp_p
 
 def test_a_serving_process_embeds_queries_on_one_thread_unless_configured(tmp_path: Path) -> None:
     default = embedded(tmp_path)
-    assert default.embedding.backend == "onnx" and default.embedding.threads == 0
-    # ONNX Runtime's default (a thread per core, sleeping when idle) for the queries too.
+    assert default.embedding.backend == "auto" and default.embedding.threads == 0
+    # ONNX Runtime's or OpenVINO's default (a thread per core, sleeping when idle) for the queries too.
     assert runtime.LazyEmbed(default).local().settings.threads == 0
     settings = default.model_copy(update={"embedding": default.embedding.model_copy(update={"backend": "torch"})})
     assert runtime.LazyEmbed(settings).settings.threads == 0  # the cold path's: torch's default

@@ -11,8 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vcm.settings.secrecy import check_url
 
-EmbeddingBackend = Literal["torch", "onnx", "onnx-int8", "torch-bf16"]
-BatchBackend = Literal["auto", "same", "torch-bf16"]
+EmbeddingBackend = Literal["auto", "torch", "onnx", "onnx-int8", "torch-bf16", "openvino"]
+BatchBackend = Literal["auto", "same", "torch-bf16", "openvino"]
+# Backends that run the ONNX export on the CPU (ONNX Runtime's CPU build, OpenVINO's CPU plugin).
+CPU_BACKENDS = ("onnx", "onnx-int8", "openvino")
 
 
 class EmbeddingSettings(BaseModel):
@@ -21,14 +23,18 @@ class EmbeddingSettings(BaseModel):
     model: str = ""
     # What runs the model (vcm.tasks.embedding_onnx): "torch" (sentence-transformers), "onnx"
     # (the model exported once with torch.onnx, run by ONNX Runtime; its vectors match torch's to
-    # cosine 1.0000, so they share torch's embedding version) or "onnx-int8" (the export with
-    # dynamically quantized int8 weights: fastest, but its vectors are a version of their own)
-    # or "torch-bf16" (vcm.tasks.embedding_bf16: the transformer in bfloat16, for CPUs with AMX or
-    # AVX-512 BF16; its vectors match float32 to cosine 0.9999 on MiniLM, so they share the version).
-    backend: EmbeddingBackend = "onnx"
+    # cosine 1.0000, so they share torch's embedding version), "openvino" (the same export run by
+    # OpenVINO, in bfloat16 where the CPU multiplies it natively: vcm.tasks.embedding_openvino;
+    # MiniLM's cosine to float32 0.99997, the same version), "onnx-int8" (the export with
+    # dynamically quantized int8 weights: its vectors are a version of their own) or "torch-bf16"
+    # (vcm.tasks.embedding_bf16: the transformer in bfloat16 in torch). "auto": "openvino" where
+    # the CPU multiplies bfloat16 natively and its vectors share the model's version, else "onnx"
+    # ("torch" on an accelerator).
+    backend: EmbeddingBackend = "auto"
     # What runs the cold path's batches (messages spooled, archival ingestion, an eviction's
-    # summary and facts; queries keep `backend`): "auto" = "torch-bf16" where the CPU multiplies
-    # bfloat16 natively and its vectors share the model's version, else `backend`; "same" = `backend`.
+    # summary and facts; queries keep `backend`): "auto" = a bfloat16 backend ("openvino", else
+    # "torch-bf16") where the CPU multiplies bfloat16 natively and its vectors share the model's
+    # version, else `backend`; "same" = `backend`; "openvino" or "torch-bf16" by name.
     batch_backend: BatchBackend = "auto"
     # Where ONNX exports are cached ("" = $XDG_CACHE_HOME/vcm/onnx, else ~/.cache/vcm/onnx): the
     # model's own folder may be read-only (an installed package).
@@ -36,11 +42,11 @@ class EmbeddingSettings(BaseModel):
     device: str = "cpu"
     batch_size: int = Field(32, ge=1, le=4096)
     threads: int = Field(0, ge=0, le=256)
-    # ONNX backends: a short query runs, when no other task is runnable, on a second session of the
+    # ONNX Runtime backends: a short query runs, when no other task is runnable, on a second session of the
     # model whose threads spin within a run (vcm.tasks.embedding_onnx.OnnxRunner): ~1 ms less a
     # query on idle CPUs, a second copy of the model in a process that embeds queries.
     spin_when_idle: bool = True
-    # ONNX backends, Linux: the model's weights in transparent huge pages once a session is open
+    # ONNX Runtime backends, Linux: the model's weights in transparent huge pages once a session is open
     # (vcm.tasks.hugepages): fewer address translations per run, 0.2-0.4 ms less a single query's
     # embedding on a 2-core KVM guest (a pair: no change).
     huge_pages: bool = True
@@ -51,7 +57,7 @@ class EmbeddingSettings(BaseModel):
     @model_validator(mode="after")
     def _onnx_on_cpu(self) -> Self:
         # vcm installs ONNX Runtime's CPU build; an accelerator needs the torch backend.
-        if self.backend.startswith("onnx") and self.device != "cpu":
+        if self.backend in CPU_BACKENDS and self.device != "cpu":
             raise ValueError(
                 f'backend {self.backend!r} runs on the CPU only; use backend "torch" for device {self.device!r}'
             )

@@ -9,6 +9,7 @@ from vcm.errors import ConfigError
 from vcm.settings import load_settings
 from vcm.settings.memory import ChunkingSettings
 from vcm.tasks.embedding import Embedder, get_embedder
+from vcm.tasks.embedding_onnx import PARITY_COSINE
 from vcm.tasks.ingest.chunking import Window, plan_windows
 from vcm.tasks.ingest.late_chunking import DocumentPlan, LateChunker, pool_spans
 
@@ -81,7 +82,12 @@ def test_special_tokens_wrap_windows_as_the_model_expects(chunker: LateChunker, 
     # configured one): same rows, specials included.
     torch_model = get_embedder(load_settings(environ={}).embedding.model_copy(update={"backend": "torch"})).model
     reference = torch_model.encode(text, output_value="token_embeddings", convert_to_numpy=True)
-    np.testing.assert_allclose(hidden, np.asarray(reference), atol=1e-4)
+    # Row by row the same states: to float32's last digits on a float32 backend (the ONNX tests
+    # hold that), to the parity tolerance where the default runs in bfloat16 (OpenVINO).
+    reference = np.asarray(reference)
+    assert hidden.shape == reference.shape
+    cosines = (hidden * reference).sum(axis=1) / np.linalg.norm(hidden, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosines.min() > PARITY_COSINE
     # A one-chunk document pooled with its special rows equals the model's sentence embedding.
     full = hidden.mean(axis=0)
     assert _cos(full, embedder.encode([text])[0]) > 0.9999
