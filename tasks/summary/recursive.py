@@ -55,6 +55,8 @@ in :mod:`vcm.tasks.summary.centrality`.
 from __future__ import annotations
 
 import heapq
+import logging
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -64,10 +66,11 @@ import numpy as np
 
 from vcm import poisoning
 from vcm.tasks.summary import aging, drift, sentences, telegraph, units
+from vcm.tasks.summary.memo import JobVectors
 from vcm.tasks.summary.request import Draft, Params, Request, empty_draft
-from vcm.tasks.summary.selection import (
-    stratified_pick,
-)
+from vcm.tasks.summary.selection import Vectors, stratified_pick
+
+log = logging.getLogger(__name__)
 
 
 def fit_text(text: str, request: Request, params: Params) -> list[str]:
@@ -270,6 +273,7 @@ def _select(request: Request, params: Params, source: Units, batch_floor: float)
     newer = _newer(source.batch)
     kept_previous = [u for u in source.previous if not _superseded(u, newer)]
     pool = kept_previous + source.batch
+    drift_source = _DriftSource(request, params, pool)
     value = units.Coverage(pool, source.speakers)
     tokens = _Tokens(request, base)
     worth = [i for i in range(len(pool)) if value.worth(i)]
@@ -333,7 +337,45 @@ def _select(request: Request, params: Params, source: Units, batch_floor: float)
     # really leaves goes to more units.
     spent = request.count(render(pool, picked)) - base
     take(worth, available)
-    return _fact_draft(request, params, source, pool, picked)
+    try:
+        return _fact_draft(request, params, source, pool, picked, drift_source)
+    finally:
+        drift_source.join()  # a draft with no lines never reads the sample: its thread ends here
+
+
+class _DriftSource:
+    """The source side of the drift check (:func:`_cosine`): at most ``max_candidates`` of the
+    pool's units, the most salient of each stretch, known before the selection starts, so their
+    vectors are embedded in a thread while it runs. The model releases the GIL (OpenVINO's and
+    ONNX Runtime's runs, embedded mode's wait on its model process), so the embedding and the
+    selection's Python share the cores: at a 128k window the check's model work was ~300 ms
+    after the selection's ~170 ms. Only the summary's side is left for after the selection."""
+
+    def __init__(self, request: Request, params: Params, pool: Sequence[units.Unit]) -> None:
+        self.texts = [u.line for u in pool]
+        rows = stratified_pick([float(bool(u.body)) for u in pool], params.max_candidates)
+        self.sample = [self.texts[i] for i in rows]
+        self._embed = request.embed
+        self._ahead: threading.Thread | None = None
+        if self.sample and isinstance(request.embed, JobVectors):  # an embedder that keeps what it embeds
+            self._ahead = threading.Thread(target=self._run, name="vcm-drift-source", daemon=True)
+            self._ahead.start()
+
+    def _run(self) -> None:
+        try:
+            self._embed(self.sample)
+        except Exception as exc:  # the check embeds them again, and meets the failure there
+            log.debug("drift sample not embedded ahead: %r", exc)
+
+    def join(self) -> None:
+        if self._ahead is not None:
+            self._ahead.join()
+
+    def vectors(self, lines: Sequence[str]) -> Vectors:
+        """The sample's rows, then the ``lines``', in one call once the thread has ended (the
+        embedder is not shared between threads while it runs)."""
+        self.join()
+        return self._embed([*self.sample, *lines])
 
 
 class _Tokens:
@@ -350,7 +392,14 @@ class _Tokens:
         return self.memo[text]
 
 
-def _fact_draft(request: Request, params: Params, source: Units, pool: list[units.Unit], picked: list[int]) -> Draft:
+def _fact_draft(
+    request: Request,
+    params: Params,
+    source: Units,
+    pool: list[units.Unit],
+    picked: list[int],
+    drift_source: _DriftSource,
+) -> Draft:
     """Render the picked units; while the (non-additive) recount is over the cap, drop the unit
     picked last."""
     kept = list(picked)
@@ -369,7 +418,7 @@ def _fact_draft(request: Request, params: Params, source: Units, pool: list[unit
     return Draft(
         text,
         tokens,
-        _cosine(request, params, [u.line for u in pool], [float(bool(u.body)) for u in pool], lines),
+        _cosine(params, drift_source, lines),
         "extractive",
         text.count("\n") + 1,
         salient=salient,
@@ -393,18 +442,17 @@ def room_for(request: Request, source: Units) -> int:
     return held
 
 
-def _cosine(request: Request, params: Params, texts: list[str], weight: list[float], lines: list[str]) -> float:
+def _cosine(params: Params, source: _DriftSource, lines: list[str]) -> float:
     """Drift: the cosine of the summary's mean embedding to its source's, the source thinned to
     ``max_candidates`` units (the most salient of each stretch) and the summary to as many of its
     lines (one of each stretch: the mean of an even spread estimates the mean of all), to bound
     the embedding work. Unbounded, the summary side was most of a large window's eviction job: at
     128k the summary holds about a thousand lines, 5.1 s of the job's 5.4 s of model time."""
+    texts, sample = source.texts, source.sample
     if not texts:
         return 1.0
-    rows = stratified_pick(weight, params.max_candidates)
-    sample = [texts[i] for i in rows]
     lines = [lines[i] for i in stratified_pick([0.0] * len(lines), params.max_candidates)]
-    vectors = request.embed([*sample, *lines])
+    vectors = source.vectors(lines)
     weights = np.full(len(sample), len(texts) / len(sample), dtype=np.float64)
     return drift.similarity(vectors[len(sample) :], vectors[: len(sample)], weights)
 

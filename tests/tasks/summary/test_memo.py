@@ -1,13 +1,19 @@
 """Drift texts are embedded once per job, and once across the jobs of one process while the
-process's recent vectors hold them: never from another embedder's vectors."""
+process's recent vectors hold them: never from another embedder's vectors. The source's sample
+is embedded in a thread beside the selection, with the same draft as without."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
 
+from tests.doubles.coldpath import line
+from tests.doubles.embedder import word_embed
 from vcm.tasks.summary.memo import JobVectors, RecentVectors
+from vcm.tasks.summary.recursive import extractive
+from vcm.tasks.summary.request import Params, Request, Turn
 from vcm.tasks.summary.selection import Vectors
 
 
@@ -49,3 +55,34 @@ def test_the_recent_vectors_keep_the_last_ones_used() -> None:
     JobVectors(embed, recent)(["ccc"])  # "bb" leaves
     JobVectors(embed, recent)(["a", "bb", "ccc"])
     assert embed.asked == ["a", "bb", "ccc", "bb"]
+
+
+class Threaded:
+    """``word_embed``, recording which thread asked for which texts."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def __call__(self, texts: Sequence[str]) -> Vectors:
+        self.calls.append((threading.current_thread().name, list(texts)))
+        return word_embed(texts)
+
+
+def test_the_drift_sample_is_embedded_beside_the_selection_with_the_same_draft() -> None:
+    previous = "\n".join(f"alice: {line(i)}" for i in range(60))
+    turns = [Turn("alice" if i % 2 else "user", line(i)) for i in range(60, 200)]
+    plain = extractive(Request(previous, turns, 400, _count, word_embed), Params())
+    embed = Threaded()
+    ahead = extractive(Request(previous, turns, 400, _count, JobVectors(embed)), Params())
+    # The same summary and the same drift score: only when the source's vectors were embedded moved.
+    assert (ahead.text, ahead.score, ahead.retention) == (plain.text, plain.score, plain.retention)
+    assert 0.0 < ahead.score < 1.0
+    [(first, sample), (second, rest)] = embed.calls
+    assert first == "vcm-drift-source" and second == threading.current_thread().name
+    # The source's sample first, in its own thread; after the selection, only the summary's lines.
+    assert 0 < len(sample) <= Params().max_candidates and not set(rest) & set(sample)
+    assert rest and all(unit.split(": ", 1)[-1] in ahead.text for unit in rest)
+
+
+def _count(text: str) -> int:
+    return 8 + len(text.split())
