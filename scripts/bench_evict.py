@@ -180,7 +180,7 @@ def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any
     names = ["total", "summarise+drift", "embed", "commit", "finish"]
     figures: dict[str, Any] = {
         "model": model,
-        "backend": settings.embedding.backend,
+        "backend": embed.embedder().backend,  # what ran the job ("auto" resolved)
         "window": budget.window,
         "summary_cap_tokens": budget.summary_cap,
         "batches": len(measured),
@@ -194,7 +194,7 @@ def measure(args: argparse.Namespace, backend: str, model: str) -> dict[str, Any
         "resummarized": sum(1 for e in evicts if e.payload["resummarized"]),
     }
     print(
-        f"evict_batch on {model} with {settings.embedding.backend} on {args.threads or 'default'} threads "
+        f"evict_batch on {model} with {embed.embedder().backend} on {args.threads or 'default'} threads "
         f"(window {budget.window}, summary cap "
         f"{budget.summary_cap} tokens), {figures['messages_per_batch']} messages per batch, {len(measured)} jobs, "
         f"embedder load {load_s:.1f}s, drift {figures['summary_drift_mean']} (re-summarised "

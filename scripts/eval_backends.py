@@ -3,7 +3,7 @@
 recall through vcm's own path) and ``scripts/eval_late_chunking.py`` (late-chunked turns), once per
 ``[embedding] backend``, then the differences to torch in points.
 
-    .venv/bin/python scripts/eval_backends.py --data LOCOMO_JSON [--backends torch,onnx,onnx-int8] [--json OUT]
+    .venv/bin/python scripts/eval_backends.py --data LOCOMO_JSON [--backends torch,onnx,openvino,onnx-int8] [--json OUT]
 
 The default backend must agree with torch within 0.5 points at every k (docs/benchmarks.md).
 """
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_data_flag(parser)
     add_json_flag(parser)
-    parser.add_argument("--backends", default="torch,onnx,onnx-int8", help="comma-separated, torch first")
+    parser.add_argument("--backends", default="torch,onnx,openvino,onnx-int8", help="comma-separated, torch first")
     parser.add_argument("--conversations", nargs="*", help="sample ids to keep (default: all)")
     parser.add_argument("--skip", choices=["locomo", "late"], nargs="*", default=[], help="evaluations to leave out")
     args = parser.parse_args(argv)

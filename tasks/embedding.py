@@ -147,14 +147,23 @@ def _auto(settings: EmbeddingSettings) -> str:
     if not embedding_openvino.native_bf16():
         return "onnx"
     candidate = settings.model_copy(update={"backend": embedding_openvino.BACKEND})
-    embedder = get_embedder(candidate)
+    try:
+        embedder = get_embedder(candidate)
+    except Exception:  # an operator OpenVINO lacks, a plugin error: ONNX Runtime runs it still
+        log.warning("backend auto: OpenVINO could not load the model; using onnx", exc_info=True)
+        return "onnx"
     if embedder.model_id == embedder.base_model_id:
         return embedding_openvino.BACKEND
     log.warning("backend auto: %s in OpenVINO's bfloat16 has vectors of its own (cosine %.4f to float32); "
                 "using onnx", embedder.base_model_id, getattr(embedder, "parity", 0.0))  # fmt: skip
-    with _lock:
-        _cache.pop(cache_key(candidate), None)  # not kept: nothing will run it
+    forget(candidate)  # not kept: nothing will run it
     return "onnx"
+
+
+def forget(settings: EmbeddingSettings) -> None:
+    """Drop the process's embedder for these settings (one loaded only to measure its parity)."""
+    with _lock:
+        _cache.pop(cache_key(settings), None)
 
 
 def get_embedder(settings: EmbeddingSettings) -> Embedder:

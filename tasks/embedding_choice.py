@@ -16,7 +16,7 @@ import logging
 from vcm.errors import ConfigError
 from vcm.settings.memory import EmbeddingSettings
 from vcm.tasks import embedding_bf16, embedding_openvino
-from vcm.tasks.embedding import Embedder, cache_key, get_embedder, resolved_backend
+from vcm.tasks.embedding import Embedder, cache_key, forget, get_embedder, resolved_backend
 from vcm.tasks.embedding_onnx import PARITY_COSINE
 
 log = logging.getLogger(__name__)
@@ -51,33 +51,61 @@ def native(backend: str) -> bool:
 
 
 def _choose(settings: EmbeddingSettings) -> Embedder:
-    """``"same"``: ``backend``'s embedder. A bfloat16 backend by name: that one, refused when its
-    vectors would not share the queries' version (recall would find none of them). ``"auto"``:
-    the first of :data:`BF16_BACKENDS` the CPU runs natively whose vectors share the version,
-    else ``backend``'s; only under a float32 ``backend`` (:data:`FP32_BACKENDS`), since a
-    bfloat16 one batches as it queries and onnx-int8's queries read a version of their own."""
+    """``"same"``: ``backend``'s embedder. A backend by name: that one (:func:`_by_name`).
+    ``"auto"``: the first of :data:`BF16_BACKENDS` the CPU runs natively whose vectors share the
+    model's version, else ``backend``'s; only under a float32 ``backend`` (:data:`FP32_BACKENDS`),
+    since a bfloat16 one batches as it queries and onnx-int8's queries read a version of their
+    own. Under ``backend = "auto"`` that resolved to onnx, OpenVINO is not tried again: auto
+    tried it first and found it missing, failing to load or off the model's version."""
     choice = settings.batch_backend
+    if choice == "same" or (choice != "auto" and choice == settings.backend):
+        return get_embedder(settings)
+    if choice != "auto":
+        return _by_name(settings, choice)
     backend = resolved_backend(settings)
-    if choice == "same" or choice == backend or (choice == "auto" and backend in BF16_BACKENDS):
+    if settings.device != "cpu" or backend not in FP32_BACKENDS:
         return get_embedder(settings)
-    if backend not in (*FP32_BACKENDS, *BF16_BACKENDS):
-        if choice != "auto":
-            raise ConfigError(f"[embedding] batch_backend = {choice!r} needs a float32 or bfloat16 backend, "
-                              f"not {backend!r} (its queries read a version of their own)")  # fmt: skip
-        return get_embedder(settings)
-    if choice == "auto" and settings.device != "cpu":
-        return get_embedder(settings)
-    for candidate in BF16_BACKENDS if choice == "auto" else (choice,):
-        if choice == "auto" and not native(candidate):
+    for candidate in BF16_BACKENDS:
+        if candidate == embedding_openvino.BACKEND and settings.backend == "auto":
             continue
-        found = get_embedder(settings.model_copy(update={"backend": candidate}))
+        if not native(candidate):
+            continue
+        wanted = settings.model_copy(update={"backend": candidate})
+        try:
+            found = get_embedder(wanted)
+        except Exception:  # a runtime that cannot load this model: the next, or the queries' backend
+            log.warning("%s batches not used: the model did not load", candidate, exc_info=True)
+            continue
         if found.model_id == found.base_model_id:
             return found
-        parity = getattr(found, "parity", 0.0)
-        if choice != "auto":
-            raise ConfigError(
-                f"[embedding] batch_backend = {choice!r}: this model's bfloat16 vectors match float32 to cosine "
-                f'{parity:.4f} (below {PARITY_COSINE}), so recall queries could not find them; use "same"'
-            )
-        log.warning("%s batches of %s not used: cosine %.4f to float32", candidate, found.base_model_id, parity)
+        log.warning("%s batches of %s not used: cosine %.4f to float32", candidate, found.base_model_id,
+                    getattr(found, "parity", 0.0))  # fmt: skip
+        forget(wanted)  # not kept: nothing will run it
     return get_embedder(settings)
+
+
+def _by_name(settings: EmbeddingSettings, choice: str) -> Embedder:
+    """The batch backend ``choice``, refused (a :class:`ConfigError` naming the setting) when its
+    vectors would not be the queries' version. The queries' version is the model's own under
+    ``auto`` (it only picks a backend that keeps it), ``torch`` and ``onnx``, and under a bfloat16
+    backend while its parity holds; onnx-int8's is its own."""
+    if settings.backend not in ("auto", *FP32_BACKENDS, *BF16_BACKENDS):
+        raise ConfigError(f"[embedding] batch_backend = {choice!r} needs a float32 or bfloat16 backend, "
+                          f"not {settings.backend!r} (its queries read a version of their own)")  # fmt: skip
+    if settings.backend in BF16_BACKENDS:
+        queries = get_embedder(settings)
+        if queries.model_id != queries.base_model_id:
+            raise ConfigError(f"[embedding] batch_backend = {choice!r}: the queries' backend {settings.backend!r} "
+                              f"reads a version of its own ({queries.model_id}); use \"same\"")  # fmt: skip
+    try:
+        found = get_embedder(settings.model_copy(update={"backend": choice}))
+    except ImportError as exc:
+        raise ConfigError(f"[embedding] batch_backend = {choice!r} needs the {exc.name or choice} package",
+                          setting="embedding.batch_backend") from exc  # fmt: skip
+    if found.model_id != found.base_model_id:
+        parity = getattr(found, "parity", 0.0)
+        raise ConfigError(
+            f"[embedding] batch_backend = {choice!r}: this model's bfloat16 vectors match float32 to cosine "
+            f'{parity:.4f} (below {PARITY_COSINE}), so recall queries could not find them; use "same"'
+        )
+    return found

@@ -39,13 +39,29 @@ def _core() -> Any:
 
 @functools.cache
 def native_bf16() -> bool:
-    """Whether OpenVINO finds bfloat16 arithmetic in this CPU (its ``BF16`` capability: AVX-512
-    BF16 or AMX). Asked once per process; False where OpenVINO is not installed."""
+    """Whether this CPU multiplies bfloat16 in hardware and OpenVINO runs it so: its ``BF16``
+    capability, and on Linux AVX-512 BF16 or AMX among the CPU's flags (OpenVINO also reports
+    ``BF16`` for AVX2-VNNI-2 client cores, which only convert it). Asked once per process; False
+    where OpenVINO is not installed or cannot answer."""
     try:
         capabilities = _core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    except ImportError:
+    except Exception:  # not installed, or its CPU plugin failed: ONNX Runtime instead
         return False
-    return "BF16" in capabilities
+    flags = cpu_flags()
+    return "BF16" in capabilities and (flags is None or bool(flags & {"avx512_bf16", "amx_bf16"}))
+
+
+def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    """The first CPU's feature flags (Linux); None where they cannot be read."""
+    try:
+        with path.open(encoding="ascii", errors="replace") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name.strip() == "flags":
+                    return set(value.split())
+    except OSError:
+        return None
+    return None
 
 
 def precision() -> str:

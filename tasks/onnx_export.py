@@ -245,7 +245,8 @@ def _export(folder: Path, target: Path, backend: str, meta: dict[str, Any]) -> d
     model = SentenceTransformer(str(folder), device="cpu")
     meta.update(_model_facts(model, folder))
     fp32 = target / FILES["onnx"]
-    if backend == "onnx" or not fp32.is_file():
+    # A file here is current: a stale export's files are deleted before anything is made again.
+    if not fp32.is_file():
         _export_fp32(model, fp32)
     if backend == "onnx-int8":
         from onnxruntime.quantization import QuantType, quantize_dynamic

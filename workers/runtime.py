@@ -110,7 +110,8 @@ class LazyEmbed:
         cores)."""
         found = LazyEmbed.__new__(LazyEmbed)
         settings = self._settings
-        if not settings.threads and settings.subprocess and settings.backend == "torch":
+        torch = settings.backend == "torch" or (settings.backend == "auto" and settings.device != "cpu")
+        if not settings.threads and settings.subprocess and torch:
             settings = settings.model_copy(update={"threads": QUERY_THREADS})
         found._settings, found._local = settings, True
         return found

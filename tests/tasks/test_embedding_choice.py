@@ -6,6 +6,7 @@ picked by "auto" and refused by name."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -44,7 +45,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-_PARITY: dict[str, float] = {OV: 0.99997, BF16: 0.99986}
+_PARITY: dict[str, float | None] = {OV: 0.99997, BF16: 0.99986}
 
 
 def _native(monkeypatch: pytest.MonkeyPatch, *backends: str) -> None:
@@ -86,7 +87,8 @@ def test_auto_batches_follow_the_backend_auto_resolves_to(made: list[str], monke
     assert batch_embedder(EmbeddingSettings(backend="auto")).backend == OV and made == ["auto"]
     monkeypatch.setattr(embedding_choice, "_chosen", {})
     monkeypatch.setattr(embedding_choice, "resolved_backend", lambda s: "onnx" if s.backend == "auto" else s.backend)
-    assert batch_embedder(EmbeddingSettings(backend="auto")).backend == OV and made[1:] == [OV]
+    # auto found OpenVINO missing, failing or off the version: not tried again, torch's bfloat16 is.
+    assert batch_embedder(EmbeddingSettings(backend="auto")).backend == BF16 and made[1:] == [BF16]
 
 
 def test_bf16_batches_whose_vectors_would_not_be_found_are_not_used(
@@ -113,6 +115,31 @@ def test_bf16_batches_whose_vectors_would_not_be_found_are_not_used(
             batch_embedder(EmbeddingSettings(backend="onnx-int8", batch_backend=name))  # type: ignore[arg-type]
 
 
+def test_a_batch_backend_by_name_must_share_the_queries_version(
+    made: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _native(monkeypatch, OV, BF16)
+    monkeypatch.setitem(_PARITY, OV, 0.99)  # OpenVINO's queries: a version of their own
+    with pytest.raises(ConfigError, match="version of its own"):
+        batch_embedder(EmbeddingSettings(backend=OV, batch_backend=BF16))
+    assert made == [OV]  # torch's bfloat16 was not even loaded
+
+
+def test_a_runtime_that_fails_to_load_is_passed_over_or_named(made: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    _native(monkeypatch, OV, BF16)
+    real = embedding_choice.get_embedder
+
+    def failing(settings: EmbeddingSettings) -> object:
+        if settings.backend == OV:
+            raise ImportError("no openvino", name="openvino")
+        return real(settings)
+
+    monkeypatch.setattr(embedding_choice, "get_embedder", failing)
+    assert batch_embedder(EmbeddingSettings(backend="onnx")).backend == BF16  # auto: the next one
+    with pytest.raises(ConfigError, match="needs the openvino package"):
+        batch_embedder(EmbeddingSettings(backend="onnx", batch_backend=OV))
+
+
 def test_batch_backend_setting_is_checked() -> None:
     with pytest.raises(ValueError, match="batch_backend"):
         EmbeddingSettings(batch_backend="fast")  # type: ignore[arg-type]
@@ -132,6 +159,8 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         def __init__(self, settings: EmbeddingSettings) -> None:
             calls.append(settings.backend)
             parity = _PARITY.get(settings.backend, 1.0)
+            if parity is None:
+                raise RuntimeError("an operator this runtime lacks")
             super().__init__(
                 settings.backend, "m" if parity >= PARITY_COSINE else f"m+{settings.backend}", parity=parity
             )
@@ -144,10 +173,11 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("native", "parity", "expected"), [(True, 0.99997, OV), (True, 0.99, "onnx"), (False, 1.0, "onnx")]
+    ("native", "parity", "expected"),
+    [(True, 0.99997, OV), (True, 0.99, "onnx"), (False, 1.0, "onnx"), (True, None, "onnx")],  # None: fails to load
 )
 def test_backend_auto_is_openvino_where_its_bfloat16_keeps_the_version(
-    loads: list[str], monkeypatch: pytest.MonkeyPatch, native: bool, parity: float, expected: str
+    loads: list[str], monkeypatch: pytest.MonkeyPatch, native: bool, parity: float | None, expected: str
 ) -> None:
     from vcm.tasks import embedding_openvino
 
@@ -169,3 +199,31 @@ def test_backend_setting_names_auto_and_openvino() -> None:
     with pytest.raises(ValueError, match="CPU only"):
         EmbeddingSettings(backend=OV, device="cuda")
     EmbeddingSettings(backend="auto", device="cuda")  # resolves to torch there
+
+
+@pytest.mark.parametrize(
+    ("flags", "native"),
+    [("fpu avx512f avx512_bf16 avx512_vnni", True), ("fpu amx_bf16 amx_tile", True), ("fpu avx2 avx_vnni", False)],
+)
+def test_bfloat16_counts_as_native_only_with_avx512_bf16_or_amx(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: str, native: bool
+) -> None:
+    """OpenVINO's BF16 capability also covers AVX2-VNNI-2 client cores, which only convert it."""
+    from vcm.tasks import embedding_openvino
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    assert embedding_openvino.cpu_flags(info) == set(flags.split())
+    assert embedding_openvino.cpu_flags(tmp_path / "missing") is None
+
+    class Core:
+        def get_property(self, device: str, name: str) -> list[str]:
+            return ["BF16", "FP32"]
+
+    monkeypatch.setattr(embedding_openvino, "_core", lambda: Core())
+    monkeypatch.setattr(embedding_openvino, "cpu_flags", lambda: set(flags.split()))
+    embedding_openvino.native_bf16.cache_clear()
+    try:
+        assert embedding_openvino.native_bf16() is native
+    finally:
+        embedding_openvino.native_bf16.cache_clear()
