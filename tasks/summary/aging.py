@@ -22,6 +22,7 @@ selection, since it describes a picture more than it states a fact of the speake
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 
@@ -62,6 +63,9 @@ _RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
 ]
 
 
+# Cached: each eviction shortens every clause of the summary it carries over, and those are
+# mostly the clauses the agent's previous eviction shortened (a 128k window: ~1 000 a job).
+@functools.lru_cache(maxsize=32768)
 def shorten(body: str) -> str:
     """``body`` (a clause of a summary line) in headline style (see the module docstring); quoted
     spans are left as they are, and a clause that would lose all its words stays as it was."""
