@@ -25,6 +25,7 @@ caller retries with backoff and, when retries run out, calls :func:`dead_letter`
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import threading
@@ -101,13 +102,17 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
         faults.point("evict.before_summarize")
         # One scanner for the job: the summary and the fact extraction scan the same sentences.
         scan = _scanner(deps.settings.poisoning)
-        facts = _begin_facts(deps, messages, scan) if deps.settings.facts.extract_on_eviction else None
-        check = summarize(deps, agent_id, previous.text if previous is not None else "", messages, scan=scan)
-        draft = check.draft
-        faults.point("evict.after_summarize")
-        _record_drift(deps, agent_id, batch_id, check)
+        facts = _BatchFacts(deps, agent_id, messages, scan) if deps.settings.facts.extract_on_eviction else None
+        try:
+            check = summarize(deps, agent_id, previous.text if previous is not None else "", messages, scan=scan)
+            draft = check.draft
+            faults.point("evict.after_summarize")
+            _record_drift(deps, agent_id, batch_id, check)
+        finally:
+            if facts is not None:
+                facts.join()  # never left writing facts into the retry of a job that failed
         if facts is not None:
-            _remember_facts(agent_id, facts)
+            facts.result()  # its failure (a fenced agent, the store) fails the job, before the commit
         # Keyed messages the spool has not reached yet leave Redis with this batch: their
         # records go to the store first (a record without its message is the lesser fault: a
         # retry replays rather than duplicates, and the batch commits on its own retries).
@@ -167,59 +172,64 @@ def _evict(deps: Deps, agent_id: str, batch_id: int, messages: list[Message]) ->
     return outcome
 
 
-@dataclass(frozen=True)
 class _BatchFacts:
-    """The batch's fact candidates, and the thread embedding their first vectors (or None)."""
+    """The batch's shadow facts, extracted and remembered in a thread of the job's own while the
+    job summarises (see :meth:`_run`), started in the job's context (its fault scope)."""
 
-    service: MemoryService
-    candidates: list[fact_extraction.Candidate]
-    ahead: threading.Thread | None
+    def __init__(self, deps: Deps, agent_id: str, messages: Sequence[Message], scan: Scan) -> None:
+        self._error: BaseException | None = None
+        context = contextvars.copy_context()
+        args = (deps, agent_id, list(messages), scan)
+        self._thread = threading.Thread(
+            target=context.run, args=(self._run, *args), name="vcm-batch-facts", daemon=True
+        )
+        self._thread.start()
 
+    def _run(self, deps: Deps, agent_id: str, messages: Sequence[Message], scan: Scan) -> None:
+        """Candidates from the batch, their vectors in one model call per :data:`QUERY_VECTORS`,
+        then each written through the façade (guard, dedup: a retried batch matches what its
+        first attempt stored); a refused or invalid candidate is logged: facts are an index of
+        the batch, the batch itself goes to recall regardless.
 
-def _begin_facts(deps: Deps, messages: Sequence[Message], scan: Scan) -> _BatchFacts:
-    """The batch's shadow fact candidates, with the embedding of their vectors started in a
-    thread of its own: the model works while this thread summarises. The model's work runs without
-    the GIL (ONNX Runtime's run, torch's operators, or the wait on embedded mode's model process);
-    after the summary it was a sixth of a 128k job and over a quarter of an 8k one (bench_evict)."""
-    service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed, clock=deps.clock)
-    extract = deps.extractor or fact_extraction.extract
-    candidates = list(extract(messages, scan))
-    ahead = None
-    if service.core.embed is not None and candidates:
-        first = candidates[:QUERY_VECTORS]
-        ahead = threading.Thread(target=_embed_ahead, args=(service, first), name="vcm-fact-vectors", daemon=True)
-        ahead.start()
-    return _BatchFacts(service, candidates, ahead)
-
-
-def _remember_facts(agent_id: str, facts: _BatchFacts) -> None:
-    """Shadow facts of the batch, with evidence, before it leaves the context. Through the
-    façade (guard, dedup: a retried batch matches what its first attempt stored). A refused or
-    invalid candidate is logged: facts are an index of the batch, the batch itself goes to
-    recall regardless."""
-    if facts.ahead is not None:
-        facts.ahead.join()
-    service, candidates = facts.service, facts.candidates
-    for i, c in enumerate(candidates):
-        if i and i % QUERY_VECTORS == 0:  # the first QUERY_VECTORS were embedded ahead
-            _embed_ahead(service, candidates[i : i + QUERY_VECTORS])
+        Why a thread: extraction and the writes were on the job's path, before and after the
+        summary; beside it they fill the summary's waits on the model (whose runs release the
+        GIL). bench_evict, alternated with the job before: p50 286-293 -> 268 ms at a 2k window,
+        497-505 -> 446-464 ms at 8k; at 128k no change (1 059-1 113 against 1 057-1 065 ms),
+        where both threads' Python is most of the job and they take turns at the GIL."""
         try:
-            service.remember(
-                agent_id,
-                c.value,
-                type=c.type,
-                key=c.key,
-                tags=c.aliases,
-                importance=c.importance,
-                confidence=0.5,
-                evidence=c.evidence(),
-                status="shadow",
-                actor=ACTOR,
-            )
-        except AgentFenced:
-            raise
-        except VcmError as exc:  # a refused or invalid candidate: the others still count
-            log.info("fact candidate of %s not kept: %s", agent_id, exc.code)
+            service = MemoryService(deps.hot, deps.store, deps.dispatcher, embed=deps.embed, clock=deps.clock)
+            extract = deps.extractor or fact_extraction.extract
+            candidates = list(extract(messages, scan))
+            for i, c in enumerate(candidates):
+                if i % QUERY_VECTORS == 0:
+                    _embed_ahead(service, candidates[i : i + QUERY_VECTORS])
+                try:
+                    service.remember(
+                        agent_id,
+                        c.value,
+                        type=c.type,
+                        key=c.key,
+                        tags=c.aliases,
+                        importance=c.importance,
+                        confidence=0.5,
+                        evidence=c.evidence(),
+                        status="shadow",
+                        actor=ACTOR,
+                    )
+                except AgentFenced:
+                    raise
+                except VcmError as exc:  # a refused or invalid candidate: the others still count
+                    log.info("fact candidate of %s not kept: %s", agent_id, exc.code)
+        except BaseException as exc:  # the job raises it (result)
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> None:
+        """After :meth:`join`: the thread's failure raised here, in the job's thread."""
+        if self._error is not None:
+            raise self._error
 
 
 def _embed_ahead(service: MemoryService, candidates: Sequence[fact_extraction.Candidate]) -> None:

@@ -3,7 +3,10 @@ faults at every step, drift events, dead letters."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -15,8 +18,13 @@ from vcm.errors import InjectedFailure
 from vcm.service import MemoryService
 from vcm.tasks import evict
 from vcm.tasks.deps import Deps
+from vcm.tasks.facts import extraction as fact_extraction
+from vcm.tasks.facts.extraction import Candidate
 from vcm.tasks.faults import Faults, Rule
 from vcm.tasks.spool import spool_messages
+from vcm.tasks.summary.request import Draft, Params, Request
+from vcm.tasks.summary.units import Scan
+from vcm.types import Message
 
 AGENT = "agent-1"
 
@@ -266,3 +274,42 @@ def test_an_eviction_scans_each_text_for_poisoning_once(deps: Deps, monkeypatch:
     monkeypatch.setattr(poisoning.Filter, "scan", counted)
     assert evict.evict_batch(deps, AGENT, 1).outcome == "committed"
     assert scanned and max(scanned.values()) == 1, scanned.most_common(3)
+
+
+def _facts(d: Deps) -> int:
+    return sum(sum(by.values()) for by in d.store.fact_counts(AGENT).values())
+
+
+def test_batch_facts_are_written_beside_the_summary_and_their_failure_fails_the_job(deps: Deps) -> None:
+    fill(deps)
+    threads: list[str] = []
+
+    def failing(messages: Sequence[Message], scan: Scan) -> list[Candidate]:
+        threads.append(threading.current_thread().name)
+        raise RuntimeError("the extractor broke")
+
+    with pytest.raises(RuntimeError, match="extractor broke"):
+        evict.evict_batch(dataclasses.replace(deps, extractor=failing), AGENT, 1)
+    assert threads == ["vcm-batch-facts"]  # not the job's own thread
+    assert deps.store.committed_batches(AGENT) == [] and deps.hot.pending_batches(AGENT) == [1]
+    assert evict.evict_batch(deps, AGENT, 1).outcome == "committed"  # the retry, with facts
+    assert _facts(deps) > 0
+
+
+def test_a_failed_summary_waits_for_the_batch_facts(deps: Deps) -> None:
+    """No fact write of a failed attempt may run on into its retry (dedup would race itself)."""
+    fill(deps)
+
+    def slow(messages: Sequence[Message], scan: Scan) -> list[Candidate]:
+        time.sleep(0.3)  # still extracting when the summary fails
+        return list(fact_extraction.extract(messages, scan))
+
+    def broken(request: Request, params: Params) -> Draft:
+        raise RuntimeError("the summarizer broke")
+
+    with pytest.raises(RuntimeError, match="summarizer broke"):
+        evict.evict_batch(dataclasses.replace(deps, extractor=slow, summarizer=broken), AGENT, 1)
+    written = _facts(deps)
+    assert written > 0  # the thread finished before the job raised
+    time.sleep(0.4)
+    assert _facts(deps) == written and deps.store.committed_batches(AGENT) == []
