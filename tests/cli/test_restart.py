@@ -156,10 +156,14 @@ def test_embedded_server_killed_mid_eviction_keeps_every_acknowledged_message(wo
         assert missing == [], f"acknowledged messages neither in context nor in recall: {missing[:10]}"
         ctx = admin.context("alice")
         assert ctx["gauges"]["total"] <= ctx["gauges"]["max"]
-        # The summary the context shows is the store's latest version.
-        latest = admin.summary_versions("alice", limit=1)["versions"]
-        if latest:
-            assert any(latest[0]["text"][:40] in str(m.get("content", "")) for m in ctx["messages"])
+        # The summary the context shows is the store's latest version, once the evictions the last
+        # appends began have finished (between a commit and its finish the store is one ahead).
+        def shows_latest() -> bool:
+            latest = admin.summary_versions("alice", limit=1)["versions"]
+            messages = admin.context("alice")["messages"]
+            return not latest or any(latest[0]["text"][:40] in str(m.get("content", "")) for m in messages)
+
+        wait_until(shows_latest, 60, "the context showing the latest summary")
     except BaseException:
         print(server.log())
         raise

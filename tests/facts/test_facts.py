@@ -197,12 +197,12 @@ def test_an_eviction_embeds_its_facts_in_one_model_call(svc: MemoryService, stor
 def test_an_evictions_fact_vectors_are_embedded_while_it_summarises(svc: MemoryService, store: MemoryStore) -> None:
     """The facts' model call runs beside the summary's work, not after it: here it is held until
     the summary asks the model (the drift check), which a job that embedded its facts after
-    summarising, or on its own thread, would never do while it waits."""
+    summarising, or on the summary's thread, would never do while it waits."""
     asked = threading.Event()
     overlapped: list[bool] = []
 
     def embedding(texts: list[str]) -> list[list[float]]:
-        if threading.current_thread().name == "vcm-fact-vectors":
+        if threading.current_thread().name == "vcm-batch-facts":
             overlapped.append(asked.wait(10))
         else:
             asked.set()
