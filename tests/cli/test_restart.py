@@ -156,6 +156,7 @@ def test_embedded_server_killed_mid_eviction_keeps_every_acknowledged_message(wo
         assert missing == [], f"acknowledged messages neither in context nor in recall: {missing[:10]}"
         ctx = admin.context("alice")
         assert ctx["gauges"]["total"] <= ctx["gauges"]["max"]
+
         # The summary the context shows is the store's latest version, once the evictions the last
         # appends began have finished (between a commit and its finish the store is one ahead).
         def shows_latest() -> bool:
