@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from vcm.errors import ConfigError
+from vcm.tasks.embedding_openvino import CACHE_FOLDER as OPENVINO_CACHE
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +191,7 @@ def ensure_export(source: str, model_id: str, backend: str, cache_dir: str = "")
                 meta = {**current, "model": str(folder), "model_id": model_id, "backends": {}}
                 for name in FILES.values():  # an int8 export must not start from a stale fp32 one
                     (target / name).unlink(missing_ok=True)
+                shutil.rmtree(target / OPENVINO_CACHE, ignore_errors=True)  # OpenVINO's compiled models of it
             meta["files"] = files  # refreshed sizes and mtimes: the next start hashes nothing
             backends = meta["backends"]
             record = backends.get(backend) or {}

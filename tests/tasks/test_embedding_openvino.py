@@ -110,3 +110,19 @@ def test_threads_embedding_at_once_each_get_their_own_vectors(ov: OnnxEmbedder) 
     assert errors == []
     for i, vectors in alone.items():  # one infer request per thread: no run sees another's inputs
         assert np.allclose(got[i], vectors, atol=1e-5)
+
+
+def test_the_compiled_model_is_cached_beside_the_export_and_dropped_with_it(ov: OnnxEmbedder, cache: Path) -> None:
+    compiled = ov.export.path.parent / embedding_openvino.CACHE_FOLDER
+    blobs = [f for f in compiled.iterdir() if f.is_file()]
+    assert blobs, "OpenVINO wrote no compiled model next to the export"
+    # A later session of the same export compiles from it, to the same vectors.
+    again = OnnxEmbedder(EmbeddingSettings(backend="openvino", onnx_cache_dir=str(cache)))
+    assert np.allclose(again.encode(TEXTS), ov.encode(TEXTS), atol=1e-6)
+    # An export made again (here: its settings changed) leaves no compiled model of the old one.
+    (compiled / "sentinel").write_text("of the old export")
+    meta_path = ov.export.path.parent / "export.json"
+    meta = onnx_export._read(meta_path)
+    onnx_export._write_json(meta_path, {**meta, "format": -1})
+    ensure_export(str(bundled_model_path()), MODEL_ID, "openvino", str(cache))
+    assert not (compiled / "sentinel").exists()
