@@ -97,19 +97,20 @@ class OnnxRunner:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         tokenizer = _tokenizer(tokenizer_folder, plain=bool(meta.get("fast_tokenizer")))
         used = threads or usable_cpus()
+        eager = None
         if openvino:
             from vcm.tasks import embedding_openvino
 
-            session = embedding_openvino.open_session(path, threads)
-            return cls(session, tokenizer, meta["pooling"], bool(meta["normalize"]), int(meta["max_seq_length"]),
-                       threads=used)  # fmt: skip
-        # The first session serves a request: its pages are collapsed in a thread, not in it.
-        session = open_session(path, threads, spin=False, huge_pages="background" if huge_pages else "")
-        # One thread has no pool to spin (a Celery worker's model); a CPU quota makes the kernel's
-        # runnable count, which is the host's, say nothing of this process's share (spin_allowed).
-        eager = None
-        if spin_when_idle and used > 1 and spin_allowed():
-            eager = functools.partial(open_session, path, threads, spin=True, huge_pages="now" if huge_pages else "")
+            session: Any = embedding_openvino.open_session(path, threads)
+        else:
+            # The first session serves a request: its pages are collapsed in a thread, not in it.
+            session = open_session(path, threads, spin=False, huge_pages="background" if huge_pages else "")
+            # One thread has no pool to spin (a Celery worker's model); a CPU quota makes the kernel's
+            # runnable count, which is the host's, say nothing of this process's share (spin_allowed).
+            if spin_when_idle and used > 1 and spin_allowed():
+                eager = functools.partial(
+                    open_session, path, threads, spin=True, huge_pages="now" if huge_pages else ""
+                )
         return cls(
             session, tokenizer, meta["pooling"], bool(meta["normalize"]), int(meta["max_seq_length"]), eager=eager,
             threads=used,
