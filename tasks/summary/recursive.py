@@ -337,45 +337,79 @@ def _select(request: Request, params: Params, source: Units, batch_floor: float)
     # really leaves goes to more units.
     spent = request.count(render(pool, picked)) - base
     take(worth, available)
+    # The lines the draft keeps unless its recount is over the cap (then it drops the last picks).
+    drift_source.summary_ahead([pool[i].line for i in sorted(picked)])
     try:
         return _fact_draft(request, params, source, pool, picked, drift_source)
     finally:
-        drift_source.join()  # a draft with no lines never reads the sample: its thread ends here
+        drift_source.join()  # a draft with no lines never reads the vectors: the threads end here
 
 
 class _DriftSource:
-    """The source side of the drift check (:func:`_cosine`): at most ``max_candidates`` of the
-    pool's units, the most salient of each stretch, known before the selection starts, so their
-    vectors are embedded in a thread while it runs. The model releases the GIL (OpenVINO's and
-    ONNX Runtime's runs, embedded mode's wait on its model process), so the embedding and the
-    selection's Python share the cores: at a 128k window the check's model work was ~300 ms
-    after the selection's ~170 ms. Only the summary's side is left for after the selection."""
+    """The drift check's embeddings (:func:`_cosine`), made in threads while the job's Python runs.
+    The model releases the GIL (OpenVINO's and ONNX Runtime's runs, embedded mode's wait on its
+    model process), so the embedding and the Python share the cores:
+
+    * the source side, at most ``max_candidates`` of the pool's units, the most salient of each
+      stretch, is known before the selection starts and is embedded while it runs (at a 128k
+      window the check's model work was ~300 ms after the selection's ~170 ms);
+    * the summary side, as many of the picked units' lines, one of each stretch, is embedded
+      while the draft is rendered, guarded and scored (:meth:`summary_ahead`; ~150 ms of model
+      work beside ~170 ms of Python at 128k).
+
+    The threads run one after the other (the embedder is not shared between them), and only for
+    an embedder that keeps what it embeds (:class:`JobVectors`): the check then reads the vectors
+    back in one call."""
 
     def __init__(self, request: Request, params: Params, pool: Sequence[units.Unit]) -> None:
         self.texts = [u.line for u in pool]
-        rows = stratified_pick([float(bool(u.body)) for u in pool], params.max_candidates)
+        self.limit = params.max_candidates
+        rows = stratified_pick([float(bool(u.body)) for u in pool], self.limit)
         self.sample = [self.texts[i] for i in rows]
         self._embed = request.embed
-        self._ahead: threading.Thread | None = None
-        if self.sample and isinstance(request.embed, JobVectors):  # an embedder that keeps what it embeds
-            self._ahead = threading.Thread(target=self._run, name="vcm-drift-source", daemon=True)
-            self._ahead.start()
+        self._ahead = isinstance(request.embed, JobVectors)  # an embedder that keeps what it embeds
+        self._threads: list[threading.Thread] = []
+        self._summary: list[str] | None = None
+        if self.sample:
+            self._start(self.sample, "vcm-drift-source")
 
-    def _run(self) -> None:
+    def lines(self, lines: Sequence[str]) -> list[str]:
+        """The summary side of ``lines``: one of each stretch, at most ``max_candidates``."""
+        return [lines[i] for i in stratified_pick([0.0] * len(lines), self.limit)]
+
+    def summary_ahead(self, lines: Sequence[str]) -> None:
+        """Embed the summary side of ``lines`` (the picked units' lines, in row order) now, in a
+        thread after the source's; :meth:`vectors` uses them when the draft keeps those lines."""
+        if self._ahead and self._summary is None:
+            self._summary = self.lines(lines)
+            if self._summary:
+                self._start([*self.sample, *self._summary], "vcm-drift-summary")
+
+    def _start(self, texts: list[str], name: str) -> None:
+        if not self._ahead:
+            return
+        after = self._threads[-1] if self._threads else None
+        thread = threading.Thread(target=self._run, args=(texts, after), name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _run(self, texts: list[str], after: threading.Thread | None) -> None:
+        if after is not None:
+            after.join()
         try:
-            self._embed(self.sample)
+            self._embed(texts)
         except Exception as exc:  # the check embeds them again, and meets the failure there
-            log.debug("drift sample not embedded ahead: %r", exc)
+            log.debug("drift texts not embedded ahead: %r", exc)
 
     def join(self) -> None:
-        if self._ahead is not None:
-            self._ahead.join()
+        for thread in self._threads:
+            thread.join()
 
     def vectors(self, lines: Sequence[str]) -> Vectors:
-        """The sample's rows, then the ``lines``', in one call once the thread has ended (the
-        embedder is not shared between threads while it runs)."""
+        """The sample's rows, then those of ``lines``' summary side, in one call once the threads
+        have ended (taken from what they embedded when they embedded these lines)."""
         self.join()
-        return self._embed([*self.sample, *lines])
+        return self._embed([*self.sample, *self.lines(lines)])
 
 
 class _Tokens:
@@ -418,7 +452,7 @@ def _fact_draft(
     return Draft(
         text,
         tokens,
-        _cosine(params, drift_source, lines),
+        _cosine(drift_source, lines),
         "extractive",
         text.count("\n") + 1,
         salient=salient,
@@ -442,7 +476,7 @@ def room_for(request: Request, source: Units) -> int:
     return held
 
 
-def _cosine(params: Params, source: _DriftSource, lines: list[str]) -> float:
+def _cosine(source: _DriftSource, lines: list[str]) -> float:
     """Drift: the cosine of the summary's mean embedding to its source's, the source thinned to
     ``max_candidates`` units (the most salient of each stretch) and the summary to as many of its
     lines (one of each stretch: the mean of an even spread estimates the mean of all), to bound
@@ -451,7 +485,6 @@ def _cosine(params: Params, source: _DriftSource, lines: list[str]) -> float:
     texts, sample = source.texts, source.sample
     if not texts:
         return 1.0
-    lines = [lines[i] for i in stratified_pick([0.0] * len(lines), params.max_candidates)]
     vectors = source.vectors(lines)
     weights = np.full(len(sample), len(texts) / len(sample), dtype=np.float64)
     return drift.similarity(vectors[len(sample) :], vectors[: len(sample)], weights)

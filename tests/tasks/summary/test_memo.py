@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -74,14 +75,36 @@ def test_the_drift_sample_is_embedded_beside_the_selection_with_the_same_draft()
     plain = extractive(Request(previous, turns, 400, _count, word_embed), Params())
     embed = Threaded()
     ahead = extractive(Request(previous, turns, 400, _count, JobVectors(embed)), Params())
-    # The same summary and the same drift score: only when the source's vectors were embedded moved.
+    # The same summary and the same drift score: only when and where the vectors were embedded moved.
     assert (ahead.text, ahead.score, ahead.retention) == (plain.text, plain.score, plain.retention)
     assert 0.0 < ahead.score < 1.0
-    [(first, sample), (second, rest)] = embed.calls
-    assert first == "vcm-drift-source" and second == threading.current_thread().name
-    # The source's sample first, in its own thread; after the selection, only the summary's lines.
+    [(first, sample), (second, rest)] = embed.calls  # none left for the job's own thread
+    # The source's sample beside the selection; the summary's lines beside the draft's rendering.
+    assert (first, second) == ("vcm-drift-source", "vcm-drift-summary")
     assert 0 < len(sample) <= Params().max_candidates and not set(rest) & set(sample)
     assert rest and all(unit.split(": ", 1)[-1] in ahead.text for unit in rest)
+
+
+def test_a_draft_cut_after_the_selection_embeds_the_lines_it_kept() -> None:
+    """The recount of the rendered draft can exceed the cap (tokens merge across clauses), and
+    the draft then drops its last picks: the summary side embedded ahead is not the one kept, so
+    the check embeds the kept lines in the job's thread, and scores what the plain path scores."""
+    previous = "\n".join(f"alice: {line(i)}" for i in range(60))
+    turns = [Turn("alice" if i % 2 else "user", line(i)) for i in range(60, 200)]
+
+    def superlinear(text: str) -> int:  # a long text costs more than its parts
+        n = len(text.split())
+        return 8 + n + n * n // 400
+
+    params = replace(Params(), max_candidates=8)  # fewer than the lines: the kept ones sample others
+    plain = extractive(Request(previous, turns, 400, superlinear, word_embed), params)
+    embed = Threaded()
+    ahead = extractive(Request(previous, turns, 400, superlinear, JobVectors(embed)), params)
+    assert (ahead.text, ahead.score, ahead.retention) == (plain.text, plain.score, plain.retention)
+    names = [name for name, _ in embed.calls]
+    assert names[:2] == ["vcm-drift-source", "vcm-drift-summary"]
+    assert names[2:] == [threading.current_thread().name]  # the kept lines the summary thread lacked
+    assert all(unit.split(": ", 1)[-1] in ahead.text for unit in embed.calls[2][1])
 
 
 def _count(text: str) -> int:
