@@ -33,6 +33,7 @@ import numpy.typing as npt
 from vcm.settings.memory import EmbeddingSettings
 from vcm.tasks import hugepages
 from vcm.tasks.embedding import Embedder, model_identity
+from vcm.tasks.embedding_batches import CALL_TOKENS, length_groups
 from vcm.tasks.onnx_export import ensure_export
 
 log = logging.getLogger(__name__)
@@ -148,22 +149,34 @@ class OnnxRunner:
             self._open_eager = None
 
     def encode(self, texts: Sequence[str], *, batch_size: int) -> npt.NDArray[np.float32]:
-        """Pooled (and normalised where the model normalises) sentence vectors, one per text."""
-        # Longest first, as sentence-transformers batches: similar lengths pad least.
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        """Pooled (and normalised where the model normalises) sentence vectors, one per text,
+        embedded in batches of similar token length (:func:`vcm.tasks.embedding_batches.length_groups`)."""
+        rows: list[list[int]] = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length)[
+            "input_ids"
+        ]
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
         parts: list[npt.NDArray[np.float32]] = []
-        for start in range(0, len(order), batch_size):
-            batch = [texts[i] for i in order[start : start + batch_size]]
-            enc = self.tokenizer(
-                batch, padding=True, truncation=True, max_length=self.max_seq_length, return_tensors="np"
-            )
-            ids = np.asarray(enc["input_ids"], dtype=np.int64)
-            mask = np.asarray(enc["attention_mask"], dtype=np.int64)
+        for start, end in length_groups([len(rows[i]) for i in order], batch_size, CALL_TOKENS * self.threads):
+            ids, mask = self.padded([rows[i] for i in order[start:end]])
             parts.append(pool(self.states(ids, mask), mask, self.pooling))
         pooled = np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
         out = np.empty_like(pooled)
         out[order] = pooled
         return normalized(out) if self.normalize else out
+
+    def padded(self, rows: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Token rows padded to the longest, on the tokenizer's side, and their attention mask:
+        what the tokenizer's own ``padding=True`` gives."""
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = np.full((len(rows), width), pad, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        left = self.tokenizer.padding_side == "left"
+        for i, r in enumerate(rows):
+            at = slice(width - len(r), width) if left else slice(0, len(r))
+            ids[i, at] = r
+            mask[i, at] = 1
+        return ids, mask
 
 
 HugePages = Literal["", "now", "background"]

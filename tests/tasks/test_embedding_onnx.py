@@ -97,6 +97,30 @@ def test_onnx_matches_torch_sentence_vectors(onnx: OnnxEmbedder, torch_embedder:
     assert onnx.encode([]).shape == (0, 384)
 
 
+def test_a_batch_runs_in_calls_of_similar_length_with_each_texts_own_vector(
+    onnx: OnnxEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long and short texts in one batch run in separate calls, each padded to its own longest,
+    and every text gets the vector it gets alone, in its place."""
+    texts = ["ok", "What did Melanie paint last summer? " * 12, "yes", "Where does Caroline live now? " * 12, "fine"]
+    runner = onnx.runner
+    shapes: list[tuple[int, int]] = []
+    states = runner.states
+
+    def recorded(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        shapes.append(ids.shape)
+        return states(ids, mask)
+
+    monkeypatch.setattr(runner, "states", recorded)
+    together = onnx.encode(texts)
+    assert len(shapes) == 2 and sorted(rows for rows, _ in shapes) == [2, 3]  # the long pair, the short three
+    assert min(width for _, width in shapes) < 8  # the short ones are not padded to the long ones' width
+    alone = np.concatenate([onnx.encode([t]) for t in texts])
+    assert np.allclose(together, alone, atol=1e-5)
+    ids, mask = runner.padded([[5, 6], [7]])  # BERT's tokenizer pads on the right, with its pad id
+    assert ids.tolist() == [[5, 6], [7, runner.tokenizer.pad_token_id]] and mask.tolist() == [[1, 1], [1, 0]]
+
+
 def test_attention_is_exported_in_its_eager_form(onnx: OnnxEmbedder) -> None:
     """SDPA's export guards every layer's masked softmax (IsNaN, Where), which ONNX Runtime ran
     5-12 % slower; the eager form is plain MatMul and Softmax, with the same vectors (above)."""
