@@ -6,8 +6,9 @@ the model's work on padding. :func:`length_groups` cuts the sorted lengths where
 saved outweighs the cost of one more call.
 
 Measured on MiniLM in OpenVINO (a Zen 4 core): a batch costs about 0.11 ms per padded token on
-one thread and 0.06 on two, and a call about 1.2-1.5 ms more on either: the work of ~11 tokens a
-thread; hence :data:`CALL_TOKENS`, per thread the model runs on.
+one thread and 0.06 on two, and a call about 1.2-1.5 ms more on either (the work of ~11 tokens a
+thread), more at an input shape the runtime has not run before; :data:`CALL_TOKENS` is twice
+that, per thread the model runs on, which keeps a query's two texts in one call.
 """
 
 from __future__ import annotations
