@@ -109,3 +109,20 @@ def test_a_draft_cut_after_the_selection_embeds_the_lines_it_kept() -> None:
 
 def _count(text: str) -> int:
     return 8 + len(text.split())
+
+
+def test_the_loss_scores_room_is_counted_once_beside_the_selection_even_over_retries() -> None:
+    previous = "\n".join(f"alice: {line(i)}" for i in range(60))
+    turns = [Turn("alice" if i % 2 else "user", line(i)) for i in range(60, 200)]
+    counted: list[tuple[str, str]] = []
+
+    def count(text: str) -> int:
+        counted.append((threading.current_thread().name, text))
+        return _count(text)
+
+    retry = replace(Params(), attempt=1, retention_threshold=1.1)  # no floor is enough: every one is tried
+    draft = extractive(Request(previous, turns, 400, count, word_embed), retry)
+    plain = extractive(Request(previous, turns, 400, _count, word_embed), retry)
+    assert (draft.text, draft.room, draft.retention) == (plain.text, plain.room, plain.retention)
+    on_room = [text for name, text in counted if name == "vcm-summary-room"]
+    assert draft.room > 0 and on_room and len(on_room) == len(set(on_room))  # each unit once, all floors
