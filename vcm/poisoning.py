@@ -328,6 +328,7 @@ class Filter:
         for name, gate in self._gates.items():
             for word in gate:
                 by_word.setdefault(word, []).append(name)
+        self._all_gated = len(self._gates) == len(self._patterns)
         # Each gate word once, with the patterns it opens: one pass of substring tests a form.
         self._gate_words = tuple((word, tuple(names)) for word, names in by_word.items())
 
@@ -345,6 +346,8 @@ class Filter:
         found: set[str] = set()
         for form in forms(text):
             opened = self._opened(form)
+            if opened is not None and not opened and self._all_gated:
+                continue  # none can match (most texts)
             for name, rx in self._patterns.items():
                 searched = name not in found and (opened is None or name in opened or name not in self._gates)
                 if searched and rx.search(form):

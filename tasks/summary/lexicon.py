@@ -310,15 +310,21 @@ LEAD = re.compile(
 )
 
 
+_HEDGES = (
+    r"you know|i mean|kind of|sort of|to be honest|honestly|actually|basically|literally|really|just|totally"
+    r"|pretty much"
+)
 HEDGE = re.compile(
     # Not where the words carry the meaning: "let you know", "did you know", "what kind of music".
     r"(?=[yikstablrjph])"  # a word's first letter (see LEADS)
     r"(?<!\blet )(?<!\bdid )(?<!\bdo )(?<!\bif )(?<!\bwhat )(?<!\bwhich )(?<!\bthis )(?<!\bthat )(?<!\bthe )"
     r"(?<!\bsome )(?<!\bany )(?<!\ba )(?<!\bsame )"
-    r"\b(?:you know|i mean|kind of|sort of|to be honest|honestly|actually|basically|literally|really|just|"
-    r"totally|pretty much)\b,?\s*",
+    r"\b(?:" + _HEDGES + r")\b,?\s*",
     re.IGNORECASE,
 )
+# HEDGE without its lookbehinds: a text it finds nothing in holds no match of HEDGE, and is left
+# alone unsearched (nine LoCoMo sentences in ten; 1.5 us a sentence where HEDGE costs 5.6).
+HEDGE_WORDS = re.compile(r"\b(?=[yikstablrjph])(?:" + _HEDGES + ")", re.IGNORECASE)
 
 
 # Capitalised for grammar, not because they name something: the sentence module's list, plus the

@@ -6,6 +6,7 @@ so sentences carrying capitalised names, numbers or identifiers score a salience
 
 from __future__ import annotations
 
+import functools
 import re
 
 from vcm.tasks.ingest.chunking import sentence_breaks
@@ -120,9 +121,19 @@ def _no_break_after(piece: str, following: str) -> bool:
     return "." in word and len(word) <= 5  # other dotted initials: "U.S.", "J.R."
 
 
+# A message's sentences are asked for twice in an eviction, by its summary and by its fact
+# extraction (~1 500 messages a 128k window); short texts are remembered for the second.
+MEMO_CHARS = 4000
+MEMO_TEXTS = 4096
+
+
 def split(text: str, max_chars: int) -> list[str]:
     """Sentences (and lines) of ``text``, each at most ``max_chars`` long, cut at word boundaries.
     A full stop after an abbreviation (Mr., Dr., p.m., e.g.) or inside a decimal is no break."""
+    return list(_remembered(text, max_chars) if len(text) <= MEMO_CHARS else _split(text, max_chars))
+
+
+def _split(text: str, max_chars: int) -> tuple[str, ...]:
     pieces: list[str] = []
     start = 0
     for end in [*sentence_breaks(text), len(text)]:
@@ -137,7 +148,10 @@ def split(text: str, max_chars: int) -> list[str]:
         piece = " ".join(raw.split())
         if piece:
             out.extend(_wrap(piece, max_chars))
-    return out
+    return tuple(out)
+
+
+_remembered = functools.lru_cache(maxsize=MEMO_TEXTS)(_split)
 
 
 def _wrap(sentence: str, max_chars: int) -> list[str]:

@@ -36,6 +36,7 @@ from vcm.tasks.summary.lexicon import (
     DATE,
     ENTITY,
     HEDGE,
+    HEDGE_WORDS,
     LEAD,
     NUMBER,
     PLEASANTRY,
@@ -97,7 +98,8 @@ def compress(sentence: str) -> str:
     while previous != text:
         previous = text
         text = LEAD.sub("", text, count=1).lstrip(" ,!.-")
-    text = HEDGE.sub("", text)
+    if HEDGE_WORDS.search(text):
+        text = HEDGE.sub("", text)
     text = re.sub(r"\s{2,}", " ", text).strip()
     text = re.sub(r"\s*,\s*([.!?])", r"\1", text).strip(" ,")
     if not words(text) and not NUMBER.search(text):

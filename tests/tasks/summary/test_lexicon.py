@@ -90,3 +90,15 @@ def test_a_lead_changes_no_match(name: str) -> None:
     for line in lines:
         for text in (line, line.upper(), line.title()):
             assert [m.span() for m in pattern.finditer(text)] == [m.span() for m in plain.finditer(text)], text
+
+
+def test_a_text_the_hedge_guard_passes_over_holds_no_hedge() -> None:
+    """compress searches HEDGE only where HEDGE_WORDS finds something: the guard must find
+    something wherever HEDGE does, in every case folding (long s, Kelvin sign, dotted I)."""
+    texts = ["I mean, it was just fine", "JUST do it", "ju\u017ft kidding", "\u212aind of odd", "\u0130 mean it",
+             "what kind of music", "honestly? totally", "pretty much done", "nothing here at all"]  # fmt: skip
+    for text in texts:
+        if lexicon.HEDGE.search(text):
+            assert lexicon.HEDGE_WORDS.search(text), text
+    assert sum(bool(lexicon.HEDGE.search(t)) for t in texts) >= 6
+    assert not lexicon.HEDGE_WORDS.search("nothing here at all")
