@@ -102,7 +102,7 @@ class OnnxRunner:
         if openvino:
             from vcm.tasks import embedding_openvino
 
-            session: Any = embedding_openvino.open_session(path, threads)
+            session: Any = embedding_openvino.open_session(path, threads, usable_cpus())
         else:
             # The first session serves a request: its pages are collapsed in a thread, not in it.
             session = open_session(path, threads, spin=False, huge_pages="background" if huge_pages else "")

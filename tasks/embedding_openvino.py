@@ -100,21 +100,27 @@ class OpenVinoSession:
 CACHE_FOLDER = "openvino-cache"
 
 
-def open_session(path: Path, threads: int) -> OpenVinoSession:
-    """The export compiled for the CPU on ``threads`` threads (0: OpenVINO's default, one per
-    core), latency-first: one stream, so a single query uses every thread. Threads are not pinned
-    to cores: the cores are shared with the API's requests and the store's indexer, and pinning
-    measured no faster (a padded pair 7.8 against 8.0 ms p50). The compiled model is cached next
-    to the export: a process's first compile of MiniLM 0.34 s, each later one 0.08-0.09 s (every
-    CLI command that embeds, every worker and embedded-mode model process starts with one)."""
+def open_session(path: Path, threads: int, cpus: int) -> OpenVinoSession:
+    """The export compiled for the CPU, each run on ``threads`` threads (0: OpenVINO's default,
+    one per core, in one stream: latency-first, a single query uses every thread). With
+    ``threads`` set, one stream per ``threads`` of the ``cpus``: runs of several threads at once
+    each take a stream of their own, as ONNX Runtime's runs each take their caller's thread. With
+    one stream they queued: an eviction job's facts and its drift check embed at the same time
+    (two batches of 48 turns on one thread each, 530 ms in turn and 290-330 ms side by side on
+    two streams; one run alone is as fast on either). Threads are not pinned to cores: the cores
+    are shared with the API's requests and the store's indexer, and pinning measured no faster (a
+    padded pair 7.8 against 8.0 ms p50). The compiled model is cached next to the export: a
+    process's first compile of MiniLM 0.34 s, each later one 0.08-0.09 s (every CLI command that
+    embeds, every worker and embedded-mode model process starts with one)."""
     core = _core()
+    streams = max(1, cpus // threads) if threads else 1
     config: dict[str, Any] = {
         "PERFORMANCE_HINT": "LATENCY",
-        "NUM_STREAMS": "1",
+        "NUM_STREAMS": str(streams),
         "INFERENCE_PRECISION_HINT": precision(),
         "ENABLE_CPU_PINNING": False,
         "CACHE_DIR": str(path.parent / CACHE_FOLDER),
     }
     if threads:
-        config["INFERENCE_NUM_THREADS"] = threads
+        config["INFERENCE_NUM_THREADS"] = streams * threads
     return OpenVinoSession(core.compile_model(str(path), "CPU", config))
