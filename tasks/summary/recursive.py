@@ -149,7 +149,10 @@ def _attached(made: Sequence[units.Unit | None]) -> list[units.Unit | None]:
 def _clauses(unit: units.Unit | None) -> list[units.Unit | None]:
     if unit is None or unit.flagged or not unit.speaker:
         return [unit]
-    return [replace(unit, body=b) for b in telegraph.split(unit.body, units.words)]
+    bodies = telegraph.split(unit.body, units.words)
+    if bodies == [unit.body]:
+        return [unit]  # one clause (most sentences): the unit as it is
+    return [units.Unit(unit.speaker, b, unit.flagged, unit.previous) for b in bodies]
 
 
 def _superseded(old: units.Unit, newer: Mapping[str, Mapping[str, list[int]]], cover: float = 0.7) -> bool:
