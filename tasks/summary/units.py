@@ -271,10 +271,12 @@ class Coverage:
                 self.fixed.append(0.0)
                 continue
             body = unit.body
-            self.words.append({w for w in words(body) if w not in speakers})
+            held = words(body)
+            self.words.append({w for w in held if w not in speakers})
             for name in entities(body, speakers):
                 special.update(words(name))
-            special.update(w for w in words(body) if any(c.isdigit() for c in w))
+            # A word of letters holds no digit: only the others are looked into (most are letters).
+            special.update(w for w in held if not w.isalpha() and any(c.isdigit() for c in w))
             self.bonus.append(1.0 if PREFERENCE.search(body) else 0.0)
             self.factor.append(0.35 if body.rstrip().endswith("?") else ATTACHMENT if aging.attachment(body) else 1.0)
             self.fixed.append(0.0)
