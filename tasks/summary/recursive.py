@@ -56,24 +56,19 @@ from __future__ import annotations
 
 import heapq
 import logging
-import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Generic, TypeVar, cast
 
 import numpy as np
 
 from vcm import poisoning
 from vcm.tasks.summary import aging, drift, sentences, telegraph, units
-from vcm.tasks.summary.memo import JobVectors
+from vcm.tasks.summary.ahead import Ahead, DriftTexts
 from vcm.tasks.summary.request import Draft, Params, Request, empty_draft
-from vcm.tasks.summary.selection import Vectors, stratified_pick
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 def fit_text(text: str, request: Request, params: Params) -> list[str]:
@@ -257,7 +252,7 @@ def extractive(request: Request, params: Params) -> Draft:
         return empty_draft(request)
     # The loss score's room depends on the units alone: counted once, in a thread while the
     # selection runs (a token count releases the GIL; ~3 000 of them at a 128k window, 20-90 ms).
-    room = _Ahead(lambda: room_for(request, source), "vcm-summary-room")
+    room = Ahead(lambda: room_for(request, source), "vcm-summary-room")
     try:
         if params.attempt == 0:
             return _select(request, params, source, 0.0, room)
@@ -273,7 +268,7 @@ def extractive(request: Request, params: Params) -> Draft:
 _BATCH_FLOORS = (0.1, 0.2, 0.3, 0.4, 0.5)
 
 
-def _select(request: Request, params: Params, source: Units, batch_floor: float, room: _Ahead[int]) -> Draft:
+def _select(request: Request, params: Params, source: Units, batch_floor: float, room: Ahead[int]) -> Draft:
     """Greedy weighted coverage: each step takes the unit adding the most not yet covered
     content-word weight per token (a word weighs more when it names something, is a number or
     recurs in the source; :class:`vcm.tasks.summary.units.Coverage`), so the summary holds as many distinct
@@ -285,7 +280,7 @@ def _select(request: Request, params: Params, source: Units, batch_floor: float,
     newer = _newer(source.batch)
     kept_previous = [u for u in source.previous if not _superseded(u, newer)]
     pool = kept_previous + source.batch
-    drift_source = _DriftSource(request, params, pool)
+    drift_source = DriftTexts(request, params, pool)
     value = units.Coverage(pool, source.speakers)
     tokens = _Tokens(request, base)
     worth = [i for i in range(len(pool)) if value.worth(i)]
@@ -357,100 +352,6 @@ def _select(request: Request, params: Params, source: Units, batch_floor: float,
         drift_source.join()  # a draft with no lines never reads the vectors: the threads end here
 
 
-class _DriftSource:
-    """The drift check's embeddings (:func:`_cosine`), made in threads while the job's Python runs.
-    The model releases the GIL (OpenVINO's and ONNX Runtime's runs, embedded mode's wait on its
-    model process), so the embedding and the Python share the cores:
-
-    * the source side, at most ``max_candidates`` of the pool's units, the most salient of each
-      stretch, is known before the selection starts and is embedded while it runs (at a 128k
-      window the check's model work was ~300 ms after the selection's ~170 ms);
-    * the summary side, as many of the picked units' lines, one of each stretch, is embedded
-      while the draft is rendered, guarded and scored (:meth:`summary_ahead`; ~150 ms of model
-      work beside ~170 ms of Python at 128k).
-
-    The threads run one after the other (the embedder is not shared between them), and only for
-    an embedder that keeps what it embeds (:class:`JobVectors`): the check then reads the vectors
-    back in one call."""
-
-    def __init__(self, request: Request, params: Params, pool: Sequence[units.Unit]) -> None:
-        self.texts = [u.line for u in pool]
-        self.limit = params.max_candidates
-        rows = stratified_pick([float(bool(u.body)) for u in pool], self.limit)
-        self.sample = [self.texts[i] for i in rows]
-        self._embed = request.embed
-        self._ahead = isinstance(request.embed, JobVectors)  # an embedder that keeps what it embeds
-        self._threads: list[threading.Thread] = []
-        self._summary: list[str] | None = None
-        if self.sample:
-            self._start(self.sample, "vcm-drift-source")
-
-    def lines(self, lines: Sequence[str]) -> list[str]:
-        """The summary side of ``lines``: one of each stretch, at most ``max_candidates``."""
-        return [lines[i] for i in stratified_pick([0.0] * len(lines), self.limit)]
-
-    def summary_ahead(self, lines: Sequence[str]) -> None:
-        """Embed the summary side of ``lines`` (the picked units' lines, in row order) now, in a
-        thread after the source's; :meth:`vectors` uses them when the draft keeps those lines."""
-        if self._ahead and self._summary is None:
-            self._summary = self.lines(lines)
-            if self._summary:
-                self._start([*self.sample, *self._summary], "vcm-drift-summary")
-
-    def _start(self, texts: list[str], name: str) -> None:
-        if not self._ahead:
-            return
-        after = self._threads[-1] if self._threads else None
-        thread = threading.Thread(target=self._run, args=(texts, after), name=name, daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _run(self, texts: list[str], after: threading.Thread | None) -> None:
-        if after is not None:
-            after.join()
-        try:
-            self._embed(texts)
-        except Exception as exc:  # the check embeds them again, and meets the failure there
-            log.debug("drift texts not embedded ahead: %r", exc)
-
-    def join(self) -> None:
-        for thread in self._threads:
-            thread.join()
-
-    def vectors(self, lines: Sequence[str]) -> Vectors:
-        """The sample's rows, then those of ``lines``' summary side, in one call once the threads
-        have ended (taken from what they embedded when they embedded these lines)."""
-        self.join()
-        return self._embed([*self.sample, *self.lines(lines)])
-
-
-class _Ahead(Generic[T]):
-    """``work()`` run in a thread of its own from now on; :meth:`result` waits for its value (its
-    failure is raised there, in the caller's thread)."""
-
-    def __init__(self, work: Callable[[], T], name: str) -> None:
-        self._work = work
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._work()
-        except BaseException as exc:  # raised again by result(), in the caller's thread
-            self._error = exc
-
-    def join(self) -> None:
-        self._thread.join()
-
-    def result(self) -> T:
-        self.join()
-        if self._error is not None:
-            raise self._error
-        return cast(T, self._value)
-
-
 class _Tokens:
     """Tokens of a piece of summary text, as the main context counts it, memoised."""
 
@@ -470,8 +371,8 @@ def _fact_draft(
     source: Units,
     pool: list[units.Unit],
     picked: list[int],
-    drift_source: _DriftSource,
-    room: _Ahead[int],
+    drift_source: DriftTexts,
+    room: Ahead[int],
 ) -> Draft:
     """Render the picked units; while the (non-additive) recount is over the cap, drop the unit
     picked last."""
@@ -514,7 +415,7 @@ def room_for(request: Request, source: Units) -> int:
     return held
 
 
-def _cosine(source: _DriftSource, lines: list[str]) -> float:
+def _cosine(source: DriftTexts, lines: list[str]) -> float:
     """Drift: the cosine of the summary's mean embedding to its source's, the source thinned to
     ``max_candidates`` units (the most salient of each stretch) and the summary to as many of its
     lines (one of each stretch: the mean of an even spread estimates the mean of all), to bound
