@@ -121,6 +121,24 @@ def test_a_batch_runs_in_calls_of_similar_length_with_each_texts_own_vector(
     assert ids.tolist() == [[5, 6], [7, runner.tokenizer.pad_token_id]] and mask.tolist() == [[1, 1], [1, 0]]
 
 
+def test_torch_on_the_cpu_also_embeds_in_calls_of_similar_length(
+    torch_embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = ["ok", "What did Melanie paint last summer? " * 12, "yes", "Where does Caroline live now? " * 12, "fine"]
+    calls: list[list[str]] = []
+    encode = torch_embedder._encode
+
+    def recorded(batch: list[str], batch_size: int) -> np.ndarray:
+        calls.append(batch)
+        return encode(batch, batch_size)
+
+    monkeypatch.setattr(torch_embedder, "_encode", recorded)
+    together = torch_embedder.encode(texts)
+    assert sorted(len(c) for c in calls) == [2, 3] and {len(t) for t in calls[0]} != {len(t) for t in calls[1]}
+    alone = np.concatenate([torch_embedder.encode([t]) for t in texts])
+    assert np.allclose(together, alone, atol=1e-5)
+
+
 def test_attention_is_exported_in_its_eager_form(onnx: OnnxEmbedder) -> None:
     """SDPA's export guards every layer's masked softmax (IsNaN, Where), which ONNX Runtime ran
     5-12 % slower; the eager form is plain MatMul and Softmax, with the same vectors (above)."""
