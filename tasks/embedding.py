@@ -24,6 +24,8 @@ from vcm.tasks.embedding_batches import CALL_TOKENS, length_groups
 
 log = logging.getLogger(__name__)
 
+_COUNTERS_LOCK = threading.Lock()  # one length counter per embedder, made once
+
 _lock = threading.Lock()
 _cache: dict[tuple[str, ...], Embedder] = {}
 
@@ -91,19 +93,39 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         texts = list(texts)
-        if self.model.device.type != "cpu" or len(texts) == 1:
+        counter = self._length_counter() if self.model.device.type == "cpu" and len(texts) > 1 else None
+        if counter is None:
             return self._encode(texts, self.batch_size)
         import torch
 
-        rows = self.model.tokenizer(texts, truncation=True, max_length=self.max_tokens)["input_ids"]
-        order = sorted(range(len(texts)), key=lambda i: -len(rows[i]))
+        lengths = [len(e.ids) for e in counter.encode_batch(texts)]
+        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         for start, end in length_groups(
-            [len(rows[i]) for i in order], self.batch_size, CALL_TOKENS * torch.get_num_threads()
+            [lengths[i] for i in order], self.batch_size, CALL_TOKENS * torch.get_num_threads()
         ):
             members = order[start:end]
             out[members] = self._encode([texts[i] for i in members], end - start)
         return out
+
+    def _length_counter(self) -> Any:
+        """A copy of the model's own (Rust) tokenizer, truncating at the model's window, for token
+        lengths alone; None for a tokenizer without one (then no grouping). A copy: a Hugging Face
+        tokenizer's call sets its padding and truncation on the Rust tokenizer it wraps, so a call
+        without padding here and sentence-transformers' padded one from another thread at the same
+        moment would each see the other's settings."""
+        with _COUNTERS_LOCK:
+            if not hasattr(self, "_counter"):
+                backend = getattr(self.model.tokenizer, "backend_tokenizer", None)
+                counter = None
+                if backend is not None:
+                    from tokenizers import Tokenizer
+
+                    counter = Tokenizer.from_str(backend.to_str())
+                    counter.no_padding()
+                    counter.enable_truncation(self.max_tokens)
+                self._counter = counter
+            return self._counter
 
     def _encode(self, texts: list[str], batch_size: int) -> npt.NDArray[np.float32]:
         out = self.model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)

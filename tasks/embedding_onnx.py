@@ -117,10 +117,13 @@ class OnnxRunner:
             threads=used,
         )  # fmt: skip
 
-    def states(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        """The last hidden states of a padded batch, (rows, tokens, dimension)."""
+    def states(
+        self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64], *, eager: bool = True
+    ) -> npt.NDArray[np.float32]:
+        """The last hidden states of a padded batch, (rows, tokens, dimension); ``eager``: a short
+        one may run on the spinning session."""
         session = self.session
-        if self._open_eager is not None and ids.size <= EAGER_MAX_TOKENS and cpus_idle(self.threads):
+        if eager and self._open_eager is not None and ids.size <= EAGER_MAX_TOKENS and cpus_idle(self.threads):
             self._short_runs += 1
             if self._short_runs >= EAGER_AFTER_RUNS:
                 session = self._eager_session() or session
@@ -151,14 +154,18 @@ class OnnxRunner:
     def encode(self, texts: Sequence[str], *, batch_size: int) -> npt.NDArray[np.float32]:
         """Pooled (and normalised where the model normalises) sentence vectors, one per text,
         embedded in batches of similar token length (:func:`vcm.tasks.embedding_batches.length_groups`)."""
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
         rows: list[list[int]] = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length)[
             "input_ids"
         ]
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+        # A short group of a long batch is no query: only a call short as a whole may spin.
+        short = sum(len(r) for r in rows) <= EAGER_MAX_TOKENS
         parts: list[npt.NDArray[np.float32]] = []
         for start, end in length_groups([len(rows[i]) for i in order], batch_size, CALL_TOKENS * self.threads):
             ids, mask = self.padded([rows[i] for i in order[start:end]])
-            parts.append(pool(self.states(ids, mask), mask, self.pooling))
+            parts.append(pool(self.states(ids, mask, eager=short), mask, self.pooling))
         pooled = np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
         out = np.empty_like(pooled)
         out[order] = pooled

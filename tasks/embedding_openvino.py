@@ -123,4 +123,12 @@ def open_session(path: Path, threads: int, cpus: int) -> OpenVinoSession:
     }
     if threads:
         config["INFERENCE_NUM_THREADS"] = streams * threads
-    return OpenVinoSession(core.compile_model(str(path), "CPU", config))
+    compiled = core.compile_model(str(path), "CPU", config)
+    if streams > 1:
+        # OpenVINO gives no more threads than the cores it counts (physical ones, under the latency
+        # hint), and would share them out over the streams: fewer streams, so each run keeps ``threads``.
+        fits = max(1, int(compiled.get_property("INFERENCE_NUM_THREADS")) // threads)
+        if fits < streams:
+            config |= {"NUM_STREAMS": str(fits), "INFERENCE_NUM_THREADS": fits * threads}
+            compiled = core.compile_model(str(path), "CPU", config)
+    return OpenVinoSession(compiled)

@@ -344,9 +344,9 @@ def _select(request: Request, params: Params, source: Units, batch_floor: float,
     # really leaves goes to more units.
     spent = request.count(render(pool, picked)) - base
     take(worth, available)
-    # The lines the draft keeps unless its recount is over the cap (then it drops the last picks).
-    drift_source.summary_ahead([pool[i].line for i in sorted(picked)])
     try:
+        # The lines the draft keeps unless its recount is over the cap (then it drops the last picks).
+        drift_source.summary_ahead([pool[i].line for i in sorted(picked)])
         return _fact_draft(request, source, pool, picked, drift_source, room)
     finally:
         drift_source.join()  # a draft with no lines never reads the vectors: the threads end here

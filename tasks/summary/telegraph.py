@@ -46,7 +46,7 @@ Rule = tuple[re.Pattern[str], str]
 # The rules in passes, each pass with a test of the text that any match of its rules implies (a
 # character or a word they need), so a pass whose test fails would have changed nothing: most
 # rules find nothing in most sentences, and a test costs a fraction of the searches it saves
-# (22 -> 10 us a LoCoMo sentence; thousands of sentences a large eviction).
+# (22 -> 12 us a LoCoMo sentence; thousands of sentences a large eviction).
 Guard = Callable[[str], object]
 # The speaker's own subject at a clause start (the line names the speaker): any of the group's
 # matches is one of these.
