@@ -43,6 +43,8 @@ pytestmark = pytest.mark.timeout(600)
 
 TEXTS = ["The cat sat on the mat.", "ok", "What did Melanie paint last summer? " * 60, "Lisbon in March"]
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+# Two long texts of one token length (86), three short ones (3).
+MIXED = ["ok", "What did Melanie paint last summer? " * 12, "yes", "What did Caroline paint last winter? " * 12, "fine"]
 
 
 @pytest.fixture(scope="module")
@@ -102,41 +104,28 @@ def test_a_batch_runs_in_calls_of_similar_length_with_each_texts_own_vector(
 ) -> None:
     """Long and short texts in one batch run in separate calls, each padded to its own longest,
     and every text gets the vector it gets alone, in its place."""
-    # Two long texts of one token length (86), three short ones (3).
-    texts = [
-        "ok",
-        "What did Melanie paint last summer? " * 12,
-        "yes",
-        "What did Caroline paint last winter? " * 12,
-        "fine",
-    ]
     runner = onnx.runner
-    shapes: list[tuple[int, int]] = []
+    calls: list[tuple[tuple[int, int], bool]] = []  # each call's shape, and whether it may spin
     states = runner.states
 
     def recorded(ids: np.ndarray, mask: np.ndarray, *, eager: bool = True) -> np.ndarray:
-        shapes.append(ids.shape)
+        calls.append((ids.shape, eager))
         return states(ids, mask, eager=eager)
 
     monkeypatch.setattr(runner, "states", recorded)
     # The cut pays while the call's cost (per thread of the model) stays under the padding saved.
     monkeypatch.setattr(embedding_onnx, "CALL_TOKENS", 1)
-    together = onnx.encode(texts)
+    together = onnx.encode(MIXED)
+    shapes = [shape for shape, _ in calls]
     assert len(shapes) == 2 and sorted(rows for rows, _ in shapes) == [2, 3]  # the long pair, the short three
     assert min(width for _, width in shapes) < 8  # the short ones are not padded to the long ones' width
-    alone = np.concatenate([onnx.encode([t]) for t in texts])
+    alone = np.concatenate([onnx.encode([t]) for t in MIXED])
     assert np.allclose(together, alone, atol=1e-5)
     # A short group of a long batch is no query: it never runs on the spinning session.
-    flags: list[bool] = []
-
-    def asked(ids: np.ndarray, mask: np.ndarray, *, eager: bool = True) -> np.ndarray:
-        flags.append(eager)
-        return states(ids, mask)
-
-    monkeypatch.setattr(runner, "states", asked)
-    onnx.encode([*texts, "What did Melanie paint last autumn? " * 12])  # 3 x 86 + 3 x 3 tokens: over 256
+    calls.clear()
+    onnx.encode([*MIXED, "What did Melanie paint last autumn? " * 12])  # 3 x 86 + 3 x 3 tokens: over 256
     onnx.encode(["ok", "fine"])
-    assert flags == [False, False, True]
+    assert [eager for _, eager in calls] == [False, False, True]
     ids, mask = runner.padded([[5, 6], [7]])  # BERT's tokenizer pads on the right, with its pad id
     assert ids.tolist() == [[5, 6], [7, runner.tokenizer.pad_token_id]] and mask.tolist() == [[1, 1], [1, 0]]
 
@@ -144,14 +133,6 @@ def test_a_batch_runs_in_calls_of_similar_length_with_each_texts_own_vector(
 def test_torch_on_the_cpu_also_embeds_in_calls_of_similar_length(
     torch_embedder: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Two long texts of one token length (86), three short ones (3).
-    texts = [
-        "ok",
-        "What did Melanie paint last summer? " * 12,
-        "yes",
-        "What did Caroline paint last winter? " * 12,
-        "fine",
-    ]
     calls: list[list[str]] = []
     encode = torch_embedder._encode
 
@@ -167,9 +148,9 @@ def test_torch_on_the_cpu_also_embeds_in_calls_of_similar_length(
     long = "word " * 2000
     assert [len(e.ids) for e in counter.encode_batch(["ok", long])] == [3, torch_embedder.max_tokens]
     monkeypatch.setattr(embedding, "CALL_TOKENS", 1)  # as above: the cut pays on any number of threads
-    together = torch_embedder.encode(texts)
+    together = torch_embedder.encode(MIXED)
     assert sorted(len(c) for c in calls) == [2, 3] and {len(t) for t in calls[0]} != {len(t) for t in calls[1]}
-    alone = np.concatenate([torch_embedder.encode([t]) for t in texts])
+    alone = np.concatenate([torch_embedder.encode([t]) for t in MIXED])
     assert np.allclose(together, alone, atol=1e-5)
 
 
